@@ -1,0 +1,16 @@
+# The two set-up commands of the README:
+#   make demo   installs dependencies, builds, runs the demo composition on the embedded sandboxd
+#   make test   installs dependencies, builds, runs every suite ("N passed, N failed")
+.PHONY: deps build demo test bench clean
+deps:
+	@scripts/install-deps.sh
+build: deps
+	@cmake -S . -B build >/dev/null && cmake --build build -j2
+demo: build
+	@build/bin/moonbox run examples/demo/compose.lua examples/demo/demo.lua
+test: deps
+	@scripts/test.sh
+bench: build
+	@bench/run.sh
+clean:
+	rm -rf build build-asan build-fuzz

@@ -1,0 +1,39 @@
+/* sandbox.h — one isolated sandbox: user/mount/pid/uts/ipc(/net) namespaces, a copy-on-write
+ * root, an init process (pid 1 inside) that spawns every command, and cgroup limits where the
+ * host has them. Thread-safe: every function may be called from any connection thread. */
+#ifndef SANDBOXD_SANDBOX_H
+#define SANDBOXD_SANDBOX_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct sbx sbx_t;
+
+typedef struct {
+  const char *id;               /* lowercase alnum, unique */
+  const char *state_dir;        /* sandboxd state dir; the sandbox keeps its layers under <state_dir>/sandboxes/<id> */
+  bool internet;                /* false: network namespace with loopback only */
+  const char *const *envs;      /* NULL-terminated "NAME=VALUE" list added to every process (create envVars) */
+} sbx_config;
+
+/* Capabilities probed once at start-up; `why` says what is missing and why. */
+typedef struct { bool userns, overlay, pidns, netns, cgroup_pids, cgroup_memory, freezer; char why[512]; } sbx_host_caps;
+void sbx_probe_host(sbx_host_caps *caps);
+
+int   sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen);
+void  sbx_destroy(sbx_t *s);            /* every process gone, mounts gone, upper layer removed; idempotent per handle */
+int   sbx_pause(sbx_t *s);              /* freeze every process */
+int   sbx_resume(sbx_t *s);
+int   sbx_root_fd(sbx_t *s);            /* O_PATH fd of "/" as the sandbox's processes see it: use openat2(RESOLVE_IN_ROOT) */
+uid_t sbx_host_uid(const sbx_t *s, uid_t inner);   /* inner uid/gid → host id, for fchown from the host */
+gid_t sbx_host_gid(const sbx_t *s, gid_t inner);
+void  sbx_cleanup_stale(const char *state_dir);    /* remove what a crashed earlier run left behind */
+
+/* Users inside every sandbox: root (0) and user (1000, home /home/user). */
+int sbx_lookup_user(const char *name, uid_t *uid, gid_t *gid, const char **home);
+
+/* process.Process/<method> for this sandbox (implemented in process.c). */
+struct sd_request;
+void process_rpc(struct sd_request *r, sbx_t *s, const char *method);
+void process_kill_all(sbx_t *s);        /* called before destroy: end every stream cleanly */
+#endif

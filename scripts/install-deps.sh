@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what moonbox needs from Debian packages (and the E2B SDK from npm for the
+# conformance suite). Idempotent and quick when everything is present. Without root it
+# prints exactly which packages are missing and exits 1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEB_PACKAGES=(
+  build-essential cmake pkg-config
+  lua5.4 liblua5.4-dev lua-cjson lua-busted
+  libuv1-dev libcurl4-openssl-dev libssl-dev libmicrohttpd-dev libjansson-dev
+  musl-tools clang libclang-rt-14-dev
+  attr iproute2 procps ncurses-bin python3 git sudo curl
+  nodejs npm
+)
+
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+# node/npm may come from outside Debian (e.g. a preinstalled toolchain): accept those.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  missing=("${missing[@]/nodejs}"); missing=("${missing[@]/npm}")
+  tmp=(); for p in "${missing[@]}"; do [ -n "$p" ] && tmp+=("$p"); done; missing=("${tmp[@]+"${tmp[@]}"}")
+fi
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing Debian packages (run as root or install them): ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The official E2B SDK, pinned, for the conformance suite (spec/sdk).
+if [ -f spec/sdk/package.json ] && [ ! -d spec/sdk/node_modules/e2b ]; then
+  (cd spec/sdk && npm install --no-audit --no-fund --loglevel=error >/dev/null)
+fi
+echo "install-deps: ok"

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): builds, runs every suite, prints one line
+# "N passed, N failed" summing them all. Exit status is non-zero when anything failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+JOBS=${JOBS:-2}
+LOG=$ROOT/build/test-logs
+mkdir -p "$LOG"
+passed=0; failed=0
+note() { printf '== %s\n' "$*"; }
+add()  { passed=$((passed + $1)); failed=$((failed + $2)); note "$3: $1 passed, $2 failed"; }
+
+build() { # dir, extra cmake args...
+  local dir=$1; shift
+  cmake -S . -B "$dir" "$@" >"$LOG/cmake-$(basename "$dir").log" 2>&1 &&
+    cmake --build "$dir" -j"$JOBS" >"$LOG/build-$(basename "$dir").log" 2>&1
+}
+
+run_ctest() { # dir, label
+  local out; out=$(cd "$1" && ctest --output-on-failure -j"$JOBS" 2>&1); echo "$out" >"$LOG/ctest-$2.log"
+  local total fail
+  total=$(sed -n 's/.*tests failed out of \([0-9]*\).*/\1/p' <<<"$out" | tail -1)
+  fail=$(sed -n 's/.* \([0-9]*\) tests failed out of.*/\1/p' <<<"$out" | tail -1)
+  if [ -z "$total" ]; then total=0; fail=0; grep -q 'No tests were found' <<<"$out" || fail=1; fi
+  [ "$fail" -gt 0 ] && grep -E 'Failed|\*\*\*' <<<"$out" | head -20
+  add $((total - fail)) "$fail" "C unit tests ($2)"
+}
+
+note "build"
+if ! build build; then tail -40 "$LOG/build-build.log"; echo "0 passed, 1 failed"; exit 1; fi
+run_ctest build release
+
+note "sanitizer build (ASan + UBSan)"
+if build build-asan -DMB_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug; then
+  run_ctest build-asan asan
+else tail -40 "$LOG/build-build-asan.log"; add 0 1 "sanitizer build"; fi
+
+# One sandboxd for the suites that need it; specs that kill or restart it start their own.
+SBXD_PORT=${SBXD_PORT:-$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')}
+SBXD_STATE=$(mktemp -d /tmp/moonbox-test-state.XXXXXX)
+SBXD_PID=
+if [ -x build/bin/sandboxd ]; then
+  note "starting sandboxd on 127.0.0.1:$SBXD_PORT"
+  build/bin/sandboxd --listen "127.0.0.1:$SBXD_PORT" --api-key "e2b_$(printf '%040d' 0)" \
+    --state-dir "$SBXD_STATE" >"$LOG/sandboxd.log" 2>&1 &
+  SBXD_PID=$!
+  for _ in $(seq 1 100); do grep -q 'sandboxd listening on' "$LOG/sandboxd.log" && break; sleep 0.1; done
+  export E2B_API_URL="http://127.0.0.1:$SBXD_PORT" E2B_SANDBOX_URL="http://127.0.0.1:$SBXD_PORT"
+  export E2B_API_KEY="e2b_$(printf '%040d' 0)" MB_SANDBOXD_PID=$SBXD_PID
+fi
+cleanup() { [ -n "$SBXD_PID" ] && kill "$SBXD_PID" 2>/dev/null && wait "$SBXD_PID" 2>/dev/null; rm -rf "$SBXD_STATE"; }
+trap cleanup EXIT
+
+note "busted specs"
+export MB_BUILD_DIR=$ROOT/build
+export LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;$ROOT/?.lua;$ROOT/spec/?.lua;;"
+export LUA_CPATH="$ROOT/build/lib/?.so;;"
+tags=()
+[ -z "$SBXD_PID" ] && tags=(--exclude-tags=sandboxd)
+[ -z "${E2B_CLOUD_API_KEY:-}" ] && tags+=(--exclude-tags=cloud)
+if ls spec/*_spec.lua spec/**/*_spec.lua >/dev/null 2>&1; then
+  out=$(busted -o TAP "${tags[@]}" spec 2>&1); echo "$out" >"$LOG/busted.log"
+  p=$(grep -c '^ok ' <<<"$out"); f=$(grep -c '^not ok ' <<<"$out")
+  [ "$f" -gt 0 ] && grep -A8 '^not ok ' <<<"$out" | head -80
+  if ! grep -qE '^1\.\.[0-9]+' <<<"$out"; then echo "$out" | tail -20; f=$((f + 1)); fi
+  add "$p" "$f" "busted"
+fi
+
+if [ -d spec/sdk/node_modules/e2b ] && [ -n "$SBXD_PID" ] && ls spec/sdk/*.test.mjs >/dev/null 2>&1; then
+  note "E2B SDK conformance (e2b@2.29.1)"
+  out=$(cd spec/sdk && node --test --test-reporter=tap --test-concurrency=2 ./*.test.mjs 2>&1); echo "$out" >"$LOG/sdk.log"
+  p=$(sed -n 's/^# pass \([0-9]*\)/\1/p' <<<"$out" | tail -1); f=$(sed -n 's/^# fail \([0-9]*\)/\1/p' <<<"$out" | tail -1)
+  [ "${f:-1}" != 0 ] && grep -B2 -A15 '^not ok\|^    not ok' <<<"$out" | head -120
+  add "${p:-0}" "${f:-1}" "SDK conformance"
+fi
+
+if command -v clang >/dev/null && [ -f fuzz/CMakeLists.txt ]; then
+  note "fuzzers (brief)"
+  if CC=clang build build-fuzz -DMB_FUZZ=ON; then
+    fp=0; ff=0
+    for f in build-fuzz/fuzz/fuzz_*; do
+      [ -x "$f" ] || continue
+      if "$f" -max_total_time="${FUZZ_SECONDS:-20}" -rss_limit_mb=1024 >"$LOG/$(basename "$f").log" 2>&1; then fp=$((fp+1)); else ff=$((ff+1)); tail -30 "$LOG/$(basename "$f").log"; fi
+    done
+    add "$fp" "$ff" "fuzzers"
+  else tail -30 "$LOG/build-build-fuzz.log"; add 0 1 "fuzz build"; fi
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
