@@ -11,10 +11,10 @@ passed=0; failed=0
 note() { printf '== %s\n' "$*"; }
 add()  { passed=$((passed + $1)); failed=$((failed + $2)); note "$3: $1 passed, $2 failed"; }
 
-build() { # dir, extra cmake args...
-  local dir=$1; shift
+build() { # dir, target ("all" for everything), extra cmake args...
+  local dir=$1 target=$2; shift 2
   cmake -S . -B "$dir" "$@" >"$LOG/cmake-$(basename "$dir").log" 2>&1 &&
-    cmake --build "$dir" -j"$JOBS" >"$LOG/build-$(basename "$dir").log" 2>&1
+    cmake --build "$dir" -j"$JOBS" --target "$target" >"$LOG/build-$(basename "$dir").log" 2>&1
 }
 
 run_ctest() { # dir, label
@@ -28,11 +28,11 @@ run_ctest() { # dir, label
 }
 
 note "build"
-if ! build build; then tail -40 "$LOG/build-build.log"; echo "0 passed, 1 failed"; exit 1; fi
+if ! build build all; then tail -40 "$LOG/build-build.log"; echo "0 passed, 1 failed"; exit 1; fi
 run_ctest build release
 
 note "sanitizer build (ASan + UBSan)"
-if build build-asan -DMB_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug; then
+if build build-asan all -DMB_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug; then
   run_ctest build-asan asan
 else tail -40 "$LOG/build-build-asan.log"; add 0 1 "sanitizer build"; fi
 
@@ -77,7 +77,7 @@ fi
 
 if command -v clang >/dev/null && [ -f fuzz/CMakeLists.txt ]; then
   note "fuzzers (brief)"
-  if CC=clang build build-fuzz -DMB_FUZZ=ON; then
+  if CC=clang build build-fuzz fuzzers -DMB_FUZZ=ON; then
     fp=0; ff=0
     for f in build-fuzz/fuzz/fuzz_*; do
       [ -x "$f" ] || continue
