@@ -14,15 +14,22 @@ typedef struct {
   const char *state_dir;        /* sandboxd state dir; the sandbox keeps its layers under <state_dir>/sandboxes/<id> */
   bool internet;                /* false: network namespace with loopback only */
   const char *const *envs;      /* NULL-terminated "NAME=VALUE" list added to every process (create envVars) */
+  long memory_mb;               /* cgroup memory limit; 0 = SBX_DEFAULT_MEMORY_MB (ignored without the controller) */
+  long pids_max;                /* cgroup pids limit; 0 = SBX_DEFAULT_PIDS_MAX */
 } sbx_config;
+#define SBX_DEFAULT_MEMORY_MB 2048
+#define SBX_DEFAULT_PIDS_MAX 4096
 
 /* Capabilities probed once at start-up; `why` says what is missing and why. */
 typedef struct { bool userns, overlay, pidns, netns, cgroup_pids, cgroup_memory, freezer; char why[512]; } sbx_host_caps;
 void sbx_probe_host(sbx_host_caps *caps);
 
 int   sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen);
-void  sbx_destroy(sbx_t *s);            /* every process gone, mounts gone, upper layer removed; idempotent per handle */
-int   sbx_pause(sbx_t *s);              /* freeze every process */
+/* Every process gone (streams ended with their `end` event), mounts gone, upper layer removed,
+ * cgroups removed; then frees s. Call exactly once, when no other thread uses s any more
+ * (it waits for process RPCs that are still streaming on s to finish). */
+void  sbx_destroy(sbx_t *s);
+int   sbx_pause(sbx_t *s);              /* freeze every process (cgroup freezer, else SIGSTOP); 0 or -1 */
 int   sbx_resume(sbx_t *s);
 int   sbx_root_fd(sbx_t *s);            /* O_PATH fd of "/" as the sandbox's processes see it: use openat2(RESOLVE_IN_ROOT) */
 uid_t sbx_host_uid(const sbx_t *s, uid_t inner);   /* inner uid/gid → host id, for fchown from the host */
@@ -35,5 +42,5 @@ int sbx_lookup_user(const char *name, uid_t *uid, gid_t *gid, const char **home)
 /* process.Process/<method> for this sandbox (implemented in process.c). */
 struct sd_request;
 void process_rpc(struct sd_request *r, sbx_t *s, const char *method);
-void process_kill_all(sbx_t *s);        /* called before destroy: end every stream cleanly */
+void process_kill_all(sbx_t *s);        /* kill every process, end every stream cleanly; idempotent (destroy calls it too) */
 #endif

@@ -1,5 +1,5 @@
 /* server.h — the HTTP face of sandboxd (libmicrohttpd, one thread per connection).
- * Handlers run on the connection's thread and may block; a streamed response is a bounded byte
+ * Handlers run on a worker thread per request and may block; a streamed response is a bounded byte
  * queue that the handler (or any other thread) fills and the connection thread drains. */
 #ifndef SANDBOXD_SERVER_H
 #define SANDBOXD_SERVER_H
@@ -19,7 +19,8 @@ const uint8_t *sd_body(const sd_request *r, size_t *len);         /* whole body 
 /* Unary replies; every function takes ownership of `body`. */
 int sd_reply_json(sd_request *r, int status, json_t *body);
 int sd_reply_error(sd_request *r, int status, const char *fmt, ...);   /* {"code":status,"message":...} */
-int sd_reply_connect_error(sd_request *r, const char *code, const char *fmt, ...); /* Connect unary error */
+int sd_reply_connect_error(sd_request *r, const char *code, const char *fmt, ...); /* Connect error: unary non-200
+                                                              JSON; on a streaming request 200 + end-stream error */
 int sd_reply_bytes(sd_request *r, int status, const char *content_type, const void *data, size_t len);
 
 /* Streamed reply: 200 + content_type, chunked. sd_stream_send blocks while more than the queue
@@ -30,7 +31,26 @@ int  sd_stream_send(sd_stream *s, const void *data, size_t len);
 int  sd_stream_closed(const sd_stream *s);
 void sd_stream_end(sd_stream *s);
 
+/* Added for the router and the envd handlers. */
+const char *sd_user(const sd_request *r);           /* envd: authenticated user ("user" by default), else NULL */
+void sd_reply_header(sd_request *r, const char *name, const char *value); /* extra header on the reply or stream */
+int  sd_header_each(const sd_request *r, int (*cb)(void *cls, const char *name, const char *value), void *cls);
+int  sd_is_streaming(const sd_request *r);          /* Content-Type application/connect+json */
+/* The Connect request message: the JSON body (unary) or the single envelope (streaming). NULL with
+ * err set when malformed; then reply with invalid_argument. New reference. */
+json_t *sd_connect_request(sd_request *r, char *err, size_t errlen);
+/* multipart/form-data over `body` (the request's Content-Type gives the boundary). `cb` sees every
+ * part's bytes in order; off == 0 starts a part. Returns 0, or -1 (malformed) / the cb's non-zero. */
+typedef int (*sd_part_cb)(void *cls, const char *name, const char *filename,
+                          const char *data, uint64_t off, size_t size);
+int sd_multipart(sd_request *r, const uint8_t *body, size_t len, sd_part_cb cb, void *cls);
+
 /* Connect helpers over a stream: one envelope per call. */
 int sd_stream_send_message(sd_stream *s, json_t *msg);                 /* flags 0x00, takes ownership */
 void sd_stream_end_connect(sd_stream *s, const char *code, const char *message); /* 0x02 {} or {"error":..}; ends */
+
+/* The server: binds host:port, serves until sd_server_stop. */
+int  sd_server_start(const char *host, int port, const char *api_key, char *err, size_t errlen);
+int  sd_server_port(void);                           /* the bound port (useful with port 0) */
+void sd_server_stop(void);
 #endif

@@ -1,0 +1,69 @@
+/* http.h — HTTP/1.1 transport on the loop (libcurl multi; TLS through libcurl).
+ *
+ * One request = one mb_http_req. Unary requests collect the body up to max_bytes (exceeding it
+ * aborts the transfer at once with MB_E_TOO_LARGE; nothing over the limit is buffered).
+ * Streaming requests hand out the body as it comes; when more than high_water bytes are unread
+ * the transfer is paused (curl_easy_pause) until the consumer drains below half of it.
+ * Every state change (headers complete, data, done) is reported through cb, always outside
+ * libcurl callbacks, so cb may call any mb_http_* function, including mb_http_free. */
+#ifndef MB_HTTP_H
+#define MB_HTTP_H
+#include <stddef.h>
+#include <stdint.h>
+#include "errors.h"
+#include "loop.h"
+
+#define MB_HTTP_MAX_HEADER_BYTES (64 * 1024) /* response header block; more → MB_E_PROTOCOL */
+
+typedef struct mb_http_req mb_http_req;
+typedef void (*mb_http_cb)(mb_http_req *r, void *ud);
+
+typedef struct {
+  const char *method;          /* NULL → GET, or POST when a body is given */
+  const char *url;
+  const char *const *headers;  /* "Name: value" lines */
+  size_t n_headers;
+  const void *body;            /* request body from memory (copied) */
+  size_t body_len;
+  int body_fd;                 /* or streamed from this fd (regular file; read at its offset), -1 none */
+  int own_body_fd;             /* close body_fd when the request is freed */
+  int stream;                  /* 1: streaming response */
+  size_t max_bytes;            /* unary: body cap (required, > 0); stream: total cap, 0 = none */
+  size_t high_water;           /* stream: unread bytes that pause the transfer (0 → 256 KiB) */
+  long timeout_ms;             /* unary: whole request; stream: until headers; 0 = none */
+  long connect_timeout_ms;     /* 0 → libcurl's default */
+  const char *ca_file;         /* optional CA bundle for TLS */
+} mb_http_opts;
+
+/* Starts a request. On failure returns an mb_err with err filled and *out = NULL. */
+int mb_http_start(mb_loop *l, const mb_http_opts *o, mb_http_cb cb, void *ud,
+                  mb_http_req **out, struct mb_error *err);
+/* Cancels (if still running) and frees; no callback fires afterwards. */
+void mb_http_free(mb_http_req *r);
+/* Cancels: done becomes true with MB_E_CANCELED unless already done. Notifies cb. */
+void mb_http_cancel(mb_http_req *r);
+
+int mb_http_headers_done(const mb_http_req *r);
+long mb_http_status(const mb_http_req *r);
+/* Iterates header lines of the final response: *pos starts at 0; returns 0 at the end. */
+int mb_http_header_next(const mb_http_req *r, size_t *pos, const char **name, size_t *nlen,
+                        const char **value, size_t *vlen);
+/* Finished? Then *err (may be NULL) tells how: code MB_OK for a complete response. */
+int mb_http_done(const mb_http_req *r, const struct mb_error **err);
+
+/* Response body bytes received and not consumed yet (unary: the whole body once done). */
+const char *mb_http_peek(const mb_http_req *r, size_t *len);
+/* Marks n bytes consumed; resumes a paused stream once below half the high-water mark. */
+void mb_http_consume(mb_http_req *r, size_t n);
+
+typedef struct {
+  uint64_t received;     /* body bytes accepted so far */
+  uint64_t pauses;       /* how many times backpressure paused the transfer */
+  size_t max_buffered;   /* peak of unread bytes held */
+  int paused;            /* paused right now */
+} mb_http_info;
+void mb_http_get_info(const mb_http_req *r, mb_http_info *info);
+
+/* CURLcode → mb_err (stable mapping). */
+int mb_http_map_curl(CURLcode rc);
+#endif

@@ -1,0 +1,306 @@
+/* lua_proc.c — host child processes: core.spawn{argv=, env=, cwd=, max_buffer=}, on_change
+ * → process object (:pid, :read(which), :exit_status, :kill(sig), :close) | nil, msg, code.
+ * stdout/stderr are pipes buffered up to max_buffer bytes each; past that, reading stops until
+ * Lua drains (backpressure on the child). on_change() fires, outside libuv callbacks' critical
+ * sections, whenever output arrives, a pipe ends or the child exits. */
+#include "lua_moonbox.h"
+#include "moonbox.h"
+#include "errors.h"
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MB_PROC_MT "moonbox.process"
+#define MB_PROC_MAX_ARGS 4096
+
+typedef struct lproc lproc;
+
+typedef struct {
+  uv_pipe_t pipe;
+  lproc *owner;   /* NULL once the Lua object is gone */
+  char *buf;
+  size_t len, cap, max;
+  int eof, reading, open;
+  char scratch[16384];
+} lpipe;
+
+struct lproc {
+  mb_pending pend;
+  mb_lua_host *h;
+  uv_process_t *proc;
+  lpipe *out[2];  /* stdout, stderr */
+  int cb_ref;
+  int pid;
+  int exited;
+  int64_t exit_code;
+  int term_signal;
+};
+
+static void notify(lproc *p) { mb_loop_defer(mb_lua_host_loop(p->h), &p->pend); }
+
+static void fire(mb_pending *pd) {
+  lproc *p = (lproc *)pd;
+  mb_lua_host_call(p->h, p->cb_ref);
+}
+
+static void free_handle(uv_handle_t *h) { free(h); }
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b) {
+  (void)hint;
+  lpipe *pp = (lpipe *)h;
+  *b = uv_buf_init(pp->scratch, sizeof pp->scratch);
+}
+
+static void pipe_close(lpipe *pp) {
+  if (!pp || !pp->open) return;
+  pp->open = 0;
+  uv_close((uv_handle_t *)&pp->pipe, free_handle);
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
+  (void)b;
+  lpipe *pp = (lpipe *)s;
+  if (n == 0) return;
+  if (n < 0) { /* EOF or error: the stream is over either way */
+    pp->eof = 1;
+    uv_read_stop(s);
+    pp->reading = 0;
+  } else {
+    if (pp->len + (size_t)n > pp->cap) {
+      size_t want = pp->cap ? pp->cap * 2 : 16384;
+      while (want < pp->len + (size_t)n) want *= 2;
+      char *nb = realloc(pp->buf, want);
+      if (!nb) { /* keep what we have; report the end */
+        pp->eof = 1;
+        uv_read_stop(s);
+        pp->reading = 0;
+        goto out;
+      }
+      pp->buf = nb;
+      pp->cap = want;
+    }
+    memcpy(pp->buf + pp->len, pp->scratch, (size_t)n);
+    pp->len += (size_t)n;
+    if (pp->len >= pp->max) { uv_read_stop(s); pp->reading = 0; }
+  }
+out:
+  if (pp->owner) notify(pp->owner);
+}
+
+static void on_proc_exit(uv_process_t *pr, int64_t status, int sig) {
+  lproc *p = pr->data;
+  uv_close((uv_handle_t *)pr, free_handle);
+  if (!p) return;
+  p->proc = NULL;
+  p->exited = 1;
+  p->exit_code = status;
+  p->term_signal = sig;
+  notify(p);
+}
+
+static lproc *check_proc(lua_State *L) { return luaL_checkudata(L, 1, MB_PROC_MT); }
+
+static int push_err(lua_State *L, int uverr, const char *what) {
+  lua_pushnil(L);
+  lua_pushfstring(L, "%s: %s", what, uv_strerror(uverr));
+  lua_pushstring(L, mb_errcode(MB_E_IO));
+  return 3;
+}
+
+static int l_spawn(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  mb_lua_host *h = mb_lua_host_of(L);
+  uv_loop_t *uv = mb_loop_uv(mb_lua_host_loop(h));
+
+  lua_getfield(L, 1, "argv");
+  if (!lua_istable(L, -1)) return luaL_error(L, "spawn: argv must be a list of strings");
+  int argt = lua_gettop(L);
+  lua_Integer argc = luaL_len(L, argt);
+  if (argc < 1 || argc > MB_PROC_MAX_ARGS) return luaL_error(L, "spawn: argv needs 1..%d entries", MB_PROC_MAX_ARGS);
+  /* Pointer arrays live in a userdata so a raise cannot leak them. */
+  char **args = lua_newuserdatauv(L, sizeof(char *) * (size_t)(argc + 1), 0);
+  for (lua_Integer i = 1; i <= argc; i++) {
+    lua_rawgeti(L, argt, i);
+    if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "spawn: argv[%d] must be a string", (int)i);
+    args[i - 1] = (char *)lua_tostring(L, -1); /* stays alive: the argv table holds it */
+    lua_pop(L, 1);
+  }
+  args[argc] = NULL;
+
+  char **env = NULL;
+  lua_getfield(L, 1, "env");
+  if (!lua_isnil(L, -1)) {
+    if (!lua_istable(L, -1)) return luaL_error(L, "spawn: env must be a table name → value");
+    int et = lua_gettop(L);
+    size_t n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, et)) { n++; lua_pop(L, 1); }
+    if (n > 65536) return luaL_error(L, "spawn: env too large");
+    env = lua_newuserdatauv(L, sizeof(char *) * (n + 1), 0);
+    lua_newtable(L); /* anchors the "K=V" strings */
+    int anchor = lua_gettop(L);
+    size_t i = 0;
+    lua_pushnil(L);
+    while (lua_next(L, et)) {
+      if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
+        return luaL_error(L, "spawn: env entries must be strings");
+      const char *kv = lua_pushfstring(L, "%s=%s", lua_tostring(L, -2), lua_tostring(L, -1));
+      env[i++] = (char *)kv;
+      lua_rawseti(L, anchor, (lua_Integer)i);
+      lua_pop(L, 1);
+    }
+    env[i] = NULL;
+  }
+  lua_getfield(L, 1, "cwd");
+  const char *cwd = lua_isnil(L, -1) ? NULL : luaL_checkstring(L, -1);
+  lua_Integer maxbuf = 1 << 20;
+  lua_getfield(L, 1, "max_buffer");
+  if (!lua_isnil(L, -1)) maxbuf = luaL_checkinteger(L, -1);
+  if (maxbuf < 1) return luaL_error(L, "spawn: max_buffer must be > 0");
+
+  lproc *p = lua_newuserdatauv(L, sizeof *p, 0);
+  memset(p, 0, sizeof *p);
+  p->h = h;
+  p->cb_ref = LUA_NOREF;
+  p->pend.fire = fire;
+  luaL_setmetatable(L, MB_PROC_MT);
+  int pidx = lua_gettop(L);
+
+  uv_stdio_container_t stdio[3];
+  stdio[0].flags = UV_IGNORE;
+  for (int k = 0; k < 2; k++) {
+    lpipe *pp = calloc(1, sizeof *pp);
+    if (!pp) return luaL_error(L, "out of memory");
+    uv_pipe_init(uv, &pp->pipe, 0);
+    pp->open = 1;
+    pp->owner = p;
+    pp->max = (size_t)maxbuf;
+    p->out[k] = pp;
+    stdio[k + 1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[k + 1].data.stream = (uv_stream_t *)&pp->pipe;
+  }
+  uv_process_options_t po;
+  memset(&po, 0, sizeof po);
+  po.file = args[0];
+  po.args = args;
+  po.env = env;
+  po.cwd = cwd;
+  po.stdio = stdio;
+  po.stdio_count = 3;
+  po.exit_cb = on_proc_exit;
+  p->proc = malloc(sizeof *p->proc);
+  if (!p->proc) return luaL_error(L, "out of memory");
+  int rc = uv_spawn(uv, p->proc, &po);
+  if (rc != 0) {
+    /* A failed spawn still initialised the handle: close it like any other. */
+    p->proc->data = NULL;
+    uv_close((uv_handle_t *)p->proc, free_handle);
+    p->proc = NULL;
+    pipe_close(p->out[0]);
+    pipe_close(p->out[1]);
+    p->out[0] = p->out[1] = NULL;
+    return push_err(L, rc, args[0]);
+  }
+  p->proc->data = p;
+  p->pid = p->proc->pid;
+  for (int k = 0; k < 2; k++) {
+    uv_read_start((uv_stream_t *)&p->out[k]->pipe, on_alloc, on_read);
+    p->out[k]->reading = 1;
+  }
+  lua_pushvalue(L, 2);
+  p->cb_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pushvalue(L, pidx);
+  return 1;
+}
+
+static int p_pid(lua_State *L) {
+  lua_pushinteger(L, check_proc(L)->pid);
+  return 1;
+}
+
+/* p:read("stdout"|"stderr") → data | nil, eof(boolean) */
+static int p_read(lua_State *L) {
+  lproc *p = check_proc(L);
+  int k = luaL_checkoption(L, 2, "stdout", (const char *const[]){"stdout", "stderr", NULL});
+  lpipe *pp = p->out[k];
+  if (!pp) { lua_pushnil(L); lua_pushboolean(L, 1); return 2; }
+  if (pp->len) {
+    lua_pushlstring(L, pp->buf, pp->len);
+    pp->len = 0;
+    if (!pp->reading && !pp->eof && pp->open) {
+      if (uv_read_start((uv_stream_t *)&pp->pipe, on_alloc, on_read) == 0) pp->reading = 1;
+    }
+    return 1;
+  }
+  lua_pushnil(L);
+  lua_pushboolean(L, pp->eof);
+  return 2;
+}
+
+/* → nil (running) | exit_code, signal */
+static int p_exit_status(lua_State *L) {
+  lproc *p = check_proc(L);
+  if (!p->exited) return 0;
+  lua_pushinteger(L, (lua_Integer)p->exit_code);
+  lua_pushinteger(L, p->term_signal);
+  return 2;
+}
+
+static int signum(lua_State *L, int idx) {
+  if (lua_isnoneornil(L, idx)) return SIGTERM;
+  if (lua_type(L, idx) == LUA_TNUMBER) return (int)luaL_checkinteger(L, idx);
+  static const char *const names[] = {"TERM", "KILL", "INT", "HUP", "QUIT", "USR1", "USR2", "STOP", "CONT", NULL};
+  static const int nums[] = {SIGTERM, SIGKILL, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGSTOP, SIGCONT};
+  const char *s = luaL_checkstring(L, idx);
+  if (strncmp(s, "SIG", 3) == 0) s += 3;
+  for (int i = 0; names[i]; i++) if (strcmp(s, names[i]) == 0) return nums[i];
+  return luaL_argerror(L, idx, "unknown signal name");
+}
+
+/* p:kill([sig]) → true | nil, msg, code (e.g. already exited) */
+static int p_kill(lua_State *L) {
+  lproc *p = check_proc(L);
+  int sig = signum(L, 2);
+  if (!p->proc) { lua_pushnil(L); lua_pushliteral(L, "process has exited"); lua_pushliteral(L, "ESRCH"); return 3; }
+  int rc = uv_process_kill(p->proc, sig);
+  if (rc != 0) return push_err(L, rc, "kill");
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* Releases handles; a running child keeps running (kill it first to stop it). */
+static int p_close(lua_State *L) {
+  lproc *p = check_proc(L);
+  mb_loop_undefer(mb_lua_host_loop(p->h), &p->pend);
+  for (int k = 0; k < 2; k++) {
+    lpipe *pp = p->out[k];
+    if (!pp) continue;
+    free(pp->buf);
+    pp->buf = NULL;
+    pp->owner = NULL;
+    pipe_close(pp);
+    p->out[k] = NULL;
+  }
+  if (p->proc) {
+    p->proc->data = NULL;
+    uv_close((uv_handle_t *)p->proc, free_handle);
+    p->proc = NULL;
+  }
+  if (p->cb_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, p->cb_ref);
+  p->cb_ref = LUA_NOREF;
+  return 0;
+}
+
+void mb_lua_open_proc(lua_State *L) {
+  if (luaL_newmetatable(L, MB_PROC_MT)) {
+    static const luaL_Reg m[] = {{"pid", p_pid}, {"read", p_read}, {"exit_status", p_exit_status},
+                                 {"kill", p_kill}, {"close", p_close}, {"__gc", p_close}, {NULL, NULL}};
+    luaL_setfuncs(L, m, 0);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -2, "__index");
+  }
+  lua_pop(L, 1);
+  lua_pushcfunction(L, l_spawn);
+  lua_setfield(L, -2, "spawn");
+}

@@ -1,0 +1,39 @@
+/* mbwrap: the process-group wrapper and its one-shot tools. Frame protocol: PROTOCOL.md. */
+#include "mbwrap.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char HELP[] =
+    "mbwrap: moonbox's in-sandbox process-group wrapper (frames on stdout; see PROTOCOL.md)\n"
+    "  mbwrap run [-g GRACE_MS] [-o SPILL:MAX] [-e SPILL:MAX] [-E NAME=VALUE]... -- PROGRAM [ARG]...\n"
+    "  mbwrap realpath PATH [CWD]\n"
+    "  mbwrap stat [-L] PATH\n"
+    "  mbwrap publish [--create-only | --expect VERSION] [--mode OCTAL | --keep-mode] [--before MAX]\n"
+    "                 STAGING_FILE TARGET\n"
+    "  mbwrap which NAME PATHLIST\n"
+    "  mbwrap fg PID\n"
+    "  mbwrap killsession SID GRACE_MS\n"
+    "  mbwrap signal PGID SIGNAME\n";
+
+int main(int argc, char **argv) {
+  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    fputs(HELP, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+  } cmds[] = {
+      {"run", run_main},        {"realpath", tool_realpath}, {"stat", tool_stat},
+      {"publish", tool_publish}, {"which", tool_which},       {"fg", tool_fg},
+      {"killsession", tool_killsession}, {"signal", tool_signal},
+  };
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+    if (strcmp(argv[1], cmds[i].name) == 0) {
+      if (cmds[i].fn != run_main) tool_init();
+      return cmds[i].fn(argc - 1, argv + 1);
+    }
+  fprintf(stderr, "mbwrap: unknown command '%s'\n%s", argv[1], HELP);
+  return 2;
+}

@@ -1,0 +1,178 @@
+-- moonbox.api — the E2B control plane (REST JSON, X-API-KEY) on mb.http.
+-- Wire shapes follow the E2B OpenAPI spec as the official SDK sends them (reference §2).
+-- Errors: E2B_NOT_FOUND / E2B_CONFLICT come from the JSON body's `code` (as the SDK decides),
+-- falling back to the HTTP status when the body has none; E2B_UNAUTHORIZED, E2B_RATE_LIMITED,
+-- else E2B_HTTP with `status`. Transport errors pass through unchanged.
+local cjson = require("cjson").new()
+local errors = require "moonbox.errors"
+
+
+local api = {}
+api.__index = api
+
+api.USER_AGENT = "moonbox/0.1"
+local MAX_BODY = 4 * 1024 * 1024
+
+local function urlencode(s)
+  return (tostring(s):gsub("[^%w%-%._~]", function(c) return ("%%%02X"):format(c:byte()) end))
+end
+api.urlencode = urlencode
+
+-- cfg: { url (E2B_API_URL), api_key, access_token?, http (mb.http-like), timeout_ms, create_timeout_ms }
+function api.new(cfg)
+  assert(type(cfg.url) == "string" and cfg.url ~= "", "api: url required")
+  local self = setmetatable({}, api)
+  self.url = cfg.url:gsub("/+$", "")
+  self.api_key = cfg.api_key
+  self.access_token = cfg.access_token
+  self.http = cfg.http or require("moonbox").http
+  self.timeout_ms = cfg.timeout_ms or 60000
+  self.create_timeout_ms = cfg.create_timeout_ms or self.timeout_ms
+  return self
+end
+
+local function decode(body)
+  if body == nil or body == "" then return nil end
+  local ok, v = pcall(cjson.decode, body)
+  if ok then return v end
+  return nil
+end
+
+local function null_to_nil(v) if v == cjson.null then return nil end return v end
+
+function api:_request(method, path, body, timeout_ms)
+  local headers = { ["User-Agent"] = api.USER_AGENT }
+  if self.api_key then headers["X-API-KEY"] = self.api_key end
+  if self.access_token then headers["Authorization"] = "Bearer " .. self.access_token end
+  local payload
+  if body ~= nil then
+    payload = cjson.encode(body)
+    headers["Content-Type"] = "application/json"
+  elseif method == "POST" then
+    payload = ""
+  end
+  local res, err = self.http.request{
+    method = method, url = self.url .. path, headers = headers, body = payload,
+    max_bytes = MAX_BODY, timeout_ms = timeout_ms or self.timeout_ms,
+  }
+  if not res then return nil, err end
+  if res.status >= 200 and res.status < 300 then return res end
+  local b = decode(res.body)
+  local code = type(b) == "table" and math.tointeger(b.code) or nil
+  local msg = type(b) == "table" and type(b.message) == "string" and b.message
+    or (res.body ~= "" and res.body) or ("HTTP " .. res.status)
+  local which = code or res.status
+  local fields = { status = res.status, body_code = code }
+  local text = ("%s %s: %d: %s"):format(method, path, res.status, msg)
+  if which == 404 then return nil, errors.new("E2B_NOT_FOUND", text, fields) end
+  if which == 409 then return nil, errors.new("E2B_CONFLICT", text, fields) end
+  if res.status == 401 then return nil, errors.new("E2B_UNAUTHORIZED", text, fields) end
+  if res.status == 429 then return nil, errors.new("E2B_RATE_LIMITED", text, fields) end
+  return nil, errors.new("E2B_HTTP", text, fields)
+end
+
+local function json_body(res)
+  local v = decode(res.body)
+  if type(v) ~= "table" then
+    return nil, errors.new("E2B_PROTOCOL", "control plane returned a non-JSON body", { status = res.status })
+  end
+  return v
+end
+
+-- The fields moonbox needs from `Sandbox` / `SandboxDetail`.
+local function sandbox_info(v)
+  if type(v.sandboxID) ~= "string" or v.sandboxID == "" then
+    return nil, errors.new("E2B_PROTOCOL", "control plane response lacks sandboxID")
+  end
+  return {
+    id = v.sandboxID, template = null_to_nil(v.templateID), envd_version = null_to_nil(v.envdVersion),
+    access_token = null_to_nil(v.envdAccessToken), domain = null_to_nil(v.domain),
+    state = null_to_nil(v.state), raw = v,
+  }
+end
+
+local function seconds(ms) return math.ceil(ms / 1000) end
+
+-- POST /sandboxes. opts: { template="base", timeout_ms=300000, metadata, env_vars, secure=true,
+-- allow_internet_access=true, auto_pause=false }
+function api:create(opts)
+  opts = opts or {}
+  local body = {
+    templateID = opts.template or "base",
+    metadata = opts.metadata,
+    envVars = opts.env_vars,
+    timeout = seconds(opts.timeout_ms or 300000),
+    secure = opts.secure ~= false,
+    allow_internet_access = opts.allow_internet_access ~= false,
+    autoPause = opts.auto_pause == true,
+    autoResume = { enabled = false },
+  }
+  local res, err = self:_request("POST", "/sandboxes", body, self.create_timeout_ms)
+  if not res then return nil, err end
+  local v, jerr = json_body(res)
+  if not v then return nil, jerr end
+  return sandbox_info(v)
+end
+
+-- POST /sandboxes/{id}/connect {"timeout": s}: attach to a running (or paused) sandbox.
+function api:connect(id, timeout_ms)
+  local res, err = self:_request("POST", "/sandboxes/" .. urlencode(id) .. "/connect",
+    { timeout = seconds(timeout_ms or 300000) })
+  if not res then return nil, err end
+  local v, jerr = json_body(res)
+  if not v then return nil, jerr end
+  return sandbox_info(v)
+end
+
+-- GET /sandboxes/{id}
+function api:get(id)
+  local res, err = self:_request("GET", "/sandboxes/" .. urlencode(id))
+  if not res then return nil, err end
+  local v, jerr = json_body(res)
+  if not v then return nil, jerr end
+  return sandbox_info(v)
+end
+
+-- DELETE /sandboxes/{id} → true (deleted) | false (not found: already gone) | nil, err
+function api:delete(id)
+  local res, err = self:_request("DELETE", "/sandboxes/" .. urlencode(id))
+  if res then return true end
+  if err.code == "E2B_NOT_FOUND" then return false end
+  return nil, err
+end
+
+-- POST /sandboxes/{id}/timeout {"timeout": s}: the lease restarts from now.
+function api:set_timeout(id, timeout_ms)
+  local res, err = self:_request("POST", "/sandboxes/" .. urlencode(id) .. "/timeout",
+    { timeout = seconds(timeout_ms) })
+  if not res then return nil, err end
+  return true
+end
+
+-- GET /v2/sandboxes → list of info, next_token | nil, err. opts: { state = {"running"}, limit,
+-- next_token, metadata = {k = v} }
+function api:list(opts)
+  opts = opts or {}
+  local q = {}
+  if opts.metadata then
+    local keys, parts = {}, {}
+    for k in pairs(opts.metadata) do keys[#keys + 1] = k end
+    table.sort(keys)
+    for _, k in ipairs(keys) do parts[#parts + 1] = urlencode(k) .. "=" .. urlencode(opts.metadata[k]) end
+    q[#q + 1] = "metadata=" .. urlencode(table.concat(parts, "&"))
+  end
+  if opts.state then q[#q + 1] = "state=" .. table.concat(opts.state, ",") end
+  if opts.limit then q[#q + 1] = "limit=" .. math.tointeger(opts.limit) end
+  if opts.next_token then q[#q + 1] = "nextToken=" .. urlencode(opts.next_token) end
+  local path = "/v2/sandboxes" .. (#q > 0 and ("?" .. table.concat(q, "&")) or "")
+  local res, err = self:_request("GET", path)
+  if not res then return nil, err end
+  local v, jerr = json_body(res)
+  if not v then return nil, jerr end
+  local out = {}
+  for i, item in ipairs(v) do out[i] = sandbox_info(item) or { raw = item } end
+  local nt = res.headers and res.headers["x-next-token"]
+  return out, (nt ~= "" and nt or nil)
+end
+
+return api

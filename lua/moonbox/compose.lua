@@ -1,0 +1,279 @@
+-- moonbox.compose — compositions: a Lua file listing plugins and their config.
+--
+--   -- compose.lua
+--   plugin "e2b" { cwd = "/home/user/workspace", timeoutMs = 300000 }
+--   plugin "subprocess" {}
+--   plugin "fs" {}                 -- any order: the loader orders by what each plugin injects
+--   policies "./my-policies"       -- optional: a directory with edited copies of policies/*.lua
+--
+-- The file runs as ordinary Lua (os.getenv etc. available). `plugin "name" {config}` mounts a
+-- plugin once; config is checked against the plugin's schema. Errors name file:line and field.
+local errors = require "moonbox.errors"
+
+local compose = {}
+
+local POLICY_NAMES = { "env", "lifecycle", "timeouts", "composition" }
+
+local function fail(message, fields)
+  return nil, errors.new("COMPOSE_INVALID", message, fields)
+end
+
+local function dirname(path)
+  return path:match("^(.*)/[^/]*$") or "."
+end
+
+local function absolute(path, base)
+  if path:sub(1, 1) == "/" then return path end
+  return (base or ".") .. "/" .. path
+end
+
+-- Policies: each of env/lifecycle/timeouts/composition from `dir` when given (fresh copies, so
+-- an edited file takes effect without a rebuild), else the installed `policies.*` modules.
+-- `overrides` (name → table) replaces single policies (used by specs and embedders).
+function compose.policies(dir, overrides)
+  local out = {}
+  for _, name in ipairs(POLICY_NAMES) do
+    if overrides and overrides[name] then
+      out[name] = overrides[name]
+    elseif dir then
+      local path = dir .. "/" .. name .. ".lua"
+      local chunk, err = loadfile(path)
+      if not chunk then
+        local f = io.open(path, "r")
+        if f then f:close(); error(err, 0) end
+        out[name] = require("policies." .. name)     -- a directory may override only some
+      else
+        out[name] = chunk()
+      end
+    else
+      out[name] = require("policies." .. name)
+    end
+  end
+  return out
+end
+
+-- Check one plugin's config against its schema; fills defaults. → config | nil, message
+-- schema: field → { type = "string"|"number"|"boolean"|"table", default = v | function(),
+--                   required = bool, check = function(v) → nil | message, secret = bool }
+local function check_config(schema, given)
+  local out = {}
+  for field, value in pairs(given) do
+    if type(field) ~= "string" then return nil, "config keys must be field names", tostring(field) end
+    local spec = schema[field]
+    if not spec then return nil, "unknown field", field end
+    if type(value) ~= spec.type then
+      return nil, ("expected a %s, got %s"):format(spec.type, type(value)), field
+    end
+    if spec.check then
+      local msg = spec.check(value)
+      if msg then return nil, msg, field end
+    end
+    out[field] = value
+  end
+  local fields = {}
+  for field in pairs(schema) do fields[#fields + 1] = field end
+  table.sort(fields)
+  for _, field in ipairs(fields) do
+    local spec = schema[field]
+    if out[field] == nil then
+      local d = spec.default
+      if type(d) == "function" then d = d() end
+      if d == nil and spec.required then return nil, "is required", field end
+      out[field] = d
+    end
+  end
+  return out
+end
+
+-- Load, validate and order a composition. opts: { policies = {name → table} overrides,
+-- source = string (file contents instead of reading `file`) }.
+-- → { file, plugins = ordered records, policies } | nil, err (code COMPOSE_INVALID)
+-- A record: { name, module, provides, inject, config, line, where = "file:line" }.
+function compose.load(file, opts)
+  opts = opts or {}
+  local records, by_name, policy_dir, problem = {}, {}, nil, nil
+  -- file:line of the composition line calling into the DSL (level 3: caller of our caller).
+  local function here()
+    local info = debug.getinfo(3, "l")
+    local line = info and info.currentline or 0
+    return ("%s:%d"):format(file, line), line
+  end
+  local function complain(w, msg) problem = problem or (w .. ": " .. msg) end
+
+  local env = setmetatable({}, { __index = _G })
+  env.plugin = function(name)
+    local w, line = here()
+    if type(name) ~= "string" or name == "" then
+      complain(w, "plugin name must be a non-empty string")
+      return function() end
+    end
+    local rec = { name = name, where = w, line = line, given = {}, index = #records + 1 }
+    if by_name[name] then
+      complain(w, ("plugin %q mounted twice (first at %s)"):format(name, by_name[name].where))
+    end
+    records[#records + 1] = rec
+    by_name[name] = by_name[name] or rec
+    return function(config)
+      if type(config) ~= "table" then
+        complain((here()), ("plugin %q: config must be a table"):format(name))
+        return
+      end
+      rec.given = config
+    end
+  end
+  env.policies = function(dir)
+    if type(dir) ~= "string" then complain((here()), "policies expects a directory path") return end
+    policy_dir = absolute(dir, dirname(file))
+  end
+
+  local chunk, lerr
+  if opts.source then chunk, lerr = load(opts.source, "@" .. file, "t", env)
+  else chunk, lerr = loadfile(file, "t", env) end
+  if not chunk then return fail(lerr) end
+  local ok, rerr = pcall(chunk)
+  if not ok then return fail(tostring(rerr)) end
+  if problem then return fail(problem) end
+  if #records == 0 then return fail(file .. ": no plugin mounted (write plugin \"e2b\" { ... })") end
+
+  local pok, policies = pcall(compose.policies, policy_dir, opts.policies)
+  if not pok then return fail(("%s: cannot load policies: %s"):format(file, tostring(policies))) end
+  local registry = policies.composition.plugins
+
+  for _, rec in ipairs(records) do
+    local modname = registry[rec.name]
+    if not modname then
+      local known = {}
+      for k in pairs(registry) do known[#known + 1] = k end
+      table.sort(known)
+      return fail(("%s: unknown plugin %q (known: %s)"):format(rec.where, rec.name, table.concat(known, ", ")),
+        { plugin = rec.name })
+    end
+    local mok, mod = pcall(require, modname)
+    if not mok then return fail(("%s: plugin %q: cannot load %s: %s"):format(rec.where, rec.name, modname, tostring(mod))) end
+    rec.module, rec.impl = modname, mod
+    rec.provides = mod.provides or rec.name
+    rec.inject = mod.inject or {}
+    local config, msg, field = check_config(mod.schema or {}, rec.given)
+    if not config then
+      return fail(("%s: plugin %q: field %s: %s"):format(rec.where, rec.name, tostring(field), msg),
+        { plugin = rec.name, field = field })
+    end
+    rec.config = config
+  end
+
+  local ordered, oerr, culprit = policies.composition.order(records)
+  if not ordered then
+    return fail(("%s: %s"):format(culprit and culprit.where or file, oerr))
+  end
+  return { file = file, plugins = ordered, policies = policies, policy_dir = policy_dir }
+end
+
+-- Instantiate plugins in order on a fresh ctx. Must run inside a moonbox task (plugins do I/O).
+-- → ctx, loaded | nil, err (everything loaded so far is disposed again, in reverse)
+function compose.start(comp)
+  local ctx = { policies = comp.policies, composition = comp }
+  local loaded = {}
+  for _, rec in ipairs(comp.plugins) do
+    local ok, inst, err = pcall(rec.impl.new, ctx, rec.config)
+    if not ok or not inst then
+      compose.stop(ctx, loaded)
+      if not ok then error(inst, 0) end
+      return nil, err
+    end
+    ctx[rec.provides] = inst
+    loaded[#loaded + 1] = { rec = rec, inst = inst }
+  end
+  return ctx, loaded
+end
+
+-- Dispose in the composition policy's order (reverse of load). Every plugin is disposed even
+-- when an earlier one fails; → true | nil, err (the first failure, others in err.others).
+function compose.stop(ctx, loaded)
+  local first, others = nil, {}
+  for _, item in ipairs(ctx.policies.composition.dispose_order(loaded)) do
+    local ok, r, err = pcall(function() return item.inst:dispose() end)
+    local e = (not ok and r) or (ok and r == nil and err) or nil
+    if e then
+      if first then others[#others + 1] = e else first = e end
+    end
+    ctx[item.rec.provides] = nil
+  end
+  if first then
+    if type(first) == "table" then first.others = (#others > 0) and others or nil return nil, first end
+    return nil, errors.new("COMPOSE_DISPOSE", tostring(first), { others = others })
+  end
+  return true
+end
+
+local function run_in_task(comp, script_file, ...)
+  local env = setmetatable({}, { __index = _G })
+  local sfn, serr = loadfile(script_file, "t", env)
+  if not sfn then error(serr, 0) end
+  local ctx, loaded = compose.start(comp)
+  if not ctx then error(loaded, 0) end
+  env.ctx = ctx
+  local res = table.pack(xpcall(sfn, debug.traceback, ctx, ...))
+  local dok, derr = compose.stop(ctx, loaded)
+  if not res[1] then error(res[2], 0) end
+  if not dok then error(derr, 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+-- `moonbox run compose.lua script.lua [args]`: the script is called with (ctx, args...) and also
+-- sees `ctx` as a global. Plugins are disposed in reverse order whether or not it fails.
+function compose.run(compose_file, script_file, ...)
+  local comp, err = compose.load(compose_file)
+  if not comp then error(err, 0) end
+  local mb = require "moonbox"
+  if mb.current() then return run_in_task(comp, script_file, ...) end
+  return mb.run(run_in_task, comp, script_file, ...)
+end
+
+local function show(v)
+  if type(v) == "string" then return ("%q"):format(v) end
+  if type(v) == "table" then
+    local keys = {}
+    for k in pairs(v) do keys[#keys + 1] = tostring(k) end
+    table.sort(keys)
+    local parts = {}
+    for _, k in ipairs(keys) do parts[#parts + 1] = k .. " = " .. show(v[k]) end
+    return "{ " .. table.concat(parts, ", ") .. " }"
+  end
+  return tostring(v)
+end
+
+-- The resolved tree as text: only mounted plugins, load order, config with defaults (secrets
+-- redacted), dispose order. → text | nil, err. `moonbox dump-config` prints it.
+function compose.describe(comp)
+  local lines = { "composition " .. comp.file }
+  lines[#lines + 1] = "policies " .. (comp.policy_dir or "(installed)")
+  for i, rec in ipairs(comp.plugins) do
+    local inj = #rec.inject > 0 and (" injects " .. table.concat(rec.inject, ", ")) or ""
+    lines[#lines + 1] = ("%d. %s (%s) provides %s%s  [%s]"):format(i, rec.name, rec.module, rec.provides, inj, rec.where)
+    local schema = rec.impl.schema or {}
+    local fields = {}
+    for f in pairs(schema) do fields[#fields + 1] = f end
+    table.sort(fields)
+    for _, f in ipairs(fields) do
+      local v = rec.config[f]
+      if v == nil then v = "(unset)"
+      elseif schema[f].secret then v = "<redacted>"
+      else v = show(v) end
+      lines[#lines + 1] = ("     %s = %s"):format(f, v)
+    end
+  end
+  local names = {}
+  for i = #comp.plugins, 1, -1 do names[#names + 1] = comp.plugins[i].name end
+  lines[#lines + 1] = "dispose order: " .. table.concat(names, ", ")
+  return table.concat(lines, "\n") .. "\n"
+end
+
+function compose.dump(file, opts)
+  local comp, err = compose.load(file, opts)
+  if not comp then return nil, err end
+  local text = compose.describe(comp)
+  if not (opts and opts.quiet) then io.write(text) end
+  return text
+end
+
+return compose

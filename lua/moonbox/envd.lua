@@ -1,0 +1,322 @@
+-- moonbox.envd — the in-sandbox daemon's API: Connect unary and server-streaming RPC in JSON
+-- mode, plus GET/POST /files (reference §3–6). One client per sandbox; every request carries
+-- E2b-Sandbox-Id / E2b-Sandbox-Port (routing) and X-Access-Token when the sandbox has one.
+-- Errors: Connect codes become E2B_<CODE> (E2B_NOT_FOUND, E2B_ALREADY_EXISTS, …) with
+-- `connect_code`, `status`; /files errors map by HTTP status; transport errors pass through.
+local cjson = require("cjson").new()
+local errors = require "moonbox.errors"
+
+local envd = {}
+envd.__index = envd
+local upload_seq = 0
+
+envd.PORT = 49983
+envd.USER_AGENT = "moonbox/0.1"
+local MAX_UNARY = 16 * 1024 * 1024
+local MAX_MESSAGE = 4 * 1024 * 1024
+
+-- HTTP status → Connect code, for errors without a JSON code (connect-es http-status.ts).
+local CODE_FOR_STATUS = {
+  [400] = "internal", [401] = "unauthenticated", [403] = "permission_denied", [404] = "unimplemented",
+  [429] = "unavailable", [502] = "unavailable", [503] = "unavailable", [504] = "unavailable",
+}
+
+local function urlencode(s)
+  return (tostring(s):gsub("[^%w%-%._~/]", function(c) return ("%%%02X"):format(c:byte()) end))
+end
+
+-- cfg: { url (E2B_SANDBOX_URL or the per-sandbox host), sandbox_id, access_token?, user?,
+--        http, core (codecs), timeout_ms, stream_open_ms, stream_idle_ms, keepalive_s }
+function envd.new(cfg)
+  assert(type(cfg.url) == "string" and cfg.url ~= "", "envd: url required")
+  assert(type(cfg.sandbox_id) == "string" and cfg.sandbox_id ~= "", "envd: sandbox_id required")
+  local self = setmetatable({}, envd)
+  self.url = cfg.url:gsub("/+$", "")
+  self.sandbox_id = cfg.sandbox_id
+  self.access_token = cfg.access_token
+  self.user = cfg.user
+  self.http = cfg.http or require("moonbox").http
+  self.core = cfg.core
+  self.timeout_ms = cfg.timeout_ms or 60000
+  self.stream_open_ms = cfg.stream_open_ms or 30000
+  self.stream_idle_ms = cfg.stream_idle_ms or 150000
+  self.keepalive_s = cfg.keepalive_s or 50
+  return self
+end
+
+function envd:_core()
+  self.core = self.core or require("moonbox.core")
+  return self.core
+end
+
+function envd:_headers(extra)
+  local h = {
+    ["User-Agent"] = envd.USER_AGENT,
+    ["E2b-Sandbox-Id"] = self.sandbox_id,
+    ["E2b-Sandbox-Port"] = tostring(envd.PORT),
+  }
+  if self.access_token then h["X-Access-Token"] = self.access_token end
+  for k, v in pairs(extra or {}) do h[k] = v end
+  return h
+end
+
+function envd:_auth(h)
+  if self.user then h["Authorization"] = "Basic " .. self:_core().b64encode(self.user .. ":") end
+  return h
+end
+
+local function rpc_error(method, ccode, message, status)
+  local code = "E2B_" .. string.upper(ccode or "unknown")
+  return errors.new(code, ("%s: [%s] %s"):format(method, ccode or "unknown", message or ""),
+    { connect_code = ccode, status = status, method = method })
+end
+envd.rpc_error = rpc_error
+
+local function is_json(ct)
+  return ct ~= nil and ct:lower():match("^application/json") ~= nil
+end
+
+-- Unary call: method is "filesystem.Filesystem/Stat" etc. → decoded response | nil, err
+function envd:unary(method, msg, opts)
+  opts = opts or {}
+  local res, err = self.http.request{
+    method = "POST", url = self.url .. "/" .. method,
+    headers = self:_auth(self:_headers{
+      ["Content-Type"] = "application/json", ["Connect-Protocol-Version"] = "1" }),
+    body = cjson.encode(msg or {}),
+    max_bytes = opts.max_bytes or MAX_UNARY, timeout_ms = opts.timeout_ms or self.timeout_ms,
+  }
+  if not res then return nil, err end
+  local ct = res.headers and res.headers["content-type"]
+  if res.status ~= 200 then
+    if is_json(ct) then
+      local ok, v = pcall(cjson.decode, res.body)
+      if ok and type(v) == "table" and type(v.code) == "string" then
+        return nil, rpc_error(method, v.code, type(v.message) == "string" and v.message or "", res.status)
+      end
+      local m = ok and type(v) == "table" and type(v.message) == "string" and v.message or ("HTTP " .. res.status)
+      return nil, rpc_error(method, CODE_FOR_STATUS[res.status] or "unknown", m, res.status)
+    end
+    return nil, rpc_error(method, CODE_FOR_STATUS[res.status] or "unknown", "HTTP " .. res.status, res.status)
+  end
+  if not is_json(ct) then
+    return nil, rpc_error(method, "unknown", "unsupported content type " .. tostring(ct), res.status)
+  end
+  local ok, v = pcall(cjson.decode, res.body ~= "" and res.body or "{}")
+  if not ok or type(v) ~= "table" then
+    return nil, errors.new("E2B_PROTOCOL", method .. ": invalid JSON response")
+  end
+  return v
+end
+
+-- A server stream: :next(timeout_ms) → message | nil (clean end) | nil, err ; :close()
+local Stream = {}
+Stream.__index = Stream
+
+function Stream:next(timeout_ms)
+  while true do
+    local m = table.remove(self.pending, 1)
+    if m then return m end
+    if self.finished then
+      if self.err then return nil, self.err end
+      return nil
+    end
+    local chunk, err = self.s:read(timeout_ms or self.idle_ms)
+    if chunk == nil then
+      self.finished = true
+      self.s:close()
+      if err then
+        if err.code == "MB_TIMEOUT" then
+          err = errors.new("E2B_TIMEOUT", self.method .. ": stream silent for " .. (timeout_ms or self.idle_ms) .. " ms")
+        end
+        self.err = err
+        return nil, err
+      end
+      local ok, ferr = self.dec:finish()
+      if not ok then self.err = ferr return nil, ferr end
+      if not self.ended then
+        self.err = rpc_error(self.method, "unknown", "missing EndStreamResponse")
+        return nil, self.err
+      end
+      return nil
+    end
+    local envs, derr = self.dec:push(chunk)
+    if not envs then
+      self.finished = true; self.s:close(); self.err = derr
+      return nil, derr
+    end
+    for _, e in ipairs(envs) do
+      if self.ended then
+        self.finished = true; self.s:close()
+        self.err = errors.new("E2B_PROTOCOL", self.method .. ": message after end of stream")
+        return nil, self.err
+      end
+      if e.end_stream then
+        self.ended = true
+        if e.error then
+          self.finished = true; self.s:close()
+          self.err = rpc_error(self.method, e.error.code, e.error.message, 200)
+          -- deliver already decoded messages first
+          if #self.pending == 0 then return nil, self.err end
+        end
+      else
+        local ok, v = pcall(cjson.decode, e.data)
+        if not ok or type(v) ~= "table" then
+          self.finished = true; self.s:close()
+          self.err = errors.new("E2B_PROTOCOL", self.method .. ": invalid JSON message")
+          return nil, self.err
+        end
+        self.pending[#self.pending + 1] = v
+      end
+    end
+  end
+end
+
+function Stream:close()
+  self.finished = true
+  if self.s then self.s:close() end
+end
+
+-- Server-streaming call. No Connect-Timeout-Ms unless opts.deadline_ms is given: envd kills a
+-- process when it elapses, so managed processes never get one. → stream | nil, err
+function envd:stream(method, msg, opts)
+  opts = opts or {}
+  local core = self:_core()
+  local headers = self:_auth(self:_headers{
+    ["Content-Type"] = "application/connect+json", ["Connect-Protocol-Version"] = "1",
+    ["Keepalive-Ping-Interval"] = tostring(self.keepalive_s),
+  })
+  if opts.deadline_ms then headers["Connect-Timeout-Ms"] = tostring(math.tointeger(opts.deadline_ms)) end
+  local s, err = self.http.stream{
+    method = "POST", url = self.url .. "/" .. method, headers = headers,
+    body = core.envelope(0, cjson.encode(msg or {})),
+    timeout_ms = opts.open_timeout_ms or self.stream_open_ms,
+  }
+  if not s then return nil, err end
+  if s.status ~= 200 then
+    s:close()
+    return nil, rpc_error(method, CODE_FOR_STATUS[s.status] or "unknown", "HTTP " .. s.status, s.status)
+  end
+  return setmetatable({ s = s, method = method, pending = {}, idle_ms = opts.idle_ms or self.stream_idle_ms,
+    dec = core.envelope_decoder(opts.max_message or MAX_MESSAGE) }, Stream)
+end
+
+local function files_error(op, path, status, body)
+  local msg = body
+  local ok, v = pcall(cjson.decode, body or "")
+  if ok and type(v) == "table" and type(v.message) == "string" then msg = v.message end
+  local code = (status == 404 and "E2B_NOT_FOUND") or (status == 401 and "E2B_UNAUTHORIZED")
+    or (status == 400 and "E2B_INVALID_ARGUMENT") or (status == 507 and "E2B_NO_SPACE")
+    or (status == 502 and "E2B_UNAVAILABLE") or "E2B_HTTP"
+  return errors.new(code, ("%s %s: %d: %s"):format(op, path, status, tostring(msg or "")), { status = status })
+end
+
+function envd:_files_url(path)
+  local q = "path=" .. urlencode(path)
+  if self.user then q = q .. "&username=" .. urlencode(self.user) end
+  return self.url .. "/files?" .. q
+end
+
+-- GET /files as a stream: → { read = fn(timeout) → chunk | nil | nil, err, close, size } | nil, err
+-- opts.max_bytes (required) is an inclusive cap: a file whose Content-Length exceeds it fails
+-- at once, and a body that grows past it fails at the first chunk over the cap (E2B_TOO_LARGE);
+-- the transport itself is capped at max_bytes (its 0 means "no cap", hence at least 1).
+function envd:open_download(path, opts)
+  assert(opts and opts.max_bytes, "envd:open_download: max_bytes required")
+  local max = opts.max_bytes
+  local function too_large()
+    return errors.new("E2B_TOO_LARGE", ("%s is larger than %d bytes"):format(path, max), { size_limit = max })
+  end
+  local s, err = self.http.stream{
+    method = "GET", url = self:_files_url(path), headers = self:_headers{ ["Accept-Encoding"] = "identity" },
+    timeout_ms = opts.timeout_ms or self.timeout_ms, max_bytes = math.max(max, 1),
+  }
+  if not s then
+    if err.code == "E2B_TOO_LARGE" then return nil, too_large() end
+    return nil, err
+  end
+  if s.status ~= 200 then
+    local parts, n = {}, 0
+    while n < 65536 do
+      local c = s:read(self.timeout_ms)
+      if not c then break end
+      parts[#parts + 1] = c; n = n + #c
+    end
+    s:close()
+    return nil, files_error("GET /files", path, s.status, table.concat(parts))
+  end
+  local cl = tonumber(s.headers and s.headers["content-length"] or "")
+  if cl and cl > max then s:close() return nil, too_large() end
+  local n, idle = 0, opts.idle_ms or self.timeout_ms
+  local d = { size = cl }
+  function d.read(timeout_ms)
+    local c, rerr = s:read(timeout_ms or idle)
+    if c == nil then
+      s:close()
+      if rerr and rerr.code == "E2B_TOO_LARGE" then return nil, too_large() end
+      return nil, rerr
+    end
+    n = n + #c
+    if n > max then s:close() return nil, too_large() end
+    return c
+  end
+  function d.close() s:close() end
+  return d
+end
+
+-- GET /files, collected: → body | nil, err (same cap rules as open_download).
+function envd:download(path, opts)
+  local d, err = self:open_download(path, opts)
+  if not d then return nil, err end
+  local parts = {}
+  while true do
+    local c, rerr = d.read()
+    if c == nil then
+      if rerr then return nil, rerr end
+      break
+    end
+    parts[#parts + 1] = c
+  end
+  return table.concat(parts)
+end
+
+-- POST /files: data (string) as one multipart part, or opts.file = host path streamed as
+-- application/octet-stream. opts.metadata → X-Metadata-<key>. → entries | nil, err
+function envd:upload(path, data, opts)
+  opts = opts or {}
+  local extra = {}
+  for k, v in pairs(opts.metadata or {}) do extra["X-Metadata-" .. k] = v end
+  local req = { method = "POST", url = self:_files_url(path), max_bytes = 1024 * 1024,
+    timeout_ms = opts.timeout_ms or self.timeout_ms }
+  if opts.file then
+    extra["Content-Type"] = "application/octet-stream"
+    req.body_file = opts.file
+  else
+    assert(type(data) == "string", "envd:upload: data must be a string")
+    -- A boundary that does not occur in the data (rehashed on the rare clash).
+    upload_seq = upload_seq + 1
+    local seed, boundary = ("%s:%d:%d:%d"):format(path, #data, os.time(), upload_seq), nil
+    repeat
+      seed = self:_core().sha256_hex(seed)
+      boundary = "moonbox-" .. seed:sub(1, 32)
+    until not data:find(boundary, 1, true)
+    extra["Content-Type"] = "multipart/form-data; boundary=" .. boundary
+    req.body = table.concat{
+      "--", boundary, "\r\n",
+      'Content-Disposition: form-data; name="file"; filename="', (path:gsub('[\r\n"]', "_")), '"\r\n',
+      "Content-Type: application/octet-stream\r\n\r\n",
+      data, "\r\n--", boundary, "--\r\n",
+    }
+  end
+  req.headers = self:_headers(extra)
+  local res, err = self.http.request(req)
+  if not res then return nil, err end
+  if res.status ~= 200 then return nil, files_error("POST /files", path, res.status, res.body) end
+  local ok, v = pcall(cjson.decode, res.body)
+  if not ok or type(v) ~= "table" or not v[1] then
+    return nil, errors.new("E2B_PROTOCOL", "POST /files: expected information about the written file")
+  end
+  return v
+end
+
+return envd

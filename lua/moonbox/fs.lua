@@ -1,0 +1,407 @@
+-- moonbox.fs — the filesystem seam over an E2B sandbox (`ctx.fs`).
+--
+-- Targets are { targetKey = canonical path, displayPath = lexical absolute path }. Requests per
+-- operation: resolve 1 (mbwrap realpath), stat/lstat 1 (mbwrap stat), readText/readBytes 2
+-- (stat + GET /files), listDir 2 (stat + ListDir; symlinked children cost nothing extra),
+-- writeText 2 (upload to a private staging dir + mbwrap publish, which checks the guard, keeps
+-- the mode and returns the new version and the diff basis), editText 4 (stat, read, upload,
+-- publish --expect). Versions are dev:ino:size:mtime_ns:ctime_ns (change on every write).
+-- Mutations are serialized per targetKey on the host. Results are tables, operational errors
+-- `nil, err` with the seam codes (FS_*); stat/lstat return `false` for an absent target.
+local errors = require "moonbox.errors"
+local text = require "moonbox.text"
+
+local M = { name = "fs", provides = "fs", inject = { "e2b" } }
+
+M.schema = {
+  maxReadBytes = { type = "number", default = 64 * 1024 * 1024,
+    check = function(v) if v ~= v or v < 1 or v ~= math.floor(v) then return "must be a positive integer" end end },
+  diffBasisMaxBytes = { type = "number", default = 10 * 1024 * 1024,
+    check = function(v) if v ~= v or v < 0 or v ~= math.floor(v) then return "must be a non-negative integer" end end },
+}
+
+local FS = {}
+FS.__index = FS
+
+local function mb() return require "moonbox" end
+
+local function fs_err(code, message, cause)
+  return errors.new(code, message, { cause = cause })
+end
+
+-- Transport/tool error → seam error for operation `op` on `path`.
+local PASS = {}
+for _, c in ipairs(errors.FS) do PASS[c] = true end
+local BY_CODE = {
+  E2B_NOT_FOUND = "FS_NOT_FOUND", TOOL_ENOENT = "FS_NOT_FOUND",
+  E2B_PERMISSION_DENIED = "FS_PERMISSION_DENIED", TOOL_EACCES = "FS_PERMISSION_DENIED",
+  TOOL_EPERM = "FS_PERMISSION_DENIED", TOOL_EROFS = "FS_PERMISSION_DENIED",
+  TOOL_ENOTDIR = "FS_NOT_DIRECTORY",
+  MB_CANCELED = "FS_ABORTED", E2B_CANCELED = "FS_ABORTED",
+  E2B_TOO_LARGE = "FS_TOO_LARGE",
+}
+local function map_err(op, path, err)
+  if type(err) ~= "table" then return fs_err("FS_IO_ERROR", ("cannot %s %q: %s"):format(op, path, tostring(err))) end
+  if PASS[err.code] then return err end
+  local tool = err.code:match("^TOOL_(FS_.*)$")
+  if tool and PASS[tool] then return fs_err(tool, (err.message:gsub("^mbwrap %w+: ", "")), err) end
+  local code = BY_CODE[err.code]
+  if code == "FS_ABORTED" then return fs_err(code, op .. " aborted", err) end
+  if code then return fs_err(code, ("cannot %s %q: %s"):format(op, path, err.message or err.code), err) end
+  return fs_err("FS_IO_ERROR", ("cannot %s %q: %s"):format(op, path, tostring(err)), err)
+end
+M.map_err = map_err
+
+------------------------------------------------------------------------------------------------
+-- Pure path helpers (POSIX, the execution world's syntax).
+
+-- Lexical absolute path: cwd-joined, "." and ".." and duplicate slashes removed.
+function M.lexical(path, cwd)
+  local full = path:sub(1, 1) == "/" and path or (cwd .. "/" .. path)
+  local parts = {}
+  for seg in full:gmatch("[^/]+") do
+    if seg == ".." then parts[#parts] = nil
+    elseif seg ~= "." then parts[#parts + 1] = seg end
+  end
+  return "/" .. table.concat(parts, "/")
+end
+
+-- file: URI with every byte outside the unreserved set percent-encoded, per segment.
+function M.file_url(path)
+  if path:sub(1, 1) ~= "/" then error("fileUrl: target path is not absolute: " .. path, 2) end
+  local enc = path:gsub("[^%w%-%._~!%*'%(%)/]", function(c) return ("%%%02X"):format(c:byte()) end)
+  return "file://" .. enc
+end
+
+function M.contains(parent, child)
+  if child == parent then return true end
+  local p = parent:sub(-1) == "/" and parent or (parent .. "/")
+  return child:sub(1, #p) == p
+end
+
+-- mbwrap stat output → info table | false (absent) | nil (malformed)
+function M.parse_stat(out)
+  if out == "absent\n" then return false end
+  local kind, size, mode, version = out:match("^(%a+) (%d+) (%d+) (%S+)\n$")
+  if not kind then return nil end
+  return { type = kind, size = math.tointeger(tonumber(size)), mode = tonumber(mode, 8), version = "e2b:" .. version }
+end
+
+-- mbwrap publish output → { before = string|false|nil, operation, version } | nil
+function M.parse_publish(out)
+  local pos, res = 1, {}
+  local head = out:match("^before%-absent\n", pos)
+  if head then pos = pos + #head
+  else
+    local big = out:match("^before%-too%-large %d+\n")
+    if big then pos = pos + #big; res.before_too_large = true
+    else
+      local n = out:match("^before (%d+)\n")
+      if n then
+        local start = #("before " .. n .. "\n") + 1
+        local len = tonumber(n)
+        res.before = out:sub(start, start + len - 1)
+        if out:sub(start + len, start + len) ~= "\n" then return nil end
+        pos = start + len + 1
+      end
+    end
+  end
+  local op, ver = out:match("^ok (%a+) (%S+)\n$", pos)
+  if not op then return nil end
+  res.operation, res.version = op, "e2b:" .. ver
+  return res
+end
+
+local function strip_version(v) return (v:gsub("^e2b:", "")) end
+
+------------------------------------------------------------------------------------------------
+
+function FS:_sandbox(op, path)
+  local sb, err = self.owner:sandbox()
+  if not sb then return nil, map_err(op, path, err) end
+  return sb
+end
+
+-- Per-target critical section (host side): callers run fn one at a time per key, FIFO.
+function FS:_locked(key, fn)
+  local m = mb()
+  local prev = self.locks[key]
+  local mine = m.event()
+  self.locks[key] = mine
+  if prev then
+    while true do
+      local ok, err = prev:wait(self.timeouts.MAX_TIMER_DELAY_MS)
+      if ok then break end
+      if err and err.code ~= "MB_TIMEOUT" then
+        -- keep the chain intact: the next waiter still waits for `prev` through us
+        m.spawn(function() prev:wait(self.timeouts.MAX_TIMER_DELAY_MS) mine:set(true) end)
+        return nil, map_err("lock", key, err)
+      end
+    end
+  end
+  local res = table.pack(pcall(fn))
+  if self.locks[key] == mine then self.locks[key] = nil end
+  mine:set(true)
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+function FS:_stat(sb, path, follow)
+  local args = follow and { "stat", "-L", path } or { "stat", path }
+  local out, err = sb:tool(args)
+  if not out then return nil, err end
+  local info = M.parse_stat(out)
+  if info == nil then return nil, errors.new("E2B_PROTOCOL", "mbwrap stat: malformed output") end
+  return info
+end
+
+local function public_info(info, with_symlink)
+  local t = info.type
+  if t ~= "file" and t ~= "directory" and not (with_symlink and t == "symlink") then t = "other" end
+  return { version = info.version, type = t, size = info.size }
+end
+
+function FS:resolve(path, opts)
+  opts = opts or {}
+  if type(path) ~= "string" or path:match("^%s*$") then
+    return nil, fs_err("FS_NOT_FOUND", "file_path must be a non-empty string")
+  end
+  if path:find("\0", 1, true) then return nil, fs_err("FS_NOT_FOUND", "file_path must not contain NUL") end
+  local sb, err = self:_sandbox("resolve", path)
+  if not sb then return nil, err end
+  local cwd = opts.cwd or sb.cwd
+  local display = M.lexical(path, cwd)
+  local out, terr = sb:tool({ "realpath", path, cwd })
+  if not out then
+    if terr.code == "TOOL_ENOTDIR" then
+      return nil, fs_err("FS_NOT_FOUND", ("cannot resolve %q: a parent is not a directory"):format(display), terr)
+    end
+    return nil, map_err("resolve", display, terr)
+  end
+  if out:sub(1, 1) ~= "/" or out:find("\0", 1, true) or not text.utf8_valid(out) then
+    return nil, fs_err("FS_IO_ERROR", "canonical path transport returned an invalid path")
+  end
+  return { targetKey = out, displayPath = display }
+end
+
+function FS:processPath(target) return target.targetKey end
+function FS:fileUrl(target) return M.file_url(target.targetKey) end
+function FS:contains(parent, child) return M.contains(parent.targetKey, child.targetKey) end
+
+function FS:stat(target)
+  local sb, err = self:_sandbox("stat", target.displayPath)
+  if not sb then return nil, err end
+  local info, serr = self:_stat(sb, target.targetKey, true)
+  if info == nil then return nil, map_err("stat", target.displayPath, serr) end
+  if info == false then return false end
+  return public_info(info)
+end
+
+function FS:lstat(path, opts)
+  opts = opts or {}
+  if type(path) ~= "string" or path == "" then return nil, fs_err("FS_NOT_FOUND", "file_path must be a non-empty string") end
+  local sb, err = self:_sandbox("lstat", path)
+  if not sb then return nil, err end
+  local display = M.lexical(path, opts.cwd or sb.cwd)
+  local info, serr = self:_stat(sb, display, false)
+  if info == nil then return nil, map_err("lstat", display, serr) end
+  if info == false then return false end
+  return public_info(info, true)
+end
+
+-- stat that must find a regular file → info | nil, err
+function FS:_require_regular(sb, target, op)
+  local info, err = self:_stat(sb, target.targetKey, true)
+  if info == nil then return nil, map_err(op, target.displayPath, err) end
+  if info == false then return nil, fs_err("FS_NOT_FOUND", ("cannot %s %q: no such file"):format(op, target.displayPath)) end
+  if info.type ~= "file" then
+    return nil, fs_err("FS_NOT_REGULAR_FILE", ("cannot %s %q: not a regular file"):format(op, target.displayPath))
+  end
+  return info
+end
+
+function FS:_read(sb, target, info, max, op)
+  if info.size > max then
+    return nil, fs_err("FS_TOO_LARGE", ("%q is %d bytes, over the %d byte limit"):format(target.displayPath, info.size, max))
+  end
+  local body, err = sb.envd:download(target.targetKey, { max_bytes = max })
+  if not body then return nil, map_err(op, target.displayPath, err) end
+  return body
+end
+
+function FS:readBytes(target, maxBytes)
+  if type(maxBytes) ~= "number" or maxBytes < 0 or maxBytes ~= math.floor(maxBytes) then
+    error("readBytes: maxBytes must be a non-negative integer", 2)
+  end
+  local sb, err = self:_sandbox("read", target.displayPath)
+  if not sb then return nil, err end
+  local info, ierr = self:_require_regular(sb, target, "read")
+  if not info then return nil, ierr end
+  return self:_read(sb, target, info, maxBytes, "read")
+end
+
+function FS:readText(target)
+  local body, err = self:readBytes(target, self.config.maxReadBytes)
+  if not body then return nil, err end
+  local terr = text.check_text(body, text.NUL_SAMPLE)
+  if terr then return nil, terr end
+  return body
+end
+
+-- → iterator object { next = fn() → chunk | nil (end) | nil, err, close = fn() } | nil, err
+-- UTF-8 is carried across chunk boundaries; a NUL in the first 8192 bytes fails.
+function FS:streamText(target)
+  local sb, err = self:_sandbox("read", target.displayPath)
+  if not sb then return nil, err end
+  local info, ierr = self:_require_regular(sb, target, "read")
+  if not info then return nil, ierr end
+  local d, derr = sb.envd:open_download(target.targetKey, { max_bytes = self.config.maxReadBytes })
+  if not d then return nil, map_err("read", target.displayPath, derr) end
+  local dec, finished = text.decoder(text.NUL_SAMPLE), false
+  local it = {}
+  function it.next()
+    while not finished do
+      local c, rerr = d.read()
+      if c == nil then
+        finished = true
+        if rerr then return nil, map_err("read", target.displayPath, rerr) end
+        local ok, ferr = dec:finish()
+        if not ok then return nil, ferr end
+        return nil
+      end
+      local t, terr = dec:push(c)
+      if not t then finished = true; d.close() return nil, terr end
+      if t ~= "" then return t end
+    end
+    return nil
+  end
+  function it.close() finished = true; d.close() end
+  return it
+end
+
+local ENTRY_TYPES = { FILE_TYPE_FILE = "file", FILE_TYPE_DIRECTORY = "directory", [1] = "file", [2] = "directory" }
+
+function FS:listDir(target)
+  local sb, err = self:_sandbox("list", target.displayPath)
+  if not sb then return nil, err end
+  local info, serr = self:_stat(sb, target.targetKey, true)
+  if info == nil then return nil, map_err("list", target.displayPath, serr) end
+  if info == false then return nil, fs_err("FS_NOT_FOUND", ("cannot list %q: no such directory"):format(target.displayPath)) end
+  if info.type ~= "directory" then
+    return nil, fs_err("FS_NOT_DIRECTORY", ("cannot list %q: not a directory"):format(target.displayPath))
+  end
+  local r, lerr = sb.envd:unary("filesystem.Filesystem/ListDir", { path = target.targetKey, depth = 1 })
+  if not r then return nil, map_err("list", target.displayPath, lerr) end
+  local out = {}
+  local base = target.targetKey == "/" and "" or target.targetKey
+  local dbase = target.displayPath == "/" and "" or target.displayPath
+  for _, e in ipairs(r.entries or {}) do
+    if type(e.name) == "string" and e.name ~= "" and not e.name:find("/", 1, true) then
+      local t = ENTRY_TYPES[e.type] or "other"
+      local key = base .. "/" .. e.name
+      if type(e.symlinkTarget) == "string" and e.symlinkTarget ~= "" then
+        key = e.symlinkTarget
+        if key == base .. "/" .. e.name then t = "other" end   -- unresolvable link
+      end
+      out[#out + 1] = { name = e.name, type = t, target = { targetKey = key, displayPath = dbase .. "/" .. e.name },
+        size = t == "file" and math.tointeger(tonumber(e.size)) or nil }
+    end
+  end
+  table.sort(out, function(a, b) return a.name < b.name end)
+  return out
+end
+
+-- Staging: a private directory next to the target (same filesystem, so publish is a rename or
+-- a link); mbwrap publish removes it whatever happens.
+function FS:_staging(key)
+  local dir = key:match("^(.*)/[^/]*$")
+  if dir == "" then dir = "/" end
+  local base = dir == "/" and "" or dir
+  return base .. "/.moonbox-" .. require("moonbox.e2b").random_hex(8) .. ".tmp/content"
+end
+
+function FS:_publish(sb, target, content, args)
+  local staging = self:_staging(target.targetKey)
+  local up, uerr = sb.envd:upload(staging, content)
+  if not up then
+    sb.envd:unary("filesystem.Filesystem/Remove", { path = staging:match("^(.*)/content$") })
+    return nil, map_err("write", target.displayPath, uerr)
+  end
+  local cmd = { "publish" }
+  for _, a in ipairs(args) do cmd[#cmd + 1] = a end
+  cmd[#cmd + 1] = staging
+  cmd[#cmd + 1] = target.targetKey
+  local out, perr = sb:tool(cmd)
+  if not out then return nil, map_err("write", target.displayPath, perr) end
+  local res = M.parse_publish(out)
+  if not res then return nil, fs_err("FS_IO_ERROR", "mbwrap publish: malformed output") end
+  return res
+end
+
+local function diff_basis(res)
+  if type(res.before) ~= "string" then return nil end
+  if text.check_text(res.before) then return nil end           -- binary or not UTF-8: no basis
+  return text.normalize_lf(res.before)
+end
+
+-- expected: nil (unconditional), { kind = "createIfAbsent" } or { kind = "replaceIfVersion", version = v }
+function FS:writeText(target, content, expected)
+  if type(content) ~= "string" then error("writeText: content must be a string", 2) end
+  local sb, err = self:_sandbox("write", target.displayPath)
+  if not sb then return nil, err end
+  local args = {}
+  if expected then
+    if expected.kind == "createIfAbsent" then args[#args + 1] = "--create-only"
+    elseif expected.kind == "replaceIfVersion" then
+      if type(expected.version) ~= "string" then error("writeText: replaceIfVersion needs a version", 2) end
+      args[#args + 1] = "--expect"; args[#args + 1] = strip_version(expected.version)
+    else error("writeText: unknown intent " .. tostring(expected.kind), 2) end
+  end
+  args[#args + 1] = "--before"; args[#args + 1] = tostring(math.tointeger(self.config.diffBasisMaxBytes))
+  return self:_locked(target.targetKey, function()
+    local res, perr = self:_publish(sb, target, content, args)
+    if not res then return nil, perr end
+    return { operation = res.operation, version = res.version,
+      before = res.operation == "update" and diff_basis(res) or nil, after = text.normalize_lf(content) }
+  end)
+end
+
+-- edit: { oldString, newString, replaceAll }; expected: nil or { version = v }
+function FS:editText(target, edit, expected)
+  if type(edit) ~= "table" then error("editText: edit must be a table", 2) end
+  local sb, err = self:_sandbox("edit", target.displayPath)
+  if not sb then return nil, err end
+  return self:_locked(target.targetKey, function()
+    local info, serr = self:_stat(sb, target.targetKey, true)
+    if info == nil then return nil, map_err("edit", target.displayPath, serr) end
+    if info == false then return nil, fs_err("FS_STALE_VERSION", "file no longer exists") end
+    if info.type ~= "file" then
+      return nil, fs_err("FS_NOT_REGULAR_FILE", ("cannot edit %q: not a regular file"):format(target.displayPath))
+    end
+    if expected and expected.version ~= info.version then
+      return nil, fs_err("FS_STALE_VERSION", "file changed since it was read")
+    end
+    local raw, rerr = self:_read(sb, target, info, self.config.maxReadBytes, "edit")
+    if not raw then return nil, rerr end
+    local r, eerr = text.edit(raw, edit)
+    if not r then return nil, eerr end
+    local res, perr = self:_publish(sb, target, r.stored, { "--expect", strip_version(info.version) })
+    if not res then return nil, perr end
+    return { version = res.version, before = r.before, after = r.after }
+  end)
+end
+
+function FS:dispose()
+  self.disposed = true
+  return true
+end
+
+function M.new(ctx, config)
+  assert(ctx.e2b, "fs: the e2b owner must load first")
+  local policies = ctx.policies or {}
+  return setmetatable({ owner = ctx.e2b, config = config, locks = {},
+    timeouts = policies.timeouts or require("policies.timeouts") }, FS)
+end
+
+M.FS = FS
+return M

@@ -1,0 +1,424 @@
+/* control.c — POST/GET/DELETE /sandboxes…, /v2/sandboxes, lease and pause (reference §2). */
+#include "control.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <sys/sysinfo.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "registry.h"
+
+static char g_state_dir[4096] = ".";
+
+void control_init(const char *state_dir) { snprintf(g_state_dir, sizeof g_state_dir, "%s", state_dir); }
+
+static json_t *rfc3339(int64_t ms) {
+  time_t t = (time_t)(ms / 1000);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  char buf[64];
+  snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+           tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+  return json_string(buf);
+}
+
+static json_t *sandbox_json(const reg_info *in) {
+  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:n,s:n}", "sandboxID", in->id, "templateID", SANDBOXD_TEMPLATE,
+                        "alias", SANDBOXD_TEMPLATE, "clientID", "6532622b", "envdVersion", SANDBOXD_ENVD_VERSION,
+                        "trafficAccessToken", "domain");
+  if (j && in->secure) json_object_set_new(j, "envdAccessToken", json_string(in->token));
+  return j;
+}
+
+/* Host figures: sandboxd does not carve CPUs or disk per sandbox, so it reports what is shared. */
+static void host_sizes(json_t *j) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  struct sysinfo si;
+  json_int_t mem = sysinfo(&si) == 0 ? (json_int_t)((uint64_t)si.totalram * si.mem_unit >> 20) : 0;
+  struct statvfs vf;
+  json_int_t disk = statvfs(g_state_dir, &vf) == 0 ? (json_int_t)((uint64_t)vf.f_blocks * vf.f_frsize >> 20) : 0;
+  json_object_set_new(j, "cpuCount", json_integer(cpus > 0 ? cpus : 1));
+  json_object_set_new(j, "memoryMB", json_integer(mem));
+  json_object_set_new(j, "diskSizeMB", json_integer(disk));
+}
+
+static json_t *listed_json(const reg_info *in) {
+  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:O,s:s,s:s,s:[]}", "templateID", SANDBOXD_TEMPLATE,
+                        "alias", SANDBOXD_TEMPLATE, "sandboxID", in->id, "clientID", "6532622b",
+                        "startedAt", rfc3339(in->started_ms), "endAt", rfc3339(in->end_ms),
+                        "metadata", in->metadata, "state", in->paused ? "paused" : "running",
+                        "envdVersion", SANDBOXD_ENVD_VERSION, "volumeMounts");
+  if (j) host_sizes(j);
+  return j;
+}
+
+static json_t *detail_json(const reg_info *in) {
+  json_t *j = listed_json(in);
+  if (!j) return NULL;
+  json_object_set_new(j, "allowInternetAccess", json_boolean(in->internet));
+  json_object_set_new(j, "lifecycle", json_pack("{s:s,s:b}", "onTimeout", in->auto_pause ? "pause" : "kill", "autoResume", 0));
+  json_object_set_new(j, "domain", json_null());
+  if (in->secure) json_object_set_new(j, "envdAccessToken", json_string(in->token));
+  return j;
+}
+
+/* The request body as a JSON object; replies 400 itself and returns NULL when it is not one. */
+static json_t *body_object(sd_request *r, bool optional) {
+  size_t len;
+  const uint8_t *b = sd_body(r, &len);
+  if (len == 0) {
+    if (optional) return json_object();
+    sd_reply_error(r, 400, "request body is required (a JSON object)");
+    return NULL;
+  }
+  json_error_t je;
+  json_t *j = json_loadb((const char *)b, len, JSON_REJECT_DUPLICATES, &je);
+  if (!j) { sd_reply_error(r, 400, "malformed JSON body: %s (line %d, column %d)", je.text, je.line, je.column); return NULL; }
+  if (!json_is_object(j)) { json_decref(j); sd_reply_error(r, 400, "request body must be a JSON object"); return NULL; }
+  return j;
+}
+
+/* timeout field: absent → dflt; else an integer in [0, max]. Replies 400 and returns -1 if bad. */
+static int get_timeout(sd_request *r, json_t *body, int64_t dflt, int64_t *out) {
+  json_t *t = json_object_get(body, "timeout");
+  if (!t || json_is_null(t)) { *out = dflt; return 0; }
+  if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > SANDBOXD_MAX_TIMEOUT_S) {
+    sd_reply_error(r, 400, "field 'timeout' must be an integer number of seconds between 0 and %d", SANDBOXD_MAX_TIMEOUT_S);
+    return -1;
+  }
+  *out = json_integer_value(t);
+  return 0;
+}
+
+static int check_string_map(sd_request *r, json_t *v, const char *field, bool env_names) {
+  if (!json_is_object(v)) { sd_reply_error(r, 400, "field '%s' must be an object of strings", field); return -1; }
+  const char *k;
+  json_t *x;
+  json_object_foreach(v, k, x) {
+    if (!json_is_string(x)) { sd_reply_error(r, 400, "field '%s.%s' must be a string", field, k); return -1; }
+    if (env_names && (!k[0] || strchr(k, '='))) {
+      sd_reply_error(r, 400, "field '%s': '%s' is not a valid environment variable name", field, k);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static int get_bool(sd_request *r, json_t *body, const char *field, bool dflt, bool *out) {
+  json_t *v = json_object_get(body, field);
+  if (!v || json_is_null(v)) { *out = dflt; return 0; }
+  if (!json_is_boolean(v)) { sd_reply_error(r, 400, "field '%s' must be a boolean", field); return -1; }
+  *out = json_is_true(v);
+  return 0;
+}
+
+static void create_sandbox(sd_request *r) {
+  json_t *body = body_object(r, false);
+  if (!body) return;
+  char **envs = NULL;
+  size_t nenv = 0;
+  const char *k;
+  json_t *v;
+  /* Refuse what sandboxd cannot enforce instead of silently accepting it. */
+  json_object_foreach(body, k, v) {
+    if (json_is_null(v)) continue;
+    if (!strcmp(k, "templateID") || !strcmp(k, "timeout") || !strcmp(k, "metadata") || !strcmp(k, "envVars") ||
+        !strcmp(k, "secure") || !strcmp(k, "allow_internet_access") || !strcmp(k, "autoPause") ||
+        !strcmp(k, "autoResume"))
+      continue;
+    if (!strcmp(k, "network"))
+      sd_reply_error(r, 400, "field 'network' (egress rules) is not supported by sandboxd; use allow_internet_access");
+    else if (!strcmp(k, "mcp"))
+      sd_reply_error(r, 400, "field 'mcp' is not supported by sandboxd (no MCP gateway in the base template)");
+    else if (!strcmp(k, "volumeMounts"))
+      sd_reply_error(r, 400, "field 'volumeMounts' is not supported by sandboxd (no volumes)");
+    else
+      sd_reply_error(r, 400, "field '%s' is not supported by sandboxd", k);
+    goto out;
+  }
+  json_t *tpl = json_object_get(body, "templateID");
+  if (!json_is_string(tpl)) { sd_reply_error(r, 400, "field 'templateID' is required and must be a string"); goto out; }
+  if (strcmp(json_string_value(tpl), SANDBOXD_TEMPLATE) != 0) {
+    sd_reply_error(r, 400, "template '%s' is not available: sandboxd provides only the template '%s'",
+                   json_string_value(tpl), SANDBOXD_TEMPLATE);
+    goto out;
+  }
+  json_t *ar = json_object_get(body, "autoResume");
+  if (ar && !json_is_null(ar)) {
+    json_t *en = json_is_object(ar) ? json_object_get(ar, "enabled") : NULL;
+    if (!json_is_object(ar) || (en && !json_is_boolean(en)) || json_object_size(ar) > (en ? 1u : 0u)) {
+      sd_reply_error(r, 400, "field 'autoResume' must be an object {\"enabled\": boolean}");
+      goto out;
+    }
+    if (json_is_true(en)) {
+      sd_reply_error(r, 400, "field 'autoResume.enabled': auto-resume is not supported by sandboxd");
+      goto out;
+    }
+  }
+  reg_create_opts o = { 0 };
+  if (get_timeout(r, body, 300, &o.timeout_s)) goto out;
+  json_t *md = json_object_get(body, "metadata");
+  if (md && !json_is_null(md)) {
+    if (check_string_map(r, md, "metadata", false)) goto out;
+    o.metadata = md;
+  }
+  json_t *ev = json_object_get(body, "envVars");
+  if (ev && !json_is_null(ev)) {
+    if (check_string_map(r, ev, "envVars", true)) goto out;
+    envs = calloc(json_object_size(ev) + 1, sizeof *envs);
+    if (!envs) { sd_reply_error(r, 500, "out of memory"); goto out; }
+    json_object_foreach(ev, k, v) {
+      size_t n = strlen(k) + strlen(json_string_value(v)) + 2;
+      envs[nenv] = malloc(n);
+      if (!envs[nenv]) { sd_reply_error(r, 500, "out of memory"); goto out; }
+      snprintf(envs[nenv++], n, "%s=%s", k, json_string_value(v));
+    }
+  }
+  o.envs = (const char *const *)envs;
+  if (get_bool(r, body, "secure", false, &o.secure) || get_bool(r, body, "allow_internet_access", true, &o.internet) ||
+      get_bool(r, body, "autoPause", false, &o.auto_pause))
+    goto out;
+  reg_info in;
+  char err[512];
+  if (reg_create(&o, &in, err, sizeof err) != 0) {
+    sd_reply_error(r, 500, "cannot create the sandbox: %s", err);
+    goto out;
+  }
+  sd_reply_json(r, 201, sandbox_json(&in));
+  json_decref(in.metadata);
+out:
+  for (size_t i = 0; i < nenv; i++) free(envs[i]);
+  free(envs);
+  json_decref(body);
+}
+
+static void get_sandbox(sd_request *r, const char *id) {
+  reg_entry *e = reg_get(id);
+  if (!e) { sd_reply_error(r, 404, "sandbox '%s' not found", id); return; }
+  reg_info in;
+  reg_info_of(e, &in);
+  reg_put(e);
+  sd_reply_json(r, 200, detail_json(&in));
+  json_decref(in.metadata);
+}
+
+static void set_timeout(sd_request *r, const char *id) {
+  json_t *body = body_object(r, false);
+  if (!body) return;
+  int64_t t;
+  if (!json_object_get(body, "timeout")) sd_reply_error(r, 400, "field 'timeout' is required");
+  else if (get_timeout(r, body, 0, &t) == 0) {
+    if (reg_set_timeout(id, t) != 0) sd_reply_error(r, 404, "sandbox '%s' not found", id);
+    else sd_reply_bytes(r, 204, NULL, NULL, 0);
+  }
+  json_decref(body);
+}
+
+static void connect_sandbox(sd_request *r, const char *id) {
+  json_t *body = body_object(r, true);
+  if (!body) return;
+  int64_t t;
+  if (get_timeout(r, body, 300, &t) == 0) {
+    bool resumed;
+    reg_info in;
+    int rc = reg_connect(id, t, &resumed, &in);
+    if (rc == -1) sd_reply_error(r, 404, "sandbox '%s' not found", id);
+    else {
+      if (rc == -2) sd_reply_error(r, 500, "sandbox '%s' could not be resumed", id);
+      else sd_reply_json(r, resumed ? 201 : 200, sandbox_json(&in));
+      json_decref(in.metadata);
+    }
+  }
+  json_decref(body);
+}
+
+static void pause_sandbox(sd_request *r, const char *id) {
+  switch (reg_pause(id)) {
+  case 0: sd_reply_bytes(r, 204, NULL, NULL, 0); break;
+  case -1: sd_reply_error(r, 404, "sandbox '%s' not found", id); break;
+  case -2: sd_reply_error(r, 409, "sandbox '%s' is already paused", id); break;
+  default: sd_reply_error(r, 500, "sandbox '%s' could not be paused (no freezer on this host?)", id); break;
+  }
+}
+
+/* %XX decoding (and '+' as space when form is set); -1 on a malformed escape. */
+static int pct_decode(char *s, bool form) {
+  char *w = s;
+  for (char *p = s; *p; p++) {
+    if (*p == '%') {
+      if (!isxdigit((unsigned char)p[1]) || !isxdigit((unsigned char)p[2])) return -1;
+      char hex[3] = { p[1], p[2], 0 };
+      *w++ = (char)strtol(hex, NULL, 16);
+      p += 2;
+    } else {
+      *w++ = form && *p == '+' ? ' ' : *p;
+    }
+  }
+  *w = '\0';
+  return 0;
+}
+
+/* metadata filter: after the server's own decoding the value is "k=v&k2=v2" with each key and value
+ * still encoded twice (reference §2.6). */
+static json_t *parse_metadata_filter(sd_request *r, const char *q) {
+  json_t *m = json_object();
+  char *copy = strdup(q);
+  if (!m || !copy) { json_decref(m); free(copy); sd_reply_error(r, 500, "out of memory"); return NULL; }
+  char *save = NULL;
+  for (char *pair = strtok_r(copy, "&", &save); pair; pair = strtok_r(NULL, "&", &save)) {
+    char *eq = strchr(pair, '=');
+    char *val = eq ? eq + 1 : pair + strlen(pair);   /* "" inside the writable copy */
+    if (eq) *eq = '\0';
+    if (pct_decode(pair, true) || pct_decode(pair, false) || pct_decode(val, true) || pct_decode(val, false) || !pair[0]) {
+      sd_reply_error(r, 400, "query parameter 'metadata' is malformed: expected url-encoded key=value pairs");
+      json_decref(m); free(copy);
+      return NULL;
+    }
+    json_t *sv = json_string(val);
+    if (!sv || json_object_set_new(m, pair, sv) != 0) {   /* set_new takes sv even on failure */
+      sd_reply_error(r, 400, "query parameter 'metadata' is not valid UTF-8");
+      json_decref(m); free(copy);
+      return NULL;
+    }
+  }
+  free(copy);
+  return m;
+}
+
+static void list_sandboxes(sd_request *r) {
+  bool want_running = true, want_paused = true;
+  const char *state = sd_query(r, "state");
+  if (state && *state) {
+    want_running = want_paused = false;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", state);
+    char *save = NULL;
+    for (char *s = strtok_r(buf, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
+      if (!strcmp(s, "running")) want_running = true;
+      else if (!strcmp(s, "paused")) want_paused = true;
+      else { sd_reply_error(r, 400, "query parameter 'state': '%s' is not one of running, paused", s); return; }
+    }
+  }
+  long limit = 100;
+  const char *ls = sd_query(r, "limit");
+  if (ls) {
+    char *end;
+    limit = strtol(ls, &end, 10);
+    if (!*ls || *end || limit < 1 || limit > 100) {
+      sd_reply_error(r, 400, "query parameter 'limit' must be an integer between 1 and 100");
+      return;
+    }
+  }
+  uint64_t before = UINT64_MAX;
+  const char *nt = sd_query(r, "nextToken");
+  if (nt && *nt) {
+    char *end;
+    before = strtoull(nt, &end, 10);
+    if (*end || before == 0) { sd_reply_error(r, 400, "query parameter 'nextToken' is not a token sandboxd issued"); return; }
+  }
+  json_t *filter = NULL;
+  const char *mq = sd_query(r, "metadata");
+  if (mq && *mq && !(filter = parse_metadata_filter(r, mq))) return;
+
+  size_t n;
+  reg_info *all = reg_list(&n);
+  json_t *out = json_array();
+  uint64_t last = 0;
+  bool more = false;
+  for (size_t i = 0; i < n; i++) {          /* reg_list is newest first */
+    reg_info *in = &all[i];
+    if (in->seq >= before) continue;
+    if (in->paused ? !want_paused : !want_running) continue;
+    if (filter) {
+      const char *k;
+      json_t *v;
+      bool ok = true;
+      json_object_foreach(filter, k, v) {
+        json_t *have = json_object_get(in->metadata, k);
+        if (!have || !json_equal(have, v)) { ok = false; break; }
+      }
+      if (!ok) continue;
+    }
+    if ((long)json_array_size(out) == limit) { more = true; break; }
+    json_array_append_new(out, listed_json(in));
+    last = in->seq;
+  }
+  reg_list_free(all, n);
+  json_decref(filter);
+  if (more) {
+    char tok[32];
+    snprintf(tok, sizeof tok, "%" PRIu64, last);
+    sd_reply_header(r, "X-Next-Token", tok);
+  }
+  sd_reply_json(r, 200, out);
+}
+
+static bool valid_id(const char *id) {
+  if (!*id || strlen(id) > 64) return false;
+  for (const char *p = id; *p; p++)
+    if (!islower((unsigned char)*p) && !isdigit((unsigned char)*p)) return false;
+  return true;
+}
+
+void control_handle(sd_request *r, const char *api_key) {
+  const char *m = sd_method(r), *p = sd_path(r);
+  const char *key = sd_header(r, "X-API-KEY");
+  if (!key || strcmp(key, api_key) != 0) {
+    sd_reply_error(r, 401, key ? "invalid API key" : "missing X-API-KEY header");
+    return;
+  }
+  if (!strcmp(p, "/sandboxes") || !strcmp(p, "/sandboxes/")) {
+    if (!strcmp(m, "POST")) create_sandbox(r);
+    else if (!strcmp(m, "GET")) list_sandboxes(r);
+    else sd_reply_error(r, 405, "method %s is not allowed on %s", m, p);
+    return;
+  }
+  if (!strcmp(p, "/v2/sandboxes")) {
+    if (!strcmp(m, "GET")) list_sandboxes(r);
+    else sd_reply_error(r, 405, "method %s is not allowed on %s", m, p);
+    return;
+  }
+  if (strncmp(p, "/sandboxes/", 11) == 0) {
+    char id[72];
+    const char *rest = p + 11, *slash = strchr(rest, '/');
+    size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
+    if (n >= sizeof id) n = sizeof id - 1;
+    memcpy(id, rest, n);
+    id[n] = '\0';
+    const char *sub = slash ? slash + 1 : "";
+    if (!valid_id(id)) { sd_reply_error(r, 404, "sandbox '%s' not found", id); return; }
+    if (!*sub) {
+      if (!strcmp(m, "GET")) get_sandbox(r, id);
+      else if (!strcmp(m, "DELETE")) {
+        if (reg_kill(id) == 0) sd_reply_bytes(r, 204, NULL, NULL, 0);
+        else sd_reply_error(r, 404, "sandbox '%s' not found", id);
+      } else sd_reply_error(r, 405, "method %s is not allowed on %s", m, p);
+      return;
+    }
+    bool post = !strcmp(m, "POST");
+    if (!strcmp(sub, "timeout") && post) set_timeout(r, id);
+    else if (!strcmp(sub, "connect") && post) connect_sandbox(r, id);
+    else if (!strcmp(sub, "pause") && post) pause_sandbox(r, id);
+    else if (!strcmp(sub, "resume") && post) connect_sandbox(r, id);   /* deprecated alias */
+    else if (!strcmp(sub, "metrics") && !strcmp(m, "GET"))
+      sd_reply_error(r, 501, "sandbox metrics are not implemented by sandboxd");
+    else if (!strcmp(sub, "network") && !strcmp(m, "PUT"))
+      sd_reply_error(r, 501, "network updates are not implemented by sandboxd");
+    else if (!strcmp(sub, "snapshots"))
+      sd_reply_error(r, 501, "snapshots are not implemented by sandboxd");
+    else sd_reply_error(r, 404, "no endpoint %s %s", m, p);
+    return;
+  }
+  if (!strncmp(p, "/snapshots", 10) || !strncmp(p, "/templates", 10) || !strncmp(p, "/v2/templates", 13) ||
+      !strncmp(p, "/v3/templates", 13) || !strncmp(p, "/volumes", 8) || !strncmp(p, "/volumecontent", 14)) {
+    sd_reply_error(r, 501, "%s is not implemented by sandboxd (only the template 'base' exists)", p);
+    return;
+  }
+  sd_reply_error(r, 404, "no endpoint %s %s", m, p);
+}

@@ -1,0 +1,413 @@
+/* files.c — GET/POST /files and URL signing (see files.h). */
+#include "files.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "b64.h"
+#include "errors.h"
+#include "paths.h"
+
+/* ---------- signing (reference §6.4) ---------- */
+
+typedef struct {
+  const char *path, *op, *user, *signature;
+  int64_t exp;
+} sig_req;
+
+static bool const_eq(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  unsigned char d = la != lb;
+  for (size_t i = 0; i < la && i < lb; i++) d |= (unsigned char)(a[i] ^ b[i]);
+  return d == 0;
+}
+
+static bool sig_matches(const char *token, void *cls) {
+  sig_req *s = cls;
+  char want[MB_SIGN_V1_LEN + 1];
+  return mb_sign_v1(s->path, s->op, s->user, token, s->exp, want) == MB_OK && const_eq(want, s->signature);
+}
+
+/* Fills s from the query; replies and returns -1 when the request cannot be checked. */
+static int sig_from_query(sd_request *r, sig_req *s) {
+  s->op = !strcmp(sd_method(r), "POST") ? "write" : "read";
+  s->path = sd_query(r, "path") ? sd_query(r, "path") : "";
+  s->user = sd_query(r, "username") ? sd_query(r, "username") : "";
+  s->signature = sd_query(r, "signature");
+  s->exp = 0;
+  const char *es = sd_query(r, "signature_expiration");
+  if (es && *es) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(es, &end, 10);
+    if (*end || errno) { sd_reply_error(r, 401, "invalid signature expiration '%s'", es); return -1; }
+    s->exp = v;
+  }
+  if (!s->signature || !*s->signature) { sd_reply_error(r, 401, "missing signature query parameter"); return -1; }
+  return 0;
+}
+
+reg_entry *files_find_signed(sd_request *r) {
+  sig_req s;
+  if (sig_from_query(r, &s)) return NULL;
+  reg_entry *e = reg_find_by_token(sig_matches, &s);
+  if (!e) sd_reply_error(r, 401, "invalid signature");
+  return e;
+}
+
+/* envd's rule: a valid X-Access-Token, else a valid and unexpired signature. */
+static int check_access(sd_request *r, reg_entry *e) {
+  const char *tok = reg_token(e);
+  if (!tok) return 0;
+  const char *hdr = sd_header(r, "X-Access-Token");
+  if (hdr && const_eq(hdr, tok)) return 0;
+  sig_req s;
+  if (sig_from_query(r, &s)) return -1;
+  if (!sig_matches(tok, &s)) { sd_reply_error(r, 401, "invalid signature"); return -1; }
+  if (s.exp && s.exp < (int64_t)time(NULL)) { sd_reply_error(r, 401, "signature is already expired"); return -1; }
+  return 0;
+}
+
+/* ---------- download ---------- */
+
+static bool accepts_gzip(const char *ae) {
+  if (!ae) return false;
+  for (const char *p = ae; *p;) {
+    while (*p == ' ' || *p == ',') p++;
+    const char *tok = p;
+    while (*p && *p != ',' && *p != ';' && *p != ' ') p++;
+    size_t n = (size_t)(p - tok);
+    const char *params = p;
+    while (*p && *p != ',') p++;
+    if (n == 4 && strncasecmp(tok, "gzip", 4) == 0) {
+      const char *q = strstr(params, "q=");
+      if (q && q < p && strtod(q + 2, NULL) <= 0) return false;
+      return true;
+    }
+  }
+  return false;
+}
+
+static void stream_gzip(sd_request *r, int fd) {
+  z_stream z = { 0 };
+  if (deflateInit2(&z, 1, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    sd_reply_error(r, 500, "cannot start gzip");
+    return;
+  }
+  sd_reply_header(r, "Content-Encoding", "gzip");
+  sd_stream *s = sd_stream_open(r, "application/octet-stream");
+  if (!s) { deflateEnd(&z); return; }
+  static const size_t CH = 64 * 1024;
+  unsigned char *in = malloc(CH), *out = malloc(CH);
+  int flush = Z_NO_FLUSH;
+  while (in && out && flush != Z_FINISH) {
+    ssize_t n = read(fd, in, CH);
+    if (n < 0) break;                     /* the client sees a truncated gzip stream */
+    flush = n == 0 ? Z_FINISH : Z_NO_FLUSH;
+    z.next_in = in; z.avail_in = (uInt)n;
+    do {
+      z.next_out = out; z.avail_out = (uInt)CH;
+      deflate(&z, flush);
+      size_t have = CH - z.avail_out;
+      if (have && sd_stream_send(s, out, have) != 0) { flush = Z_FINISH; break; }
+    } while (z.avail_out == 0);
+  }
+  free(in); free(out);
+  deflateEnd(&z);
+  sd_stream_end(s);
+}
+
+static void download(sd_request *r, const fs_ctx *c) {
+  const char *in = sd_query(r, "path") ? sd_query(r, "path") : "";
+  char abs[PATHS_MAX];
+  if (paths_resolve(c, in, abs, sizeof abs)) { sd_reply_error(r, 400, "invalid path '%.200s'", in); return; }
+  int fd = paths_open(c, abs, O_RDONLY | O_NONBLOCK, 0, 0);
+  if (fd == -ENOENT || fd == -ENOTDIR) { sd_reply_error(r, 404, "path '%s' does not exist", abs); return; }
+  if (fd < 0) { sd_reply_error(r, fd == -ELOOP ? 400 : 500, "cannot open '%s': %s", abs, strerror(-fd)); return; }
+  struct stat st;
+  if (fstat(fd, &st) != 0) { close(fd); sd_reply_error(r, 500, "stat '%s': %s", abs, strerror(errno)); return; }
+  if (S_ISDIR(st.st_mode)) { close(fd); sd_reply_error(r, 400, "path '%s' is a directory", abs); return; }
+  if (!S_ISREG(st.st_mode)) { close(fd); sd_reply_error(r, 400, "path '%s' is not a regular file", abs); return; }
+  fcntl(fd, F_SETFL, 0);
+  sd_reply_header(r, "Vary", "Accept-Encoding");
+  if (st.st_size == 0) {
+    sd_reply_bytes(r, 200, "application/octet-stream", NULL, 0);   /* Content-Length: 0 → SDK returns '' */
+  } else if (accepts_gzip(sd_header(r, "Accept-Encoding"))) {
+    stream_gzip(r, fd);
+  } else if (st.st_size <= (off_t)FILES_INLINE_MAX) {
+    char *buf = malloc((size_t)st.st_size);
+    size_t got = 0;
+    while (buf && got < (size_t)st.st_size) {
+      ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+      if (n <= 0) break;
+      got += (size_t)n;
+    }
+    if (!buf) sd_reply_error(r, 500, "out of memory");
+    else sd_reply_bytes(r, 200, "application/octet-stream", buf, got);
+    free(buf);
+  } else {
+    sd_stream *s = sd_stream_open(r, "application/octet-stream");
+    char *buf = malloc(64 * 1024);
+    ssize_t n;
+    while (s && buf && (n = read(fd, buf, 64 * 1024)) > 0)
+      if (sd_stream_send(s, buf, (size_t)n) != 0) break;
+    free(buf);
+    if (s) sd_stream_end(s);
+  }
+  close(fd);
+}
+
+/* ---------- upload ---------- */
+
+typedef struct { json_t *md; size_t total; char err[300]; } md_ctx;
+
+static int collect_metadata(void *cls, const char *name, const char *value) {
+  md_ctx *m = cls;
+  if (strncasecmp(name, "X-Metadata-", 11) != 0) return 0;
+  char key[256];
+  const char *k = name + 11;
+  size_t kl = strlen(k), vl = strlen(value);
+  if (kl == 0 || kl > 246) { snprintf(m->err, sizeof m->err, "metadata key '%.64s' must be 1 to 246 bytes", k); return 1; }
+  for (size_t i = 0; i < kl; i++) key[i] = (char)tolower((unsigned char)k[i]);
+  key[kl] = '\0';
+  for (size_t i = 0; i < vl; i++)
+    if ((unsigned char)value[i] < 0x20 || (unsigned char)value[i] > 0x7e) {
+      snprintf(m->err, sizeof m->err, "metadata value of '%s' must be printable ASCII", key);
+      return 1;
+    }
+  for (size_t i = 0; i < kl; i++)
+    if ((unsigned char)key[i] <= 0x20 || (unsigned char)key[i] > 0x7e) {
+      snprintf(m->err, sizeof m->err, "metadata key '%s' must be printable ASCII", key);
+      return 1;
+    }
+  m->total += kl + vl;
+  if (m->total > 4096) { snprintf(m->err, sizeof m->err, "metadata exceeds 4096 bytes"); return 1; }
+  json_object_set_new(m->md, key, json_string(value));
+  return 0;
+}
+
+typedef struct {
+  sd_request *r;
+  const fs_ctx *c;
+  const char *qpath;
+  json_t *md, *results;
+  int fd;
+  bool in_part;
+  uint64_t part_bytes;
+  char part_name[PATHS_MAX], cur_fn[PATHS_MAX];
+  int status;
+  char msg[PATHS_MAX + 256];
+} up_ctx;
+
+static int fail(up_ctx *u, int status, const char *fmt, const char *a) {
+  u->status = status;
+  snprintf(u->msg, sizeof u->msg, fmt, a);
+  return 1;
+}
+
+static int fail_fd(up_ctx *u, int status, const char *fmt, const char *a) {
+  fail(u, status, fmt, a);
+  return -1;
+}
+
+static int finish_file(up_ctx *u) {
+  if (u->fd < 0) return 0;
+  int rc = 0;
+  int mr = paths_set_metadata(u->fd, u->md);
+  if (mr) rc = fail(u, mr == -ENOSPC ? 507 : 500, "cannot set metadata on '%s'", u->part_name);
+  close(u->fd);
+  u->fd = -1;
+  return rc;
+}
+
+/* Opens the target of a new file: parents made (owned by the user), 0644, owned by the user. */
+/* Parents (0755, the user's), then the file itself (0644, the user's); fd or -1 after fail(). */
+static int open_target(up_ctx *u, const char *abs, const char *slash) {
+  if (slash != abs) {
+    char parent[PATHS_MAX];
+    snprintf(parent, sizeof parent, "%.*s", (int)(slash - abs), abs);
+    bool created;
+    int rc = paths_mkdir_p(u->c, parent, &created);
+    if (rc == -ENOTDIR) return fail_fd(u, 400, "a parent of '%s' is not a directory", abs);
+    if (rc) return fail_fd(u, rc == -ENOSPC ? 507 : 500, "cannot create the parents of '%s'", abs);
+  }
+  paths_cred cr;
+  paths_cred_enter(u->c, &cr);
+  int fd = paths_open(u->c, abs, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK, 0644, 0);
+  paths_cred_leave(&cr);
+  if (fd == -EISDIR) return fail_fd(u, 400, "path '%s' is a directory", abs);
+  if (fd == -ENOSPC) return fail_fd(u, 507, "not enough disk space for '%s'", abs);
+  if (fd < 0) {
+    char m[PATHS_MAX + 64];
+    snprintf(m, sizeof m, "%.4000s: %s", abs, strerror(-fd));
+    return fail_fd(u, 500, "cannot open for writing: %s", m);
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { close(fd); return fail_fd(u, 400, "path '%s' is not a regular file", abs); }
+  fcntl(fd, F_SETFL, 0);
+  if (fchown(fd, u->c->host_uid, u->c->host_gid) != 0) { close(fd); return fail_fd(u, 500, "cannot chown '%s'", abs); }
+  return fd;
+}
+
+static int begin_file(up_ctx *u, const char *target) {
+  char abs[PATHS_MAX];
+  if (!target || !*target) return fail(u, 400, "%s", "a file part has no filename and the request has no 'path' query parameter");
+  if (paths_resolve(u->c, target, abs, sizeof abs)) return fail(u, 400, "invalid path '%.200s'", target);
+  size_t n = json_array_size(u->results);
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(json_string_value(json_object_get(json_array_get(u->results, i), "path")), abs))
+      return fail(u, 400, "path '%s' is given more than once in one upload", abs);
+  const char *slash = strrchr(abs, '/');
+  if (!slash[1]) return fail(u, 400, "path '%s' is a directory", abs);
+  json_t *res = json_pack("{s:s,s:s,s:s}", "path", abs, "name", slash + 1, "type", "file");
+  if (!res) return fail(u, 400, "%s", "the path is not valid UTF-8");   /* checked before anything is created */
+  int fd = open_target(u, abs, slash);
+  if (fd < 0) { json_decref(res); return 1; }
+  u->fd = fd;
+  snprintf(u->part_name, sizeof u->part_name, "%s", abs);
+  if (json_object_size(u->md)) json_object_set(res, "metadata", u->md);
+  json_array_append_new(u->results, res);
+  return 0;
+}
+
+static int write_all(up_ctx *u, const char *data, size_t len) {
+  while (len) {
+    ssize_t n = write(u->fd, data, len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail(u, errno == ENOSPC || errno == EDQUOT ? 507 : 500,
+                  errno == ENOSPC || errno == EDQUOT ? "not enough disk space for '%s'" : "cannot write '%s'", u->part_name);
+    }
+    data += n; len -= (size_t)n;
+  }
+  return 0;
+}
+
+static int on_part(void *cls, const char *name, const char *filename, const char *data, uint64_t off, size_t size) {
+  up_ctx *u = cls;
+  if (strcmp(name, "file") != 0) return 0;          /* other form fields are ignored, like envd */
+  const char *fn = filename ? filename : "";
+  /* off == 0 starts a part, unless MHD is just continuing one that has had no bytes yet. */
+  bool continuing = u->in_part && u->part_bytes == 0 && strcmp(fn, u->cur_fn) == 0;
+  bool new_part = !u->in_part || (off == 0 && !continuing);
+  if (new_part) {
+    if (finish_file(u)) return 1;
+    const char *target = u->qpath && *u->qpath ? u->qpath : filename;
+    if (begin_file(u, target)) return 1;
+    u->in_part = true;
+    u->part_bytes = 0;
+    snprintf(u->cur_fn, sizeof u->cur_fn, "%s", fn);
+  }
+  u->part_bytes += size;
+  return size ? write_all(u, data, size) : 0;
+}
+
+/* gzip Content-Encoding → the decoded bytes (bounded); replies and returns NULL on failure. */
+static uint8_t *gunzip(sd_request *r, const uint8_t *in, size_t len, size_t *out_len) {
+  z_stream z = { 0 };
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) { sd_reply_error(r, 500, "cannot start gzip"); return NULL; }
+  size_t cap = len * 4 + 1024, n = 0;
+  if (cap > FILES_MAX_INFLATED) cap = FILES_MAX_INFLATED;
+  uint8_t *out = malloc(cap);
+  z.next_in = (Bytef *)in;
+  int rc = Z_OK;
+  size_t fed = 0;
+  while (out) {
+    if (z.avail_in == 0 && fed < len) {
+      size_t chunk = len - fed > (1u << 30) ? (1u << 30) : len - fed;
+      z.next_in = (Bytef *)in + fed; z.avail_in = (uInt)chunk; fed += chunk;
+    }
+    if (n == cap) {
+      if (cap >= FILES_MAX_INFLATED) {
+        free(out); inflateEnd(&z);
+        sd_reply_error(r, 413, "gzip body expands beyond the limit of %u bytes", FILES_MAX_INFLATED);
+        return NULL;
+      }
+      size_t nc = cap * 2 > FILES_MAX_INFLATED ? FILES_MAX_INFLATED : cap * 2;
+      uint8_t *no = realloc(out, nc);
+      if (!no) { free(out); out = NULL; break; }
+      out = no; cap = nc;
+    }
+    size_t room = cap - n > (1u << 30) ? (1u << 30) : cap - n;
+    z.next_out = out + n; z.avail_out = (uInt)room;
+    rc = inflate(&z, Z_NO_FLUSH);
+    n += room - z.avail_out;
+    if (rc == Z_STREAM_END) break;
+    if (rc != Z_OK && rc != Z_BUF_ERROR) break;
+    if (rc == Z_BUF_ERROR && z.avail_in == 0 && fed == len) break;   /* input ended early */
+  }
+  inflateEnd(&z);
+  if (!out) { sd_reply_error(r, 500, "out of memory"); return NULL; }
+  if (rc != Z_STREAM_END) { free(out); sd_reply_error(r, 400, "request body is not valid gzip"); return NULL; }
+  *out_len = n;
+  return out;
+}
+
+static void upload(sd_request *r, const fs_ctx *c) {
+  md_ctx m = { .md = json_object() };
+  if (sd_header_each(r, collect_metadata, &m)) { sd_reply_error(r, 400, "%s", m.err); json_decref(m.md); return; }
+  size_t len;
+  const uint8_t *body = sd_body(r, &len);
+  uint8_t *decoded = NULL;
+  const char *ce = sd_header(r, "Content-Encoding");
+  if (ce && *ce && strcasecmp(ce, "identity") != 0) {
+    if (strcasecmp(ce, "gzip") != 0) {
+      sd_reply_error(r, 400, "unsupported Content-Encoding '%s' (gzip or identity)", ce);
+      json_decref(m.md);
+      return;
+    }
+    if (!(decoded = gunzip(r, body, len, &len))) { json_decref(m.md); return; }
+    body = decoded;
+  }
+  up_ctx u = { .r = r, .c = c, .qpath = sd_query(r, "path"), .md = m.md, .results = json_array(), .fd = -1 };
+  const char *ct = sd_header(r, "Content-Type");
+  int rc;
+  if (ct && strncasecmp(ct, "multipart/form-data", 19) == 0) {
+    rc = sd_multipart(r, body, len, on_part, &u);
+    if (rc == 0 && finish_file(&u)) rc = 1;
+    if (rc == -1) { u.status = 400; snprintf(u.msg, sizeof u.msg, "malformed multipart/form-data body"); }
+    if (rc == 0 && json_array_size(u.results) == 0) {
+      u.status = 400; snprintf(u.msg, sizeof u.msg, "the multipart body has no part named 'file'");
+      rc = 1;
+    }
+  } else if (ct && strncasecmp(ct, "application/octet-stream", 24) == 0) {
+    if (!u.qpath || !*u.qpath) { rc = fail(&u, 400, "%s", "the 'path' query parameter is required for application/octet-stream"); }
+    else {
+      rc = begin_file(&u, u.qpath);
+      if (!rc) rc = write_all(&u, (const char *)body, len);
+      if (!rc) rc = finish_file(&u);
+    }
+  } else {
+    rc = fail(&u, 400, "unsupported Content-Type '%s' (multipart/form-data or application/octet-stream)", ct ? ct : "");
+  }
+  if (u.fd >= 0) close(u.fd);
+  if (rc) sd_reply_error(r, u.status ? u.status : 500, "%s", u.msg[0] ? u.msg : "upload failed");
+  else sd_reply_json(r, 200, json_incref(u.results));
+  json_decref(u.results);
+  json_decref(m.md);
+  free(decoded);
+}
+
+void files_handle(sd_request *r, reg_entry *e) {
+  const char *m = sd_method(r);
+  if (strcmp(m, "GET") != 0 && strcmp(m, "POST") != 0) { sd_reply_error(r, 405, "method %s is not allowed on /files", m); return; }
+  if (check_access(r, e)) return;
+  const char *user = sd_query(r, "username");
+  if (!user || !*user) user = "user";
+  fs_ctx c;
+  if (fs_ctx_init(&c, reg_sbx(e), user) != 0) {
+    sd_reply_error(r, 401, "error looking up user '%s': unknown user", user);
+    return;
+  }
+  if (!strcmp(m, "GET")) download(r, &c);
+  else upload(r, &c);
+}

@@ -1,0 +1,438 @@
+/* fsrpc.c — filesystem.Filesystem RPCs (see fsrpc.h). */
+#include "fsrpc.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "paths.h"
+
+/* A string field of the request: absent → "", wrong type → reply and NULL. */
+static const char *str_field(sd_request *r, json_t *req, const char *field) {
+  json_t *v = json_object_get(req, field);
+  if (!v || json_is_null(v)) return "";
+  if (!json_is_string(v)) { sd_reply_connect_error(r, "invalid_argument", "field '%s' must be a string", field); return NULL; }
+  return json_string_value(v);
+}
+
+static int resolve(sd_request *r, const fs_ctx *c, const char *in, char *out) {
+  int rc = paths_resolve(c, in, out, PATHS_MAX);
+  if (rc == -ENAMETOOLONG) sd_reply_connect_error(r, "invalid_argument", "path is too long: %.200s...", in);
+  else if (rc) sd_reply_connect_error(r, "invalid_argument", "invalid path '%s'", in);
+  return rc;
+}
+
+static void reply_errno(sd_request *r, int err, const char *what, const char *path) {
+  if (err == ENOENT || err == ENOTDIR) sd_reply_connect_error(r, "not_found", "%s not found: %s", what, path);
+  else if (err == EACCES || err == EPERM) sd_reply_connect_error(r, "permission_denied", "permission denied: %s", path);
+  else if (err == ELOOP || err == EXDEV) sd_reply_connect_error(r, "invalid_argument", "path leaves the sandbox or loops: %s", path);
+  else if (err == ENOSPC) sd_reply_connect_error(r, "resource_exhausted", "no space left for %s", path);
+  else sd_reply_connect_error(r, "internal", "%s %s: %s", what, path, strerror(err));
+}
+
+static void do_stat(sd_request *r, const fs_ctx *c, json_t *req) {
+  const char *in = str_field(r, req, "path");
+  char abs[PATHS_MAX];
+  if (!in || resolve(r, c, in, abs)) return;
+  json_t *e = paths_entry_at(c, abs);
+  if (!e) { reply_errno(r, errno, "file", abs); return; }
+  sd_reply_json(r, 200, json_pack("{s:o}", "entry", e));
+}
+
+static void do_makedir(sd_request *r, const fs_ctx *c, json_t *req) {
+  const char *in = str_field(r, req, "path");
+  char abs[PATHS_MAX];
+  if (!in || resolve(r, c, in, abs)) return;
+  int fd = paths_open(c, abs, O_PATH, 0, 0);
+  if (fd >= 0) {
+    struct stat st;
+    int isdir = fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
+    close(fd);
+    if (isdir) sd_reply_connect_error(r, "already_exists", "directory already exists: %s", abs);
+    else sd_reply_connect_error(r, "invalid_argument", "path already exists and is not a directory: %s", abs);
+    return;
+  }
+  bool created;
+  int rc = paths_mkdir_p(c, abs, &created);
+  if (rc == -ENOTDIR) { sd_reply_connect_error(r, "invalid_argument", "a parent of %s is not a directory", abs); return; }
+  if (rc) { reply_errno(r, -rc, "directory", abs); return; }
+  json_t *e = paths_entry_at(c, abs);
+  if (!e) { reply_errno(r, errno, "directory", abs); return; }
+  sd_reply_json(r, 200, json_pack("{s:o}", "entry", e));
+}
+
+static void do_move(sd_request *r, const fs_ctx *c, json_t *req) {
+  const char *src_in = str_field(r, req, "source");
+  if (!src_in) return;
+  const char *dst_in = str_field(r, req, "destination");
+  if (dst_in && (!*src_in || !*dst_in)) {   /* "" would mean the home directory itself */
+    sd_reply_connect_error(r, "invalid_argument", "fields 'source' and 'destination' are required");
+    return;
+  }
+  char src[PATHS_MAX], dst[PATHS_MAX], sname[256], dname[256];
+  if (!dst_in || resolve(r, c, src_in, src) || resolve(r, c, dst_in, dst)) return;
+  int sfd = paths_open_parent(c, src, sname, sizeof sname);
+  struct stat st;
+  if (sfd < 0 || fstatat(sfd, sname, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    int er = sfd < 0 ? -sfd : errno;
+    if (sfd >= 0) close(sfd);
+    if (er == EINVAL) sd_reply_connect_error(r, "invalid_argument", "cannot move %s", src);
+    else reply_errno(r, er, "source file", src);
+    return;
+  }
+  const char *slash = strrchr(dst, '/');
+  if (slash && slash != dst) {          /* create the destination's parents, like envd */
+    char parent[PATHS_MAX];
+    snprintf(parent, sizeof parent, "%.*s", (int)(slash - dst), dst);
+    bool created;
+    int rc = paths_mkdir_p(c, parent, &created);
+    if (rc) { close(sfd); reply_errno(r, -rc, "destination directory", parent); return; }
+  }
+  int dfd = paths_open_parent(c, dst, dname, sizeof dname);
+  if (dfd < 0) {
+    close(sfd);
+    if (dfd == -EINVAL) sd_reply_connect_error(r, "invalid_argument", "cannot move onto %s", dst);
+    else reply_errno(r, -dfd, "destination directory", dst);
+    return;
+  }
+  paths_cred cr;
+  paths_cred_enter(c, &cr);                 /* rename checks that the caller's fsuid is mapped */
+  int rc = renameat(sfd, sname, dfd, dname) == 0 ? 0 : errno;
+  paths_cred_leave(&cr);
+  json_t *e = rc ? NULL : paths_entry(c, dfd, dname, dst);
+  if (!rc && !e) rc = errno;
+  close(sfd);
+  close(dfd);
+  if (rc == EINVAL) { sd_reply_connect_error(r, "invalid_argument", "cannot move %s into itself (%s)", src, dst); return; }
+  if (rc) { reply_errno(r, rc, "file", dst); return; }
+  sd_reply_json(r, 200, json_pack("{s:o}", "entry", e));
+}
+
+/* ---------- ListDir: lexical pre-order, like Go's filepath.WalkDir ---------- */
+
+static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Names of dirfd's entries, sorted; NULL + errno on failure (E2BIG beyond the entry limit
+ * unless partial, which returns the first FSRPC_MAX_LIST_ENTRIES names). */
+static char **read_names_p(int dirfd, size_t *n, bool partial);
+static char **read_names(int dirfd, size_t *n) { return read_names_p(dirfd, n, false); }
+static char **read_names_p(int dirfd, size_t *n, bool partial) {
+  *n = 0;
+  int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  DIR *d = fdopendir(fd);
+  if (!d) { int er = errno; close(fd); errno = er; return NULL; }
+  size_t cap = 16;
+  char **v = malloc(cap * sizeof *v);
+  struct dirent *de;
+  while (v && (de = readdir(d))) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    if (*n == cap) {
+      char **nv = realloc(v, (cap *= 2) * sizeof *v);
+      if (!nv) break;
+      v = nv;
+    }
+    if (*n >= FSRPC_MAX_LIST_ENTRIES) {
+      if (partial) break;
+      for (size_t i = 0; i < *n; i++) free(v[i]);
+      free(v);
+      closedir(d);
+      *n = 0;
+      errno = E2BIG;
+      return NULL;
+    }
+    if (!(v[*n] = strdup(de->d_name))) break;
+    (*n)++;
+  }
+  closedir(d);
+  if (v) qsort(v, *n, sizeof *v, cmp_names);
+  return v;
+}
+
+static void free_names(char **v, size_t n) {
+  for (size_t i = 0; i < n; i++) free(v[i]);
+  free(v);
+}
+
+static int walk(const fs_ctx *c, int dirfd, const char *display, unsigned depth_left, json_t *out) {
+  size_t n;
+  char **names = read_names(dirfd, &n);
+  if (!names) return -errno;
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    if (json_array_size(out) >= FSRPC_MAX_LIST_ENTRIES) { rc = -E2BIG; break; }
+    char path[PATHS_MAX];
+    if (snprintf(path, sizeof path, "%s%s%s", display, strcmp(display, "/") ? "/" : "", names[i]) >= (int)sizeof path)
+      continue;
+    json_t *e = paths_entry(c, dirfd, names[i], path);
+    if (!e) continue;                    /* vanished or not representable: skipped, like envd */
+    json_array_append_new(out, e);
+    struct stat st;
+    if (depth_left > 1 && fstatat(dirfd, names[i], &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+      int sub = openat(dirfd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub >= 0) {
+        rc = walk(c, sub, path, depth_left - 1, out);
+        close(sub);
+        if (rc == -ENOENT || rc == -EACCES) rc = 0;
+      }
+    }
+  }
+  free_names(names, n);
+  return rc;
+}
+
+static void do_listdir(sd_request *r, const fs_ctx *c, json_t *req) {
+  const char *in = str_field(r, req, "path");
+  char abs[PATHS_MAX];
+  if (!in || resolve(r, c, in, abs)) return;
+  json_t *dv = json_object_get(req, "depth");
+  json_int_t depth = 1;
+  if (dv && !json_is_null(dv)) {
+    if (!json_is_integer(dv) || json_integer_value(dv) < 0 || json_integer_value(dv) > 1000000) {
+      sd_reply_connect_error(r, "invalid_argument", "field 'depth' must be a non-negative integer");
+      return;
+    }
+    depth = json_integer_value(dv) ? json_integer_value(dv) : 1;
+  }
+  int fd = paths_open(c, abs, O_RDONLY | O_DIRECTORY, 0, 0);   /* the root's symlinks are followed */
+  if (fd == -ENOTDIR) { sd_reply_connect_error(r, "invalid_argument", "path is not a directory: %s", abs); return; }
+  if (fd < 0) { reply_errno(r, -fd, "directory", abs); return; }
+  json_t *out = json_array();
+  int rc = walk(c, fd, abs, (unsigned)depth, out);
+  close(fd);
+  if (rc == -E2BIG) {
+    json_decref(out);
+    sd_reply_connect_error(r, "resource_exhausted", "more than %d entries under %s", FSRPC_MAX_LIST_ENTRIES, abs);
+    return;
+  }
+  if (rc) { json_decref(out); reply_errno(r, -rc, "directory", abs); return; }
+  sd_reply_json(r, 200, json_pack("{s:o}", "entries", out));
+}
+
+/* ---------- Remove: os.RemoveAll ---------- */
+
+static int remove_all(int dirfd, const char *name, int level) {
+  struct stat st;
+  if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT ? 0 : -errno;
+  if (!S_ISDIR(st.st_mode)) return unlinkat(dirfd, name, 0) == 0 || errno == ENOENT ? 0 : -errno;
+  if (level > 512) return -ELOOP;
+  int sub = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (sub < 0) return errno == ENOENT ? 0 : -errno;
+  int rc = 0;
+  for (;;) {                 /* re-read until empty: entries may appear while we delete */
+    size_t n;
+    char **names = read_names_p(sub, &n, true);
+    if (!names) { rc = -errno; break; }
+    for (size_t i = 0; i < n && rc == 0; i++) rc = remove_all(sub, names[i], level + 1);
+    free_names(names, n);
+    if (rc || n == 0) break;
+  }
+  close(sub);
+  if (rc) return rc;
+  return unlinkat(dirfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : -errno;
+}
+
+static void do_remove(sd_request *r, const fs_ctx *c, json_t *req) {
+  const char *in = str_field(r, req, "path");
+  char abs[PATHS_MAX], name[256];
+  if (in && !*in) { sd_reply_connect_error(r, "invalid_argument", "field 'path' is required"); return; }
+  if (!in || resolve(r, c, in, abs)) return;
+  int dfd = paths_open_parent(c, abs, name, sizeof name);
+  if (dfd == -EINVAL) { sd_reply_connect_error(r, "invalid_argument", "refusing to remove the root directory"); return; }
+  if (dfd == -ENOENT || dfd == -ENOTDIR) { sd_reply_json(r, 200, json_object()); return; }   /* nothing to remove */
+  if (dfd < 0) { reply_errno(r, -dfd, "file", abs); return; }
+  paths_cred cr;
+  paths_cred_enter(c, &cr);
+  int rc = remove_all(dfd, name, 0);
+  paths_cred_leave(&cr);
+  close(dfd);
+  if (rc) { reply_errno(r, -rc, "file", abs); return; }
+  sd_reply_json(r, 200, json_object());
+}
+
+/* ---------- WatchDir ---------- */
+
+typedef struct { int wd; char *rel; } watch_slot;
+typedef struct {
+  const fs_ctx *c;
+  int ifd;
+  watch_slot *v;
+  size_t n, cap;
+  bool recursive;
+} watcher;
+
+#define WATCH_MASK (IN_CREATE | IN_MODIFY | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | IN_ONLYDIR)
+
+static const char *slot_rel(watcher *w, int wd) {
+  for (size_t i = 0; i < w->n; i++) if (w->v[i].wd == wd) return w->v[i].rel;
+  return NULL;
+}
+
+/* Watch fd's directory (shown as rel) and, when recursive, its subdirectories. */
+static int add_tree(watcher *w, int fd, const char *rel, int level) {
+  if (w->n >= FSRPC_MAX_WATCHES || level > 64) return 0;
+  char p[64];
+  snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+  int wd = inotify_add_watch(w->ifd, p, WATCH_MASK);
+  if (wd < 0) return -errno;
+  if (!slot_rel(w, wd)) {
+    if (w->n == w->cap) {
+      size_t nc = w->cap ? w->cap * 2 : 16;
+      watch_slot *nv = realloc(w->v, nc * sizeof *nv);
+      if (!nv) return -ENOMEM;
+      w->v = nv; w->cap = nc;
+    }
+    char *copy = strdup(rel);
+    if (!copy) return -ENOMEM;
+    w->v[w->n++] = (watch_slot){ wd, copy };
+  }
+  if (!w->recursive) return 0;
+  size_t n;
+  char **names = read_names(fd, &n);
+  if (!names) return 0;
+  for (size_t i = 0; i < n; i++) {
+    int sub = openat(fd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub < 0) continue;
+    char srel[PATHS_MAX];
+    if (snprintf(srel, sizeof srel, "%s%s%s", rel, *rel ? "/" : "", names[i]) < (int)sizeof srel)
+      add_tree(w, sub, srel, level + 1);
+    close(sub);
+  }
+  free_names(names, n);
+  return 0;
+}
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int send_event(sd_stream *s, watcher *w, const char *watched, const char *name, const char *type,
+                      bool include_entry) {
+  json_t *ev = json_pack("{s:s,s:s}", "name", name, "type", type);
+  if (!ev) return 0;                        /* a name that is not UTF-8: dropped */
+  if (include_entry && (!strcmp(type, "EVENT_TYPE_CREATE") || !strcmp(type, "EVENT_TYPE_WRITE") ||
+                        !strcmp(type, "EVENT_TYPE_CHMOD"))) {
+    char abs[PATHS_MAX];
+    if (snprintf(abs, sizeof abs, "%s%s%s", watched, strcmp(watched, "/") ? "/" : "", name) < (int)sizeof abs) {
+      json_t *e = paths_entry_at(w->c, abs);
+      if (e) json_object_set_new(ev, "entry", e);
+    }
+  }
+  return sd_stream_send_message(s, json_pack("{s:o}", "filesystem", ev));
+}
+
+static void do_watchdir(sd_request *r, reg_entry *re, const fs_ctx *c, json_t *req) {
+  const char *in = str_field(r, req, "path");
+  char abs[PATHS_MAX];
+  if (!in || resolve(r, c, in, abs)) return;
+  json_t *rv = json_object_get(req, "recursive"), *iv = json_object_get(req, "includeEntry");
+  if (!iv) iv = json_object_get(req, "include_entry");   /* protobuf JSON also allows the proto name */
+  if ((rv && !json_is_boolean(rv) && !json_is_null(rv)) || (iv && !json_is_boolean(iv) && !json_is_null(iv))) {
+    sd_reply_connect_error(r, "invalid_argument", "fields 'recursive' and 'includeEntry' must be booleans");
+    return;
+  }
+  bool include_entry = json_is_true(iv);
+  int fd = paths_open(c, abs, O_RDONLY | O_DIRECTORY, 0, 0);
+  if (fd == -ENOTDIR) { sd_reply_connect_error(r, "invalid_argument", "path %s is not a directory", abs); return; }
+  if (fd < 0) { reply_errno(r, -fd, "directory", abs); return; }
+  watcher w = { .c = c, .recursive = json_is_true(rv) };
+  w.ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (w.ifd < 0) { close(fd); sd_reply_connect_error(r, "resource_exhausted", "inotify: %s", strerror(errno)); return; }
+  int rc = add_tree(&w, fd, "", 0);
+  close(fd);
+  if (rc) {
+    sd_reply_connect_error(r, "resource_exhausted", "cannot watch %s: %s", abs, strerror(-rc));
+    goto out;
+  }
+  const char *ka = sd_header(r, "Keepalive-Ping-Interval"), *to = sd_header(r, "Connect-Timeout-Ms");
+  int64_t keep_ms = ka && atoll(ka) > 0 ? atoll(ka) * 1000 : 90000;
+  int64_t deadline = to && atoll(to) > 0 ? mono_ms() + atoll(to) : INT64_MAX;
+  sd_stream *s = sd_stream_open(r, "application/connect+json");
+  if (!s) goto out;
+  const char *end_code = NULL, *end_msg = NULL;
+  int64_t last = mono_ms();
+  if (sd_stream_send_message(s, json_pack("{s:{}}", "start")) != 0) goto done;
+  _Alignas(struct inotify_event) char buf[64 * 1024];
+  for (;;) {
+    int64_t now = mono_ms();
+    if (now >= deadline) { end_code = "deadline_exceeded"; end_msg = "the operation timed out"; break; }
+    if (reg_dying(re)) { end_code = "unavailable"; end_msg = "the sandbox was killed"; break; }
+    if (sd_stream_closed(s)) break;
+    if (now - last >= keep_ms) {
+      if (sd_stream_send_message(s, json_pack("{s:{}}", "keepalive")) != 0) break;
+      last = now;
+    }
+    int64_t wait = 1000;   /* wake at least once a second to notice a client hang-up */
+    if (deadline - now < wait) wait = deadline - now;
+    if (last + keep_ms - now < wait) wait = last + keep_ms - now;
+    struct pollfd p[2] = { { .fd = w.ifd, .events = POLLIN }, { .fd = reg_kill_fd(re), .events = POLLIN } };
+    if (poll(p, 2, (int)(wait > 0 ? wait : 0)) <= 0 || !(p[0].revents & POLLIN)) continue;
+    ssize_t n = read(w.ifd, buf, sizeof buf);
+    for (ssize_t off = 0; n > 0 && off < n;) {
+      struct inotify_event *ev = (struct inotify_event *)(buf + off);
+      off += (ssize_t)(sizeof *ev + ev->len);
+      if (ev->mask & IN_IGNORED) {
+        for (size_t i = 0; i < w.n; i++)
+          if (w.v[i].wd == ev->wd) { free(w.v[i].rel); w.v[i] = w.v[--w.n]; break; }
+        continue;
+      }
+      const char *rel = slot_rel(&w, ev->wd);
+      if (!rel || !ev->len) continue;
+      char name[PATHS_MAX];
+      if (snprintf(name, sizeof name, "%s%s%s", rel, *rel ? "/" : "", ev->name) >= (int)sizeof name) continue;
+      /* One message per operation, in fsnotify's order: create, rename, chmod, write, remove. */
+      int err = 0;
+      if (ev->mask & (IN_CREATE | IN_MOVED_TO)) {
+        err |= send_event(s, &w, abs, name, "EVENT_TYPE_CREATE", include_entry);
+        if (w.recursive && (ev->mask & IN_ISDIR)) {
+          char sub[PATHS_MAX];
+          int sfd = -1;
+          if (snprintf(sub, sizeof sub, "%s%s%s", abs, strcmp(abs, "/") ? "/" : "", name) < (int)sizeof sub)
+            sfd = paths_open(c, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, 0);
+          if (sfd >= 0) { add_tree(&w, sfd, name, 0); close(sfd); }
+        }
+      }
+      if (ev->mask & IN_MOVED_FROM) err |= send_event(s, &w, abs, name, "EVENT_TYPE_RENAME", include_entry);
+      if (ev->mask & IN_ATTRIB) err |= send_event(s, &w, abs, name, "EVENT_TYPE_CHMOD", include_entry);
+      if (ev->mask & IN_MODIFY) err |= send_event(s, &w, abs, name, "EVENT_TYPE_WRITE", include_entry);
+      if (ev->mask & IN_DELETE) err |= send_event(s, &w, abs, name, "EVENT_TYPE_REMOVE", include_entry);
+      if (err) goto done;
+      last = mono_ms();
+    }
+  }
+done:
+  sd_stream_end_connect(s, end_code, end_msg);
+out:
+  for (size_t i = 0; i < w.n; i++) free(w.v[i].rel);
+  free(w.v);
+  close(w.ifd);
+}
+
+void fsrpc_handle(sd_request *r, reg_entry *e, const char *method) {
+  fs_ctx c;
+  if (fs_ctx_init(&c, reg_sbx(e), sd_user(r) ? sd_user(r) : "user") != 0) {
+    sd_reply_connect_error(r, "unauthenticated", "invalid username: '%s'", sd_user(r));
+    return;
+  }
+  char err[256];
+  json_t *req = sd_connect_request(r, err, sizeof err);
+  if (!req) { sd_reply_connect_error(r, "invalid_argument", "%s", err); return; }
+  if (!strcmp(method, "Stat")) do_stat(r, &c, req);
+  else if (!strcmp(method, "MakeDir")) do_makedir(r, &c, req);
+  else if (!strcmp(method, "Move")) do_move(r, &c, req);
+  else if (!strcmp(method, "ListDir")) do_listdir(r, &c, req);
+  else if (!strcmp(method, "Remove")) do_remove(r, &c, req);
+  else if (!strcmp(method, "WatchDir")) do_watchdir(r, e, &c, req);
+  else sd_reply_connect_error(r, "unimplemented", "filesystem.Filesystem/%s is not implemented by sandboxd", method);
+  json_decref(req);
+}

@@ -1,0 +1,174 @@
+/* main.c — sandboxd: a local, E2B-compatible sandbox server.
+ *   sandboxd --listen 127.0.0.1:PORT [--api-key KEY] [--state-dir DIR]
+ * Serves the control plane and envd on one address, in the foreground, until SIGTERM/SIGINT;
+ * then every sandbox is destroyed and it exits 0. */
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "control.h"
+#include "registry.h"
+#include "sandbox.h"
+#include "server.h"
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: sandboxd --listen HOST:PORT [--api-key e2b_HEX] [--state-dir DIR]\n"
+             "  Serves E2B's control plane and envd API on HOST:PORT (IPv4). Point the E2B SDK at it with\n"
+             "  E2B_API_URL=http://HOST:PORT E2B_SANDBOX_URL=http://HOST:PORT E2B_API_KEY=<key>.\n");
+}
+
+static int mkdir_p(const char *path, mode_t mode) {
+  char buf[4096];
+  if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -1;
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(buf, mode) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  return mkdir(buf, mode) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int default_state_dir(char *out, size_t len) {
+  const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+  if (xdg && *xdg) return snprintf(out, len, "%s/sandboxd", xdg) >= (int)len ? -1 : 0;
+  if (geteuid() == 0) return snprintf(out, len, "/var/lib/sandboxd") >= (int)len ? -1 : 0;
+  if (home && *home) return snprintf(out, len, "%s/.local/state/sandboxd", home) >= (int)len ? -1 : 0;
+  return -1;
+}
+
+static bool valid_key(const char *k) {
+  if (strncmp(k, "e2b_", 4) != 0 || !k[4]) return false;
+  for (const char *p = k + 4; *p; p++)
+    if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return false;
+  return strlen(k) < 200;
+}
+
+/* The key kept in <state>/api-key, created on first start. */
+static int load_or_make_key(const char *state_dir, char *key, size_t len) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/api-key", state_dir);
+  FILE *f = fopen(path, "r");
+  if (f) {
+    bool ok = fgets(key, (int)len, f) != NULL;
+    fclose(f);
+    key[strcspn(key, "\r\n")] = '\0';
+    if (ok && valid_key(key)) return 0;
+    fprintf(stderr, "sandboxd: %s does not hold a valid key (e2b_<hex>); remove it to get a new one\n", path);
+    return -1;
+  }
+  unsigned char rnd[20];
+  if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) { perror("sandboxd: getrandom"); return -1; }
+  int n = snprintf(key, len, "e2b_");
+  for (size_t i = 0; i < sizeof rnd; i++) n += snprintf(key + n, len - (size_t)n, "%02x", rnd[i]);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 || write(fd, key, strlen(key)) != (ssize_t)strlen(key) || write(fd, "\n", 1) != 1) {
+    fprintf(stderr, "sandboxd: cannot write %s: %s\n", path, strerror(errno));
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  close(fd);
+  return 0;
+}
+
+static void report_caps(void) {
+  sbx_host_caps caps;
+  memset(&caps, 0, sizeof caps);
+  sbx_probe_host(&caps);
+  struct { bool ok; const char *name; } f[] = {
+    { caps.userns, "user namespaces" }, { caps.overlay, "overlay root" }, { caps.pidns, "pid namespace" },
+    { caps.netns, "network namespace (allow_internet_access=false)" }, { caps.cgroup_pids, "cgroup pids limit" },
+    { caps.cgroup_memory, "cgroup memory limit" }, { caps.freezer, "freezer (pause)" },
+  };
+  char missing[512] = "";
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+    if (!f[i].ok) {
+      size_t n = strlen(missing);
+      snprintf(missing + n, sizeof missing - n, "%s%s", n ? ", " : "", f[i].name);
+    }
+  if (missing[0]) fprintf(stderr, "sandboxd: isolation features unavailable: %s%s%s\n", missing,
+                          caps.why[0] ? " — " : "", caps.why);
+  else fprintf(stderr, "sandboxd: every isolation feature is available\n");
+}
+
+int main(int argc, char **argv) {
+  const char *listen = NULL, *api_key = NULL, *state = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+    if (i + 1 >= argc || (strcmp(a, "--listen") && strcmp(a, "--api-key") && strcmp(a, "--state-dir"))) {
+      fprintf(stderr, "sandboxd: unknown or incomplete argument '%s'\n", a);
+      usage(stderr);
+      return 2;
+    }
+    const char *v = argv[++i];
+    if (!strcmp(a, "--listen")) listen = v;
+    else if (!strcmp(a, "--api-key")) api_key = v;
+    else state = v;
+  }
+  if (!listen) { fprintf(stderr, "sandboxd: --listen HOST:PORT is required\n"); usage(stderr); return 2; }
+  char host[64];
+  const char *colon = strrchr(listen, ':');
+  char *end;
+  long port = colon ? strtol(colon + 1, &end, 10) : -1;
+  if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof host || !colon[1] || *end || port < 0 || port > 65535) {
+    fprintf(stderr, "sandboxd: --listen '%s' must be IPV4:PORT, e.g. 127.0.0.1:49983\n", listen);
+    return 2;
+  }
+  snprintf(host, sizeof host, "%.*s", (int)(colon - listen), listen);
+  if (api_key && !valid_key(api_key)) {
+    fprintf(stderr, "sandboxd: --api-key must look like e2b_<lowercase hex> (the E2B SDK rejects anything else)\n");
+    return 2;
+  }
+  char state_dir[4096];
+  if (state) snprintf(state_dir, sizeof state_dir, "%s", state);
+  else if (default_state_dir(state_dir, sizeof state_dir)) { fprintf(stderr, "sandboxd: no state directory: pass --state-dir\n"); return 2; }
+  if (mkdir_p(state_dir, 0700)) { fprintf(stderr, "sandboxd: cannot create %s: %s\n", state_dir, strerror(errno)); return 1; }
+
+  char keybuf[256];
+  if (!api_key) {
+    if (load_or_make_key(state_dir, keybuf, sizeof keybuf)) return 1;
+    api_key = keybuf;
+  }
+
+  /* Upload buffers are large and short-lived: always mmap them so they go back to the system
+   * instead of staying in the many per-thread arenas. */
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+  umask(022);   /* files sandboxd creates for a sandbox get envd's modes (0644 / 0755) */
+  /* Every thread inherits this mask; main takes the signals with sigwait. */
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  sbx_cleanup_stale(state_dir);
+  report_caps();
+  control_init(state_dir);
+  if (reg_init(state_dir)) { fprintf(stderr, "sandboxd: cannot start the expiry thread\n"); return 1; }
+  char err[512];
+  if (sd_server_start(host, (int)port, api_key, err, sizeof err)) {
+    fprintf(stderr, "sandboxd: %s\n", err);
+    reg_shutdown();
+    return 1;
+  }
+  if (api_key == keybuf) printf("sandboxd api key: %s (kept in %s/api-key)\n", api_key, state_dir);
+  printf("sandboxd listening on http://%s:%d\n", host, sd_server_port());
+  fflush(stdout);
+
+  int sig = 0;
+  sigwait(&set, &sig);
+  fprintf(stderr, "sandboxd: %s: destroying every sandbox\n", strsignal(sig));
+  reg_shutdown();
+  sd_server_stop();
+  return 0;
+}

@@ -1,0 +1,362 @@
+/* paths.c — path resolution inside the sandbox root and EntryInfo (see paths.h). */
+#include "paths.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/capability.h>
+#include <sys/fsuid.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#define XATTR_PREFIX "user.e2b."
+#define XATTR_LIST_MAX_BYTES 65536
+
+int fs_ctx_init(fs_ctx *c, sbx_t *s, const char *user) {
+  memset(c, 0, sizeof *c);
+  c->sbx = s;
+  c->root = sbx_root_fd(s);
+  c->user = user;
+  if (sbx_lookup_user(user, &c->uid, &c->gid, &c->home) != 0) return -EINVAL;
+  c->host_uid = sbx_host_uid(s, c->uid);
+  c->host_gid = sbx_host_gid(s, c->gid);
+  return 0;
+}
+
+/* Appends component comp (length n) to out (absolute, clean), folding "." and "..". */
+static int push_comp(char *out, size_t outlen, size_t *len, const char *comp, size_t n) {
+  if (n == 0 || (n == 1 && comp[0] == '.')) return 0;
+  if (n == 2 && comp[0] == '.' && comp[1] == '.') {
+    while (*len > 1 && out[*len - 1] != '/') (*len)--;
+    if (*len > 1) (*len)--;                 /* drop the slash unless at "/" */
+    out[*len] = '\0';
+    return 0;
+  }
+  size_t need = *len + (*len > 1) + n + 1;
+  if (need > outlen) return -ENAMETOOLONG;
+  if (*len > 1) out[(*len)++] = '/';
+  memcpy(out + *len, comp, n);
+  *len += n;
+  out[*len] = '\0';
+  return 0;
+}
+
+static int push_path(char *out, size_t outlen, size_t *len, const char *p) {
+  while (*p) {
+    while (*p == '/') p++;
+    const char *e = p;
+    while (*e && *e != '/') e++;
+    int rc = push_comp(out, outlen, len, p, (size_t)(e - p));
+    if (rc) return rc;
+    p = e;
+  }
+  return 0;
+}
+
+int paths_resolve(const fs_ctx *c, const char *in, char *out, size_t outlen) {
+  if (outlen < 2) return -ENAMETOOLONG;
+  if (strlen(in) >= PATHS_MAX) return -ENAMETOOLONG;
+  out[0] = '/'; out[1] = '\0';
+  size_t len = 1;
+  int rc;
+  if (in[0] == '~' && (in[1] == '\0' || in[1] == '/')) {
+    if ((rc = push_path(out, outlen, &len, c->home))) return rc;
+    in++;
+  } else if (in[0] != '/') {
+    if ((rc = push_path(out, outlen, &len, c->home))) return rc;
+  }
+  return push_path(out, outlen, &len, in);
+}
+
+int paths_open(const fs_ctx *c, const char *abs, int flags, mode_t mode, uint64_t extra) {
+  struct open_how how = { .flags = (uint64_t)(flags | O_CLOEXEC), .mode = (flags & O_CREAT) ? mode : 0,
+                          .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | extra };
+  const char *rel = abs[0] == '/' && abs[1] ? abs + 1 : (abs[0] == '/' ? "." : abs);
+  long fd = syscall(SYS_openat2, c->root, rel, &how, sizeof how);
+  return fd < 0 ? -errno : (int)fd;
+}
+
+int paths_open_parent(const fs_ctx *c, const char *abs, char *name, size_t namelen) {
+  const char *slash = strrchr(abs, '/');
+  if (!slash || !slash[1]) return -EINVAL;
+  if (strlen(slash + 1) >= namelen) return -ENAMETOOLONG;
+  snprintf(name, namelen, "%s", slash + 1);
+  char parent[PATHS_MAX];
+  size_t n = (size_t)(slash - abs);
+  if (n == 0) n = 1;
+  if (n >= sizeof parent) return -ENAMETOOLONG;
+  memcpy(parent, abs, n);
+  parent[n] = '\0';
+  return paths_open(c, parent, O_PATH | O_DIRECTORY, 0, 0);
+}
+
+void paths_cred_enter(const fs_ctx *c, paths_cred *save) {
+  save->uid = setfsuid(c->host_uid);       /* per thread: the worker thread of this request */
+  save->gid = setfsgid(c->host_gid);
+  /* Leaving fsuid 0 drops the file capabilities from the effective set; raise them again so the
+   * request keeps envd's root powers (write anywhere, chown). */
+  struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+  struct __user_cap_data_struct d[2];
+  const unsigned fs_caps = 1u << CAP_CHOWN | 1u << CAP_DAC_OVERRIDE | 1u << CAP_DAC_READ_SEARCH |
+                           1u << CAP_FOWNER | 1u << CAP_FSETID;
+  if (syscall(SYS_capget, &h, d) == 0 && (d[0].permitted & fs_caps) != (d[0].effective & fs_caps)) {
+    d[0].effective |= d[0].permitted & fs_caps;
+    if (syscall(SYS_capset, &h, d) != 0) { /* without them creation still works where the user may write */ }
+  }
+}
+
+void paths_cred_leave(const paths_cred *save) {
+  setfsuid((uid_t)save->uid);
+  setfsgid((gid_t)save->gid);
+}
+
+static int mkdir_p(const fs_ctx *c, const char *abs, bool *created);
+int paths_mkdir_p(const fs_ctx *c, const char *abs, bool *created) {
+  paths_cred cr;
+  paths_cred_enter(c, &cr);
+  int rc = mkdir_p(c, abs, created);
+  paths_cred_leave(&cr);
+  return rc;
+}
+
+static int mkdir_p(const fs_ctx *c, const char *abs, bool *created) {
+  *created = false;
+  char prefix[PATHS_MAX];
+  size_t len = strlen(abs);
+  if (len >= sizeof prefix) return -ENAMETOOLONG;
+  for (size_t i = 1; i <= len; i++) {
+    if (i < len && abs[i] != '/') continue;
+    memcpy(prefix, abs, i);
+    prefix[i] = '\0';
+    int fd = paths_open(c, prefix, O_PATH | O_DIRECTORY, 0, 0);
+    if (fd >= 0) { close(fd); *created = false; continue; }
+    if (fd != -ENOENT) return fd;            /* -ENOTDIR when a level is a file */
+    char name[256];
+    int dfd = paths_open_parent(c, prefix, name, sizeof name);
+    if (dfd < 0) return dfd;
+    int rc = 0;
+    if (mkdirat(dfd, name, 0755) != 0 && errno != EEXIST) rc = -errno;
+    else if (fchownat(dfd, name, c->host_uid, c->host_gid, AT_SYMLINK_NOFOLLOW) != 0) rc = -errno;
+    else *created = true;
+    close(dfd);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+int paths_realpath(const fs_ctx *c, const char *abs, char *out, size_t outlen) {
+  /* todo holds what remains to walk; a symlink's target is put in front of it. */
+  char todo[PATHS_MAX * 2], cur[PATHS_MAX] = "/";
+  size_t curlen = 1;
+  if (strlen(abs) >= sizeof todo) return -ENAMETOOLONG;
+  snprintf(todo, sizeof todo, "%s", abs);
+  int hops = 0;
+  char *p = todo;
+  while (*p) {
+    while (*p == '/') p++;
+    if (!*p) break;
+    char *e = p;
+    while (*e && *e != '/') e++;
+    size_t n = (size_t)(e - p);
+    size_t save = curlen;
+    int rc = push_comp(cur, sizeof cur, &curlen, p, n);
+    if (rc) return rc;
+    p = e;
+    if (n <= 2 && p[-1] == '.' && (n == 1 || p[-2] == '.')) continue;
+    char name[256];
+    int dfd = paths_open_parent(c, cur, name, sizeof name);
+    if (dfd < 0) return dfd;
+    struct stat st;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) { int er = -errno; close(dfd); return er; }
+    if (!S_ISLNK(st.st_mode)) { close(dfd); continue; }
+    char target[PATHS_MAX];
+    ssize_t tl = readlinkat(dfd, name, target, sizeof target - 1);
+    close(dfd);
+    if (tl < 0) return -errno;
+    target[tl] = '\0';
+    if (++hops > 40) return -ELOOP;
+    char rest[PATHS_MAX * 2];
+    size_t pl = strlen(p);
+    if ((size_t)tl + pl + 2 > sizeof rest) return -ENAMETOOLONG;
+    memcpy(rest, target, (size_t)tl);
+    rest[tl] = '/';
+    memcpy(rest + tl + 1, p, pl + 1);
+    memcpy(todo, rest, (size_t)tl + pl + 2);
+    p = todo;
+    if (target[0] == '/') { cur[0] = '/'; cur[1] = '\0'; curlen = 1; }
+    else { curlen = save; cur[curlen] = '\0'; }
+  }
+  if (curlen + 1 > outlen) return -ENAMETOOLONG;
+  snprintf(out, outlen, "%s", cur);
+  return 0;
+}
+
+/* Go's FileMode.String() for an lstat mode: type letters, then rwxrwxrwx. */
+static void go_mode_string(mode_t m, char *out) {
+  size_t i = 0;
+  if (S_ISDIR(m)) out[i++] = 'd';
+  if (S_ISLNK(m)) out[i++] = 'L';
+  if (S_ISBLK(m) || S_ISCHR(m)) out[i++] = 'D';
+  if (S_ISFIFO(m)) out[i++] = 'p';
+  if (S_ISSOCK(m)) out[i++] = 'S';
+  if (m & S_ISUID) out[i++] = 'u';
+  if (m & S_ISGID) out[i++] = 'g';
+  if (S_ISCHR(m)) out[i++] = 'c';
+  if (m & S_ISVTX) out[i++] = 't';
+  if (i == 0) out[i++] = '-';
+  static const char rwx[] = "rwxrwxrwx";
+  for (int b = 0; b < 9; b++) out[i++] = (m & (1u << (8 - b))) ? rwx[b] : '-';
+  out[i] = '\0';
+}
+
+static void id_name(uid_t id, uid_t host_root, uid_t host_user, char *out, size_t outlen) {
+  if (id == host_root) snprintf(out, outlen, "root");
+  else if (id == host_user) snprintf(out, outlen, "user");
+  else if (host_root == 0) snprintf(out, outlen, "%u", (unsigned)id);           /* identity map */
+  else if (id > host_root && id - host_root < 65536) snprintf(out, outlen, "%u", (unsigned)(id - host_root));
+  else snprintf(out, outlen, "nobody");                                          /* unmapped: overflow id inside */
+}
+
+void paths_owner_name(const fs_ctx *c, uid_t id, char *out, size_t outlen) {
+  id_name(id, sbx_host_uid(c->sbx, 0), sbx_host_uid(c->sbx, 1000), out, outlen);
+}
+void paths_group_name(const fs_ctx *c, gid_t id, char *out, size_t outlen) {
+  id_name(id, sbx_host_gid(c->sbx, 0), sbx_host_gid(c->sbx, 1000), out, outlen);
+}
+
+static json_t *timestamp(const struct timespec *ts) {
+  time_t t = ts->tv_sec;
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  char buf[64];
+  int n = snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year + 1900, tm.tm_mon + 1,
+                   tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+  long ns = ts->tv_nsec;   /* protobuf JSON: 0, 3, 6 or 9 fractional digits */
+  if (ns % 1000000 == 0 && ns) snprintf(buf + n, sizeof buf - (size_t)n, ".%03ldZ", ns / 1000000);
+  else if (ns % 1000 == 0 && ns) snprintf(buf + n, sizeof buf - (size_t)n, ".%06ldZ", ns / 1000);
+  else if (ns) snprintf(buf + n, sizeof buf - (size_t)n, ".%09ldZ", ns);
+  else snprintf(buf + n, sizeof buf - (size_t)n, "Z");
+  return json_string(buf);
+}
+
+static int proc_fd_path(int fd, char *buf, size_t len) {
+  return snprintf(buf, len, "/proc/self/fd/%d", fd) >= (int)len ? -1 : 0;
+}
+
+json_t *paths_metadata(int fd) {
+  json_t *md = json_object();
+  char p[64];
+  if (!md || proc_fd_path(fd, p, sizeof p)) return md;
+  /* Through /proc/self/fd: works for O_PATH fds and follows to the inode itself. */
+  ssize_t n = listxattr(p, NULL, 0);
+  if (n <= 0 || n > XATTR_LIST_MAX_BYTES) return md;
+  char *names = malloc((size_t)n);
+  if (!names) return md;
+  n = listxattr(p, names, (size_t)n);
+  for (ssize_t off = 0; n > 0 && off < n; off += (ssize_t)strlen(names + off) + 1) {
+    const char *nm = names + off;
+    if (strncmp(nm, XATTR_PREFIX, strlen(XATTR_PREFIX)) != 0) continue;
+    char val[4097];
+    ssize_t vl = getxattr(p, nm, val, sizeof val - 1);
+    if (vl < 0) continue;
+    val[vl] = '\0';
+    json_t *s = json_stringn(val, (size_t)vl);
+    if (s) json_object_set_new(md, nm + strlen(XATTR_PREFIX), s);
+  }
+  free(names);
+  return md;
+}
+
+int paths_set_metadata(int fd, json_t *md) {
+  char p[64];
+  if (proc_fd_path(fd, p, sizeof p)) return -EINVAL;
+  ssize_t n = listxattr(p, NULL, 0);
+  if (n > 0 && n <= XATTR_LIST_MAX_BYTES) {
+    char *names = malloc((size_t)n);
+    if (!names) return -ENOMEM;
+    n = listxattr(p, names, (size_t)n);
+    for (ssize_t off = 0; n > 0 && off < n; off += (ssize_t)strlen(names + off) + 1)
+      if (strncmp(names + off, XATTR_PREFIX, strlen(XATTR_PREFIX)) == 0 && removexattr(p, names + off) != 0 &&
+          errno != ENODATA) {
+        int er = -errno;
+        free(names);
+        return er;
+      }
+    free(names);
+  }
+  const char *k;
+  json_t *v;
+  json_object_foreach(md, k, v) {
+    char name[300];
+    if (snprintf(name, sizeof name, XATTR_PREFIX "%s", k) >= (int)sizeof name) return -ENAMETOOLONG;
+    const char *s = json_string_value(v);
+    if (setxattr(p, name, s, strlen(s), 0) != 0) return -errno;
+  }
+  return 0;
+}
+
+json_t *paths_entry(const fs_ctx *c, int dirfd, const char *name, const char *display) {
+  struct stat st;
+  if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return NULL;
+  const char *slash = strrchr(display, '/');
+  const char *base = slash && slash[1] ? slash + 1 : "/";
+  mode_t tmode = st.st_mode;       /* the type and permissions reported: the target's for a symlink */
+  char target[PATHS_MAX] = "";
+  if (S_ISLNK(st.st_mode)) {
+    int fd = paths_open(c, display, O_PATH, 0, 0);
+    struct stat ts;
+    if (fd >= 0 && fstat(fd, &ts) == 0) tmode = ts.st_mode;
+    else tmode = 0;                /* dangling: no type */
+    if (fd >= 0) close(fd);
+    if (paths_realpath(c, display, target, sizeof target) != 0) snprintf(target, sizeof target, "%s", display);
+  }
+  const char *type = S_ISREG(tmode) ? "FILE_TYPE_FILE" : S_ISDIR(tmode) ? "FILE_TYPE_DIRECTORY" : NULL;
+  char perms[32], owner[32], group[32], size[32];
+  go_mode_string(st.st_mode, perms);
+  paths_owner_name(c, st.st_uid, owner, sizeof owner);
+  paths_group_name(c, st.st_gid, group, sizeof group);
+  snprintf(size, sizeof size, "%lld", (long long)st.st_size);
+  json_t *e = json_pack("{s:s,s:s,s:s,s:i,s:s,s:s,s:s}", "name", base, "path", display, "size", size,
+                        "mode", (int)(tmode & 0777), "permissions", perms, "owner", owner, "group", group);
+  if (!e) { errno = EILSEQ; return NULL; }   /* names that are not UTF-8 cannot travel in JSON */
+  if (type) json_object_set_new(e, "type", json_string(type));
+  if (st.st_mtim.tv_sec || st.st_mtim.tv_nsec) json_object_set_new(e, "modifiedTime", timestamp(&st.st_mtim));
+  if (target[0]) json_object_set_new(e, "symlinkTarget", json_string(target));
+  if (!S_ISLNK(st.st_mode)) {
+    int fd = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      json_t *md = paths_metadata(fd);
+      close(fd);
+      if (md && json_object_size(md)) json_object_set_new(e, "metadata", md);
+      else json_decref(md);
+    }
+  }
+  return e;
+}
+
+json_t *paths_entry_at(const fs_ctx *c, const char *abs) {
+  if (strcmp(abs, "/") == 0) {
+    int fd = paths_open(c, "/", O_PATH | O_DIRECTORY, 0, 0);
+    if (fd < 0) { errno = -fd; return NULL; }
+    json_t *e = paths_entry(c, fd, ".", "/");
+    int er = errno;
+    close(fd);
+    errno = er;
+    return e;
+  }
+  char name[256];
+  int dfd = paths_open_parent(c, abs, name, sizeof name);
+  if (dfd < 0) { errno = -dfd; return NULL; }
+  json_t *e = paths_entry(c, dfd, name, abs);
+  int er = errno;
+  close(dfd);
+  errno = er;
+  return e;
+}

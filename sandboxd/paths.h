@@ -1,0 +1,61 @@
+/* paths.h — every request path is resolved INSIDE the sandbox root (openat2 RESOLVE_IN_ROOT), and
+ * EntryInfo (reference §5.4) is built from what the sandbox's processes would see. Functions
+ * return 0 / an fd, or -errno. */
+#ifndef SANDBOXD_PATHS_H
+#define SANDBOXD_PATHS_H
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include "sandbox.h"
+
+#define PATHS_MAX 4096
+
+typedef struct {
+  sbx_t *sbx;
+  int root;                 /* sbx_root_fd */
+  const char *user;
+  uid_t uid; gid_t gid;     /* inside */
+  uid_t host_uid; gid_t host_gid;
+  const char *home;
+} fs_ctx;
+
+/* -EINVAL: unknown user. */
+int fs_ctx_init(fs_ctx *c, sbx_t *s, const char *user);
+
+/* "~", "~/x", relative (against home) → a clean absolute path ("." and ".." folded lexically).
+ * -EINVAL for NUL bytes, -ENAMETOOLONG. */
+int paths_resolve(const fs_ctx *c, const char *in, char *out, size_t outlen);
+
+/* openat2(root, abs, flags, mode, RESOLVE_IN_ROOT|RESOLVE_NO_MAGICLINKS|extra). */
+int paths_open(const fs_ctx *c, const char *abs, int flags, mode_t mode, uint64_t extra_resolve);
+/* O_PATH|O_DIRECTORY fd of abs's parent and its last component in name; -EINVAL for "/". */
+int paths_open_parent(const fs_ctx *c, const char *abs, char *name, size_t namelen);
+/* mkdir -p: every missing level 0755 owned by the user. *created = the last level was made.
+ * -ENOTDIR when a level exists and is not a directory. */
+int paths_mkdir_p(const fs_ctx *c, const char *abs, bool *created);
+/* Symlinks evaluated inside the root (like EvalSymlinks); -ENOENT if some level is missing. */
+int paths_realpath(const fs_ctx *c, const char *abs, char *out, size_t outlen);
+
+/* Files sandboxd creates from the host must be created with an id the sandbox's filesystem maps
+ * (creating as host root fails with EOVERFLOW on a user-namespace overlay): enter switches this
+ * thread's fsuid/fsgid to the user's host ids and keeps root's file capabilities; leave undoes it. */
+typedef struct { int uid, gid; } paths_cred;
+void paths_cred_enter(const fs_ctx *c, paths_cred *save);
+void paths_cred_leave(const paths_cred *save);
+
+/* EntryInfo (RPC flavour) of dirfd/name displayed as `display` (absolute). NULL + errno. */
+json_t *paths_entry(const fs_ctx *c, int dirfd, const char *name, const char *display);
+/* The same for an absolute path (lstat of the last component). */
+json_t *paths_entry_at(const fs_ctx *c, const char *abs);
+
+/* user.e2b.* xattrs of the inode behind fd as {"k":"v"}; an empty object when none. */
+json_t *paths_metadata(int fd);
+/* Replace the whole user.e2b.* set of fd's inode with md (object of strings, may be NULL). */
+int paths_set_metadata(int fd, json_t *md);
+
+/* uid/gid as seen from the host → name inside the sandbox ("root", "user", or a number). */
+void paths_owner_name(const fs_ctx *c, uid_t host_uid, char *out, size_t outlen);
+void paths_group_name(const fs_ctx *c, gid_t host_gid, char *out, size_t outlen);
+#endif

@@ -1,0 +1,63 @@
+/* registry.h — the table of live sandboxes: ids, envd tokens, lease expiry, pause state.
+ * One mutex guards the table; an entry is reference-counted so a sandbox that is being killed is
+ * never used after it is freed: reg_kill unlinks it, ends its streams, waits for every other
+ * holder to let go, then destroys it. */
+#ifndef SANDBOXD_REGISTRY_H
+#define SANDBOXD_REGISTRY_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+#include "sandbox.h"
+
+typedef struct reg_entry reg_entry;
+
+typedef struct {
+  int64_t timeout_s;            /* lease length from now */
+  json_t *metadata;             /* object of strings (borrowed; copied) */
+  const char *const *envs;      /* NULL-terminated "NAME=VALUE" (borrowed) */
+  bool secure, internet, auto_pause;
+} reg_create_opts;
+
+/* Snapshot of an entry for the control plane (no pointers into the entry). */
+typedef struct {
+  char id[32], token[40];
+  bool secure, internet, auto_pause, paused;
+  int64_t started_ms, end_ms;
+  uint64_t seq;                 /* creation order: larger is newer */
+  json_t *metadata;             /* new reference, caller decrefs */
+} reg_info;
+
+int  reg_init(const char *state_dir);           /* starts the expiry thread */
+void reg_shutdown(void);                        /* kills every sandbox, stops the thread */
+
+/* 0 and *info filled, or -1 with err (sbx_create's reason). */
+int  reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errlen);
+reg_entry *reg_get(const char *id);             /* new reference or NULL (unknown or dying) */
+void reg_put(reg_entry *e);
+int  reg_kill(const char *id);                  /* 0 killed, -1 unknown */
+void reg_info_of(reg_entry *e, reg_info *info);
+
+/* Lease: set_timeout replaces the end time; connect extends only and resumes a paused sandbox
+ * (*resumed = true). Both return -1 for an unknown id, -2 when resuming failed. */
+int  reg_set_timeout(const char *id, int64_t timeout_s);
+int  reg_connect(const char *id, int64_t timeout_s, bool *resumed, reg_info *info);
+int  reg_pause(const char *id);                 /* 0, -1 unknown, -2 already paused, -3 freeze failed */
+
+/* Every entry, newest first; the caller frees with reg_list_free. */
+reg_info *reg_list(size_t *n);
+void reg_list_free(reg_info *v, size_t n);
+
+/* Accessors for envd handlers (entry held). */
+sbx_t *reg_sbx(reg_entry *e);
+const char *reg_id(const reg_entry *e);
+const char *reg_token(const reg_entry *e);      /* NULL when the sandbox is not secure */
+bool reg_paused(reg_entry *e);
+bool reg_dying(reg_entry *e);                   /* set once a kill started: long handlers stop */
+int  reg_kill_fd(reg_entry *e);                 /* eventfd that becomes readable when a kill starts (poll it) */
+
+/* Find the secure sandbox whose token makes `match(token, cls)` true; new reference or NULL. */
+reg_entry *reg_find_by_token(bool (*match)(const char *token, void *cls), void *cls);
+
+int64_t reg_now_ms(void);
+#endif

@@ -1,0 +1,634 @@
+/* sandbox.c — create/destroy one sandbox: namespaces, id maps, cgroups, the init, the layers. */
+#include "sandbox.h"
+
+#include "init.h"
+#include "process.h"
+#include "template.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <poll.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SBX_UID_BASE 100000u
+#define SBX_UID_COUNT 65536u
+#define SBX_READY_TIMEOUT_MS 30000   /* safety net only: setup normally takes milliseconds */
+#define CG_ROOT "/sys/fs/cgroup"
+
+enum { CG_PIDS, CG_MEMORY, CG_FREEZER, CG_N };
+static const char *const CG_NAMES[CG_N] = {"pids", "memory", "freezer"};
+
+struct sbx {
+  char id[65];
+  char dir[4096];              /* <state_dir>/sandboxes/<id> */
+  char cg[CG_N][512];          /* "" when the controller is not used */
+  pid_t init_pid;              /* host pid of the sandbox's pid 1 */
+  int root_fd;
+  bool privileged;             /* full 65536-id range (sandboxd runs as root) */
+  uid_t uid0;                  /* host uid of inner root when !privileged */
+  gid_t gid0;
+  bool killed;
+  pthread_mutex_t mu;
+  ptab *pt;
+};
+
+/* Path formatting; state_dir is bounded at create, so truncation means a bug: fail closed. */
+__attribute__((format(printf, 3, 4))) static int xfmt(char *buf, size_t cap, const char *f, ...) {
+  va_list ap;
+  va_start(ap, f);
+  int n = vsnprintf(buf, cap, f, ap);
+  va_end(ap);
+  if (n < 0 || (size_t)n >= cap) { buf[0] = 0; return -1; }
+  return 0;
+}
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+int sbx_lookup_user(const char *name, uid_t *uid, gid_t *gid, const char **home) {
+  if (!name) return -1;
+  if (!strcmp(name, "root")) { *uid = 0; *gid = 0; *home = "/root"; return 0; }
+  if (!strcmp(name, "user")) { *uid = 1000; *gid = 1000; *home = "/home/user"; return 0; }
+  return -1;
+}
+
+static uid_t map_uid(bool priv, uid_t uid0, uid_t inner) {
+  if (priv) return inner < SBX_UID_COUNT ? SBX_UID_BASE + inner : (uid_t)-1;
+  return inner == 0 ? uid0 : (uid_t)-1;
+}
+uid_t sbx_host_uid(const sbx_t *s, uid_t inner) { return map_uid(s->privileged, s->uid0, inner); }
+gid_t sbx_host_gid(const sbx_t *s, gid_t inner) { return (gid_t)map_uid(s->privileged, (uid_t)s->gid0, (uid_t)inner); }
+int sbx_root_fd(sbx_t *s) { return s->root_fd; }
+ptab *sbx_ptab(sbx_t *s) { return s->pt; }
+
+/* ---- small file helpers ---- */
+static int write_str(const char *path, const char *s) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  size_t len = strlen(s);
+  ssize_t w = write(fd, s, len);
+  int e = errno;
+  close(fd);
+  if (w != (ssize_t)len) { errno = w < 0 ? e : EIO; return -1; }
+  return 0;
+}
+
+static int read_str(const char *path, char *buf, size_t cap) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, cap - 1);
+  close(fd);
+  if (n < 0) return -1;
+  buf[n] = 0;
+  return 0;
+}
+
+/* Sandboxes of different state dirs (parallel test runs) get separate cgroup parents. */
+static void cg_parent(const char *state_dir, char *out, size_t cap) {
+  char real[4096];
+  const char *p = realpath(state_dir, real) ? real : state_dir;
+  uint64_t h = 1469598103934665603ull;
+  for (; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  snprintf(out, cap, "sandboxd-%016llx", (unsigned long long)h);
+}
+
+static bool cg_available(int c) {
+  char p[128];
+  xfmt(p, sizeof p, CG_ROOT "/%s/cgroup.procs", CG_NAMES[c]);
+  return access(p, W_OK) == 0;
+}
+
+void sbx_probe_host(sbx_host_caps *caps) {
+  memset(caps, 0, sizeof *caps);
+  size_t off = 0;
+#define WHY(...) do { if (off < sizeof caps->why) off += (size_t)snprintf(caps->why + off, sizeof caps->why - off, __VA_ARGS__); } while (0)
+  static const int flags[2] = {CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC, CLONE_NEWUSER | CLONE_NEWNET};
+  int errs[2];
+  for (int i = 0; i < 2; i++) {
+    long pid = syscall(SYS_clone, (unsigned long)flags[i] | SIGCHLD, 0, 0, 0, 0);
+    if (pid == 0) syscall(SYS_exit_group, 0);
+    errs[i] = pid < 0 ? errno : 0;
+    if (pid > 0) while (waitpid((pid_t)pid, NULL, 0) < 0 && errno == EINTR) {}
+  }
+  caps->userns = caps->pidns = errs[0] == 0;
+  if (errs[0]) WHY("user/mount/pid/uts/ipc namespaces: %s (kernel.unprivileged_userns_clone or user.max_user_namespaces?); ", strerror(errs[0]));
+  caps->netns = errs[1] == 0;
+  if (errs[1]) WHY("network namespace: %s; ", strerror(errs[1]));
+  char fs[8192] = "";
+  caps->overlay = read_str("/proc/filesystems", fs, sizeof fs) == 0 && strstr(fs, "\toverlay\n");
+  if (!caps->overlay) WHY("overlay file system not available; ");
+  caps->cgroup_pids = cg_available(CG_PIDS);
+  caps->cgroup_memory = cg_available(CG_MEMORY);
+  caps->freezer = cg_available(CG_FREEZER);
+  if (!caps->cgroup_pids) WHY("no writable cgroup v1 pids controller: no process limit; ");
+  if (!caps->cgroup_memory) WHY("no writable cgroup v1 memory controller: no memory limit; ");
+  if (!caps->freezer) WHY("no writable cgroup v1 freezer: pause uses SIGSTOP; ");
+  if (geteuid() != 0) WHY("not root: a single id is mapped, so commands for 'user' run as root inside (= your uid outside); ");
+#undef WHY
+}
+
+/* ---- cgroups ---- */
+static void cg_remove(sbx_t *s) {
+  for (int c = 0; c < CG_N; c++) {
+    if (!s->cg[c][0]) continue;
+    if (rmdir(s->cg[c]) != 0 && errno != ENOENT)
+      fprintf(stderr, "sandboxd: sandbox %s: rmdir %s: %s\n", s->id, s->cg[c], strerror(errno));
+    /* The per-state-dir parent goes with its last sandbox (EBUSY while others live). */
+    char *slash = strrchr(s->cg[c], '/');
+    if (slash) { *slash = 0; (void)rmdir(s->cg[c]); }
+    s->cg[c][0] = 0;
+  }
+}
+
+static int cg_setup(sbx_t *s, const sbx_config *cfg, char *err, size_t errlen) {
+  char parent[64];
+  cg_parent(cfg->state_dir, parent, sizeof parent);
+  for (int c = 0; c < CG_N; c++) {
+    if (!cg_available(c)) continue;
+    char p[512], v[64];
+    xfmt(p, sizeof p, CG_ROOT "/%s/%s", CG_NAMES[c], parent);
+    xfmt(s->cg[c], sizeof s->cg[c], "%s/%s", p, s->id);
+    int rc = -1;
+    /* Retry: a concurrent destroy may remove the empty parent between the two mkdirs. */
+    for (int tries = 0; rc != 0 && tries < 5; tries++) {
+      if (mkdir(p, 0755) != 0 && errno != EEXIST) break;
+      rc = mkdir(s->cg[c], 0755);
+      if (rc != 0 && errno != ENOENT) break;
+    }
+    if (rc != 0) { s->cg[c][0] = 0; goto fail; }
+    if (c == CG_PIDS) {
+      xfmt(p, sizeof p, "%s/pids.max", s->cg[c]);
+      snprintf(v, sizeof v, "%ld", cfg->pids_max > 0 ? cfg->pids_max : SBX_DEFAULT_PIDS_MAX);
+      if (write_str(p, v) != 0) goto fail;
+    } else if (c == CG_MEMORY) {
+      xfmt(p, sizeof p, "%s/memory.limit_in_bytes", s->cg[c]);
+      snprintf(v, sizeof v, "%ld", (cfg->memory_mb > 0 ? cfg->memory_mb : SBX_DEFAULT_MEMORY_MB) * 1048576L);
+      if (write_str(p, v) != 0) goto fail;
+    }
+    continue;
+  fail:
+    seterr(err, errlen, "cgroup %s: %s: %s", CG_NAMES[c], p, strerror(errno));
+    cg_remove(s);
+    return -1;
+  }
+  return 0;
+}
+
+static int cg_attach(sbx_t *s, pid_t pid, char *err, size_t errlen) {
+  char p[600], v[32];
+  snprintf(v, sizeof v, "%d", (int)pid);
+  for (int c = 0; c < CG_N; c++) {
+    if (!s->cg[c][0]) continue;
+    xfmt(p, sizeof p, "%s/cgroup.procs", s->cg[c]);
+    if (write_str(p, v) != 0) { seterr(err, errlen, "cgroup attach %s: %s", p, strerror(errno)); return -1; }
+  }
+  return 0;
+}
+
+static int freezer_set(sbx_t *s, const char *state) {
+  char p[600], cur[64];
+  xfmt(p, sizeof p, "%s/freezer.state", s->cg[CG_FREEZER]);
+  if (write_str(p, state) != 0) return -1;
+  /* FREEZING → FROZEN is asynchronous; wait for the kernel to confirm (bounded). */
+  for (int i = 0; i < 5000; i++) {
+    if (read_str(p, cur, sizeof cur) != 0) return -1;
+    if (!strncmp(cur, state, strlen(state))) return 0;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  errno = ETIMEDOUT;
+  return -1;
+}
+
+int sbx_pause(sbx_t *s) {
+  if (s->cg[CG_FREEZER][0]) return freezer_set(s, "FROZEN");
+  return ptab_killall(s->pt, SIGSTOP);
+}
+
+int sbx_resume(sbx_t *s) {
+  if (s->cg[CG_FREEZER][0]) return freezer_set(s, "THAWED");
+  return ptab_killall(s->pt, SIGCONT);
+}
+
+void sbx_kill_init(sbx_t *s) {
+  pthread_mutex_lock(&s->mu);
+  if (!s->killed && s->init_pid > 0) {
+    kill(s->init_pid, SIGKILL);
+    /* Frozen tasks only die once thawed. */
+    if (s->cg[CG_FREEZER][0]) (void)freezer_set(s, "THAWED");
+    while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR) {}
+    s->killed = true;   /* the kernel has reaped the whole pid namespace before init is reaped */
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* The init image: sandboxd-init next to the sandboxd binary when it exists (tiny, static: fast
+ * to exec and no library constructors running inside the sandbox), else sandboxd itself. */
+static int init_exe_fd(void) {
+  char self[4096], path[4200];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = 0;
+    char *slash = strrchr(self, '/');
+    if (slash) {
+      *slash = 0;
+      if (xfmt(path, sizeof path, "%s/sandboxd-init", self) == 0 && access(path, X_OK) == 0) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) return fd;
+      }
+    }
+  }
+  return open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+}
+
+/* ---- idmapped lower layers ----
+ * Host /usr seen through an idmapped mount (host 0 → 100000, i.e. root inside), so that sandbox
+ * root owns the system files it sees and may change them (copy-up into its own upper layer).
+ * Without it they show as nobody and are read-only even for sandbox root. Root mode only. */
+static pthread_mutex_t idmap_mu = PTHREAD_MUTEX_INITIALIZER;
+static int idmap_userns = -2;   /* -2 not tried, -1 unavailable */
+
+static int idmap_userns_fd(void) {
+  pthread_mutex_lock(&idmap_mu);
+  if (idmap_userns == -2) {
+    idmap_userns = -1;
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) == 0) {
+      /* A throwaway process gives us a user namespace with the sandbox mapping. */
+      long pid = syscall(SYS_clone, (unsigned long)CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0);
+      if (pid == 0) {
+        char c;
+        syscall(SYS_read, p[0], &c, 1);
+        syscall(SYS_exit_group, 0);
+      }
+      if (pid > 0) {
+        char path[64], map[64];
+        snprintf(map, sizeof map, "0 %u %u\n", SBX_UID_BASE, SBX_UID_COUNT);
+        snprintf(path, sizeof path, "/proc/%ld/uid_map", pid);
+        int ok = write_str(path, map) == 0;
+        snprintf(path, sizeof path, "/proc/%ld/gid_map", pid);
+        ok = ok && write_str(path, map) == 0;
+        snprintf(path, sizeof path, "/proc/%ld/ns/user", pid);
+        if (ok) idmap_userns = open(path, O_RDONLY | O_CLOEXEC);
+        if (idmap_userns < 0) idmap_userns = -1;
+        if (write(p[1], "x", 1) < 0) kill((pid_t)pid, SIGKILL);
+        while (waitpid((pid_t)pid, NULL, 0) < 0 && errno == EINTR) {}
+      }
+      close(p[0]);
+      close(p[1]);
+    }
+  }
+  int fd = idmap_userns;
+  pthread_mutex_unlock(&idmap_mu);
+  return fd;
+}
+
+/* A detached, idmapped clone of host /<name>, or -1 (then the plain host directory is used). */
+static int idmapped_tree(const char *name) {
+  int ns = idmap_userns_fd();
+  if (ns < 0) return -1;
+  char path[64];
+  snprintf(path, sizeof path, "/%s", name);
+  int fd = (int)syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (fd < 0) return -1;
+  struct mount_attr attr;
+  memset(&attr, 0, sizeof attr);
+  attr.attr_set = MOUNT_ATTR_IDMAP;
+  attr.userns_fd = (uint64_t)ns;
+  if (syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) { close(fd); return -1; }
+  return fd;
+}
+
+/* ---- layers ---- */
+static int mkdir_owned(const char *p, mode_t mode, uid_t u, gid_t g) {
+  if (mkdir(p, mode) != 0) return -1;
+  if (chown(p, u, g) != 0 && errno != EPERM) return -1;
+  return 0;
+}
+
+static bool valid_id(const char *id) {
+  size_t n = id ? strlen(id) : 0;
+  if (n == 0 || n > 64) return false;
+  for (size_t i = 0; i < n; i++)
+    if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9'))) return false;
+  return true;
+}
+
+static long long proc_starttime(pid_t pid) {
+  char p[64], buf[1024];
+  xfmt(p, sizeof p, "/proc/%d/stat", (int)pid);
+  if (read_str(p, buf, sizeof buf) != 0) return -1;
+  char *q = strrchr(buf, ')');   /* comm may contain spaces */
+  if (!q) return -1;
+  int field = 2;
+  for (q++; *q && field < 22; q++)
+    if (*q == ' ') field++;
+  return field == 22 ? strtoll(q, NULL, 10) : -1;
+}
+
+int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  *out = NULL;
+  if (!cfg || !valid_id(cfg->id)) { seterr(err, errlen, "invalid sandbox id"); return -1; }
+  if (!cfg->state_dir || cfg->state_dir[0] != '/' || strlen(cfg->state_dir) > 3000) {
+    seterr(err, errlen, "state dir must be an absolute path shorter than 3000 bytes");
+    return -1;
+  }
+  sbx_t *s = calloc(1, sizeof *s);
+  if (!s) { seterr(err, errlen, "out of memory"); return -1; }
+  pthread_mutex_init(&s->mu, NULL);
+  snprintf(s->id, sizeof s->id, "%s", cfg->id);
+  s->root_fd = -1;
+  s->privileged = geteuid() == 0;
+  s->uid0 = geteuid();
+  s->gid0 = getegid();
+  uid_t ru = sbx_host_uid(s, 0), uu = sbx_host_uid(s, 1000);
+  gid_t rg = sbx_host_gid(s, 0), ug = sbx_host_gid(s, 1000);
+  if (uu == (uid_t)-1) { uu = ru; ug = rg; }
+  int sv[2] = {-1, -1}, exe_fd = -1, tpl_fd = -1, sbx_fd = -1, idfds[TPL_MAX_SYSDIRS], nidfds = 0;
+  bool dir_made = false;
+  tpl_info tpl;
+  if (tpl_ensure(cfg->state_dir, ru, rg, uu, ug, &tpl, err, errlen) != 0) goto fail;
+
+  char p[4200];
+  xfmt(p, sizeof p, "%s/sandboxes", cfg->state_dir);
+  if (mkdir(p, 0711) != 0 && errno != EEXIST) { seterr(err, errlen, "mkdir %s: %s", p, strerror(errno)); goto fail; }
+  xfmt(s->dir, sizeof s->dir, "%s/%s", p, s->id);
+  /* Owned by the sandbox's root: the init resolves its layers from here with its own credentials. */
+  if (mkdir_owned(s->dir, 0700, ru, rg) != 0) {
+    seterr(err, errlen, "mkdir %s: %s", s->dir, strerror(errno));
+    goto fail;
+  }
+  dir_made = true;
+  static const char *const sub[] = {"upper", "work", "merged", "upper/root", "work/root"};
+  for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) {
+    xfmt(p, sizeof p, "%s/%s", s->dir, sub[i]);
+    if (mkdir_owned(p, 0755, ru, rg) != 0) { seterr(err, errlen, "mkdir %s: %s", p, strerror(errno)); goto fail; }
+  }
+  /* "usr" (lower = host /usr) or "usr=<fd>" (lower = the idmapped tree passed as fd). */
+  char sysdirs[TPL_MAX_SYSDIRS * 32 + 1] = "";
+  for (int i = 0; i < tpl.nsys; i++) {
+    int ifd = s->privileged ? idmapped_tree(tpl.sys[i]) : -1;
+    for (int w = 0; w < 3; w++) {   /* upper/<d>, work/<d>, lower/<d> (staging mount point) */
+      if (w == 2) {
+        xfmt(p, sizeof p, "%s/lower", s->dir);
+        if (mkdir_owned(p, 0755, ru, rg) != 0 && errno != EEXIST) { seterr(err, errlen, "mkdir %s: %s", p, strerror(errno)); goto fail; }
+      }
+      xfmt(p, sizeof p, "%s/%s/%s", s->dir, w == 2 ? "lower" : w ? "work" : "upper", tpl.sys[i]);
+      if (mkdir_owned(p, 0755, ru, rg) != 0) {
+        seterr(err, errlen, "mkdir %s: %s", p, strerror(errno));
+        if (ifd >= 0) close(ifd);
+        goto fail;
+      }
+    }
+    char one[32];
+    if (ifd >= 0) { snprintf(one, sizeof one, "%s%s=%d", i ? "," : "", tpl.sys[i], ifd); idfds[nidfds++] = ifd; }
+    else snprintf(one, sizeof one, "%s%s", i ? "," : "", tpl.sys[i]);
+    strcat(sysdirs, one);
+  }
+  if (cg_setup(s, cfg, err, errlen) != 0) goto fail;
+
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    seterr(err, errlen, "socketpair: %s", strerror(errno));
+    goto fail;
+  }
+  /* Spawn requests carry argv+env in one packet: raise the limit where we may. */
+  for (int i = 0; i < 2; i++) {
+    int sz = (int)(2 * INIT_REQ_MAX + 65536);
+    if (setsockopt(sv[i], SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof sz) != 0)
+      (void)setsockopt(sv[i], SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+  }
+  exe_fd = init_exe_fd();
+  tpl_fd = open(tpl.root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  sbx_fd = open(s->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (exe_fd < 0 || tpl_fd < 0 || sbx_fd < 0) { seterr(err, errlen, "open init files: %s", strerror(errno)); goto fail; }
+
+  /* Everything the child needs is prepared here: after clone it only makes raw system calls
+   * (other sandboxd threads may hold libc locks that will never be released in the child). */
+  char a_ctl[16], a_tpl[16], a_sbx[16];
+  snprintf(a_ctl, sizeof a_ctl, "%d", sv[1]);
+  snprintf(a_tpl, sizeof a_tpl, "%d", tpl_fd);
+  snprintf(a_sbx, sizeof a_sbx, "%d", sbx_fd);
+  char *iargv[] = {SBX_INIT_ARGV0, a_ctl, a_tpl, a_sbx, s->id, cfg->internet ? "h" : "n",
+                   s->privileged ? "c" : "k", sysdirs, NULL};
+  char *ienv[] = {NULL};
+  unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | SIGCHLD;
+  if (!cfg->internet) flags |= CLONE_NEWNET;
+  long pid = syscall(SYS_clone, flags, 0, 0, 0, 0);
+  if (pid == 0) {
+    char go;
+    syscall(SYS_close, sv[0]);
+    if (syscall(SYS_read, sv[1], &go, 1) != 1) syscall(SYS_exit_group, 126);
+    /* Overlay refuses layers whose mounts belong to another mount namespace, so the layer
+     * directories are opened again here, in the new one, while we still have the host
+     * credentials that own the state directory; they replace the parent's fds. */
+    long nt = syscall(SYS_open, tpl.root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    long ns = syscall(SYS_open, s->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (nt < 0 || ns < 0 || syscall(SYS_dup3, nt, tpl_fd, 0) < 0 || syscall(SYS_dup3, ns, sbx_fd, 0) < 0)
+      syscall(SYS_exit_group, 124);
+    syscall(SYS_close, nt);
+    syscall(SYS_close, ns);
+    /* Root inside (host SBX_UID_BASE): without this, exec would drop the namespace's caps. */
+    if (syscall(SYS_setresgid, 0, 0, 0) != 0 || syscall(SYS_setresuid, 0, 0, 0) != 0) syscall(SYS_exit_group, 125);
+    syscall(SYS_fcntl, sv[1], F_SETFD, 0);
+    for (int i = 0; i < nidfds; i++) syscall(SYS_fcntl, idfds[i], F_SETFD, 0);
+    syscall(SYS_execveat, exe_fd, "", iargv, ienv, AT_EMPTY_PATH);
+    syscall(SYS_exit_group, 127);
+  }
+  if (pid < 0) { seterr(err, errlen, "clone: %s", strerror(errno)); goto fail; }
+  s->init_pid = (pid_t)pid;
+  close(sv[1]);
+  sv[1] = -1;
+  close(exe_fd);
+  close(tpl_fd);
+  close(sbx_fd);
+  exe_fd = tpl_fd = sbx_fd = -1;
+  for (; nidfds > 0; nidfds--) close(idfds[nidfds - 1]);
+
+  char map[64];
+  if (s->privileged) {
+    snprintf(map, sizeof map, "0 %u %u\n", SBX_UID_BASE, SBX_UID_COUNT);
+    xfmt(p, sizeof p, "/proc/%ld/uid_map", pid);
+    if (write_str(p, map) != 0) { seterr(err, errlen, "write uid_map: %s", strerror(errno)); goto fail; }
+    xfmt(p, sizeof p, "/proc/%ld/gid_map", pid);
+    if (write_str(p, map) != 0) { seterr(err, errlen, "write gid_map: %s", strerror(errno)); goto fail; }
+  } else {
+    xfmt(p, sizeof p, "/proc/%ld/setgroups", pid);
+    if (write_str(p, "deny") != 0) { seterr(err, errlen, "write setgroups: %s", strerror(errno)); goto fail; }
+    snprintf(map, sizeof map, "0 %u 1\n", (unsigned)s->uid0);
+    xfmt(p, sizeof p, "/proc/%ld/uid_map", pid);
+    if (write_str(p, map) != 0) { seterr(err, errlen, "write uid_map: %s", strerror(errno)); goto fail; }
+    snprintf(map, sizeof map, "0 %u 1\n", (unsigned)s->gid0);
+    xfmt(p, sizeof p, "/proc/%ld/gid_map", pid);
+    if (write_str(p, map) != 0) { seterr(err, errlen, "write gid_map: %s", strerror(errno)); goto fail; }
+  }
+  {
+    /* For sbx_cleanup_stale after a crash: pid + start time identify our init unambiguously. */
+    char info[64];
+    snprintf(info, sizeof info, "%ld %lld\n", pid, proc_starttime(s->init_pid));
+    xfmt(p, sizeof p, "%s/init.pid", s->dir);
+    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, info, strlen(info)) != (ssize_t)strlen(info)) {
+      seterr(err, errlen, "write %s: %s", p, strerror(errno));
+      if (fd >= 0) close(fd);
+      goto fail;
+    }
+    close(fd);
+  }
+  if (send(sv[0], "G", 1, MSG_NOSIGNAL) != 1) { seterr(err, errlen, "start init: %s", strerror(errno)); goto fail; }
+  /* Attaching to v1 cgroups can wait for an RCU grace period: overlap it with the init's setup.
+   * The init spawns nothing before READY, so every command starts inside the cgroups. */
+  if (cg_attach(s, s->init_pid, err, errlen) != 0) goto fail;
+  /* An OOM-killed init would take the whole sandbox down: let the kernel pick a command. */
+  xfmt(p, sizeof p, "/proc/%ld/oom_score_adj", pid);
+  (void)write_str(p, "-1000");
+  struct pollfd pf = {sv[0], POLLIN, 0};
+  int pr;
+  do pr = poll(&pf, 1, SBX_READY_TIMEOUT_MS); while (pr < 0 && errno == EINTR);
+  if (pr == 0) { seterr(err, errlen, "sandbox init not ready after %d ms", SBX_READY_TIMEOUT_MS); goto fail; }
+  init_msg m;
+  ssize_t n = recv(sv[0], &m, sizeof m, 0);
+  if (n != (ssize_t)sizeof m) {
+    int status = 0;
+    kill(s->init_pid, SIGKILL);
+    while (waitpid(s->init_pid, &status, 0) < 0 && errno == EINTR) {}
+    s->init_pid = 0;
+    seterr(err, errlen, "sandbox init exited during setup (wait status %d)", status);
+    goto fail;
+  }
+  if (m.type != INIT_MSG_READY) {
+    m.text[sizeof m.text - 1] = 0;
+    seterr(err, errlen, "sandbox setup failed: %s", m.type == INIT_MSG_FAILED ? m.text : "unexpected message");
+    goto fail;
+  }
+  xfmt(p, sizeof p, "/proc/%ld/root", pid);
+  s->root_fd = open(p, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (s->root_fd < 0) { seterr(err, errlen, "open sandbox root: %s", strerror(errno)); goto fail; }
+  s->pt = ptab_create(sv[0], cfg->envs, err, errlen);
+  sv[0] = -1;   /* owned by the table now, even on failure */
+  if (!s->pt) goto fail;
+  *out = s;
+  if (getenv("SANDBOXD_TRACE_CREATE")) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    m.text[sizeof m.text - 1] = 0;
+    fprintf(stderr, "sandboxd: sandbox %s ready in %.2f ms (init: %s)\n", s->id,
+            (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6, m.text);
+  }
+  return 0;
+fail:
+  for (int i = 0; i < 2; i++) if (sv[i] >= 0) close(sv[i]);
+  if (exe_fd >= 0) close(exe_fd);
+  if (tpl_fd >= 0) close(tpl_fd);
+  if (sbx_fd >= 0) close(sbx_fd);
+  for (; nidfds > 0; nidfds--) close(idfds[nidfds - 1]);
+  if (s->root_fd >= 0) close(s->root_fd);
+  if (s->init_pid > 0) {
+    kill(s->init_pid, SIGKILL);
+    while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR) {}
+  }
+  cg_remove(s);
+  if (dir_made) (void)tpl_rm_tree(s->dir);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+  return -1;
+}
+
+void sbx_destroy(sbx_t *s) {
+  if (!s) return;
+  process_kill_all(s);   /* kills init, ends every stream with its end event, joins the pump */
+  ptab_free(s->pt);
+  if (s->root_fd >= 0) close(s->root_fd);
+  cg_remove(s);
+  if (tpl_rm_tree(s->dir) != 0)
+    fprintf(stderr, "sandboxd: sandbox %s: removing %s: %s\n", s->id, s->dir, strerror(errno));
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+/* ---- leftovers of a crashed run ---- */
+static void kill_cgroup(const char *dir) {
+  char p[600], buf[65536];
+  xfmt(p, sizeof p, "%s/freezer.state", dir);
+  (void)write_str(p, "THAWED");
+  xfmt(p, sizeof p, "%s/cgroup.procs", dir);
+  for (int round = 0; round < 1000; round++) {
+    if (read_str(p, buf, sizeof buf) != 0 || !buf[0]) break;
+    for (char *save = NULL, *t = strtok_r(buf, "\n", &save); t; t = strtok_r(NULL, "\n", &save))
+      kill((pid_t)atoi(t), SIGKILL);
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+  if (rmdir(dir) != 0 && errno != ENOENT) fprintf(stderr, "sandboxd: cleanup: rmdir %s: %s\n", dir, strerror(errno));
+}
+
+void sbx_cleanup_stale(const char *state_dir) {
+  char parent[64], p[4200];
+  cg_parent(state_dir, parent, sizeof parent);
+  for (int c = 0; c < CG_N; c++) {
+    xfmt(p, sizeof p, CG_ROOT "/%s/%s", CG_NAMES[c], parent);
+    DIR *d = opendir(p);
+    if (!d) continue;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+      if (de->d_type != DT_DIR || de->d_name[0] == '.') continue;
+      char cg[4600];
+      xfmt(cg, sizeof cg, "%s/%s", p, de->d_name);
+      kill_cgroup(cg);
+    }
+    closedir(d);
+    (void)rmdir(p);
+  }
+  xfmt(p, sizeof p, "%s/sandboxes", state_dir);
+  DIR *d = opendir(p);
+  if (d) {
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+      if (de->d_name[0] == '.') continue;
+      char sd[4600], buf[64];
+      xfmt(sd, sizeof sd, "%s/%s/init.pid", p, de->d_name);
+      long pid = 0;
+      long long start = -1;
+      if (read_str(sd, buf, sizeof buf) == 0 && sscanf(buf, "%ld %lld", &pid, &start) == 2 && pid > 1 &&
+          proc_starttime((pid_t)pid) == start) {
+        kill((pid_t)pid, SIGKILL);   /* its pid namespace goes with it */
+        for (int i = 0; i < 1000 && proc_starttime((pid_t)pid) == start; i++) {
+          struct timespec ts = {0, 2000000};
+          nanosleep(&ts, NULL);
+        }
+      }
+      xfmt(sd, sizeof sd, "%s/%s", p, de->d_name);
+      if (tpl_rm_tree(sd) != 0) fprintf(stderr, "sandboxd: cleanup: removing %s: %s\n", sd, strerror(errno));
+    }
+    closedir(d);
+  }
+  /* Rebuild the template now rather than on the first create (it copies ~1 MB of /etc). */
+  sbx_t probe = {.privileged = geteuid() == 0, .uid0 = geteuid(), .gid0 = getegid()};
+  uid_t uu = sbx_host_uid(&probe, 1000);
+  gid_t ug = sbx_host_gid(&probe, 1000);
+  if (uu == (uid_t)-1) { uu = sbx_host_uid(&probe, 0); ug = sbx_host_gid(&probe, 0); }
+  tpl_info tpl;
+  char err[512];
+  if (tpl_ensure(state_dir, sbx_host_uid(&probe, 0), sbx_host_gid(&probe, 0), uu, ug, &tpl, err, sizeof err) != 0)
+    fprintf(stderr, "sandboxd: cleanup: %s\n", err);
+}

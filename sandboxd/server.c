@@ -1,0 +1,695 @@
+/* server.c — libmicrohttpd front: request collection, replies, streamed responses, routing.
+ *
+ * MHD runs one thread per connection. Once a request body is complete the connection thread
+ * starts a worker thread for the handler and waits until the handler has either produced a unary
+ * reply or opened a stream; it then queues the MHD response. A stream's bytes go through a
+ * bounded queue that the worker fills and MHD's content reader (on the connection thread)
+ * drains. The request is reference-counted (MHD + worker) because a client may disconnect while
+ * the handler still runs. */
+#include "server.h"
+
+#include <errno.h>
+#include <microhttpd.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <arpa/inet.h>
+
+#include "b64.h"
+#include "connect.h"
+#include "control.h"
+#include "files.h"
+#include "fsrpc.h"
+#include "registry.h"
+#include "sandbox.h"
+
+#define SD_MAX_BODY       (8u << 20)      /* JSON and RPC bodies */
+#define SD_MAX_UPLOAD     (512u << 20)    /* POST /files */
+#define SD_STREAM_QUEUE   (1u << 20)      /* pending bytes before sd_stream_send blocks */
+#define SD_MAX_KV         256             /* headers or query arguments kept per request */
+
+typedef struct { char *name, *value; } kv;
+
+struct sd_stream {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint8_t *buf;
+  size_t off, len, cap;          /* pending bytes are buf[off .. off+len) */
+  bool ended, closed;
+  int refs;                      /* worker + MHD response */
+  int fd;                        /* the client socket, to notice a hang-up while idle */
+};
+
+struct sd_request {
+  struct MHD_Connection *conn;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int refs;
+  char *method, *path;
+  kv headers[SD_MAX_KV]; size_t nheaders;
+  kv query[SD_MAX_KV]; size_t nquery;
+  uint8_t *body; size_t len, cap, limit;
+  bool too_large, started;
+  /* reply */
+  enum { R_PENDING, R_UNARY, R_STREAM } state;
+  int status;
+  char *ctype;
+  uint8_t *rbody; size_t rlen;
+  kv extra[16]; size_t nextra;
+  sd_stream *stream;
+  const char *user;
+};
+
+static struct MHD_Daemon *daemon_;
+static char *g_api_key;
+
+/* ---------- request accessors ---------- */
+
+const char *sd_method(const sd_request *r) { return r->method; }
+const char *sd_path(const sd_request *r) { return r->path; }
+const char *sd_user(const sd_request *r) { return r->user; }
+
+const char *sd_header(const sd_request *r, const char *name) {
+  for (size_t i = 0; i < r->nheaders; i++)
+    if (strcasecmp(r->headers[i].name, name) == 0) return r->headers[i].value;
+  return NULL;
+}
+
+int sd_header_each(const sd_request *r, int (*cb)(void *, const char *, const char *), void *cls) {
+  for (size_t i = 0; i < r->nheaders; i++) {
+    int rc = cb(cls, r->headers[i].name, r->headers[i].value);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+const char *sd_query(const sd_request *r, const char *name) {
+  for (size_t i = 0; i < r->nquery; i++)
+    if (strcmp(r->query[i].name, name) == 0) return r->query[i].value;
+  return NULL;
+}
+
+const uint8_t *sd_body(const sd_request *r, size_t *len) {
+  *len = r->len;
+  return r->body ? r->body : (const uint8_t *)"";
+}
+
+int sd_is_streaming(const sd_request *r) {
+  const char *ct = sd_header(r, "Content-Type");
+  return ct && strncasecmp(ct, "application/connect+json", 24) == 0;
+}
+
+json_t *sd_connect_request(sd_request *r, char *err, size_t errlen) {
+  size_t len;
+  const uint8_t *b = sd_body(r, &len);
+  if (sd_is_streaming(r)) {
+    if (len < MB_ENVELOPE_HDR) { snprintf(err, errlen, "request envelope is truncated"); return NULL; }
+    if (b[0] & MB_ENVELOPE_COMPRESSED) { snprintf(err, errlen, "compressed envelopes are not supported"); return NULL; }
+    uint32_t n = (uint32_t)b[1] << 24 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 8 | b[4];
+    if (b[0] != 0 || n != len - MB_ENVELOPE_HDR) {
+      snprintf(err, errlen, "request must be exactly one data envelope");
+      return NULL;
+    }
+    b += MB_ENVELOPE_HDR; len = n;
+  }
+  if (len == 0) return json_object();
+  json_error_t je;
+  json_t *j = json_loadb((const char *)b, len, JSON_REJECT_DUPLICATES, &je);
+  if (!j) { snprintf(err, errlen, "malformed JSON request: %s (line %d, column %d)", je.text, je.line, je.column); return NULL; }
+  if (!json_is_object(j)) { json_decref(j); snprintf(err, errlen, "request message must be a JSON object"); return NULL; }
+  return j;
+}
+
+/* ---------- replies ---------- */
+
+static void notify_locked(sd_request *r) { pthread_cond_broadcast(&r->cv); }
+
+void sd_reply_header(sd_request *r, const char *name, const char *value) {
+  pthread_mutex_lock(&r->mu);
+  if (r->state == R_PENDING && r->nextra < sizeof r->extra / sizeof r->extra[0]) {
+    r->extra[r->nextra].name = strdup(name);
+    r->extra[r->nextra].value = strdup(value);
+    if (r->extra[r->nextra].name && r->extra[r->nextra].value) r->nextra++;
+    else { free(r->extra[r->nextra].name); free(r->extra[r->nextra].value); }
+  }
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* Takes ownership of data (malloc'ed or NULL). */
+static int reply_owned(sd_request *r, int status, const char *ctype, uint8_t *data, size_t len) {
+  pthread_mutex_lock(&r->mu);
+  if (r->state != R_PENDING) { pthread_mutex_unlock(&r->mu); free(data); return -1; }
+  r->status = status;
+  r->ctype = ctype ? strdup(ctype) : NULL;
+  r->rbody = data; r->rlen = len;
+  r->state = R_UNARY;
+  notify_locked(r);
+  pthread_mutex_unlock(&r->mu);
+  return 0;
+}
+
+int sd_reply_bytes(sd_request *r, int status, const char *content_type, const void *data, size_t len) {
+  uint8_t *copy = NULL;
+  if (len) {
+    copy = malloc(len);
+    if (!copy) return reply_owned(r, 500, "application/json", (uint8_t *)strdup("{\"code\":500,\"message\":\"out of memory\"}"), 39);
+    memcpy(copy, data, len);
+  }
+  return reply_owned(r, status, content_type, copy, len);
+}
+
+int sd_reply_json(sd_request *r, int status, json_t *body) {
+  char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+  json_decref(body);
+  if (!s) return sd_reply_error(r, 500, "cannot encode the response");
+  return reply_owned(r, status, "application/json", (uint8_t *)s, strlen(s));
+}
+
+static json_t *vmessage(const char *fmt, va_list ap) {
+  char msg[1024];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  json_t *j = json_string(msg);
+  return j ? j : json_string("(message is not valid UTF-8)");
+}
+
+int sd_reply_error(sd_request *r, int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  json_t *m = vmessage(fmt, ap);
+  va_end(ap);
+  return sd_reply_json(r, status, json_pack("{s:i,s:o}", "code", status, "message", m));
+}
+
+int sd_reply_connect_error(sd_request *r, const char *code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  json_t *m = vmessage(fmt, ap);
+  va_end(ap);
+  if (sd_is_streaming(r)) {
+    /* Connect streaming: errors travel in the end-stream frame of a 200 response. */
+    sd_stream *s = sd_stream_open(r, "application/connect+json");
+    if (!s) { json_decref(m); return -1; }
+    sd_stream_end_connect(s, code, json_string_value(m));
+    json_decref(m);
+    return 0;
+  }
+  int status = mb_connect_http_status(mb_connect_code_from_string(code));
+  return sd_reply_json(r, status, json_pack("{s:s,s:o}", "code", code, "message", m));
+}
+
+/* ---------- streams ---------- */
+
+static void stream_unref_locked(sd_stream *s) {
+  if (--s->refs > 0) { pthread_mutex_unlock(&s->mu); return; }
+  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  free(s->buf);
+  free(s);
+}
+
+sd_stream *sd_stream_open(sd_request *r, const char *content_type) {
+  sd_stream *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  s->refs = 2;
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  s->fd = ci ? ci->connect_fd : -1;
+  pthread_mutex_lock(&r->mu);
+  if (r->state != R_PENDING) {
+    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_destroy(&s->mu); pthread_cond_destroy(&s->cv); free(s);
+    return NULL;
+  }
+  r->ctype = strdup(content_type);
+  r->stream = s;
+  r->state = R_STREAM;
+  notify_locked(r);
+  pthread_mutex_unlock(&r->mu);
+  return s;
+}
+
+int sd_stream_send(sd_stream *s, const void *data, size_t len) {
+  pthread_mutex_lock(&s->mu);
+  while (!s->closed && s->len > SD_STREAM_QUEUE) pthread_cond_wait(&s->cv, &s->mu);
+  if (s->closed) { pthread_mutex_unlock(&s->mu); return -1; }
+  if (s->off && s->off + s->len + len > s->cap) {          /* compact before growing */
+    memmove(s->buf, s->buf + s->off, s->len);
+    s->off = 0;
+  }
+  if (s->off + s->len + len > s->cap) {
+    size_t want = s->cap ? s->cap : 4096;
+    while (want < s->len + len) want *= 2;
+    uint8_t *nb = realloc(s->buf, want);
+    if (!nb) { pthread_mutex_unlock(&s->mu); return -1; }
+    s->buf = nb; s->cap = want;
+  }
+  memcpy(s->buf + s->off + s->len, data, len);
+  s->len += len;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  return 0;
+}
+
+int sd_stream_closed(const sd_stream *s) {
+  sd_stream *m = (sd_stream *)s;
+  pthread_mutex_lock(&m->mu);
+  int c = m->closed;
+  pthread_mutex_unlock(&m->mu);
+  return c;
+}
+
+void sd_stream_end(sd_stream *s) {
+  pthread_mutex_lock(&s->mu);
+  s->ended = true;
+  pthread_cond_broadcast(&s->cv);
+  stream_unref_locked(s);
+}
+
+int sd_stream_send_message(sd_stream *s, json_t *msg) {
+  char *js = json_dumps(msg, JSON_COMPACT);
+  json_decref(msg);
+  if (!js) return -1;
+  size_t n = strlen(js);
+  unsigned char hdr[MB_ENVELOPE_HDR];
+  int rc = -1;
+  if (mb_envelope_header(hdr, 0, n) == MB_OK) {
+    /* One contiguous write so an envelope is never split across reader wake-ups needlessly. */
+    uint8_t *buf = malloc(n + MB_ENVELOPE_HDR);
+    if (buf) {
+      memcpy(buf, hdr, MB_ENVELOPE_HDR);
+      memcpy(buf + MB_ENVELOPE_HDR, js, n);
+      rc = sd_stream_send(s, buf, n + MB_ENVELOPE_HDR);
+      free(buf);
+    }
+  }
+  free(js);
+  return rc;
+}
+
+void sd_stream_end_connect(sd_stream *s, const char *code, const char *message) {
+  json_t *end = code ? json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", message ? message : "")
+                     : json_object();
+  char *js = end ? json_dumps(end, JSON_COMPACT) : NULL;
+  json_decref(end);
+  if (!js) js = strdup("{}");
+  if (js) {
+    size_t n = strlen(js);
+    unsigned char hdr[MB_ENVELOPE_HDR];
+    if (mb_envelope_header(hdr, MB_ENVELOPE_END_STREAM, n) == MB_OK) {
+      uint8_t *buf = malloc(n + MB_ENVELOPE_HDR);
+      if (buf) {
+        memcpy(buf, hdr, MB_ENVELOPE_HDR);
+        memcpy(buf + MB_ENVELOPE_HDR, js, n);
+        sd_stream_send(s, buf, n + MB_ENVELOPE_HDR);
+        free(buf);
+      }
+    }
+    free(js);
+  }
+  sd_stream_end(s);
+}
+
+static bool peer_gone(int fd) {
+  if (fd < 0) return false;
+  struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* MHD content reader (connection thread): blocks until bytes are pending or the stream ends. */
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+  (void)pos;
+  sd_stream *s = cls;
+  pthread_mutex_lock(&s->mu);
+  while (s->len == 0 && !s->ended && !s->closed) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 1;
+    /* Idle streams wake once a second to notice a client that went away. */
+    if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) == ETIMEDOUT && peer_gone(s->fd)) {
+      s->closed = true;
+      pthread_cond_broadcast(&s->cv);
+    }
+  }
+  ssize_t n;
+  if (s->len > 0) {
+    size_t k = s->len < max ? s->len : max;
+    memcpy(buf, s->buf + s->off, k);
+    s->off += k; s->len -= k;
+    if (s->len == 0) s->off = 0;
+    pthread_cond_broadcast(&s->cv);
+    n = (ssize_t)k;
+  } else if (s->ended) {
+    n = MHD_CONTENT_READER_END_OF_STREAM;
+  } else {
+    n = MHD_CONTENT_READER_END_WITH_ERROR;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+static void stream_free(void *cls) {
+  sd_stream *s = cls;
+  pthread_mutex_lock(&s->mu);
+  s->closed = true;
+  pthread_cond_broadcast(&s->cv);
+  stream_unref_locked(s);
+}
+
+/* ---------- multipart ---------- */
+
+typedef struct { sd_part_cb cb; void *cls; int rc; } mp_ctx;
+
+static enum MHD_Result mp_iter(void *cls, enum MHD_ValueKind kind, const char *key, const char *filename,
+                               const char *content_type, const char *transfer_encoding,
+                               const char *data, uint64_t off, size_t size) {
+  (void)kind; (void)content_type; (void)transfer_encoding;
+  mp_ctx *m = cls;
+  m->rc = m->cb(m->cls, key ? key : "", filename, data, off, size);
+  return m->rc ? MHD_NO : MHD_YES;
+}
+
+int sd_multipart(sd_request *r, const uint8_t *body, size_t len, sd_part_cb cb, void *cls) {
+  mp_ctx m = { cb, cls, 0 };
+  struct MHD_PostProcessor *pp = MHD_create_post_processor(r->conn, 64 * 1024, mp_iter, &m);
+  if (!pp) return -1;
+  enum MHD_Result ok = MHD_YES;
+  for (size_t off = 0; off < len && ok == MHD_YES; off += 65536) {
+    size_t n = len - off < 65536 ? len - off : 65536;
+    ok = MHD_post_process(pp, (const char *)body + off, n);
+  }
+  enum MHD_Result fin = MHD_destroy_post_processor(pp);
+  if (m.rc) return m.rc;
+  return ok == MHD_YES && fin == MHD_YES ? 0 : -1;
+}
+
+/* ---------- request lifetime ---------- */
+
+static void kv_free(kv *v, size_t n) {
+  for (size_t i = 0; i < n; i++) { free(v[i].name); free(v[i].value); }
+}
+
+static void req_unref(sd_request *r) {
+  pthread_mutex_lock(&r->mu);
+  int left = --r->refs;
+  pthread_mutex_unlock(&r->mu);
+  if (left > 0) return;
+  kv_free(r->headers, r->nheaders);
+  kv_free(r->query, r->nquery);
+  kv_free(r->extra, r->nextra);
+  free(r->method); free(r->path); free(r->body); free(r->ctype); free(r->rbody);
+  pthread_mutex_destroy(&r->mu);
+  pthread_cond_destroy(&r->cv);
+  free(r);
+}
+
+static enum MHD_Result collect(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+  sd_request *r = cls;
+  kv *arr = kind == MHD_HEADER_KIND ? r->headers : r->query;
+  size_t *n = kind == MHD_HEADER_KIND ? &r->nheaders : &r->nquery;
+  if (*n >= SD_MAX_KV || !key) return MHD_YES;
+  arr[*n].name = strdup(key);
+  arr[*n].value = strdup(value ? value : "");
+  if (arr[*n].name && arr[*n].value) (*n)++;
+  else { free(arr[*n].name); free(arr[*n].value); }
+  return MHD_YES;
+}
+
+/* ---------- routing ---------- */
+
+static void reply_502(sd_request *r, const char *id) {
+  sd_reply_json(r, 502, json_pack("{s:s,s:s,s:i}", "sandboxId", id, "message", "The sandbox was not found", "code", 502));
+}
+
+/* "Basic base64(user:)" → user name, or NULL with the problem in why. */
+static int basic_user(const char *auth, char *out, size_t outlen, const char **why) {
+  if (strncasecmp(auth, "Basic ", 6) != 0) { *why = "only Basic authorization is supported"; return -1; }
+  const char *b = auth + 6;
+  while (*b == ' ') b++;
+  char dec[512];
+  size_t n;
+  if (mb_b64_decode_tolerant(b, strlen(b), dec, sizeof dec - 1, &n, why) != MB_OK) return -1;
+  dec[n] = '\0';
+  if (memchr(dec, '\0', n)) { *why = "user name contains NUL"; return -1; }
+  char *colon = strchr(dec, ':');
+  if (colon) *colon = '\0';
+  size_t ul = strlen(dec);
+  if (ul >= outlen) { *why = "user name is too long"; return -1; }
+  memcpy(out, dec, ul + 1);
+  return 0;
+}
+
+static bool const_eq(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  unsigned char d = la != lb;
+  for (size_t i = 0; i < la && i < lb; i++) d |= (unsigned char)(a[i] ^ b[i]);
+  return d == 0;
+}
+
+static void route_rpc(sd_request *r, reg_entry *e) {
+  const char *tok = reg_token(e);
+  if (tok) {
+    const char *got = sd_header(r, "X-Access-Token");
+    if (!got || !const_eq(got, tok)) {
+      sd_reply_error(r, 401, "unauthorized access, please provide a valid access token or method signing if supported");
+      return;
+    }
+  }
+  if (strcmp(r->method, "POST") != 0) {
+    sd_reply_connect_error(r, "unimplemented", "RPC methods must be called with POST, not %s", r->method);
+    return;
+  }
+  char user[256] = "user";
+  const char *auth = sd_header(r, "Authorization");
+  if (auth) {
+    const char *why = NULL;
+    if (basic_user(auth, user, sizeof user, &why) != 0) {
+      sd_reply_connect_error(r, "unauthenticated", "invalid Authorization header: %s", why ? why : "malformed");
+      return;
+    }
+  }
+  uid_t uid; gid_t gid; const char *home;
+  if (sbx_lookup_user(user, &uid, &gid, &home) != 0) {
+    sd_reply_connect_error(r, "unauthenticated", "invalid username: '%s'", user);
+    return;
+  }
+  r->user = user;
+  if (strncmp(r->path, "/process.Process/", 17) == 0)
+    process_rpc(r, reg_sbx(e), r->path + 17);
+  else if (strncmp(r->path, "/filesystem.Filesystem/", 23) == 0)
+    fsrpc_handle(r, e, r->path + 23);
+  else
+    sd_reply_connect_error(r, "unimplemented", "unknown procedure %s", r->path);
+  r->user = NULL;   /* `user` lives on this frame */
+}
+
+static void route_envd(sd_request *r, const char *id) {
+  reg_entry *e = reg_get(id);
+  if (!e || reg_paused(e)) { reg_put(e); reply_502(r, id); return; }
+  if (strcmp(r->path, "/health") == 0) {
+    sd_reply_header(r, "Cache-Control", "no-store");
+    sd_reply_bytes(r, 204, NULL, NULL, 0);
+  } else if (strcmp(r->path, "/files") == 0) {
+    files_handle(r, e);
+  } else if (r->path[0] == '/' && strchr(r->path + 1, '/') && strchr(r->path, '.')) {
+    route_rpc(r, e);
+  } else {
+    sd_reply_error(r, 404, "envd has no endpoint %s %s", r->method, r->path);
+  }
+  reg_put(e);
+}
+
+static void route(sd_request *r) {
+  const char *sid = sd_header(r, "E2b-Sandbox-Id");
+  if (sid) { route_envd(r, sid); return; }
+  if (strcmp(r->path, "/files") == 0) {
+    /* Signed URLs carry no routing header: the signature names the sandbox. */
+    reg_entry *e = files_find_signed(r);
+    if (!e) return;                       /* files_find_signed replied */
+    if (reg_paused(e)) reply_502(r, reg_id(e));
+    else files_handle(r, e);
+    reg_put(e);
+    return;
+  }
+  if (strcmp(r->path, "/health") == 0 && strcmp(r->method, "GET") == 0) {   /* readiness probe, no key */
+    sd_reply_json(r, 200, json_pack("{s:s}", "message", "Health check successful"));
+    return;
+  }
+  control_handle(r, g_api_key);
+}
+
+static void *worker(void *arg) {
+  sd_request *r = arg;
+  route(r);
+  pthread_mutex_lock(&r->mu);
+  if (r->state == R_PENDING) {
+    pthread_mutex_unlock(&r->mu);
+    sd_reply_error(r, 500, "internal error: %s %s produced no reply", r->method, r->path);
+    pthread_mutex_lock(&r->mu);
+  }
+  pthread_mutex_unlock(&r->mu);
+  req_unref(r);
+  return NULL;
+}
+
+static void add_extra(struct MHD_Response *resp, sd_request *r) {
+  for (size_t i = 0; i < r->nextra; i++) MHD_add_response_header(resp, r->extra[i].name, r->extra[i].value);
+}
+
+static enum MHD_Result queue_simple(struct MHD_Connection *c, int status, const char *json) {
+  struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(json), (void *)json, MHD_RESPMEM_MUST_COPY);
+  if (!resp) return MHD_NO;
+  MHD_add_response_header(resp, "Content-Type", "application/json");
+  enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
+  MHD_destroy_response(resp);
+  return ret;
+}
+
+static bool is_upload(const char *method, const char *url) {
+  return strcmp(method, "POST") == 0 && strcmp(url, "/files") == 0;
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                 const char *version, const char *upload_data, size_t *upload_size,
+                                 void **con_cls) {
+  (void)cls; (void)version;
+  sd_request *r = *con_cls;
+  if (!r) {
+    r = calloc(1, sizeof *r);
+    if (!r) return MHD_NO;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->refs = 1;
+    r->conn = c;
+    r->method = strdup(method);
+    r->path = strdup(url);
+    *con_cls = r;
+    if (!r->method || !r->path) return MHD_NO;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, collect, r);
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect, r);
+    r->limit = is_upload(method, url) ? SD_MAX_UPLOAD : SD_MAX_BODY;
+    const char *cl = sd_header(r, "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > r->limit) r->too_large = true;
+    return MHD_YES;
+  }
+  if (*upload_size) {
+    size_t n = *upload_size;
+    *upload_size = 0;
+    if (r->too_large) return MHD_YES;                  /* drain and answer 413 at the end */
+    if (n > r->limit - r->len) { r->too_large = true; free(r->body); r->body = NULL; r->len = r->cap = 0; return MHD_YES; }
+    if (r->len + n > r->cap) {
+      size_t want = r->cap ? r->cap : 16384;
+      while (want < r->len + n) want *= 2;
+      if (want > r->limit) want = r->limit;
+      uint8_t *nb = realloc(r->body, want);
+      if (!nb) return MHD_NO;
+      r->body = nb; r->cap = want;
+    }
+    memcpy(r->body + r->len, upload_data, n);
+    r->len += n;
+    return MHD_YES;
+  }
+  if (r->started) return MHD_YES;                       /* cannot happen: a reply is queued below */
+  r->started = true;
+  if (r->too_large) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "{\"code\":413,\"message\":\"request body exceeds the limit of %zu bytes\"}", r->limit);
+    return queue_simple(c, 413, msg);
+  }
+  pthread_mutex_lock(&r->mu);
+  r->refs++;                                            /* the worker's reference */
+  pthread_mutex_unlock(&r->mu);
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&t, &attr, worker, r);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    req_unref(r);
+    return queue_simple(c, 503, "{\"code\":503,\"message\":\"cannot start a handler thread\"}");
+  }
+  pthread_mutex_lock(&r->mu);
+  while (r->state == R_PENDING) pthread_cond_wait(&r->cv, &r->mu);
+  struct MHD_Response *resp;
+  int status;
+  if (r->state == R_STREAM) {
+    status = 200;
+    resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, stream_reader, r->stream, stream_free);
+    if (!resp) {   /* the stream still needs its MHD reference dropped */
+      pthread_mutex_unlock(&r->mu);
+      stream_free(r->stream);
+      return MHD_NO;
+    }
+  } else {
+    status = r->status;
+    resp = MHD_create_response_from_buffer(r->rlen, r->rbody ? (void *)r->rbody : (void *)"", MHD_RESPMEM_MUST_COPY);
+  }
+  if (resp) {
+    if (r->ctype) MHD_add_response_header(resp, "Content-Type", r->ctype);
+    add_extra(resp, r);
+  }
+  pthread_mutex_unlock(&r->mu);
+  if (!resp) return MHD_NO;
+  enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
+  MHD_destroy_response(resp);
+  return ret;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+  (void)cls; (void)c; (void)toe;
+  sd_request *r = *con_cls;
+  *con_cls = NULL;
+  if (r) req_unref(r);
+}
+
+/* MHD's own log, minus the line it writes whenever a client hangs up on a stream (normal here). */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+  (void)cls;
+  char buf[512];
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  if (strstr(buf, "application error generating response")) return;
+  fprintf(stderr, "sandboxd: http: %s%s", buf, buf[0] && buf[strlen(buf) - 1] == '\n' ? "" : "\n");
+}
+
+int sd_server_start(const char *host, int port, const char *api_key, char *err, size_t errlen) {
+  g_api_key = strdup(api_key);
+  struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+  if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+    snprintf(err, errlen, "--listen: '%s' is not an IPv4 address", host);
+    return -1;
+  }
+  daemon_ = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                             MHD_USE_ERROR_LOG,
+                             (uint16_t)port, NULL, NULL, on_access, NULL,
+                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* must come first */
+                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)4000,
+                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0,
+                             MHD_OPTION_END);
+  if (!daemon_) {
+    snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+int sd_server_port(void) {
+  const union MHD_DaemonInfo *di = daemon_ ? MHD_get_daemon_info(daemon_, MHD_DAEMON_INFO_BIND_PORT) : NULL;
+  return di ? di->port : 0;
+}
+
+void sd_server_stop(void) {
+  if (daemon_) { MHD_stop_daemon(daemon_); daemon_ = NULL; }
+  free(g_api_key);
+  g_api_key = NULL;
+}

@@ -1,0 +1,106 @@
+-- The codecs as Lua sees them (moonbox.core): Connect envelopes, mbwrap frames, base64,
+-- SHA-256 and URL signing. The C unit tests cover every split point; these check the binding.
+local core = require "moonbox.core"
+
+describe("moonbox.core envelopes", function()
+  it("decodes a stream fed one byte at a time, end-stream error and metadata included", function()
+    local s = core.envelope(0, '{"a":1}')
+      .. core.envelope(2, '{"error":{"code":"not_found","message":"gone"},"metadata":{"k":["v1","v2"]}}')
+    local d, all = core.envelope_decoder(1024), {}
+    for i = 1, #s do
+      local msgs = assert(d:push(s:sub(i, i)))
+      for _, m in ipairs(msgs) do all[#all + 1] = m end
+    end
+    assert.equal(2, #all)
+    assert.equal('{"a":1}', all[1].data)
+    assert.is_false(all[1].end_stream)
+    assert.is_true(all[2].end_stream)
+    assert.equal("not_found", all[2].error.code)
+    assert.equal("gone", all[2].error.message)
+    assert.equal("v2", all[2].metadata.k[2])
+    assert.is_true(d:finish())
+  end)
+
+  it("refuses a message over the caller's limit with a coded error", function()
+    local msgs, err = core.envelope_decoder(3):push(core.envelope(0, "abcd"))
+    assert.is_nil(msgs)
+    assert.equal("E2B_TOO_LARGE", err.code)
+    assert.matches("^E2B_TOO_LARGE: ", tostring(err))
+  end)
+
+  it("reports a truncated envelope at finish", function()
+    local d = core.envelope_decoder(10)
+    d:push("\0\0\0")
+    local ok, err = d:finish()
+    assert.is_nil(ok)
+    assert.equal("E2B_TRUNCATED", err.code)
+  end)
+
+  it("raises for a programming mistake (a zero limit)", function()
+    assert.has_error(function() core.envelope_decoder(0) end)
+  end)
+end)
+
+describe("moonbox.core frames", function()
+  it("decodes every frame kind across a split", function()
+    local f = core.frame_decoder(40000)
+    local fr = assert(f:push("!pgid 42\no" .. core.b64encode("hello") .. "\ne" .. core.b64encode("err")
+      .. "\n!exit 3\n!empty\n!do"))
+    local fr2 = assert(f:push("ne\n"))
+    assert.equal(5, #fr)
+    assert.same({ "pgid", "stdout", "stderr", "exit", "empty" },
+      { fr[1].kind, fr[2].kind, fr[3].kind, fr[4].kind, fr[5].kind })
+    assert.equal(42, fr[1].value)
+    assert.equal("hello", fr[2].data)
+    assert.equal(3, fr[4].value)
+    assert.equal("done", fr2[1].kind)
+    assert.is_true(f:finish())
+  end)
+
+  it("rejects an exit after a spawn error, and stays failed", function()
+    local g = core.frame_decoder(100)
+    local fr = assert(g:push("!spawn-error 2 " .. core.b64encode("nope") .. "\n"))
+    assert.equal("spawn_error", fr[1].kind)
+    assert.equal(2, fr[1].errno)
+    assert.equal("nope", fr[1].message)
+    local r, err = g:push("!exit 1\n")
+    assert.is_nil(r)
+    assert.equal("E2B_PROTOCOL", err.code)
+    r, err = g:push("!done\n")
+    assert.is_nil(r)
+    assert.equal("E2B_PROTOCOL", err.code)
+  end)
+
+  it("reports a stream that ends without !done as incomplete", function()
+    local h = core.frame_decoder(100)
+    assert(h:push("!pgid 7\n!exit 0\n"))
+    local ok, err = h:finish()
+    assert.is_nil(ok)
+    assert.matches("incomplete", err.message)
+  end)
+end)
+
+describe("moonbox.core base64, sha256, signing, code tables", function()
+  it("encodes and decodes strictly, or tolerantly on request", function()
+    assert.equal("Zm9vYmFy", core.b64encode("foobar"))
+    assert.equal("foob", core.b64decode("Zm9vYg=="))
+    local x, err = core.b64decode("Zm9vYg")
+    assert.is_nil(x)
+    assert.equal("E2B_INVALID", err.code)
+    assert.equal("foob", core.b64decode("Zm9vYg", true))
+  end)
+
+  it("hashes and signs like the E2B SDK", function()
+    assert.equal("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", core.sha256_hex("abc"))
+    -- The SDK's own test vector (secure.test.ts).
+    assert.equal("v1_gUtH/s9YCJWgCizjfUxuWfhFE4QSydOWEIIvfLwDr6E",
+      core.sign_v1("hello.txt", "read", "user", "0tQG31xiMp0IOQfaz9dcwi72L1CPo8e0"))
+  end)
+
+  it("maps Connect codes and HTTP statuses as the client and server must", function()
+    assert.equal("unimplemented", core.connect_code_for_http(404))
+    assert.equal("unavailable", core.connect_code_for_http(502))
+    assert.equal(404, core.http_status_for_connect("not_found"))
+    assert.has_error(function() core.http_status_for_connect("nope") end)
+  end)
+end)

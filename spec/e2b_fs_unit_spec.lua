@@ -1,0 +1,284 @@
+-- The E2B fs provider against a scripted sandbox: request budgets, tool arguments, error codes.
+local fake_mb = require "support.fake_mb"
+local fake_sandbox = require "support.fake_sandbox"
+local errors = require "moonbox.errors"
+
+local mb
+local fsmod
+local function tool_err(code, detail)
+  return nil, errors.new("TOOL_" .. code, "mbwrap x: " .. detail, { tool_code = code, exit_code = 1 })
+end
+
+local function make(handlers, config)
+  local sb, owner, log = fake_sandbox.new(handlers)
+  local fs = fsmod.new({ e2b = owner }, config or { maxReadBytes = 1024, diffBasisMaxBytes = 100 })
+  return fs, sb, log
+end
+local function count(log, kind)
+  local n = 0
+  for _, e in ipairs(log) do if not kind or e.kind == kind then n = n + 1 end end
+  return n
+end
+
+describe("moonbox.fs (unit, scripted sandbox)", function()
+  setup(function() mb = fake_mb.install(); fsmod = require "moonbox.fs" end)
+  teardown(function() fake_mb.uninstall() end)
+
+  describe("pure helpers", function()
+    it("resolves lexically", function()
+      assert.are.equal("/a/c", fsmod.lexical("b/../c", "/a"))
+      assert.are.equal("/x", fsmod.lexical("/x/./", "/a"))
+      assert.are.equal("/", fsmod.lexical("../..", "/a"))
+    end)
+    it("builds file URLs per segment", function()
+      assert.are.equal("file:///w/a%20b/%C3%A9%23%3F%25", fsmod.file_url("/w/a b/\xC3\xA9#?%"))
+      assert.are.equal("file:///w/line%0Abreak", fsmod.file_url("/w/line\nbreak"))
+      assert.has_error(function() fsmod.file_url("rel") end)
+    end)
+    it("contains only itself and descendants", function()
+      assert.is_true(fsmod.contains("/w", "/w")); assert.is_true(fsmod.contains("/w", "/w/a/b"))
+      assert.is_false(fsmod.contains("/w", "/wx")); assert.is_true(fsmod.contains("/", "/etc"))
+    end)
+    it("parses mbwrap stat and publish output", function()
+      assert.are.same({ type = "file", size = 12, mode = 420, version = "e2b:1:2:c:3:4" },
+        fsmod.parse_stat("file 12 0644 1:2:c:3:4\n"))
+      assert.are.equal(false, fsmod.parse_stat("absent\n"))
+      assert.is_nil(fsmod.parse_stat("file 12\n"))
+      local p = fsmod.parse_publish("before 3\na\nb\nok update 1:2\n")
+      assert.are.equal("a\nb", p.before); assert.are.equal("update", p.operation); assert.are.equal("e2b:1:2", p.version)
+      p = fsmod.parse_publish("before-absent\nok create 9:9\n")
+      assert.is_nil(p.before); assert.are.equal("create", p.operation)
+      p = fsmod.parse_publish("before-too-large 5000\nok update 9:9\n")
+      assert.is_true(p.before_too_large)
+      assert.is_nil(fsmod.parse_publish("before 10\nshort\nok update 1\n"))
+      assert.is_nil(fsmod.parse_publish("ok update\n"))
+    end)
+  end)
+
+  it("resolves with one realpath request against cwd", function()
+    local fs, _, log = make{ tool = function(args) return "/home/user/real/a.txt" end }
+    local t = mb.run(function() return assert(fs:resolve("link/../a.txt")) end)
+    assert.are.equal("/home/user/real/a.txt", t.targetKey)
+    assert.are.equal("/home/user/workspace/a.txt", t.displayPath)
+    assert.are.equal(1, count(log))
+    assert.are.same({ "realpath", "link/../a.txt", "/home/user/workspace" }, { table.unpack(log[1].args[1]) })
+  end)
+
+  it("rejects an empty path without a request", function()
+    local fs, _, log = make{}
+    local t, err = mb.run(function() return fs:resolve("  ") end)
+    assert.is_nil(t); assert.are.equal("FS_NOT_FOUND", err.code); assert.are.equal(0, count(log))
+  end)
+
+  it("reports a file used as a directory as FS_NOT_FOUND", function()
+    local fs = make{ tool = function() return tool_err("ENOTDIR", "not a directory '/w/f'") end }
+    local _, err = mb.run(function() return fs:resolve("f/x") end)
+    assert.are.equal("FS_NOT_FOUND", err.code)
+  end)
+
+  it("stat: absent is false, types and versions come from mbwrap stat -L", function()
+    local answers = { "absent\n", "directory 4096 0755 1:2:3:4:5\n", "fifo 0 0644 1:3:0:1:1\n" }
+    local fs, _, log = make{ tool = function() return table.remove(answers, 1) end }
+    local t = { targetKey = "/w/a", displayPath = "/w/a" }
+    mb.run(function()
+      assert.are.equal(false, fs:stat(t))
+      local d = assert(fs:stat(t))
+      assert.are.equal("directory", d.type); assert.are.equal("e2b:1:2:3:4:5", d.version)
+      assert.are.equal("other", assert(fs:stat(t)).type)
+    end)
+    assert.are.same({ "stat", "-L", "/w/a" }, { table.unpack(log[1].args[1]) })
+  end)
+
+  it("lstat does not follow and can report a symlink", function()
+    local fs, _, log = make{ tool = function() return "symlink 5 0777 1:1:5:1:1\n" end }
+    local info = mb.run(function() return assert(fs:lstat("ln")) end)
+    assert.are.equal("symlink", info.type)
+    assert.are.same({ "stat", "/home/user/workspace/ln" }, { table.unpack(log[1].args[1]) })
+  end)
+
+  local target = { targetKey = "/w/a.txt", displayPath = "/w/a.txt" }
+
+  it("writes with two requests: staging upload next to the target, then publish", function()
+    local fs, _, log = make{
+      upload = function(path, data) return { { path = path } } end,
+      tool = function(args) return "before 4\nold\n\nok update 7:8:9\n" end,
+    }
+    local out = mb.run(function() return assert(fs:writeText(target, "new\r\n")) end)
+    assert.are.equal(2, count(log))
+    local staging = log[1].args[1]
+    assert.truthy(staging:match("^/w/%.moonbox%-%x+%.tmp/content$"), staging)
+    assert.are.equal("new\r\n", log[1].args[2])
+    assert.are.same({ "publish", "--before", "100", staging, "/w/a.txt" }, { table.unpack(log[2].args[1]) })
+    assert.are.same({ operation = "update", version = "e2b:7:8:9", before = "old\n", after = "new\n" }, out)
+  end)
+
+  it("createIfAbsent publishes with --create-only and maps an existing target", function()
+    local fs, _, log = make{
+      upload = function(path) return { { path = path } } end,
+      tool = function() return tool_err("FS_NOT_OBSERVED", "target already exists") end,
+    }
+    local r, err = mb.run(function() return fs:writeText(target, "x", { kind = "createIfAbsent" }) end)
+    assert.is_nil(r); assert.are.equal("FS_NOT_OBSERVED", err.code)
+    assert.are.equal("--create-only", log[2].args[1][2])
+  end)
+
+  it("replaceIfVersion passes the raw version to publish --expect", function()
+    local fs, _, log = make{
+      upload = function(path) return { { path = path } } end,
+      tool = function() return tool_err("FS_STALE_VERSION", "file changed since it was read") end,
+    }
+    local r, err = mb.run(function() return fs:writeText(target, "x", { kind = "replaceIfVersion", version = "e2b:1:2" }) end)
+    assert.is_nil(r); assert.are.equal("FS_STALE_VERSION", err.code)
+    assert.are.same({ "publish", "--expect", "1:2", "--before", "100" }, { table.unpack(log[2].args[1], 1, 5) })
+  end)
+
+  it("gives no diff basis for a binary previous file", function()
+    local fs = make{
+      upload = function(path) return { { path = path } } end,
+      tool = function() return "before 3\na\0b\nok update 1:1\n" end,
+    }
+    local out = mb.run(function() return assert(fs:writeText(target, "x")) end)
+    assert.is_nil(out.before)
+  end)
+
+  it("removes the staging directory when the upload fails", function()
+    local fs, _, log = make{
+      upload = function() return nil, errors.new("E2B_NO_SPACE", "full") end,
+      unary = function() return {} end,
+    }
+    local _, err = mb.run(function() return fs:writeText(target, "x") end)
+    assert.are.equal("FS_IO_ERROR", err.code)
+    assert.are.equal("filesystem.Filesystem/Remove", log[2].args[1])
+    assert.truthy(log[2].args[2].path:match("^/w/%.moonbox%-%x+%.tmp$"))
+  end)
+
+  it("edits literally in four requests, keeping CRLF", function()
+    local fs, _, log = make{
+      tool = function(args)
+        if args[1] == "stat" then return "file 16 0644 1:1:10:5:5\n" end
+        return "ok update 1:1:11:6:6\n"
+      end,
+      download = function() return "price: X\r\nok\r\n" end,
+      upload = function(path) return { { path = path } } end,
+    }
+    local out = mb.run(function() return assert(fs:editText(target, { oldString = "X", newString = "$&5" })) end)
+    assert.are.equal(4, count(log))
+    assert.are.equal("price: $&5\r\nok\r\n", log[3].args[2])
+    assert.are.same({ "publish", "--expect", "1:1:10:5:5" }, { table.unpack(log[4].args[1], 1, 3) })
+    assert.are.equal("price: X\nok\n", out.before); assert.are.equal("price: $&5\nok\n", out.after)
+    assert.are.equal("e2b:1:1:11:6:6", out.version)
+  end)
+
+  it("edit: a stale guard fails before reading (one request)", function()
+    local fs, _, log = make{ tool = function() return "file 3 0644 2:2:3:3:3\n" end }
+    local _, err = mb.run(function() return fs:editText(target, { oldString = "a", newString = "b" }, { version = "e2b:1:1:1:1:1" }) end)
+    assert.are.equal("FS_STALE_VERSION", err.code); assert.are.equal(1, count(log))
+  end)
+
+  it("edit: a missing target is stale, a directory is not regular", function()
+    local answers = { "absent\n", "directory 4096 0755 1:1:1:1:1\n" }
+    local fs = make{ tool = function() return table.remove(answers, 1) end }
+    mb.run(function()
+      local _, e1 = fs:editText(target, { oldString = "a", newString = "b" })
+      local _, e2 = fs:editText(target, { oldString = "a", newString = "b" })
+      assert.are.equal("FS_STALE_VERSION", e1.code); assert.are.equal("FS_NOT_REGULAR_FILE", e2.code)
+    end)
+  end)
+
+  it("readBytes refuses a known size over the cap without downloading", function()
+    local fs, _, log = make{ tool = function() return "file 11 0644 1:1:11:1:1\n" end }
+    local _, err = mb.run(function() return fs:readBytes(target, 10) end)
+    assert.are.equal("FS_TOO_LARGE", err.code); assert.are.equal(1, count(log))
+  end)
+
+  it("readBytes maps a file that grew past the cap during download", function()
+    local fs, _, log = make{
+      tool = function() return "file 5 0644 1:1:5:1:1\n" end,
+      download = function(path, opts)
+        assert.are.equal(10, opts.max_bytes)
+        return nil, errors.new("E2B_TOO_LARGE", "over")
+      end,
+    }
+    local _, err = mb.run(function() return fs:readBytes(target, 10) end)
+    assert.are.equal("FS_TOO_LARGE", err.code); assert.are.equal(2, count(log))
+  end)
+
+  it("readText: two requests; binary and invalid UTF-8 are FS_NOT_TEXT", function()
+    local bodies = { "hello\n", "a\0b", "\xFF" }
+    local fs, _, log = make{ tool = function() return "file 6 0644 1:1:6:1:1\n" end,
+      download = function() return table.remove(bodies, 1) end }
+    mb.run(function()
+      assert.are.equal("hello\n", fs:readText(target))
+      assert.are.equal(2, count(log))
+      assert.are.equal("FS_NOT_TEXT", select(2, fs:readText(target)).code)
+      assert.are.equal("FS_NOT_TEXT", select(2, fs:readText(target)).code)
+    end)
+  end)
+
+  it("listDir: sorted, symlinks resolved without extra requests", function()
+    local fs, _, log = make{
+      tool = function() return "directory 4096 0755 1:1:1:1:1\n" end,
+      unary = function(method, msg)
+        assert.are.equal("filesystem.Filesystem/ListDir", method)
+        assert.are.same({ path = "/w", depth = 1 }, msg)
+        return { entries = {
+          { name = "z", type = "FILE_TYPE_FILE", size = "3" },
+          { name = "d", type = "FILE_TYPE_DIRECTORY", size = 4096 },
+          { name = "ln", type = "FILE_TYPE_FILE", symlinkTarget = "/etc/hosts", size = 9 },
+          { name = "broken", symlinkTarget = "/w/broken" },
+        } }
+      end,
+    }
+    local list = mb.run(function() return assert(fs:listDir({ targetKey = "/w", displayPath = "/show" })) end)
+    assert.are.equal(2, count(log))
+    local names = {}
+    for i, e in ipairs(list) do names[i] = e.name end
+    assert.are.same({ "broken", "d", "ln", "z" }, names)
+    assert.are.equal("other", list[1].type)
+    assert.are.equal("/etc/hosts", list[3].target.targetKey); assert.are.equal("/show/ln", list[3].target.displayPath)
+    assert.are.equal(3, list[4].size); assert.is_nil(list[2].size)
+  end)
+
+  it("listDir: a file is FS_NOT_DIRECTORY, absence FS_NOT_FOUND", function()
+    local answers = { "file 1 0644 1:1:1:1:1\n", "absent\n" }
+    local fs = make{ tool = function() return table.remove(answers, 1) end }
+    mb.run(function()
+      assert.are.equal("FS_NOT_DIRECTORY", select(2, fs:listDir(target)).code)
+      assert.are.equal("FS_NOT_FOUND", select(2, fs:listDir(target)).code)
+    end)
+  end)
+
+  it("serializes mutations of one target", function()
+    local order = {}
+    local fs = make{
+      upload = function(path, data) order[#order + 1] = "upload " .. data; mb.sleep(10) return { { path = path } } end,
+      tool = function(args) mb.sleep(10); order[#order + 1] = "publish"; return "ok update 1:1\n" end,
+    }
+    mb.run(function()
+      local a = mb.spawn(function() assert(fs:writeText(target, "A")) end)
+      local b = mb.spawn(function() assert(fs:writeText(target, "B")) end)
+      mb.sleep(100)
+    end)
+    assert.are.same({ "upload A", "publish", "upload B", "publish" }, order)
+  end)
+
+  it("streams text across chunk boundaries", function()
+    local chunks = { "x\xE2", "\x82\xAC", "y" }
+    local fs = make{
+      tool = function() return "file 5 0644 1:1:5:1:1\n" end,
+      open_download = function() return { read = function() return table.remove(chunks, 1) end, close = function() end } end,
+    }
+    local got = mb.run(function()
+      local it = assert(fs:streamText(target))
+      local parts = {}
+      while true do
+        local c, err = it.next()
+        assert.is_nil(err)
+        if not c then break end
+        parts[#parts + 1] = c
+      end
+      return parts
+    end)
+    assert.are.same({ "x", "\xE2\x82\xAC", "y" }, got)
+  end)
+end)

@@ -1,0 +1,249 @@
+-- Wire shape checks for the control plane and envd clients against a scripted transport:
+-- header names, JSON field names and the error rules of the protocol reference.
+local cjson = require "cjson"
+local fake_http = require "support.fake_http"
+local api = require "moonbox.api"
+local envd = require "moonbox.envd"
+
+local core = fake_http.core()
+
+describe("moonbox.api (control plane)", function()
+  local fake, client
+  before_each(function()
+    fake = fake_http.new()
+    client = api.new{ url = "http://api.test/", api_key = "e2b_00", http = fake.http }
+  end)
+
+  it("creates with the NewSandbox field names and X-API-KEY", function()
+    fake.push{ status = 201, body = cjson.encode{ sandboxID = "iabc", templateID = "base",
+      envdVersion = "0.6.3", envdAccessToken = "tok", domain = cjson.null } }
+    local info = assert(client:create{ timeout_ms = 300001, metadata = { k = "v" } })
+    assert.are.equal("iabc", info.id); assert.are.equal("tok", info.access_token); assert.is_nil(info.domain)
+    local req = fake.log[1]
+    assert.are.equal("POST", req.method)
+    assert.are.equal("http://api.test/sandboxes", req.url)
+    assert.are.equal("e2b_00", req.headers["X-API-KEY"])
+    assert.are.equal("application/json", req.headers["Content-Type"])
+    local body = cjson.decode(req.body)
+    assert.are.same({ templateID = "base", metadata = { k = "v" }, timeout = 301, secure = true,
+      allow_internet_access = true, autoPause = false, autoResume = { enabled = false } }, body)
+    assert.is_number(req.max_bytes)
+  end)
+
+  it("treats a body code 404 on delete as already gone", function()
+    fake.push{ status = 404, body = '{"code":404,"message":"sandbox not found"}' }
+    assert.are.equal(false, client:delete("iabc"))
+    assert.are.equal("DELETE", fake.log[1].method)
+    assert.are.equal("http://api.test/sandboxes/iabc", fake.log[1].url)
+  end)
+
+  it("reports a delete failure that is not 'not found'", function()
+    fake.push{ status = 500, body = '{"code":500,"message":"boom"}' }
+    local ok, err = client:delete("iabc")
+    assert.is_nil(ok); assert.are.equal("E2B_HTTP", err.code); assert.are.equal(500, err.status)
+  end)
+
+  it("decides not-found and conflict by the body code first", function()
+    fake.push{ status = 400, body = '{"code":404,"message":"gone"}' }
+    local _, err = client:get("x")
+    assert.are.equal("E2B_NOT_FOUND", err.code)
+    fake.push{ status = 409, body = '{"code":409,"message":"paused"}' }
+    _, err = client:connect("x", 1000)
+    assert.are.equal("E2B_CONFLICT", err.code)
+    fake.push{ status = 401, body = '{"code":401,"message":"bad key"}' }
+    _, err = client:get("x")
+    assert.are.equal("E2B_UNAUTHORIZED", err.code)
+  end)
+
+  it("sends timeouts in whole seconds, rounded up", function()
+    fake.push{ status = 204, body = "" }
+    assert(client:set_timeout("iabc", 1500))
+    assert.are.equal("http://api.test/sandboxes/iabc/timeout", fake.log[1].url)
+    assert.are.same({ timeout = 2 }, cjson.decode(fake.log[1].body))
+    fake.push{ status = 200, body = cjson.encode{ sandboxID = "iabc", envdVersion = "0.6.3" } }
+    assert(client:connect("iabc", 60000))
+    assert.are.same({ timeout = 60 }, cjson.decode(fake.log[2].body))
+  end)
+
+  it("lists with the v2 query and the next token header", function()
+    fake.push{ status = 200, headers = { ["x-next-token"] = "n2" }, body = cjson.encode{ { sandboxID = "a" } } }
+    local list, nt = client:list{ state = { "running", "paused" }, limit = 5 }
+    assert.are.equal("a", list[1].id); assert.are.equal("n2", nt)
+    assert.are.equal("http://api.test/v2/sandboxes?state=running,paused&limit=5", fake.log[1].url)
+  end)
+
+  it("rejects a success body without sandboxID", function()
+    fake.push{ status = 201, body = "{}" }
+    local _, err = client:create{}
+    assert.are.equal("E2B_PROTOCOL", err.code)
+  end)
+
+  it("passes transport errors through", function()
+    fake.push{ fail = { code = "E2B_CONNECT_FAILED", message = "refused" } }
+    local _, err = client:get("x")
+    assert.are.equal("E2B_CONNECT_FAILED", err.code)
+  end)
+end)
+
+describe("moonbox.envd", function()
+  local fake, client
+  before_each(function()
+    fake = fake_http.new()
+    client = envd.new{ url = "http://sbx.test", sandbox_id = "iabc", access_token = "tok",
+      http = fake.http, core = core }
+  end)
+
+  it("sends unary calls with the Connect and routing headers", function()
+    fake.push{ status = 200, headers = { ["content-type"] = "application/json" }, body = '{"entry":{"name":"a"}}' }
+    local r = assert(client:unary("filesystem.Filesystem/Stat", { path = "/a" }))
+    assert.are.equal("a", r.entry.name)
+    local req = fake.log[1]
+    assert.are.equal("http://sbx.test/filesystem.Filesystem/Stat", req.url)
+    assert.are.equal("POST", req.method)
+    assert.are.equal("1", req.headers["Connect-Protocol-Version"])
+    assert.are.equal("application/json", req.headers["Content-Type"])
+    assert.are.equal("iabc", req.headers["E2b-Sandbox-Id"])
+    assert.are.equal("49983", req.headers["E2b-Sandbox-Port"])
+    assert.are.equal("tok", req.headers["X-Access-Token"])
+    assert.is_nil(req.headers["Authorization"])
+    assert.is_nil(req.headers["Connect-Timeout-Ms"])
+    assert.are.same({ path = "/a" }, cjson.decode(req.body))
+  end)
+
+  it("sends Basic auth with an empty password when a user is set", function()
+    client.user = "root"
+    fake.push{ status = 200, headers = { ["content-type"] = "application/json" }, body = "{}" }
+    assert(client:unary("process.Process/List", {}))
+    assert.are.equal("Basic cm9vdDo=", fake.log[1].headers["Authorization"])
+  end)
+
+  local errs = {
+    { 404, "application/json", '{"code":"not_found","message":"file not found: /a"}', "E2B_NOT_FOUND", "not_found" },
+    { 409, "application/json", '{"code":"already_exists","message":"exists"}', "E2B_ALREADY_EXISTS", "already_exists" },
+    { 401, "application/json; charset=utf-8", '{"code":401,"message":"unauthorized"}', "E2B_UNAUTHENTICATED", "unauthenticated" },
+    { 404, "text/plain", "nope", "E2B_UNIMPLEMENTED", "unimplemented" },
+    { 502, "application/json", '{"code":502,"message":"The sandbox was not found"}', "E2B_UNAVAILABLE", "unavailable" },
+    { 200, "text/plain", "hi", "E2B_UNKNOWN", "unknown" },
+  }
+  for _, c in ipairs(errs) do
+    it(("maps %d %s to %s"):format(c[1], c[2], c[4]), function()
+      fake.push{ status = c[1], headers = { ["content-type"] = c[2] }, body = c[3] }
+      local r, err = client:unary("filesystem.Filesystem/Stat", { path = "/a" })
+      assert.is_nil(r)
+      assert.are.equal(c[4], err.code); assert.are.equal(c[5], err.connect_code)
+    end)
+  end
+
+  local function env(flags, t) return core.envelope(flags, cjson.encode(t)) end
+
+  it("opens streams with keepalive and without a Connect deadline", function()
+    local body = env(0, { event = { start = { pid = 7 } } }) .. env(0, { event = { data = { stdout = "aGkK" } } })
+      .. env(0, { event = { ["end"] = { exited = true, status = "exit status 0" } } }) .. env(2, {})
+    fake.push{ status = 200, headers = { ["content-type"] = "application/connect+json" },
+      chunks = { body:sub(1, 3), body:sub(4, 40), body:sub(41) } }
+    local s = assert(client:stream("process.Process/Start", { process = { cmd = "/bin/true" }, stdin = false }))
+    local req = fake.log[1]
+    assert.are.equal("application/connect+json", req.headers["Content-Type"])
+    assert.are.equal("50", req.headers["Keepalive-Ping-Interval"])
+    assert.is_nil(req.headers["Connect-Timeout-Ms"])
+    local flags, len = string.unpack(">B I4", req.body)
+    assert.are.equal(0, flags)
+    assert.are.same({ process = { cmd = "/bin/true" }, stdin = false }, cjson.decode(req.body:sub(6, 5 + len)))
+    assert.are.equal(7, s:next().event.start.pid)
+    assert.are.equal("aGkK", s:next().event.data.stdout)
+    assert.is_true(s:next().event["end"].exited)
+    local m, err = s:next()
+    assert.is_nil(m); assert.is_nil(err)
+  end)
+
+  it("sends Connect-Timeout-Ms only when a deadline is asked for", function()
+    fake.push{ status = 200, chunks = { env(2, {}) } }
+    local s = assert(client:stream("filesystem.Filesystem/WatchDir", { path = "/" }, { deadline_ms = 5000 }))
+    assert.are.equal("5000", fake.log[1].headers["Connect-Timeout-Ms"])
+    assert.is_nil((s:next()))
+  end)
+
+  it("surfaces an end-stream error after the messages before it", function()
+    fake.push{ status = 200, chunks = { env(0, { event = { start = { pid = 1 } } })
+      .. env(2, { error = { code = "deadline_exceeded", message = "timed out" } }) } }
+    local s = assert(client:stream("process.Process/Start", {}))
+    assert.are.equal(1, s:next().event.start.pid)
+    local m, err = s:next()
+    assert.is_nil(m); assert.are.equal("E2B_DEADLINE_EXCEEDED", err.code)
+  end)
+
+  it("fails a stream that ends without an end-stream envelope", function()
+    fake.push{ status = 200, chunks = { env(0, { event = { keepalive = {} } }) } }
+    local s = assert(client:stream("process.Process/Start", {}))
+    assert(s:next())
+    local m, err = s:next()
+    assert.is_nil(m); assert.truthy(err.message:find("missing EndStreamResponse", 1, true))
+  end)
+
+  it("turns a silent stream into E2B_TIMEOUT", function()
+    fake.push{ status = 200, chunks = {}, err = { code = "MB_TIMEOUT", message = "timeout" } }
+    local s = assert(client:stream("process.Process/Start", {}))
+    local m, err = s:next(10)
+    assert.is_nil(m); assert.are.equal("E2B_TIMEOUT", err.code)
+    assert.is_true(fake.last_stream.closed)
+  end)
+
+  it("maps a non-200 stream response by status", function()
+    fake.push{ status = 502, chunks = {} }
+    local s, err = client:stream("process.Process/Start", {})
+    assert.is_nil(s); assert.are.equal("E2B_UNAVAILABLE", err.code)
+    assert.is_true(fake.last_stream.closed)
+  end)
+
+  it("downloads with routing headers and a URL-encoded path", function()
+    fake.push{ status = 200, headers = { ["content-length"] = "5" }, chunks = { "he", "llo" } }
+    assert.are.equal("hello", assert(client:download("/w/a b.txt", { max_bytes = 5 })))
+    local req = fake.log[1]
+    assert.are.equal("GET", req.method)
+    assert.are.equal("http://sbx.test/files?path=/w/a%20b.txt", req.url)
+    assert.are.equal("iabc", req.headers["E2b-Sandbox-Id"])
+    assert.are.equal("tok", req.headers["X-Access-Token"])
+  end)
+
+  it("refuses a download whose announced size exceeds max_bytes before reading", function()
+    fake.push{ status = 200, headers = { ["content-length"] = "6" }, chunks = { "abcdef" } }
+    local r, err = client:download("/a", { max_bytes = 5 })
+    assert.is_nil(r); assert.are.equal("E2B_TOO_LARGE", err.code)
+    assert.are.equal(0, fake.last_stream.reads); assert.is_true(fake.last_stream.closed)
+  end)
+
+  it("stops a chunked download at the first byte over max_bytes", function()
+    fake.push{ status = 200, chunks = { "abc", "def", "ghi" } }
+    local r, err = client:download("/a", { max_bytes = 5 })
+    assert.is_nil(r); assert.are.equal("E2B_TOO_LARGE", err.code)
+    assert.are.equal(2, fake.last_stream.reads); assert.is_true(fake.last_stream.closed)
+  end)
+
+  it("maps download errors by status", function()
+    fake.push{ status = 404, chunks = { '{"code":404,"message":"path \'/a\' does not exist"}' } }
+    local r, err = client:download("/a", { max_bytes = 5 })
+    assert.is_nil(r); assert.are.equal("E2B_NOT_FOUND", err.code)
+    assert.truthy(err.message:find("does not exist", 1, true))
+  end)
+
+  it("uploads one multipart part named file", function()
+    fake.push{ status = 200, body = '[{"path":"/w/a","name":"a","type":"file"}]' }
+    local entries = assert(client:upload("/w/a", "x--y", { metadata = { v = "1" } }))
+    assert.are.equal("/w/a", entries[1].path)
+    local req = fake.log[1]
+    assert.are.equal("http://sbx.test/files?path=/w/a", req.url)
+    assert.are.equal("1", req.headers["X-Metadata-v"])
+    local boundary = req.headers["Content-Type"]:match("^multipart/form%-data; boundary=(.+)$")
+    assert.truthy(boundary)
+    assert.are.equal(table.concat{ "--", boundary, "\r\n",
+      'Content-Disposition: form-data; name="file"; filename="/w/a"\r\n',
+      "Content-Type: application/octet-stream\r\n\r\nx--y\r\n--", boundary, "--\r\n" }, req.body)
+  end)
+
+  it("streams an upload from a host file as octet-stream", function()
+    fake.push{ status = 200, body = '[{"path":"/r/mbwrap","name":"mbwrap","type":"file"}]' }
+    assert(client:upload("/r/mbwrap", nil, { file = "/tmp/mbwrap" }))
+    assert.are.equal("/tmp/mbwrap", fake.log[1].body_file)
+    assert.are.equal("application/octet-stream", fake.log[1].headers["Content-Type"])
+  end)
+end)

@@ -1,0 +1,301 @@
+// Shared helpers for the E2B SDK conformance suite (spec/sdk/*.test.mjs).
+// The suite talks to a running sandboxd through the unmodified `e2b` npm package, configured by
+// E2B_API_URL / E2B_SANDBOX_URL / E2B_API_KEY (scripts/test.sh exports them, plus MB_SANDBOXD_PID).
+import { spawn } from 'node:child_process'
+import { createHash, randomBytes } from 'node:crypto'
+import { existsSync, readFileSync, readdirSync, readlinkSync, mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import net from 'node:net'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { Sandbox } from 'e2b'
+
+export const HERE = path.dirname(fileURLToPath(import.meta.url))
+export const ZERO_KEY = 'e2b_' + '0'.repeat(40)
+
+/** Generous per-test bound so that a hang is reported as a failure, never as a stuck run. */
+export const T = { timeout: 90_000 }
+
+export function requireEnv() {
+  const missing = ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY'].filter((k) => !process.env[k])
+  if (missing.length) {
+    throw new Error(
+      `missing ${missing.join(', ')}: start sandboxd and export E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY (scripts/test.sh does)`,
+    )
+  }
+  return { api: process.env.E2B_API_URL.replace(/\/$/, ''), sbx: process.env.E2B_SANDBOX_URL.replace(/\/$/, ''), key: process.env.E2B_API_KEY }
+}
+
+export function uniq(prefix = 'mb') {
+  return `${prefix}${randomBytes(6).toString('hex')}`
+}
+
+/**
+ * Creates a sandbox tagged with a unique metadata value and kills it when the test ends.
+ * `t` is the node:test context (or null when the caller cleans up itself).
+ */
+export async function newSandbox(t, opts = {}) {
+  requireEnv()
+  const metadata = { moonboxTest: uniq('t'), ...(opts.metadata ?? {}) }
+  const sbx = await Sandbox.create('base', { timeoutMs: 180_000, ...opts, metadata })
+  sbx.mbTag = metadata.moonboxTest
+  if (t) t.after(() => killQuietly(sbx))
+  return sbx
+}
+
+export async function killQuietly(sbx) {
+  try {
+    await sbx.kill()
+  } catch {
+    /* already gone */
+  }
+}
+
+/** Bounded poll: resolves with the first truthy value of fn(), rejects after `timeoutMs`. */
+export async function waitFor(fn, { timeoutMs = 15_000, intervalMs = 100, what = 'condition' } = {}) {
+  const deadline = Date.now() + timeoutMs
+  let last
+  for (;;) {
+    try {
+      const v = await fn()
+      if (v) return v
+      last = v
+    } catch (e) {
+      last = e
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what} (last: ${last instanceof Error ? last.message : JSON.stringify(last)})`)
+    await sleep(intervalMs)
+  }
+}
+
+/** A fixed-width numeric marker (usable as a `sleep` duration) starting with digit `d`. */
+export const marker = (d = 1) => `${d}${String(Math.floor(Math.random() * 1e8)).padStart(8, '0')}`
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+/** Rejects if `p` has not settled within `ms` (a hang detector, not a performance bound). */
+export function settlesWithin(p, ms, what) {
+  let timer
+  return Promise.race([
+    Promise.resolve(p).finally(() => clearTimeout(timer)),
+    new Promise((_, rej) => {
+      timer = setTimeout(() => rej(new Error(`${what} did not settle within ${ms} ms (hang)`)), ms)
+    }),
+  ])
+}
+
+export const sha256 = (buf) => createHash('sha256').update(buf).digest('hex')
+export const sha256File = (p) => sha256(readFileSync(p))
+
+/** Control-plane request with the API key (unless headers override it). */
+export async function apiFetch(p, init = {}) {
+  const { api, key } = requireEnv()
+  const headers = { 'X-API-KEY': key, ...(init.headers ?? {}) }
+  for (const k of Object.keys(headers)) if (headers[k] === undefined) delete headers[k]
+  return fetch(api + p, { ...init, headers })
+}
+
+/** envd request routed to a sandbox by header; token defaults to the sandbox's own. */
+export async function envdFetch(sbx, p, init = {}, { token } = {}) {
+  const { sbx: base } = requireEnv()
+  const headers = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983', ...(init.headers ?? {}) }
+  const tok = token === undefined ? sbx.envdAccessToken : token
+  if (tok) headers['X-Access-Token'] = tok
+  return fetch(base + p, { ...init, headers })
+}
+
+/** Connect-protocol server-streaming call; returns {status, messages, end} (end = end-stream JSON). */
+export async function connectStream(sbx, method, body, { headers = {}, token } = {}) {
+  const json = Buffer.from(JSON.stringify(body))
+  const env = Buffer.alloc(5 + json.length)
+  env[0] = 0
+  env.writeUInt32BE(json.length, 1)
+  json.copy(env, 5)
+  const res = await envdFetch(
+    sbx,
+    '/' + method,
+    {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/connect+json', 'Connect-Protocol-Version': '1', 'Connect-Timeout-Ms': '20000', ...headers },
+      body: env,
+    },
+    { token },
+  )
+  const buf = Buffer.from(await res.arrayBuffer())
+  const contentType = res.headers.get('content-type')
+  if (!/application\/connect\+json/.test(contentType ?? '')) {
+    let body = buf.toString('utf8')
+    try {
+      body = JSON.parse(body)
+    } catch {
+      /* not JSON */
+    }
+    return { status: res.status, contentType, messages: [], end: null, body }
+  }
+  const messages = []
+  let end = null
+  for (let off = 0; off + 5 <= buf.length; ) {
+    const flags = buf[off]
+    const len = buf.readUInt32BE(off + 1)
+    const payload = JSON.parse(buf.subarray(off + 5, off + 5 + len).toString('utf8') || '{}')
+    if (flags & 2) end = payload
+    else messages.push(payload)
+    off += 5 + len
+  }
+  return { status: res.status, contentType, messages, end }
+}
+
+/** Connect-protocol unary call; returns {status, body}. */
+export async function connectUnary(sbx, method, body, { headers = {}, token } = {}) {
+  const res = await envdFetch(
+    sbx,
+    '/' + method,
+    { method: 'POST', headers: { 'Content-Type': 'application/json', 'Connect-Protocol-Version': '1', ...headers }, body: JSON.stringify(body) },
+    { token },
+  )
+  const text = await res.text()
+  let parsed
+  try {
+    parsed = JSON.parse(text)
+  } catch {
+    parsed = text
+  }
+  return { status: res.status, body: parsed }
+}
+
+// ---------------------------------------------------------------- host-side inspection
+
+/** Host processes whose command line contains `marker`: [{pid, cmdline}]. */
+export function hostProcessesWith(marker) {
+  const out = []
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d) || Number(d) === process.pid) continue
+    let cmd
+    try {
+      cmd = readFileSync(`/proc/${d}/cmdline`).toString('utf8').replace(/\0/g, ' ')
+    } catch {
+      continue
+    }
+    if (cmd.includes(marker)) out.push({ pid: Number(d), cmdline: cmd.trim() })
+  }
+  return out
+}
+
+/** Host uid line of /proc/<pid>/status: [real, effective, saved, fs]. */
+export function hostUids(pid) {
+  const st = readFileSync(`/proc/${pid}/status`, 'utf8')
+  return st.match(/^Uid:\s+(.*)$/m)[1].trim().split(/\s+/).map(Number)
+}
+
+/** Mount points (host view) whose path or source contains `needle`. */
+export function hostMountsWith(needle) {
+  return readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .filter((l) => l.includes(needle))
+}
+
+/** Every path under `dir` (recursively, not following symlinks) whose name contains `needle`. */
+export function pathsUnder(dir, needle) {
+  const hits = []
+  const walk = (d) => {
+    let ents
+    try {
+      ents = readdirSync(d, { withFileTypes: true })
+    } catch {
+      return
+    }
+    for (const e of ents) {
+      const p = path.join(d, e.name)
+      if (e.name.includes(needle)) hits.push(p)
+      if (e.isDirectory()) walk(p)
+    }
+  }
+  walk(dir)
+  return hits
+}
+
+/** The --state-dir of the shared sandboxd (from MB_SANDBOXD_PID's command line), or null. */
+export function sharedStateDir() {
+  const pid = process.env.MB_SANDBOXD_PID
+  if (!pid) return null
+  try {
+    const argv = readFileSync(`/proc/${pid}/cmdline`).toString('utf8').split('\0')
+    for (let i = 0; i < argv.length; i++) {
+      if (argv[i] === '--state-dir') return path.resolve(readlinkSync(`/proc/${pid}/cwd`), argv[i + 1])
+      if (argv[i].startsWith('--state-dir=')) return path.resolve(readlinkSync(`/proc/${pid}/cwd`), argv[i].slice(12))
+    }
+  } catch {
+    /* not readable */
+  }
+  return null
+}
+
+// ---------------------------------------------------------------- own sandboxd instances
+
+export function sandboxdBinary() {
+  const build = process.env.MB_BUILD_DIR || path.resolve(HERE, '../../build')
+  return path.join(build, 'bin', 'sandboxd')
+}
+
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer()
+    s.unref()
+    s.on('error', reject)
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address()
+      s.close(() => resolve(port))
+    })
+  })
+}
+
+/**
+ * Starts a private sandboxd. Resolves once it prints "sandboxd listening on".
+ * Returns {proc, port, url, stateDir, key, log(), exited (promise of {code, signal}), opts (SDK connection opts)}.
+ */
+export async function startSandboxd({ stateDir, port, env = {}, key = ZERO_KEY } = {}) {
+  const bin = sandboxdBinary()
+  if (!existsSync(bin)) throw new Error(`sandboxd binary not found at ${bin} (build it first)`)
+  stateDir ??= mkdtempSync(path.join(tmpdir(), 'mb-sdk-state-'))
+  port ??= await freePort()
+  const proc = spawn(bin, ['--listen', `127.0.0.1:${port}`, '--api-key', key, '--state-dir', stateDir], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let out = ''
+  proc.stdout.on('data', (d) => (out += d))
+  proc.stderr.on('data', (d) => (out += d))
+  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })))
+  const url = `http://127.0.0.1:${port}`
+  await settlesWithin(
+    Promise.race([
+      waitFor(() => out.includes('sandboxd listening on'), { timeoutMs: 20_000, intervalMs: 20, what: 'sandboxd to listen' }),
+      exited.then(({ code, signal }) => {
+        throw new Error(`sandboxd exited early (code ${code}, signal ${signal}): ${out}`)
+      }),
+    ]),
+    25_000,
+    'sandboxd start',
+  )
+  return {
+    proc,
+    port,
+    url,
+    stateDir,
+    key,
+    exited,
+    log: () => out,
+    opts: { apiUrl: url, sandboxUrl: url, apiKey: key },
+  }
+}
+
+/** Stops a private sandboxd if it is still running (SIGKILL after a grace period). */
+export async function stopSandboxd(s) {
+  if (!s || s.proc.exitCode !== null || s.proc.signalCode !== null) return
+  s.proc.kill('SIGTERM')
+  const r = await Promise.race([s.exited, sleep(15_000).then(() => null)])
+  if (!r) {
+    s.proc.kill('SIGKILL')
+    await s.exited
+  }
+}

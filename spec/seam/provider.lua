@@ -1,0 +1,78 @@
+-- Provider-agnostic harness for the seam contract specs. A provider family is selected with
+-- MOONBOX_SEAM_PROVIDER (default "e2b"); it yields a composed ctx with ctx.fs and ctx.subprocess
+-- plus a few facts the specs need (a scratch directory, how to run shell snippets).
+-- A future local provider registers here with the same shape.
+local compose = require "moonbox.compose"
+local function mb() return require "moonbox" end
+
+local P = {}
+
+local families = {
+  e2b = {
+    composition = 'plugin "e2b" { cwd = "/home/user/workspace" }\nplugin "fs" {}\nplugin "subprocess" {}\n',
+  },
+}
+
+local state
+
+-- Run fn inside the loop with a deadline so a hung operation fails the spec instead of the run.
+function P.run(fn, timeout_ms)
+  return mb().run(function()
+    local t = mb().spawn(fn)
+    local res = table.pack(t:join(timeout_ms or 60000))
+    if not res[1] then error(res[2], 0) end
+    return table.unpack(res, 2, res.n)
+  end)
+end
+
+function P.open()
+  if state then return state end
+  local name = os.getenv("MOONBOX_SEAM_PROVIDER") or "e2b"
+  local fam = assert(families[name], "unknown seam provider " .. name)
+  local comp = assert(compose.load("seam-" .. name .. ".lua", { source = fam.composition }))
+  state = P.run(function()
+    local ctx, loaded = assert(compose.start(comp))
+    local s = { ctx = ctx, loaded = loaded, name = name }
+    if name == "e2b" then
+      local sb = assert(ctx.e2b:sandbox())
+      s.cwd, s.sandbox, s.api_key = sb.cwd, sb, ctx.e2b.endpoints.api_key
+    end
+    return s
+  end, 120000)
+  return state
+end
+
+function P.close()
+  if not state then return end
+  local s = state
+  state = nil
+  P.run(function() assert(compose.stop(s.ctx, s.loaded)) end)
+end
+
+-- A fresh scratch directory path (not created) under the provider's cwd.
+local n = 0
+function P.scratch(prefix)
+  n = n + 1
+  return ("%s/%s-%d-%d"):format(state.cwd, prefix or "t", os.time(), n)
+end
+
+-- Run a shell snippet in the execution world through the subprocess seam (inside P.run).
+-- → stdout, exit code, stderr
+function P.sh(script, opts)
+  opts = opts or {}
+  local h = assert(state.ctx.subprocess:spawn{ argv = { "/bin/sh", "-c", script }, cwd = opts.cwd or state.cwd,
+    graceMs = 1000, env = opts.env,
+    stdio = { stdin = opts.stdin and { data = opts.stdin } or "ignore", stdout = { maxBytes = 1 << 20 },
+      stderr = { maxBytes = 1 << 16 } } })
+  local o = assert(h:wait(opts.timeout_ms or 30000))
+  return h.collected.stdout:readFrom(0).text, o.exitCode, h.collected.stderr:readFrom(0).text, o
+end
+
+-- Requests counted at the transport while fn runs.
+function P.requests(fn)
+  local before = mb().http.stats().requests
+  local r = table.pack(fn())
+  return mb().http.stats().requests - before, table.unpack(r, 1, r.n)
+end
+
+return P

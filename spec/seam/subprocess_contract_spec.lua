@@ -1,0 +1,200 @@
+-- Subprocess seam contract (reference §2, §4.2, §6.3–6.6 without their defects, §8 regressions).
+local P = require "seam.provider"
+
+local function spec(argv, over)
+  local s = { argv = argv, cwd = P.open().cwd, graceMs = 500,
+    stdio = { stdin = "ignore", stdout = { maxBytes = 65536 }, stderr = { maxBytes = 65536 } } }
+  for k, v in pairs(over or {}) do s[k] = v end
+  return s
+end
+
+-- Live processes of the execution world other than the probe itself, as "pid args" lines.
+local function survivors(pattern)
+  local out = P.sh("for p in /proc/[0-9]*; do s=$(cut -d' ' -f3 $p/stat 2>/dev/null); "
+    .. "[ \"$s\" = Z ] && continue; a=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "
+    .. "case \"$a\" in *" .. pattern .. "*) echo \"${p#/proc/} $a\";; esac; done")
+  local lines = {}
+  for l in out:gmatch("[^\n]+") do if not l:find("/proc/", 1, true) then lines[#lines + 1] = l end end
+  return lines
+end
+
+describe("subprocess seam contract #sandboxd", function()
+  local sp, mb
+  setup(function() sp = P.open().ctx.subprocess; mb = require "moonbox" end)
+  teardown(function() P.close() end)
+
+  it("runs argv without a shell and reports the exit code and output", function()
+    P.run(function()
+      local h = assert(sp:spawn(spec({ "printf", "%s|", "$HOME;ls", "a b" })))
+      assert.is_true(h.pid > 1)                       -- real at return (regression: pid -1)
+      assert.are.same({ exitCode = 0 }, assert(h:wait(10000)))
+      assert.are.equal("$HOME;ls|a b|", h.collected.stdout:readFrom(0).text)
+      local h2 = assert(sp:spawn(spec({ "/bin/sh", "-c", "echo err >&2; exit 7" })))
+      assert.are.same({ exitCode = 7 }, assert(h2:wait(10000)))
+      assert.are.equal("err\n", h2.collected.stderr:readFrom(0).text)
+    end)
+  end)
+
+  it("costs one request per spawn", function()
+    P.run(function()
+      local n = P.requests(function()
+        local h = assert(sp:spawn(spec({ "true" })))
+        assert(h:wait(10000))
+      end)
+      assert.are.equal(1, n)
+    end)
+  end)
+
+  it("fails the spawn for a missing executable (regression: exit 127)", function()
+    P.run(function()
+      local h, err = sp:spawn(spec({ "/no/such/program" }))
+      if h then h, err = h:wait(10000) end
+      assert.is_nil(h); assert.are.equal("SPAWN_FAILED", err.code)
+    end)
+  end)
+
+  it("reports a real signal and keeps the output of a signalled program (regression)", function()
+    P.run(function()
+      local h = assert(sp:spawn(spec({ "/bin/sh", "-c", "echo before; kill -TERM $$" })))
+      assert.are.same({ signal = "SIGTERM" }, assert(h:wait(10000)))
+      assert.are.equal("before\n", h.collected.stdout:readFrom(0).text)
+      local k = assert(sp:spawn(spec({ "/bin/sh", "-c", "kill -KILL $$" })))
+      assert.are.same({ signal = "SIGKILL" }, assert(k:wait(10000)))
+    end)
+  end)
+
+  it("terminates a TERM-ignoring tree: SIGKILL only once it is dead, nothing survives", function()
+    P.run(function()
+      local marker = "mbterm" .. os.time()
+      local h = assert(sp:spawn(spec({ "/bin/sh", "-c",
+        "trap '' TERM; (trap '' TERM; exec -a " .. marker .. " sleep 300) & setsid sh -c 'exec -a " .. marker .. " sleep 300' & sleep 300" },
+        { graceMs = 300 })))
+      mb.sleep(200)
+      assert.is_true(#survivors(marker) >= 1)
+      assert(h:terminate())
+      local o = assert(h:wait(10000))
+      assert.are.same({ signal = "SIGKILL" }, o)
+      assert.is_true(h:waitForExit(10000))
+      assert.are.same({}, survivors(marker))
+    end)
+  end)
+
+  it("waitForExit covers double-forked descendants after the leader exits", function()
+    P.run(function()
+      local marker = "mbdfork" .. os.time()
+      local h = assert(sp:spawn(spec({ "/bin/sh", "-c", "(setsid sh -c 'sleep 0.5; exec -a " .. marker .. " true' &) ; exit 0" },
+        { graceMs = 100 })))
+      assert.are.same({ exitCode = 0 }, assert(h:wait(10000)))
+      assert.is_true(h:waitForExit(10000))
+      assert.are.same({}, survivors(marker))
+    end)
+  end)
+
+  it("passes stdin data and pipes", function()
+    P.run(function()
+      local h = assert(sp:spawn(spec({ "cat" }, { stdio = { stdin = { data = "hello\n" }, stdout = { maxBytes = 100 }, stderr = "pipe" } })))
+      assert(h:wait(10000)); assert.are.equal("hello\n", h.collected.stdout:readFrom(0).text)
+      local p = assert(sp:spawn(spec({ "cat" }, { stdio = { stdin = "pipe", stdout = "pipe", stderr = { maxBytes = 10 } } })))
+      assert(p.stdin:write("ab")); assert(p.stdin:write("cd")); assert(p.stdin:close())
+      local got = {}
+      while true do
+        local c = p.stdout:read(10000)
+        if not c then break end
+        got[#got + 1] = c
+      end
+      assert.are.equal("abcd", table.concat(got))
+      assert.are.same({ exitCode = 0 }, assert(p:wait(10000)))
+    end)
+  end)
+
+  it("keeps a bounded tail and a spill file for collect mode", function()
+    P.run(function()
+      local h = assert(sp:spawn(spec({ "/bin/sh", "-c", "i=0; while [ $i -lt 2000 ]; do echo line-$i; i=$((i+1)); done" },
+        { stdio = { stdin = "ignore", stdout = { maxBytes = 100, spill = { maxBytes = 1 << 20 } }, stderr = { maxBytes = 10 } } })))
+      assert(h:wait(10000))
+      local r = h.collected.stdout:readFrom(0)
+      assert.is_true(r.lossy); assert.are.equal(100, #r.text)
+      assert.truthy(r.text:find("line%-1999\n$"))
+      assert.is_string(r.spillPath)
+      local full = P.sh("cat '" .. r.spillPath .. "'")
+      assert.are.equal(r.nextOffset, #full)
+      assert.truthy(full:find("^line%-0\n"))
+    end)
+  end)
+
+  it("scrubs the environment on the host and honours explicit entries and tombstones", function()
+    P.run(function()
+      local h = assert(sp:spawn(spec({ "env" }, { env = { EXPLICIT_TOKEN = "yes", DSH_SESSION_ID = "1", HOME = false } })))
+      assert(h:wait(10000))
+      local out = h.collected.stdout:readFrom(0).text
+      assert.truthy(out:find("EXPLICIT_TOKEN=yes", 1, true)); assert.truthy(out:find("DSH_SESSION_ID=1", 1, true))
+      assert.is_nil(out:find("\nHOME=", 1, true)); assert.is_nil(out:find("^HOME="))
+      assert.truthy(out:find("PATH=", 1, true))
+      assert.has_error(function() sp:spawn(spec({ "env" }, { env = { ["A=B"] = "x" } })) end)
+    end)
+  end)
+
+  it("never puts the API key into the sandbox", function()
+    P.run(function()
+      local key = P.open().api_key
+      assert.is_string(key)
+      local out = P.sh("cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n'")
+      assert.is_nil(out:find(key, 1, true))
+    end)
+  end)
+
+  it("validates before launching", function()
+    P.run(function()
+      assert.has_error(function() sp:spawn(spec({ "" })) end)
+      assert.has_error(function() sp:spawn(spec({ "true" }, { graceMs = 0 })) end)
+      assert.has_error(function() sp:spawn(spec({ "true" }, { graceMs = 2147483648 })) end)
+    end)
+  end)
+
+  it("resolves executables", function()
+    P.run(function()
+      assert.truthy(assert(sp:resolveExecutable("sh")):match("^/.*/sh$"))
+      assert.are.equal("/bin/sh", sp:resolveExecutable("/bin/sh"))
+      assert.are.equal("SUBPROCESS_INVALID_ARGUMENT", select(2, sp:resolveExecutable("bin/sh")).code)
+      assert.are.equal("SUBPROCESS_NOT_FOUND", select(2, sp:resolveExecutable("no-such-tool-xyz")).code)
+      assert.are.equal("SUBPROCESS_NOT_FOUND", select(2, sp:resolveExecutable("/etc/hostname")).code)
+    end)
+  end)
+
+  describe("terminal", function()
+    it("drives an interactive shell, inspects and signals the foreground, terminates the session", function()
+      P.run(function()
+        local t = assert(sp:spawnTerminal{ argv = { "/bin/sh", "-i" }, cwd = P.open().cwd, env = { PS1 = "$ ", TERM = "dumb" },
+          rows = 24, cols = 80, graceMs = 300 })
+        assert(t:write("echo hi-$((40+2))\n"))
+        local out = ""
+        while not out:find("hi%-42") do out = out .. assert(t.output:read(10000)) end
+        local fg = assert(t:inspectForeground())
+        assert.are.equal(t.pid, fg.processGroupId)
+        assert.are.equal("TERMINAL_REFUSED", select(2, t:signalForeground("SIGKILL")).code)
+        local marker = "mbtty" .. os.time()
+        assert(t:write("exec -a " .. marker .. " sleep 300 &\nsleep 200\n"))
+        mb.sleep(300)
+        local fg2 = assert(t:inspectForeground())
+        assert.are_not.equal(t.pid, fg2.processGroupId)
+        assert.are.equal(fg2.processGroupId, t:signalForeground("SIGINT"))
+        assert(t:resize(30, 100))
+        assert(t:terminate())
+        assert.is_table(assert(t:wait(5000)))
+        assert.are.same({}, survivors(marker))
+        assert.is_not_nil(select(2, t:write("x")))
+      end)
+    end)
+  end)
+
+  it("reports a sandbox deleted under a running command instead of hanging", function()
+    -- runs last: it destroys the shared sandbox
+    P.run(function()
+      local s = P.open()
+      local h = assert(sp:spawn(spec({ "sleep", "300" })))
+      assert(s.sandbox.api:delete(s.sandbox.id))
+      local o, err = h:wait(30000)
+      assert.is_true(o ~= nil or (err ~= nil and err.code ~= "MB_TIMEOUT"), tostring(err))
+    end)
+  end)
+end)

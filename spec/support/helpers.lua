@@ -1,0 +1,51 @@
+-- Spec helpers: drive the loop with a deadline, start the test HTTP server.
+-- busted has no async tests: each spec calls H.run(fn), which runs fn as a task under mb.run
+-- and raises if it does not finish within the deadline.
+local mb = require "moonbox"
+
+local H = {}
+H.dir = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "spec/support"
+
+-- Runs fn(...) in a task; returns its results; raises its error or a deadline error.
+function H.run(fn, deadline_ms)
+  deadline_ms = deadline_ms or 10000
+  return mb.run(function()
+    local t = mb.spawn(fn)
+    local res = table.pack(t:join(deadline_ms))
+    if res[1] then return table.unpack(res, 2, res.n) end
+    t:cancel()
+    local e = res[2]
+    if e and e.code == "MB_TASK_FAILED" then error(e.message, 0) end
+    error(e, 0)
+  end)
+end
+
+-- Starts spec/support/server.py on a free port; returns {url=, port=, proc=}.
+function H.start_server()
+  return H.run(function()
+    local p = assert(mb.proc.spawn{ argv = { "python3", H.dir .. "/server.py" } })
+    local buf = ""
+    while not buf:find("\n") do
+      local data, err = p:read("stdout", 10000)
+      if not data then
+        p:kill("KILL")
+        local e = p:read("stderr", 1000)
+        error("test server did not start: " .. tostring(err or "exited") .. " " .. tostring(e))
+      end
+      buf = buf .. data
+    end
+    local port = assert(tonumber(buf:match("listening (%d+)")), "bad server banner: " .. buf)
+    return { url = "http://127.0.0.1:" .. port, port = port, proc = p }
+  end)
+end
+
+function H.stop_server(s)
+  if not s then return end
+  H.run(function()
+    s.proc:kill("KILL")
+    s.proc:wait(5000)
+    s.proc:close()
+  end)
+end
+
+return H

@@ -1,0 +1,731 @@
+#!/usr/bin/env python3
+"""Tests for mbwrap (core/wrapper), run on the host by ctest: test_mbwrap.py PATH_TO_MBWRAP.
+
+Frames are decoded here independently of the C host decoder (python's base64, strict and canonical)
+and every run is checked against the ordering rules of core/wrapper/PROTOCOL.md.
+"""
+import base64
+import os
+import pty
+import re
+import select
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import unittest
+
+MBWRAP = None
+PY = sys.executable
+FRAME_RAW = 24576
+# Waiting for a condition that must come true is bounded only so a broken build fails instead of
+# hanging; it is never an assertion about speed.
+LIVENESS_CAP_S = 30
+
+
+class Frames:
+    def __init__(self):
+        self.kinds = []          # sequence of frame kinds: 'o', 'e', '!pgid', '!exit', ...
+        self.out = bytearray()
+        self.err = bytearray()
+        self.pgid = None
+        self.exit = None
+        self.signal = None
+        self.spawn_error = None  # (errno, message)
+        self.max_frame = 0
+
+
+def decode(data, tool=False):
+    """Strictly decodes a complete frame stream and checks the protocol's ordering rules."""
+    assert data.endswith(b"\n"), "truncated: last line has no newline: %r" % data[-80:]
+    f = Frames()
+    lines = data[:-1].split(b"\n")
+    for i, line in enumerate(lines):
+        assert line, "empty line at %d" % i
+        assert "!done" not in f.kinds, "frame after !done: %r" % line
+        kind = line[:1]
+        if kind in (b"o", b"e"):
+            payload = line[1:]
+            raw = base64.b64decode(payload, validate=True)
+            assert base64.b64encode(raw) == payload, "non-canonical base64"
+            assert 1 <= len(raw) <= FRAME_RAW, "frame size %d" % len(raw)
+            assert "!empty" not in f.kinds, "data after !empty"
+            f.max_frame = max(f.max_frame, len(raw))
+            (f.out if kind == b"o" else f.err).extend(raw)
+            f.kinds.append(kind.decode())
+            continue
+        assert kind == b"!", "unknown frame kind: %r" % line
+        parts = line.decode("ascii").split(" ")
+        name = parts[0]
+        assert name not in f.kinds, "duplicate %s" % name
+        if name == "!pgid":
+            assert not tool and not f.kinds, "!pgid must be first"
+            assert len(parts) == 2 and re.fullmatch(r"[1-9][0-9]*", parts[1]) and int(parts[1]) > 1
+            f.pgid = int(parts[1])
+        elif name == "!spawn-error":
+            assert not tool and (f.kinds in ([], ["!pgid"])), "spawn-error placement %r" % f.kinds
+            assert len(parts) == 3 and re.fullmatch(r"[0-9]+", parts[1])
+            msg = base64.b64decode(parts[2], validate=True)
+            assert base64.b64encode(msg).decode() == parts[2] and msg
+            f.spawn_error = (int(parts[1]), msg.decode())
+        elif name in ("!exit", "!signal"):
+            assert "!spawn-error" not in f.kinds and "!exit" not in f.kinds and "!signal" not in f.kinds
+            assert len(parts) == 2 and re.fullmatch(r"0|[1-9][0-9]*", parts[1])
+            n = int(parts[1])
+            if name == "!exit":
+                assert 0 <= n <= 255
+                f.exit = n
+            else:
+                assert 1 <= n <= 64
+                f.signal = n
+        elif name == "!empty":
+            assert len(parts) == 1
+            assert {"!exit", "!signal", "!spawn-error"} & set(f.kinds), "!empty before the exit fact"
+        elif name == "!done":
+            assert len(parts) == 1 and "!empty" in f.kinds and i == len(lines) - 1
+        else:
+            raise AssertionError("unknown control frame %r" % line)
+        f.kinds.append(name)
+    assert f.kinds and f.kinds[-1] == "!done", "incomplete: no !done"
+    if not tool:
+        assert f.kinds[0] in ("!pgid", "!spawn-error")
+    return f
+
+
+def run(args, env=None, stdin=subprocess.DEVNULL, check_rc=True, extra=()):
+    """mbwrap run [extra] -E… -- args; returns (Frames, wrapper stderr)."""
+    cmd = [MBWRAP, "run", *extra]
+    for k, v in (env if env is not None else {"PATH": "/usr/bin:/bin"}).items():
+        cmd += ["-E", "%s=%s" % (k, v)]
+    p = subprocess.run(cmd + ["--", *args], stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       env={"INHERITED_SHOULD_NOT_LEAK": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    if check_rc:
+        assert p.returncode == 0, (p.returncode, p.stderr)
+    return decode(p.stdout), p.stderr
+
+
+def tool(*args, rc=0):
+    p = subprocess.run([MBWRAP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, (args, p.returncode, p.stderr)
+    f = decode(p.stdout, tool=True)
+    assert f.exit == rc, (args, f.exit, bytes(f.out))
+    assert not f.err
+    return bytes(f.out)
+
+
+class Live:
+    """A wrapper running in the background whose frames are read incrementally."""
+
+    def __init__(self, args, grace_ms=None, env=None):
+        cmd = [MBWRAP, "run"]
+        if grace_ms is not None:
+            cmd += ["-g", str(grace_ms)]
+        for k, v in (env or {"PATH": "/usr/bin:/bin"}).items():
+            cmd += ["-E", "%s=%s" % (k, v)]
+        self.p = subprocess.Popen(cmd + ["--", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
+        self.buf = bytearray()
+
+    def read_until(self, pred):
+        """Reads more stream until pred(decoded-prefix-lines) holds or EOF."""
+        fd = self.p.stdout.fileno()
+        while not pred(self.buf):
+            r, _, _ = select.select([fd], [], [], LIVENESS_CAP_S)
+            assert r, "no progress from the wrapper"
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            self.buf.extend(chunk)
+        return self.buf
+
+    def finish(self):
+        self.read_until(lambda b: False)
+        self.p.wait(timeout=LIVENESS_CAP_S)
+        self.stderr = self.p.stderr.read()
+        self.p.stdout.close()
+        self.p.stderr.close()
+        return decode(bytes(self.buf))
+
+
+def read_bytes(path):
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def complete_lines(buf):
+    return bytes(buf[: buf.rfind(b"\n") + 1]).split(b"\n")[:-1]
+
+
+def stream_so_far(buf, kind=b"o"):
+    out = bytearray()
+    for line in complete_lines(buf):
+        if line[:1] == kind:
+            out.extend(base64.b64decode(line[1:]))
+    return bytes(out)
+
+
+def alive(pid):
+    """True while pid exists and is not a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            st = fh.read()
+    except FileNotFoundError:
+        return False
+    return st[st.rfind(")") + 2] not in "ZX"
+
+
+def wait_state(pid, states):
+    """Waits until pid's /proc state letter is one of states."""
+    for _ in range(LIVENESS_CAP_S * 100):
+        with open("/proc/%d/stat" % pid) as fh:
+            st = fh.read()
+        if st[st.rfind(")") + 2] in states:
+            return
+        select.select([], [], [], 0.01)
+    raise AssertionError("pid %d never reached state %s" % (pid, states))
+
+
+def wait_comm(pid, comm):
+    for _ in range(LIVENESS_CAP_S * 100):
+        with open("/proc/%d/comm" % pid) as fh:
+            if fh.read().strip() == comm:
+                return
+        select.select([], [], [], 0.01)
+    raise AssertionError("pid %d never became %s" % (pid, comm))
+
+
+def session_members(sid):
+    res = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as fh:
+                st = fh.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        fields = st[st.rfind(")") + 2:].split()
+        if int(fields[3]) == sid and fields[0] not in "ZX":
+            res.append(int(d))
+    return res
+
+
+class RunMode(unittest.TestCase):
+    def test_binary_and_large_output_exact(self):
+        data = bytes(range(256)) * 64 + os.urandom(3 * 1024 * 1024 + 17)
+        with tempfile.NamedTemporaryFile() as src:
+            src.write(data)
+            src.flush()
+            f, _ = run(["/bin/cat", src.name])
+        self.assertEqual(bytes(f.out), data)
+        self.assertEqual(f.exit, 0)
+        self.assertEqual(f.max_frame, FRAME_RAW)  # large output is cut at the frame limit
+        self.assertEqual(f.kinds[-3:], ["!exit", "!empty", "!done"])
+
+    def test_interleaved_stdout_stderr(self):
+        prog = ("import sys\n"
+                "for i in range(2000):\n"
+                "  sys.stdout.buffer.write(b'out%d\\n' % i); sys.stdout.flush()\n"
+                "  sys.stderr.buffer.write(b'err%d\\x00\\xff\\n' % i); sys.stderr.flush()\n")
+        f, _ = run([PY, "-c", prog])
+        self.assertEqual(bytes(f.out), b"".join(b"out%d\n" % i for i in range(2000)))
+        self.assertEqual(bytes(f.err), b"".join(b"err%d\x00\xff\n" % i for i in range(2000)))
+        self.assertIn("e", f.kinds)
+        self.assertEqual(f.exit, 0)
+
+    def test_exact_environment(self):
+        env = {"A": "1", "B": "x y=z\tq", "PATH": "/usr/bin:/bin", "EMPTY": ""}
+        f, _ = run(["env"], env=env)
+        got = bytes(f.out).decode().splitlines()
+        self.assertEqual(sorted(got), sorted("%s=%s" % kv for kv in env.items()))
+
+    def test_no_environment_and_absolute_program(self):
+        f, _ = run(["/usr/bin/env"], env={})
+        self.assertEqual(bytes(f.out), b"")
+        self.assertEqual(f.exit, 0)
+
+    def test_spawn_error_missing_program(self):
+        for args, env in ((["no-such-program-mbwrap"], None), (["/no/such/program"], None), (["env"], {})):
+            f, _ = run(args, env=env)
+            self.assertEqual(f.spawn_error[0], 2, (args, f.spawn_error))
+            self.assertIn(args[0], f.spawn_error[1])
+            self.assertIsNone(f.exit)
+            self.assertIsNone(f.signal)
+            self.assertEqual(f.kinds, ["!pgid", "!spawn-error", "!empty", "!done"])
+
+    def test_spawn_error_not_executable(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "prog")
+            with open(path, "w") as fh:
+                fh.write("#!/bin/sh\necho hi\n")
+            os.chmod(path, 0o644)
+            f, _ = run([path])
+            self.assertEqual(f.spawn_error[0], 13)
+            f, _ = run(["prog"], env={"PATH": d})
+            self.assertEqual(f.spawn_error[0], 13)
+
+    def test_path_search_uses_given_path(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "myprog")
+            with open(path, "w") as fh:
+                fh.write("#!/bin/sh\necho from-myprog \"$@\"\n")
+            os.chmod(path, 0o755)
+            f, _ = run(["myprog", "a b"], env={"PATH": "/nonexistent:" + d})
+            self.assertEqual(bytes(f.out), b"from-myprog a b\n")
+
+    def test_exit_codes(self):
+        for code in (0, 1, 42, 255):
+            f, _ = run(["/bin/sh", "-c", "echo x; exit %d" % code])
+            self.assertEqual((f.exit, f.signal), (code, None))
+            self.assertEqual(bytes(f.out), b"x\n")
+
+    def test_pgid_is_the_program_session(self):
+        prog = "import os; print(os.getpid(), os.getpgid(0), os.getsid(0))"
+        f, _ = run([PY, "-c", prog])
+        pid, pgid, sid = map(int, bytes(f.out).split())
+        self.assertEqual((pid, pgid, sid), (f.pgid, f.pgid, f.pgid))
+
+    def test_signal_death_keeps_output(self):
+        f, _ = run(["/bin/sh", "-c", "printf partial; printf errpart >&2; kill -TERM $$"])
+        self.assertEqual((f.exit, f.signal), (None, 15))
+        self.assertEqual(bytes(f.out), b"partial")
+        self.assertEqual(bytes(f.err), b"errpart")
+
+    def test_segv_keeps_output(self):
+        prog = ("import sys, ctypes\n"
+                "sys.stdout.buffer.write(b'y' * 100000); sys.stdout.flush()\n"
+                "ctypes.string_at(0)\n")
+        f, _ = run([PY, "-c", prog])
+        self.assertEqual(f.signal, signal.SIGSEGV)
+        self.assertEqual(bytes(f.out), b"y" * 100000)
+
+    def test_exit_frame_follows_leader_output(self):
+        # Everything written before the leader died precedes !exit, even while a descendant keeps
+        # the pipe open. Made deterministic by stopping the wrapper until the leader is a zombie,
+        # so several frames' worth of output is still queued in the pipe when it is reaped.
+        with tempfile.TemporaryDirectory() as d:
+            gate, hold = os.path.join(d, "gate"), os.path.join(d, "hold")
+            os.mkfifo(gate)
+            os.mkfifo(hold)
+            prog = ("(read y < %s; echo tail) & read x < %s; head -c 60000 /dev/zero | tr '\\0' a; exit 7"
+                    % (hold, gate))
+            w = Live(["/bin/sh", "-c", prog])
+            w.read_until(lambda b: b"\n" in b)
+            pgid = int(complete_lines(w.buf)[0].split()[1])
+            wait_comm(pgid, "sh")  # the program runs: the wrapper no longer holds it back
+            w.p.send_signal(signal.SIGSTOP)
+            with open(gate, "w") as fh:
+                fh.write("go\n")
+            wait_state(pgid, "Z")
+            w.p.send_signal(signal.SIGCONT)
+            w.read_until(lambda b: b"!exit" in b)
+            self.assertEqual(stream_so_far(w.buf), b"a" * 60000)
+            with open(hold, "w") as fh:
+                fh.write("go\n")
+            f = w.finish()
+        self.assertEqual(bytes(f.out), b"a" * 60000 + b"tail\n")
+        self.assertEqual(f.exit, 7)
+        self.assertEqual(f.kinds[f.kinds.index("!exit"):], ["!exit", "o", "!empty", "!done"])
+
+    def test_stdin_is_inherited(self):
+        with open(__file__, "rb") as fh:
+            f, _ = run(["/bin/cat"], stdin=fh)
+        self.assertEqual(bytes(f.out), read_bytes(__file__))
+
+    def test_only_stdio_and_default_signals_reach_the_program(self):
+        # The wrapper inherits an extra fd and ignored SIGINT/SIGHUP; the program sees neither.
+        r, w = os.pipe()
+
+        def prep():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        try:
+            outs = []
+            for prog in (["ls", "/proc/self/fd"], ["grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"]):
+                p = subprocess.run([MBWRAP, "run", "-E", "PATH=/usr/bin:/bin", "--", *prog], stdout=subprocess.PIPE,
+                                   pass_fds=(r, w), preexec_fn=prep, stdin=subprocess.DEVNULL)
+                outs.append(bytes(decode(p.stdout).out).decode().split())
+        finally:
+            os.close(r)
+            os.close(w)
+        self.assertEqual(outs[0], ["0", "1", "2", "3"])  # 3 is ls's own directory descriptor
+        self.assertEqual(outs[1], ["SigBlk:", "0" * 16, "SigIgn:", "0" * 16])
+
+    def test_usage_errors_emit_no_frames(self):
+        for args in (["run", "--"], ["run", "-x", "1", "--", "true"], ["run", "-E", "NOEQUALS", "--", "true"],
+                     ["run", "-E", "A=1", "-E", "A=2", "--", "true"], ["run", "-g", "abc", "--", "true"],
+                     ["bogus"], ["stat"], ["signal", "1", "TERM"]):
+            p = subprocess.run([MBWRAP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self.assertEqual(p.returncode, 2, args)
+            self.assertEqual(p.stdout, b"", args)
+            self.assertTrue(p.stderr, args)
+
+
+class Termination(unittest.TestCase):
+    def test_term_ignoring_program_reports_kill_after_death(self):
+        prog = "trap 'echo got-term' TERM; echo ready; while :; do sleep 0.05; done"
+        w = Live(["/bin/sh", "-c", prog], grace_ms=300)
+        w.read_until(lambda b: b"ready" in stream_so_far(b))
+        pgid = int(complete_lines(w.buf)[0].split()[1])
+        self.assertTrue(alive(pgid))
+        w.p.send_signal(signal.SIGTERM)
+        # The !signal frame may only appear once the leader is dead and reaped.
+        w.read_until(lambda b: b"!signal" in b)
+        self.assertFalse(alive(pgid))
+        f = w.finish()
+        self.assertIn(b"got-term", bytes(f.out))  # TERM reached it, and it survived TERM
+        self.assertEqual((f.exit, f.signal), (None, 9))
+        self.assertEqual(session_members(pgid), [])
+        self.assertEqual(w.p.returncode, 0)
+
+    def test_zero_grace_kills_at_once(self):
+        w = Live(["/bin/sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.05; done"], grace_ms=0)
+        w.read_until(lambda b: b"ready" in stream_so_far(b))
+        w.p.send_signal(signal.SIGTERM)
+        f = w.finish()
+        self.assertEqual(f.signal, signal.SIGKILL)
+
+    def test_double_forked_grandchild_is_killed_and_reaped(self):
+        with tempfile.TemporaryDirectory() as d:
+            pidfile = os.path.join(d, "gpid")
+            prog = ("import os, signal, sys, time\n"
+                    "if os.fork() == 0:\n"
+                    "    os.setsid()\n"
+                    "    if os.fork() == 0:\n"
+                    "        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                    "        fd = os.open('/dev/null', os.O_RDWR)\n"
+                    "        os.dup2(fd, 1); os.dup2(fd, 2)\n"
+                    "        open(%r + '.tmp', 'w').write(str(os.getpid()))\n"
+                    "        os.rename(%r + '.tmp', %r)\n"
+                    "        while True: time.sleep(1)\n"
+                    "    os._exit(0)\n"
+                    "os.wait()\n"
+                    "while not os.path.exists(%r): time.sleep(0.01)\n"
+                    "print('ready', flush=True)\n"
+                    "while True: time.sleep(1)\n") % (pidfile, pidfile, pidfile, pidfile)
+            w = Live([PY, "-c", prog], grace_ms=200)
+            w.read_until(lambda b: b"ready" in stream_so_far(b))
+            gpid = int(read_bytes(pidfile))
+            with open("/proc/%d/stat" % gpid) as fh:
+                st = fh.read()
+            ppid = int(st[st.rfind(")") + 2:].split()[1])
+            self.assertEqual(ppid, w.p.pid)  # reparented to the subreaper, not to init
+            w.p.send_signal(signal.SIGTERM)
+            f = w.finish()
+            self.assertEqual(f.signal, 15)
+            # The wrapper reaped it before !empty: it is gone, not even a zombie.
+            self.assertFalse(os.path.exists("/proc/%d" % gpid) and alive(gpid))
+            self.assertFalse(os.path.exists("/proc/%d/stat" % gpid))
+
+    def test_pipe_holding_grandchild(self):
+        with tempfile.TemporaryDirectory() as d:
+            fifo = os.path.join(d, "go")
+            os.mkfifo(fifo)
+            prog = "(read x < %s; echo late; echo late-err >&2) & echo early" % fifo
+            w = Live(["/bin/sh", "-c", prog])
+            w.read_until(lambda b: b"!exit" in b)
+            self.assertNotIn(b"!empty", w.buf)  # the grandchild is still alive
+            self.assertEqual(stream_so_far(w.buf), b"early\n")
+            with open(fifo, "w") as fh:
+                fh.write("go\n")
+            f = w.finish()
+            self.assertEqual(f.exit, 0)
+            self.assertEqual(bytes(f.out), b"early\nlate\n")
+            self.assertEqual(bytes(f.err), b"late-err\n")
+            self.assertLess(f.kinds.index("!exit"), len(f.kinds) - 3)
+            self.assertEqual(f.kinds[f.kinds.index("!exit") + 1:][-2:], ["!empty", "!done"])
+
+    def test_sighup_and_sigint_terminate(self):
+        for sig in (signal.SIGHUP, signal.SIGINT):
+            w = Live(["/bin/sh", "-c", "echo ready; exec sleep 1000"], grace_ms=5000)
+            w.read_until(lambda b: b"ready" in stream_so_far(b))
+            w.p.send_signal(sig)
+            f = w.finish()
+            self.assertEqual(f.signal, signal.SIGTERM)
+
+    def test_stopped_program_is_terminated(self):
+        # A stopped program still dies: TERM is followed by CONT.
+        w = Live(["/bin/sh", "-c", "echo ready; kill -STOP $$; echo never"], grace_ms=5000)
+        w.read_until(lambda b: b"ready" in stream_so_far(b))
+        pgid = int(complete_lines(w.buf)[0].split()[1])
+        wait_state(pgid, "T")
+        w.p.send_signal(signal.SIGTERM)
+        f = w.finish()
+        self.assertEqual(f.signal, signal.SIGTERM)
+        self.assertNotIn(b"never", bytes(f.out))
+
+    def test_vanished_reader_kills_tree(self):
+        p = subprocess.Popen([MBWRAP, "run", "-g", "100", "--", "/usr/bin/yes"], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL)
+        first = p.stdout.readline()
+        pgid = int(first.split()[1])
+        p.stdout.read(100000)
+        p.stdout.close()
+        rc = p.wait(timeout=LIVENESS_CAP_S)
+        self.assertEqual(rc, 1)
+        self.assertEqual(session_members(pgid), [])
+
+
+class Spill(unittest.TestCase):
+    def test_spill_within_cap(self):
+        with tempfile.TemporaryDirectory() as d:
+            so, se = os.path.join(d, "out:log"), os.path.join(d, "err.log")
+            data = os.urandom(200000)
+            with tempfile.NamedTemporaryFile() as src:
+                src.write(data)
+                src.flush()
+                cmd = "cat %s; cat %s >&2" % (src.name, src.name)
+                f, err = run(["/bin/sh", "-c", cmd], extra=["-o", "%s:%d" % (so, len(data)), "-e",
+                                                             "%s:%d" % (se, 10 * len(data))])
+            self.assertEqual(bytes(f.out), data)
+            for path in (so, se):
+                with open(path, "rb") as fh:
+                    self.assertEqual(fh.read(), data)
+                self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
+            self.assertEqual(err, b"")
+
+    def test_spill_over_cap_is_removed_and_noted(self):
+        with tempfile.TemporaryDirectory() as d:
+            so = os.path.join(d, "out.log")
+            with open(so, "w") as fh:  # a stale file of the same name is replaced, then removed
+                fh.write("old")
+            f, err = run(["/bin/sh", "-c", "head -c 100001 /dev/zero"], extra=["-o", "%s:100000" % so])
+            self.assertEqual(bytes(f.out), b"\0" * 100001)  # the stream itself is intact
+            self.assertFalse(os.path.exists(so))
+            self.assertIn(b"mbwrap: stdout spill removed", err)
+
+    def test_spill_open_failure_is_spawn_error(self):
+        f, _ = run(["/bin/true"], extra=["-o", "/nonexistent-dir/x:10"])
+        self.assertEqual(f.kinds, ["!spawn-error", "!empty", "!done"])
+        self.assertEqual(f.spawn_error[0], 2)
+
+
+class Tools(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = os.path.realpath(self.tmp.name)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def p(self, *names):
+        return os.path.join(self.d, *names)
+
+    def test_realpath(self):
+        os.makedirs(self.p("real", "sub"))
+        os.symlink("real", self.p("rel"))
+        os.symlink(self.p("real", "sub"), self.p("abs"))
+        os.symlink("rel/sub/../..", self.p("up"))
+        weird = "new\nline-é-ü"
+        os.makedirs(self.p(weird))
+        cases = ["rel", "rel/sub", "abs/..", "rel/missing/x/../y", "up/real", "./rel/./sub/", weird,
+                 weird + "/missing", "missing/../rel", "/" + self.d[1:] + "//rel"]
+        for c in cases:
+            got = tool("realpath", c, self.d)
+            self.assertEqual(got, os.fsencode(os.path.realpath(os.path.join(self.d, c))), c)
+        self.assertEqual(tool("realpath", self.p("rel", "sub")), os.fsencode(self.p("real", "sub")))
+        self.assertEqual(tool("realpath", "/"), b"/")
+        self.assertEqual(tool("realpath", "/.."), b"/")
+
+    def test_realpath_errors(self):
+        with open(self.p("file"), "w") as fh:
+            fh.write("x")
+        os.symlink("loop2", self.p("loop1"))
+        os.symlink("loop1", self.p("loop2"))
+        self.assertTrue(tool("realpath", "file/x", self.d, rc=1).startswith(b"err ENOTDIR "))
+        self.assertTrue(tool("realpath", "file/", self.d, rc=1).startswith(b"err ENOTDIR "))
+        self.assertTrue(tool("realpath", "loop1", self.d, rc=1).startswith(b"err ELOOP "))
+        self.assertTrue(tool("realpath", "x", "relative", rc=1).startswith(b"err EINVAL "))
+        self.assertEqual(tool("realpath", "file", self.d), os.fsencode(self.p("file")))
+
+    def stat(self, *args):
+        return tool("stat", *args).decode().rstrip("\n").split(" ")
+
+    def test_stat(self):
+        with open(self.p("f"), "wb") as fh:
+            fh.write(b"hello")
+        os.chmod(self.p("f"), 0o640)
+        os.symlink("f", self.p("l"))
+        kind, size, mode, ver = self.stat(self.p("f"))
+        self.assertEqual((kind, size, mode), ("file", "5", "0640"))
+        st = os.stat(self.p("f"))
+        fields = [int(x, 16) for x in ver.split(":")]
+        self.assertEqual(fields, [st.st_dev, st.st_ino, 5, st.st_mtime_ns, st.st_ctime_ns])
+        self.assertEqual(self.stat(self.p("l"))[0], "symlink")
+        self.assertEqual(self.stat("-L", self.p("l")), [kind, size, mode, ver])
+        self.assertEqual(self.stat(self.p("missing")), ["absent"])
+        self.assertEqual(self.stat(self.p("f", "under-file")), ["absent"])
+        self.assertEqual(self.stat(self.d)[0], "directory")
+
+    def test_stat_version_changes_on_same_size_rewrite(self):
+        path = self.p("f")
+        with open(path, "wb") as fh:
+            fh.write(b"AAAA")
+        versions = []
+        for content in (b"BBBB", b"CCCC", b"DDDD"):
+            versions.append(self.stat(path)[3])
+            with open(path, "r+b") as fh:  # in place: same inode, same size
+                fh.write(content)
+        versions.append(self.stat(path)[3])
+        self.assertEqual(len(set(versions)), len(versions), versions)
+
+    def staging(self, content, name="content"):
+        sd = tempfile.mkdtemp(prefix=".mb-stage-", dir=self.d)
+        path = os.path.join(sd, name)
+        with open(path, "wb") as fh:
+            fh.write(content)
+        return sd, path
+
+    def test_publish_create_only(self):
+        target = self.p("new.txt")
+        sd, sp = self.staging(b"one\n")
+        out = tool("publish", "--create-only", sp, target).decode()
+        m = re.fullmatch(r"ok create (\S+)\n", out)
+        self.assertTrue(m, out)
+        self.assertEqual(m.group(1), self.stat(target)[3])  # the returned version is the live one
+        self.assertEqual(read_bytes(target), b"one\n")
+        self.assertEqual(stat.S_IMODE(os.stat(target).st_mode), 0o600)
+        self.assertFalse(os.path.exists(sd))
+        # A second creator loses and the first creator's file is preserved.
+        sd, sp = self.staging(b"two\n")
+        out = tool("publish", "--create-only", sp, target, rc=1)
+        self.assertTrue(out.startswith(b"err FS_NOT_OBSERVED "), out)
+        self.assertEqual(read_bytes(target), b"one\n")
+        self.assertFalse(os.path.exists(sd))
+        # --create-only onto a directory is FS_NOT_REGULAR_FILE, checked before publishing.
+        os.mkdir(self.p("dir"))
+        sd, sp = self.staging(b"x")
+        self.assertTrue(tool("publish", "--create-only", sp, self.p("dir"), rc=1).startswith(b"err FS_NOT_REGULAR"))
+
+    def test_publish_update_expect_keep_mode_before(self):
+        target = self.p("t.txt")
+        with open(target, "wb") as fh:
+            fh.write(b"old\ncontent\n")
+        os.chmod(target, 0o751)
+        ver = self.stat(target)[3]
+        sd, sp = self.staging(b"new content\n")
+        out = tool("publish", "--expect", ver, "--before", "100", sp, target)
+        m = re.fullmatch(rb"before 12\nold\ncontent\n\nok update (\S+)\n", out)
+        self.assertTrue(m, out)
+        self.assertEqual(m.group(1).decode(), self.stat(target)[3])
+        self.assertNotEqual(m.group(1).decode(), ver)
+        self.assertEqual(read_bytes(target), b"new content\n")
+        self.assertEqual(stat.S_IMODE(os.stat(target).st_mode), 0o751)
+        self.assertFalse(os.path.exists(sd))
+        # The old version is stale now; the target is untouched and the staging is cleaned.
+        sd, sp = self.staging(b"zzz")
+        out = tool("publish", "--expect", ver, sp, target, rc=1)
+        self.assertTrue(out.startswith(b"err FS_STALE_VERSION "), out)
+        self.assertEqual(read_bytes(target), b"new content\n")
+        self.assertFalse(os.path.exists(sd))
+        # --expect on a missing file is stale too.
+        sd, sp = self.staging(b"zzz")
+        out = tool("publish", "--expect", ver, sp, self.p("missing"), rc=1)
+        self.assertTrue(out.startswith(b"err FS_STALE_VERSION "), out)
+        self.assertFalse(os.path.exists(self.p("missing")))
+
+    def test_publish_before_bounds_and_mode(self):
+        target = self.p("big")
+        with open(target, "wb") as fh:
+            fh.write(b"x" * 1000)
+        sd, sp = self.staging(b"y")
+        out = tool("publish", "--before", "999", "--mode", "755", sp, target)
+        self.assertTrue(re.fullmatch(rb"before-too-large 1000\nok update \S+\n", out), out)
+        self.assertEqual(stat.S_IMODE(os.stat(target).st_mode), 0o755)
+        sd, sp = self.staging(b"z")
+        out = tool("publish", "--before", "10", sp, self.p("fresh"))
+        self.assertTrue(re.fullmatch(rb"before-absent\nok create \S+\n", out), out)
+        # Binary "before" content (newlines, NULs) comes back byte-exact.
+        blob = bytes(range(256)) * 200
+        with open(target, "wb") as fh:
+            fh.write(blob)
+        sd, sp = self.staging(b"q")
+        out = tool("publish", "--keep-mode", "--before", str(len(blob)), sp, target)
+        head = b"before %d\n" % len(blob)
+        self.assertTrue(out.startswith(head))
+        self.assertEqual(out[len(head):len(head) + len(blob)], blob)
+        self.assertTrue(re.fullmatch(rb"\nok update \S+\n", out[len(head) + len(blob):]))
+
+    def test_publish_symlink_target_is_not_regular(self):
+        with open(self.p("real"), "w") as fh:
+            fh.write("r")
+        os.symlink("real", self.p("link"))
+        sd, sp = self.staging(b"x")
+        out = tool("publish", sp, self.p("link"), rc=1)
+        self.assertTrue(out.startswith(b"err FS_NOT_REGULAR_FILE "), out)
+        self.assertTrue(os.path.islink(self.p("link")))
+
+    def test_which(self):
+        a, b = self.p("a"), self.p("b")
+        os.makedirs(a)
+        os.makedirs(b)
+        for d, m in ((a, 0o644), (b, 0o755)):
+            with open(os.path.join(d, "tool"), "w") as fh:
+                fh.write("#!/bin/sh\n")
+            os.chmod(os.path.join(d, "tool"), m)
+        os.makedirs(os.path.join(a, "dirtool"))
+        pathlist = "%s:/nonexistent:%s" % (a, b)
+        self.assertEqual(tool("which", "tool", pathlist), os.fsencode(os.path.join(b, "tool")))
+        self.assertTrue(tool("which", "dirtool", pathlist, rc=1).startswith(b"err ENOENT "))
+        self.assertTrue(tool("which", "nope", pathlist, rc=1).startswith(b"err ENOENT "))
+        self.assertEqual(tool("which", os.path.join(b, "tool"), ""), os.fsencode(os.path.join(b, "tool")))
+        self.assertTrue(tool("which", "a/tool", pathlist, rc=1).startswith(b"err EINVAL "))
+
+    def test_signal(self):
+        p = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+        self.assertEqual(tool("signal", str(p.pid), "SIGTERM"), b"")
+        self.assertEqual(p.wait(timeout=LIVENESS_CAP_S), -signal.SIGTERM)
+        self.assertTrue(tool("signal", str(p.pid), "KILL", rc=1).startswith(b"err ESRCH "))
+
+    def test_killsession(self):
+        prog = "trap '' TERM; sleep 1000 & sleep 1000 & (trap '' TERM; exec sleep 1000) & echo ready; wait"
+        p = subprocess.Popen(["/bin/sh", "-c", prog], start_new_session=True, stdout=subprocess.PIPE)
+        self.assertEqual(p.stdout.readline(), b"ready\n")
+        members = session_members(p.pid)
+        self.assertGreaterEqual(len(members), 4)
+        out = tool("killsession", str(p.pid), "200")
+        self.assertEqual(int(out), len(members))
+        p.wait(timeout=LIVENESS_CAP_S)
+        p.stdout.close()
+        self.assertEqual(session_members(p.pid), [])
+        self.assertEqual(tool("killsession", str(p.pid), "0"), b"0\n")
+
+    def spawn_tty(self, argv):
+        pid, master = pty.fork()
+        if pid == 0:
+            os.execv(argv[0], argv)
+        self.addCleanup(lambda: (os.close(master), os.kill(pid, signal.SIGKILL), os.waitpid(pid, 0)))
+        return pid
+
+    def fg(self, pid):
+        return tool("fg", str(pid)).decode().split()
+
+    def test_fg_input_waiting(self):
+        pid = self.spawn_tty(["/bin/cat"])
+        for _ in range(LIVENESS_CAP_S * 100):
+            res = self.fg(pid)
+            if res == [str(pid), "1"]:
+                break
+            select.select([], [], [], 0.01)
+        self.assertEqual(res, [str(pid), "1"])
+
+    def test_fg_not_waiting(self):
+        pid = self.spawn_tty(["/bin/sleep", "1000"])
+        for _ in range(LIVENESS_CAP_S * 100):
+            with open("/proc/%d/stat" % pid) as fh:
+                st = fh.read()
+            if st[st.find("(") + 1:st.rfind(")")] == "sleep" and st[st.rfind(")") + 2] == "S":
+                break
+            select.select([], [], [], 0.01)
+        self.assertEqual(self.fg(pid), [str(pid), "0"])
+
+    def test_fg_absent(self):
+        p = subprocess.Popen(["true"])
+        p.wait()
+        self.assertEqual(self.fg(p.pid), ["absent"])
+
+
+if __name__ == "__main__":
+    MBWRAP = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)
