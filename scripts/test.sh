@@ -75,6 +75,14 @@ if [ -d spec/sdk/node_modules/e2b ] && [ -n "$SBXD_PID" ] && ls spec/sdk/*.test.
   add "${p:-0}" "${f:-1}" "SDK conformance"
 fi
 
+if [ -n "$SBXD_PID" ] && ls tests/sandboxd/*.test.mjs >/dev/null 2>&1; then
+  note "sandboxd wire checks"
+  out=$(node --test --test-reporter=tap tests/sandboxd/*.test.mjs 2>&1); echo "$out" >"$LOG/wire.log"
+  p=$(sed -n 's/^# pass \([0-9]*\)/\1/p' <<<"$out" | tail -1); f=$(sed -n 's/^# fail \([0-9]*\)/\1/p' <<<"$out" | tail -1)
+  [ "${f:-1}" != 0 ] && grep -B2 -A15 '^not ok\|^    not ok' <<<"$out" | head -80
+  add "${p:-0}" "${f:-1}" "sandboxd wire checks"
+fi
+
 if command -v clang >/dev/null && [ -f fuzz/CMakeLists.txt ]; then
   note "fuzzers (brief)"
   if CC=clang build build-fuzz fuzzers -DMB_FUZZ=ON; then
