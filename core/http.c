@@ -103,7 +103,7 @@ static int append(mb_http_req *r, const char *p, size_t n, size_t cap) {
     }
   }
   if (r->blen + n > r->bcap) {
-    size_t want = r->bcap ? r->bcap * 2 : 16384;
+    size_t want = r->bcap ? r->bcap * 2 : 4096;
     if (want < r->blen + n) want = r->blen + n;
     if (cap && want > cap && cap >= r->blen + n) want = cap;
     char *nb = realloc(r->body, want);

@@ -18,8 +18,22 @@ static const char host_key = 'h';
 static const char uvloop_key = 'u';
 #define MB_TIMER_MT "moonbox.timer"
 
+static void free_handle(uv_handle_t *hd) { free(hd); }
+
+/* Process handles of children still running when their Lua objects went away (lua_proc.c
+ * leaves them open so the child is reaped); on our own loop they are closed at teardown. */
+static void close_orphan(uv_handle_t *hd, void *arg) {
+  (void)arg;
+  if (hd->type == UV_PROCESS && hd->data == NULL && !uv_is_closing(hd)) uv_close(hd, free_handle);
+}
+
+
 static int host_gc(lua_State *L) {
   mb_lua_host *h = lua_touserdata(L, 1);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &uvloop_key);
+  int borrowed = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (h->loop && !borrowed) uv_walk(mb_loop_uv(h->loop), close_orphan, NULL);
   if (h->loop) mb_loop_free(h->loop);
   h->loop = NULL;
   return 0;
@@ -117,8 +131,6 @@ typedef struct {
   mb_lua_host *h;
   int ref;
 } ltimer;
-
-static void free_handle(uv_handle_t *hd) { free(hd); }
 
 static ltimer *check_timer(lua_State *L) {
   ltimer *t = luaL_checkudata(L, 1, MB_TIMER_MT);

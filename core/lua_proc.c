@@ -269,7 +269,8 @@ static int p_kill(lua_State *L) {
   return 1;
 }
 
-/* Releases handles; a running child keeps running (kill it first to stop it). */
+/* Releases handles; a running child keeps running (kill it first to stop it) and is still
+ * reaped when it exits. */
 static int p_close(lua_State *L) {
   lproc *p = check_proc(L);
   mb_loop_undefer(mb_lua_host_loop(p->h), &p->pend);
@@ -283,8 +284,8 @@ static int p_close(lua_State *L) {
     p->out[k] = NULL;
   }
   if (p->proc) {
+    /* Still running: keep the handle so libuv reaps the child; on_proc_exit closes it. */
     p->proc->data = NULL;
-    uv_close((uv_handle_t *)p->proc, free_handle);
     p->proc = NULL;
   }
   if (p->cb_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, p->cb_ref);

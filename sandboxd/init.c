@@ -156,6 +156,8 @@ static void setup_root(int tpl_fd, int sbx_fd, const char *host, int newnet, cha
   snprintf(path, sizeof path, "/proc/self/fd/%d/merged", sbx_fd);
   snprintf(lower, sizeof lower, "/proc/self/fd/%d", tpl_fd);
   mark(NULL);
+  char sysdirs_copy[512];
+  snprintf(sysdirs_copy, sizeof sysdirs_copy, "%s", sysdirs);   /* strtok_r below cuts sysdirs */
   pid_t helper = mount_system_overlays(sbx_fd, sysdirs, names, &nsys);
   if (helper < 0) fail_setup("fork: %s", strerror(errno));
   mount_overlay(path, lower, sbx_fd, "root");
@@ -165,6 +167,11 @@ static void setup_root(int tpl_fd, int sbx_fd, const char *host, int newnet, cha
   while (waitpid(helper, &status, 0) < 0)
     if (errno != EINTR) fail_setup("wait: %s", strerror(errno));
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) _exit(1);   /* the helper reported why */
+  /* Our copies of the idmapped trees: once the overlays hold them, nothing else may. */
+  for (const char *q = strchr(sysdirs_copy, '='); q; q = strchr(q + 1, '=')) {
+    int fd = (int)strtol(q + 1, NULL, 10);
+    if (fd > 2) close(fd);
+  }
   for (int i = 0; i < nsys; i++) {
     char stage[192];
     snprintf(stage, sizeof stage, "/proc/self/fd/%d/lower/%s", sbx_fd, names[i]);

@@ -312,7 +312,8 @@ static int idmapped_tree(const char *name) {
   if (fd < 0) return -1;
   struct mount_attr attr;
   memset(&attr, 0, sizeof attr);
-  attr.attr_set = MOUNT_ATTR_IDMAP;
+  /* Read-only: this view maps host root to sandbox root, so it must never be writable itself. */
+  attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
   attr.userns_fd = (uint64_t)ns;
   if (syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) { close(fd); return -1; }
   return fd;

@@ -211,8 +211,16 @@ describe("moonbox.subprocess (unit, scripted sandbox)", function()
         { err = errors.new("E2B_CONNECT_FAILED", "connection reset") } }
     end }
     core = sb.core
-    local r, err = mb.run(function() local h = assert(sp:spawn(spec())) return h:wait() end)
-    assert.is_nil(r); assert.are.equal("E2B_CONNECT_FAILED", err.code)
+    local r = mb.run(function()
+      local h = assert(sp:spawn(spec()))
+      local o, err = h:wait()
+      local t0 = mb.now()
+      local gone, gerr = h:waitForExit(60000)
+      return { o = o, err = err, gone = gone, gerr = gerr, waited = mb.now() - t0 }
+    end)
+    assert.is_nil(r.o); assert.are.equal("E2B_CONNECT_FAILED", r.err.code)
+    assert.is_nil(r.gone); assert.are.equal("E2B_CONNECT_FAILED", r.gerr.code)
+    assert.are.equal(0, r.waited)
   end)
 
   it("rejects a stream that ends without !done", function()

@@ -43,6 +43,33 @@ describe("http", function()
     end)
   end)
 
+  it("a stream over its max_bytes total fails with E2B_TOO_LARGE", function()
+    H.run(function()
+      local s = assert(http.stream{ url = url("/stream?chunks=10&size=1000"), max_bytes = 4000, timeout_ms = 5000 })
+      local n, err = 0, nil
+      while true do
+        local c, e = s:read(5000)
+        if not c then err = e; break end
+        n = n + #c
+      end
+      s:close()
+      assert.is_true(n <= 4000, "delivered " .. n)
+      assert.is_not_nil(err, "stream ended cleanly")
+      assert.equal("E2B_TOO_LARGE", err.code)
+    end)
+  end)
+
+  it("response headers beyond the limit are E2B_PROTOCOL", function()
+    H.run(function()
+      local ok = assert(http.request{ url = url("/headers?n=20"), max_bytes = 10 })
+      assert.equal(("f"):rep(100), ok.headers["x-filler-19"])
+      local res, err = http.request{ url = url("/headers?n=1000"), max_bytes = 10 }
+      assert.is_nil(res)
+      assert.equal("E2B_PROTOCOL", err.code)
+      assert.matches("headers exceed", err.message)
+    end)
+  end)
+
   it("streams a chunked body in order", function()
     local got = H.run(function()
       local s = assert(http.stream{ url = url("/stream?chunks=20&size=1000"), timeout_ms = 5000 })

@@ -244,10 +244,74 @@ describe("scheduler", function()
       assert.equal(0, kc)
       assert.equal(15, ks)
 
+      -- closing wakes a blocked reader with MB_CLOSED
+      local z = assert(mb.proc.spawn{ argv = { "sleep", "30" } })
+      local reader = mb.spawn(function() return z:read("stdout", 30000) end)
+      mb.sleep(1)
+      z:kill("KILL")
+      z:close()
+      local _, zd, zerr = reader:join(5000)
+      assert.is_nil(zd)
+      assert.equal("MB_CLOSED", zerr.code)
+
       local bad, berr = mb.proc.spawn{ argv = { "/nonexistent/binary" } }
       assert.is_nil(bad)
       assert.equal("E2B_IO", berr.code)
       assert.matches("no such file", berr.message:lower())
+    end)
+  end)
+
+  describe("the moonbox program", function()
+    local bin = (os.getenv("MB_BUILD_DIR") or "build") .. "/bin/moonbox"
+    local function run(argv)
+      return H.run(function()
+        local p = assert(mb.proc.spawn{ argv = argv })
+        local out, err = {}, {}
+        for _, which in ipairs({ "stdout", "stderr" }) do
+          local acc = which == "stdout" and out or err
+          while true do local d = p:read(which, 10000); if not d then break end; acc[#acc + 1] = d end
+        end
+        local code = p:wait(10000)
+        p:close()
+        return code, table.concat(out), table.concat(err)
+      end)
+    end
+    local function script(src)
+      local path = os.tmpname()
+      local f = assert(io.open(path, "w")); f:write(src); f:close()
+      return path
+    end
+
+    it("runs a script as the main task with its arguments", function()
+      local path = script([[
+        local mb = require "moonbox"
+        local a, b = ...
+        assert(mb.current(), "not inside a task")
+        assert(mb.sleep(1))
+        io.write(a, "+", b, " ", arg[0] == ... and "" or "arg0ok", "\n")
+        assert(require("policies.env"))
+      ]])
+      local code, out = run({ bin, path, "x", "y" })
+      os.remove(path)
+      assert.equal(0, code)
+      assert.equal("x+y arg0ok\n", out)
+    end)
+
+    it("reports a script error with a traceback and exit status 1", function()
+      local path = script("error('script-broke')")
+      local code, _, err = run({ bin, path })
+      os.remove(path)
+      assert.equal(1, code)
+      assert.matches("script%-broke", err)
+      assert.matches("stack traceback", err)
+    end)
+
+    it("prints usage with exit status 2 when called wrongly", function()
+      local code, _, err = run({ bin })
+      assert.equal(2, code)
+      assert.matches("usage: moonbox", err)
+      code = run({ bin, "run", "only-compose.lua" })
+      assert.equal(2, code)
     end)
   end)
 end)

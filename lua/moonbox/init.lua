@@ -452,10 +452,15 @@ local function proc_wait(p, t, timeout_ms, what)
 end
 
 -- p:read("stdout"|"stderr", timeout_ms) → data | nil (end) | nil, err
+local function closed_err() return M.error("MB_CLOSED", "process object is closed") end
+
 function Process:read(which, timeout_ms)
   check_timeout(timeout_ms, 2)
-  if self.closed then error("process:read: process is closed", 2) end
+  if which ~= nil and which ~= "stdout" and which ~= "stderr" then
+    error("process:read: which must be \"stdout\" or \"stderr\"", 2)
+  end
   while true do
+    if self.closed then return nil, closed_err() end
     local data, eof = self.h:read(which or "stdout")
     if data then return data end
     if eof then return nil end
@@ -467,8 +472,8 @@ end
 -- p:wait(timeout_ms) → exit_code, signal | nil, err
 function Process:wait(timeout_ms)
   check_timeout(timeout_ms, 2)
-  if self.closed then error("process:wait: process is closed", 2) end
   while true do
+    if self.closed then return nil, closed_err() end
     local code, sig = self.h:exit_status()
     if code then return code, sig end
     local err = proc_wait(self, need_task("process:wait", 2), timeout_ms, "process wait")
@@ -483,10 +488,15 @@ function Process:kill(sig)
   return true
 end
 
+-- Releases the handles (a running child keeps running); blocked readers and waiters get
+-- nil, MB_CLOSED.
 function Process:close()
   if self.closed then return end
   self.closed = true
   self.h:close()
+  local ws = self.waiters
+  self.waiters = {}
+  for _, w in ipairs(ws) do wake(w, self, true) end
 end
 
 return M

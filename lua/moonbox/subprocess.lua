@@ -135,6 +135,7 @@ function Handle:_run(s)
   local function fail(err)
     self.transport_error = err
     if not self.pid_ev_set then self.pid_ev_set = true; self.pid_ev:set(false) end
+    self.empty_ev:set(false)          -- waitForExit must not wait for a fact that cannot come
     self:_settle(nil, err)
   end
   while true do
@@ -223,12 +224,13 @@ function Handle:terminate()
   return true
 end
 
--- true once no process of the tree is left; false when timeout_ms elapsed first.
+-- true once no process of the tree is left; false when timeout_ms elapsed first;
+-- nil, err when the stream carrying the facts broke (the tree's state is unknown).
 function Handle:waitForExit(timeout_ms)
   if self.tree_empty then return true end
   local ok = self.empty_ev:wait(timeout_ms or FOREVER)
   if ok then return true end
-  if self.transport_error and not self.tree_empty then return nil, self.transport_error end
+  if self.transport_error then return nil, self.transport_error end
   return false
 end
 

@@ -11,6 +11,7 @@ Endpoints (query parameters in brackets):
   /delay [ms]                sleeps, then "ok"
   /hang                      headers and one chunk, then holds the connection open (60 s)
   /status [code]             empty body with that status
+  /headers [n]               n extra 100-byte response headers
 """
 import json
 import socket
@@ -95,6 +96,13 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"5\r\nhello\r\n")
             self.wfile.flush()
             time.sleep(60)
+        elif p == "/headers":
+            self.send_response(200)
+            for i in range(self.q("n", 10)):
+                self.send_header("X-Filler-%d" % i, "f" * 100)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
         elif p == "/status":
             self.send_body(self.q("code", 200), b"")
         else:

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# sandboxd benchmarks (issue 3): create→ready as a ratio to the kernel floor, and 50 concurrent
+# sandboxes × 10 commands (peak RSS, p50/p99 latency, ratio to the same commands on the host).
+# Every ratio is against a baseline measured in this run; nothing here is a pass/fail timing
+# threshold. Exit status: 0 unless a benchmark could not run or a command failed.
+#
+#   bench/sandboxd.sh                 # BUILD_DIR (default ./build) is built if needed
+#   BENCH_N=50 BENCH_SANDBOXES=50 BENCH_COMMANDS=10 bench/sandboxd.sh
+#
+# Starts its own sandboxd (127.0.0.1, port 0 = a free port; its own --state-dir and API key),
+# with SANDBOXD_TRACE_CREATE=1 so the create bench can split the time; stops it (SIGTERM) at
+# the end. bench/sandboxd_floor.c is compiled here with cc -O2 (not by bench/CMakeLists.txt,
+# which only globs bench_*.c and links mbcore).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$ROOT/build}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/sandboxd-bench.XXXXXX")
+SBXD_PID=
+cleanup() {
+  if [ -n "$SBXD_PID" ] && kill -0 "$SBXD_PID" 2>/dev/null; then
+    kill -TERM "$SBXD_PID" 2>/dev/null || true
+    wait "$SBXD_PID" 2>/dev/null || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "== build ($BUILD_DIR)"
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then cmake -S "$ROOT" -B "$BUILD_DIR" >/dev/null; fi
+cmake --build "$BUILD_DIR" --target sandboxd -j2 >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log"; exit 1; }
+SANDBOXD=$BUILD_DIR/bin/sandboxd
+FLOOR=$BUILD_DIR/bench/sandboxd_floor
+mkdir -p "$BUILD_DIR/bench"
+if [ ! -x "$FLOOR" ] || [ "$ROOT/bench/sandboxd_floor.c" -nt "$FLOOR" ]; then
+  ${CC:-cc} -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror "$ROOT/bench/sandboxd_floor.c" -o "$FLOOR"
+fi
+[ -d "$ROOT/spec/sdk/node_modules/e2b" ] || { echo "e2b SDK missing: (cd spec/sdk && npm ci)" >&2; exit 1; }
+
+echo "== start sandboxd"
+STATE=$WORK/state
+LOGF=$WORK/sandboxd.log
+KEY="e2b_$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')"
+SANDBOXD_TRACE_CREATE=1 "$SANDBOXD" --listen 127.0.0.1:0 --api-key "$KEY" --state-dir "$STATE" >"$LOGF" 2>&1 &
+SBXD_PID=$!
+URL=
+for _ in $(seq 1 300); do
+  URL=$(sed -n 's/^sandboxd listening on \(http:[^ ]*\).*/\1/p' "$LOGF")
+  [ -n "$URL" ] && break
+  kill -0 "$SBXD_PID" 2>/dev/null || break
+  sleep 0.05
+done
+[ -n "$URL" ] || { echo "sandboxd did not start:" >&2; cat "$LOGF" >&2; exit 1; }
+grep -v 'api key' "$LOGF" | grep -v 'ready in' || true
+export E2B_API_URL=$URL E2B_SANDBOX_URL=$URL E2B_API_KEY=$KEY
+export SANDBOXD_PID=$SBXD_PID SANDBOXD_FLOOR=$FLOOR SANDBOXD_STATE_DIR=$STATE SANDBOXD_LOG=$LOGF
+
+rc=0
+echo "== create→ready (bench/sandboxd_create.mjs)"
+node "$ROOT/bench/sandboxd_create.mjs" | tee "$WORK/create.out" || rc=1
+echo "== 50 × 10 commands (bench/sandboxd_load.mjs)"
+node "$ROOT/bench/sandboxd_load.mjs" | tee "$WORK/load.out" || rc=1
+
+echo "== stop sandboxd"
+kill -TERM "$SBXD_PID"
+st=0
+wait "$SBXD_PID" || st=$?
+SBXD_PID=
+[ "$st" -eq 0 ] || { echo "sandboxd exited with status $st" >&2; rc=1; }
+if grep -E 'sandboxd: (sandbox|cleanup).*(removing|rmdir)' "$LOGF" >&2; then rc=1; fi
+left=$(find "$STATE/sandboxes" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
+[ "$left" -eq 0 ] || { echo "$left sandbox directories left behind" >&2; rc=1; }
+
+echo "== summary"
+node - "$WORK/create.out" "$WORK/load.out" <<'EOF' || rc=1
+const fs = require('fs')
+const get = (f) => { try { const l = fs.readFileSync(f, 'utf8').split('\n').find((x) => x.startsWith('RESULT ')); return l ? JSON.parse(l.slice(7)) : null } catch { return null } }
+const c = get(process.argv[2]), l = get(process.argv[3])
+const f = (x) => (typeof x === 'number' ? x.toFixed(2) : '?')
+const goal = (ok) => (ok ? 'goal met' : 'over goal')
+if (c) {
+  console.log(`create→ready  ${f(c.raw_ms)} ms vs floor ${f(c.floor_ms)} ms: ${f(c.ratio_raw)}× (goal ≤ 2×, ${goal(c.ratio_raw <= 2)})` +
+    (c.sbx_create_ms !== undefined ? `; in-server sbx_create ${f(c.ratio_sbx_create)}×` : '') + `; via SDK ${f(c.ratio_sdk)}×`)
+} else console.log('create→ready  no result')
+if (l) {
+  console.log(`load          ${l.succeeded}/${l.commands} ok; peak RSS ${f(l.peak_rss_mb)} MB (goal ≤ 100 MB, ${goal(l.peak_rss_mb <= 100)}); ` +
+    `p50 ${f(l.p50_ms)} ms (${f(l.ratio_p50)}× host), p99 ${f(l.p99_ms)} ms (${f(l.ratio_p99)}× host); idle ${f(l.ratio_idle_p50)}× host`)
+} else console.log('load          no result')
+process.exit(c && l && l.ok ? 0 : 1)
+EOF
+exit $rc

@@ -1,0 +1,40 @@
+-- The same providers against E2B's cloud (runs only with E2B_CLOUD_API_KEY; scripts/test.sh
+-- excludes #cloud otherwise). Endpoints are the SDK defaults for that key.
+local compose = require "moonbox.compose"
+
+describe("e2b providers on E2B's cloud #cloud", function()
+  local key = os.getenv("E2B_CLOUD_API_KEY")
+  local function getenv(name) if name == "E2B_API_KEY" then return key end return nil end
+
+  it("creates, writes, runs, terminates and deletes", function()
+    assert.is_string(key, "E2B_CLOUD_API_KEY is not set")
+    local mb = require "moonbox"
+    mb.run(function()
+      local ctx = { policies = compose.policies(nil), getenv = getenv }
+      ctx.e2b = require("moonbox.e2b").new(ctx, { cwd = "/home/user/workspace", timeoutMs = 120000 })
+      ctx.fs = require("moonbox.fs").new(ctx, { maxReadBytes = 1 << 20, diffBasisMaxBytes = 1 << 20 })
+      ctx.subprocess = require("moonbox.subprocess").new(ctx, { frameLineMax = 40000, pipeQueue = 64 })
+      local sb = assert(ctx.e2b:sandbox(180000))
+      local t = assert(ctx.fs:resolve("cloud.txt"))
+      assert(ctx.fs:writeText(t, "a\r\nb\r\n", { kind = "createIfAbsent" }))
+      assert(ctx.fs:editText(t, { oldString = "b", newString = "$&" }))
+      assert.are.equal("a\r\n$&\r\n", ctx.fs:readBytes(t, 100))
+      local h = assert(ctx.subprocess:spawn{ argv = { "cat", "cloud.txt" }, cwd = sb.cwd, graceMs = 1000,
+        stdio = { stdin = "ignore", stdout = { maxBytes = 100 }, stderr = { maxBytes = 100 } } })
+      assert.are.same({ exitCode = 0 }, assert(h:wait(60000)))
+      assert.are.equal("a\r\n$&\r\n", h.collected.stdout:readFrom(0).text)
+      local k = assert(ctx.subprocess:spawn{ argv = { "/bin/sh", "-c", "trap '' TERM; sleep 300" }, cwd = sb.cwd, graceMs = 500,
+        stdio = { stdin = "ignore", stdout = { maxBytes = 100 }, stderr = { maxBytes = 100 } } })
+      assert(k:terminate())
+      assert.are.same({ signal = "SIGKILL" }, assert(k:wait(60000)))
+      assert.is_true(k:waitForExit(60000))
+      assert(ctx.subprocess:dispose())
+      assert(ctx.fs:dispose())
+      local id = sb.id
+      assert(ctx.e2b:dispose())
+      local api = require("moonbox.api").new{ url = "https://api.e2b.app", api_key = key, http = mb.http }
+      local _, err = api:get(id)
+      assert.are.equal("E2B_NOT_FOUND", err and err.code)
+    end)
+  end)
+end)
