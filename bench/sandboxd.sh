@@ -77,13 +77,13 @@ const fs = require('fs')
 const get = (f) => { try { const l = fs.readFileSync(f, 'utf8').split('\n').find((x) => x.startsWith('RESULT ')); return l ? JSON.parse(l.slice(7)) : null } catch { return null } }
 const c = get(process.argv[2]), l = get(process.argv[3])
 const f = (x) => (typeof x === 'number' ? x.toFixed(2) : '?')
-const goal = (ok) => (ok ? 'goal met' : 'over goal')
+const goal = (x, max) => (typeof x !== 'number' ? 'no figure' : x <= max ? 'goal met' : 'over goal')
 if (c) {
-  console.log(`create→ready  ${f(c.raw_ms)} ms vs floor ${f(c.floor_ms)} ms: ${f(c.ratio_raw)}× (goal ≤ 2×, ${goal(c.ratio_raw <= 2)})` +
+  console.log(`create→ready  ${f(c.raw_ms)} ms vs floor ${f(c.floor_ms)} ms: ${f(c.ratio_raw)}× (goal ≤ 2×, ${goal(c.ratio_raw, 2)})` +
     (c.sbx_create_ms !== undefined ? `; in-server sbx_create ${f(c.ratio_sbx_create)}×` : '') + `; via SDK ${f(c.ratio_sdk)}×`)
 } else console.log('create→ready  no result')
 if (l) {
-  console.log(`load          ${l.succeeded}/${l.commands} ok; peak RSS ${f(l.peak_rss_mb)} MB (goal ≤ 100 MB, ${goal(l.peak_rss_mb <= 100)}); ` +
+  console.log(`load          ${l.succeeded}/${l.commands} ok; peak RSS ${f(l.peak_rss_mb)} MB (goal ≤ 100 MB, ${goal(l.peak_rss_mb, 100)}); ` +
     `p50 ${f(l.p50_ms)} ms (${f(l.ratio_p50)}× host), p99 ${f(l.p99_ms)} ms (${f(l.ratio_p99)}× host); idle ${f(l.ratio_idle_p50)}× host`)
 } else console.log('load          no result')
 process.exit(c && l && l.ok ? 0 : 1)

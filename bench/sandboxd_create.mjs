@@ -2,8 +2,10 @@
 // id maps + overlay mount + exec of `true`, bench/sandboxd_floor.c) measured in the same run.
 // Goal (issue 3): median ≤ 2× the floor.
 //
-// Rounds alternate, so that machine noise hits every series alike:
-//   floor  sandboxd_floor -n K                       (kernel work only)
+// Samples are taken in turn (floor, raw, sdk, floor, ...), so that machine noise hits every
+// series alike; the ratio is median(raw) / median(floor) (the median of per-pair ratios too):
+//   floor  one timed iteration of sandboxd_floor     (kernel work only; its "exit" figure:
+//          until `true` has run and been reaped, as the raw series ends with /bin/true's exit)
 //   raw    POST /sandboxes → first successful `/bin/true` over envd's process.Process/Start
 //          (Connect JSON, HTTP keep-alive), the headline figure; then DELETE (not timed)
 //   sdk    Sandbox.create('base') → commands.run('true') exits 0, through the unmodified
@@ -13,7 +15,7 @@
 //
 // Environment: E2B_API_URL, E2B_API_KEY (required); SANDBOXD_FLOOR (floor binary, required);
 // SANDBOXD_STATE_DIR (where the floor puts its layers: same file system as sandboxd's state);
-// SANDBOXD_LOG; BENCH_N (samples per series, default 30); BENCH_ROUNDS (default 3).
+// SANDBOXD_LOG; BENCH_N (samples per series, default 30).
 // Prints a human summary, then one line `RESULT {json}`.
 import { execFileSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
@@ -31,7 +33,6 @@ if (!API || !KEY || !FLOOR) {
   process.exit(2)
 }
 const N = Math.max(3, Number(process.env.BENCH_N || 30))
-const ROUNDS = Math.max(1, Math.min(N, Number(process.env.BENCH_ROUNDS || 3)))
 
 const median = (a) => {
   const s = [...a].sort((x, y) => x - y)
@@ -40,8 +41,9 @@ const median = (a) => {
 }
 const f2 = (x) => x.toFixed(2)
 
-function floorRound(k) {
-  const args = ['-n', String(k)]
+// One timed floor iteration (the binary does an untimed warm-up iteration first).
+function floorOnce() {
+  const args = ['-n', '1']
   if (process.env.SANDBOXD_STATE_DIR) args.push('-d', process.env.SANDBOXD_STATE_DIR)
   const out = execFileSync(FLOOR, args, { encoding: 'utf8' })
   return JSON.parse(out.trim().split('\n').pop())
@@ -118,30 +120,32 @@ async function sdkOnce() {
 // Warm-up: template, connection pool, SDK module, page cache.
 await rawOnce()
 await sdkOnce()
-floorRound(3)
+floorOnce()
 
-const floor = [], raw = [], post = [], cmd = [], sdk = [], ids = new Set()
-const per = Math.ceil(N / ROUNDS)
-for (let r = 0; r < ROUNDS; r++) {
-  const k = Math.min(per, N - raw.length)
-  const fl = floorRound(k)
-  floor.push(fl.median_ms)
-  for (let i = 0; i < k; i++) {
-    const x = await rawOnce()
-    raw.push(x.total); post.push(x.post); cmd.push(x.cmd); ids.add(x.id)
-  }
-  for (let i = 0; i < k; i++) sdk.push(await sdkOnce())
+// Samples are paired: one floor iteration, one raw create, one SDK create, again and again, so
+// that a burst of load elsewhere on the machine hits the baseline and sandboxd alike.
+const floor = [], floorExec = [], raw = [], post = [], cmd = [], sdk = [], ids = new Set()
+for (let i = 0; i < N; i++) {
+  const fl = floorOnce()
+  floor.push(fl.exit.median_ms)
+  floorExec.push(fl.exec.median_ms)
+  const x = await rawOnce()
+  raw.push(x.total); post.push(x.post); cmd.push(x.cmd); ids.add(x.id)
+  sdk.push(await sdkOnce())
 }
+const pairRatio = raw.map((x, i) => x / floor[i])
 
-// The floor binary reports a median per round; the median of the round medians is the baseline.
 const res = {
   n: raw.length,
   floor_ms: median(floor),
-  floor_rounds_ms: floor.map((x) => Number(f2(x))),
+  floor_min_ms: Math.min(...floor),
+  floor_exec_ms: median(floorExec),
   raw_ms: median(raw),
+  raw_min_ms: Math.min(...raw),
   raw_post_ms: median(post),
   raw_first_cmd_ms: median(cmd),
   sdk_ms: median(sdk),
+  median_pair_ratio: median(pairRatio),
 }
 res.ratio_raw = res.raw_ms / res.floor_ms
 res.ratio_sdk = res.sdk_ms / res.floor_ms
@@ -159,14 +163,15 @@ if (process.env.SANDBOXD_LOG) {
   }
   if (inner.length) {
     res.sbx_create_ms = median(inner)
+    res.sbx_create_min_ms = Math.min(...inner)
     res.ratio_sbx_create = res.sbx_create_ms / res.floor_ms
     res.init_phases_ms = Object.fromEntries(Object.entries(phases).map(([k, v]) => [k, Number(f2(median(v)))]))
   }
 }
 
-console.log(`create→ready, median of ${res.n} (floor: median of ${floor.length} round medians)`)
-console.log(`  floor (ns+maps+overlay+exec true)   ${f2(res.floor_ms)} ms   rounds: ${res.floor_rounds_ms.join(' ')}`)
-console.log(`  raw HTTP POST→first command         ${f2(res.raw_ms)} ms   ratio ${f2(res.ratio_raw)}× (goal ≤ 2×)`)
+console.log(`create→ready, median of ${res.n} paired samples (min in brackets)`)
+console.log(`  floor (ns+maps+overlay+true, reaped) ${f2(res.floor_ms)} ms (${f2(res.floor_min_ms)}); until exec'd ${f2(res.floor_exec_ms)} ms`)
+console.log(`  raw HTTP POST→first command         ${f2(res.raw_ms)} ms (${f2(res.raw_min_ms)})   ratio ${f2(res.ratio_raw)}× (goal ≤ 2×); median of pair ratios ${f2(res.median_pair_ratio)}×`)
 console.log(`    of which POST /sandboxes          ${f2(res.raw_post_ms)} ms, first /bin/true ${f2(res.raw_first_cmd_ms)} ms`)
 if (res.sbx_create_ms !== undefined) {
   console.log(`    of which sbx_create (server log)  ${f2(res.sbx_create_ms)} ms   ratio ${f2(res.ratio_sbx_create)}×`)

@@ -202,6 +202,21 @@ static int r_read(lua_State *L) {
   return 1;
 }
 
+/* Unary result in one call: → status, headers, body | nil, message, code. Raises if running. */
+static int r_result(lua_State *L) {
+  lreq *q = check_req(L);
+  const struct mb_error *e;
+  if (!mb_http_done(q->r, &e)) return luaL_error(L, "http request is still running");
+  if (e->code != MB_OK) return push_err(L, e->code, e->message);
+  lua_pushinteger(L, mb_http_status(q->r));
+  r_headers(L);
+  size_t n;
+  const char *p = mb_http_peek(q->r, &n);
+  lua_pushlstring(L, p, n);
+  mb_http_consume(q->r, n);
+  return 3;
+}
+
 static int r_info(lua_State *L) {
   lreq *q = check_req(L);
   mb_http_info i;
@@ -245,7 +260,7 @@ void mb_lua_open_http(lua_State *L) {
   if (luaL_newmetatable(L, MB_HTTP_MT)) {
     static const luaL_Reg m[] = {
       {"status", r_status}, {"headers", r_headers}, {"done", r_done}, {"error", r_error},
-      {"read", r_read}, {"info", r_info}, {"cancel", r_cancel}, {"close", r_close},
+      {"read", r_read}, {"result", r_result}, {"info", r_info}, {"cancel", r_cancel}, {"close", r_close},
       {"__gc", r_close}, {NULL, NULL}};
     luaL_setfuncs(L, m, 0);
     lua_pushvalue(L, -1);

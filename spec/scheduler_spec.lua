@@ -243,6 +243,10 @@ describe("scheduler", function()
       local kc, ks = k:wait(5000)
       assert.equal(0, kc)
       assert.equal(15, ks)
+      local kok, kerr = k:kill("KILL") -- already exited
+      assert.is_nil(kok)
+      assert.equal("ESRCH", kerr.code)
+      assert.has_error(function() k:kill("NOSUCHSIG") end)
 
       -- closing wakes a blocked reader with MB_CLOSED
       local z = assert(mb.proc.spawn{ argv = { "sleep", "30" } })
@@ -288,13 +292,14 @@ describe("scheduler", function()
         local a, b = ...
         assert(mb.current(), "not inside a task")
         assert(mb.sleep(1))
-        io.write(a, "+", b, " ", arg[0] == ... and "" or "arg0ok", "\n")
+        assert(arg[1] == a and arg[2] == b and arg[0]:match("lua"), "arg table")
+        io.write(a, "+", b, "\n")
         assert(require("policies.env"))
       ]])
       local code, out = run({ bin, path, "x", "y" })
       os.remove(path)
       assert.equal(0, code)
-      assert.equal("x+y arg0ok\n", out)
+      assert.equal("x+y\n", out)
     end)
 
     it("reports a script error with a traceback and exit status 1", function()

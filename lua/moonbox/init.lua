@@ -37,6 +37,7 @@ local rq, rargs, rhead, rtail = {}, {}, 1, 0
 
 -- Distinct wake values for a timer and for cancel.
 local TIMEOUT, CANCEL = {}, {}
+local WEAK_V = { __mode = "v" }
 
 local function enqueue(t, args)
   rtail = rtail + 1
@@ -52,7 +53,6 @@ local function wake(t, key, ...)
   enqueue(t, pack(...))
   return true
 end
-M._wake = wake
 
 local timer_pool = {}
 local function take_timer()
@@ -87,7 +87,6 @@ local function block(t, timeout_ms, key)
   if tm then tm:stop(); timer_pool[#timer_pool + 1] = tm end
   return unpack(r, 1, r.n)
 end
-M._block = block
 
 local function canceled_err(what) return M.error("MB_CANCELED", (what or "operation") .. " canceled") end
 local function timeout_err(what, ms)
@@ -346,11 +345,10 @@ function http.request(opts)
       return nil, canceled_err("http request")
     end
   end
-  local emsg, ecode = req:error()
-  if emsg then req:close(); return nil, http_err(emsg, ecode) end
-  local res = { status = req:status(), headers = req:headers(), body = req:read() or "" }
+  local status, headers, body = req:result()
   req:close()
-  return res
+  if not status then return nil, http_err(headers, body) end
+  return { status = status, headers = headers, body = body }
 end
 
 local Stream = {}
@@ -361,9 +359,13 @@ function http.stream(opts)
   if type(opts) ~= "table" then error("http.stream: opts must be a table", 2) end
   local t = need_task("http.stream", 2)
   local s = setmetatable({ closed = false }, Stream)
+  -- The C side keeps the callback alive; reaching s only weakly lets a stream that was
+  -- dropped without close() be collected (its request's __gc then cancels the transfer).
+  local weak = setmetatable({ s }, WEAK_V)
   local req, msg, code = core.http_request(opts, function()
-    local w = s.waiter
-    if w then wake(w, s, true) end
+    local st = weak[1]
+    local w = st and st.waiter
+    if w then wake(w, st, true) end
   end, true)
   if not req then return nil, http_err(msg, code) end
   s.req = req
@@ -432,10 +434,13 @@ Process.__index = Process
 function proc.spawn(opts)
   if type(opts) ~= "table" then error("proc.spawn: opts must be a table", 2) end
   local p = setmetatable({ waiters = {} }, Process)
+  local weak = setmetatable({ p }, WEAK_V) -- see http.stream: a dropped process can be collected
   local h, msg, code = core.spawn(opts, function()
-    local ws = p.waiters
-    p.waiters = {}
-    for _, w in ipairs(ws) do wake(w, p, true) end
+    local pr = weak[1]
+    if not pr then return end
+    local ws = pr.waiters
+    pr.waiters = {}
+    for _, w in ipairs(ws) do wake(w, pr, true) end
   end)
   if not h then return nil, M.error(code or "E2B_IO", msg) end
   p.h, p.pid = h, h:pid()

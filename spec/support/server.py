@@ -14,8 +14,10 @@ Endpoints (query parameters in brackets):
   /headers [n]               n extra 100-byte response headers
 """
 import json
+import os
 import socket
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
@@ -111,10 +113,28 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = handle_any
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # Clients that abort on purpose (limits, cancel) are part of the tests.
+        if isinstance(sys.exc_info()[1], (ConnectionError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
+
+
+def exit_with_parent():
+    # A test run that is killed never reaches its teardown: do not outlive it.
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(0)
+
+
 def main():
+    threading.Thread(target=exit_with_parent, daemon=True).start()
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 0
-    srv = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    srv.daemon_threads = True
+    srv = Server(("127.0.0.1", port), Handler)
     print("listening %d" % srv.server_address[1], flush=True)
     try:
         srv.serve_forever()
