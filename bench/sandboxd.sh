@@ -14,24 +14,26 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/sandboxd-bench.XXXXXX")
-SBXD_PID=
+SBXD_PID= WORK=
 cleanup() {
   if [ -n "$SBXD_PID" ] && kill -0 "$SBXD_PID" 2>/dev/null; then
     kill -TERM "$SBXD_PID" 2>/dev/null || true
     wait "$SBXD_PID" 2>/dev/null || true
   fi
-  rm -rf "$WORK"
+  if [ -n "$WORK" ]; then rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "== build ($BUILD_DIR)"
+mkdir -p "$BUILD_DIR/bench"
+# Scratch (state dir, log) under the build directory: same file system as a real state dir,
+# and out of shared /tmp, where other runs may sweep.
+WORK=$(mktemp -d "$BUILD_DIR/bench/sandboxd-run.XXXXXX")
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then cmake -S "$ROOT" -B "$BUILD_DIR" >/dev/null; fi
 cmake --build "$BUILD_DIR" --target sandboxd -j2 >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log"; exit 1; }
 SANDBOXD=$BUILD_DIR/bin/sandboxd
 FLOOR=$BUILD_DIR/bench/sandboxd_floor
-mkdir -p "$BUILD_DIR/bench"
 if [ ! -x "$FLOOR" ] || [ "$ROOT/bench/sandboxd_floor.c" -nt "$FLOOR" ]; then
   ${CC:-cc} -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror "$ROOT/bench/sandboxd_floor.c" -o "$FLOOR"
 fi

@@ -15,9 +15,9 @@
  * layers go in a fresh subdirectory of DIR, removed at the end; put DIR on the file system of
  * sandboxd's state dir to compare like with like).
  * Two figures per iteration: "exec" = until `true` has been exec'd (the CLOEXEC end of a pipe
- * closes), the sandbox-ready equivalent; "exit" = until the parent has reaped it, which also
- * charges the namespace teardown done on the child's exit path (that is what a back-to-back
- * loop feels: see -g). -g GAP_MS sleeps between iterations (untimed).
+ * closes); "exit" = until the parent has reaped it (also charges the namespace teardown on the
+ * child's exit path). bench/sandboxd_create.mjs uses "exit": its own series ends when a first
+ * command has run and exited. -g GAP_MS sleeps between iterations (untimed).
  * Prints one JSON line: {"n":N,"exec":{"median_ms":..,"min_ms":..,"p90_ms":..,"max_ms":..},"exit":{...}}.
  * Build: cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror bench/sandboxd_floor.c */
 #include <errno.h>
