@@ -193,15 +193,62 @@ static int cg_setup(sbx_t *s, const sbx_config *cfg, char *err, size_t errlen) {
   return 0;
 }
 
-static int cg_attach(sbx_t *s, pid_t pid, char *err, size_t errlen) {
-  char p[600], v[32];
-  snprintf(v, sizeof v, "%d", (int)pid);
+/* Joining a v1 cgroup through `cgroup.procs` (or with another task's pid) takes the global
+ * cgroup_threadgroup_rwsem for writing, which waits for an RCU grace period whenever no cgroup
+ * write happened in the last few tens of milliseconds (9-40 ms measured, on the critical path of
+ * every create). Moving only the calling thread ("0" into the `tasks` file) takes no such lock.
+ * So the creating thread joins the sandbox's cgroups, clones the init there (a child is born in
+ * its parent thread's cgroups: limits apply from its first instruction), and goes back. */
+typedef struct { char path[CG_N][512]; } cg_home;
+
+static int cg_enter(sbx_t *s, cg_home *home, char *err, size_t errlen) {
+  char buf[4096];
+  memset(home, 0, sizeof *home);
+  if (read_str("/proc/thread-self/cgroup", buf, sizeof buf) != 0) {
+    seterr(err, errlen, "read /proc/thread-self/cgroup: %s", strerror(errno));
+    return -1;
+  }
+  /* Lines "<id>:<controller,...>:<path>". */
+  for (char *save = NULL, *l = strtok_r(buf, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+    char *c1 = strchr(l, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2) continue;
+    *c2 = 0;
+    for (int c = 0; c < CG_N; c++) {
+      size_t n = strlen(CG_NAMES[c]);
+      for (char *q = c1 + 1; (q = strstr(q, CG_NAMES[c])) != NULL; q += n)
+        if ((q == c1 + 1 || q[-1] == ',') && (q[n] == 0 || q[n] == ','))
+          if (xfmt(home->path[c], sizeof home->path[c], CG_ROOT "/%s%s", CG_NAMES[c], c2[1] == '/' && !c2[2] ? "" : c2 + 1) != 0)
+            home->path[c][0] = 0;
+    }
+  }
+  char p[600];
   for (int c = 0; c < CG_N; c++) {
     if (!s->cg[c][0]) continue;
-    xfmt(p, sizeof p, "%s/cgroup.procs", s->cg[c]);
-    if (write_str(p, v) != 0) { seterr(err, errlen, "cgroup attach %s: %s", p, strerror(errno)); return -1; }
+    if (!home->path[c][0]) { seterr(err, errlen, "cgroup %s: cannot tell this thread's cgroup", CG_NAMES[c]); goto fail; }
+    xfmt(p, sizeof p, "%s/tasks", s->cg[c]);
+    if (write_str(p, "0") != 0) { seterr(err, errlen, "cgroup join %s: %s", p, strerror(errno)); goto fail; }
   }
   return 0;
+fail:
+  for (int c = 0; c < CG_N; c++) if (s->cg[c][0] && home->path[c][0]) {
+    xfmt(p, sizeof p, "%s/tasks", home->path[c]);
+    (void)write_str(p, "0");
+  }
+  return -1;
+}
+
+/* Back to where the thread came from. Failing here would leave a sandboxd thread inside a sandbox's
+ * cgroups (its memory charged there, the cgroup undeletable): try the hierarchy root as a last resort. */
+static void cg_leave(sbx_t *s, const cg_home *home) {
+  char p[600];
+  for (int c = 0; c < CG_N; c++) {
+    if (!s->cg[c][0]) continue;
+    xfmt(p, sizeof p, "%s/tasks", home->path[c]);
+    if (write_str(p, "0") == 0) continue;
+    fprintf(stderr, "sandboxd: cgroup: back to %s: %s\n", p, strerror(errno));
+    xfmt(p, sizeof p, CG_ROOT "/%s/tasks", CG_NAMES[c]);
+    if (write_str(p, "0") != 0) fprintf(stderr, "sandboxd: cgroup: back to %s: %s\n", p, strerror(errno));
+  }
 }
 
 static int freezer_set(sbx_t *s, const char *state) {
@@ -435,6 +482,8 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
   char *ienv[] = {NULL};
   unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | SIGCHLD;
   if (!cfg->internet) flags |= CLONE_NEWNET;
+  cg_home home;
+  if (cg_enter(s, &home, err, errlen) != 0) goto fail;
   long pid = syscall(SYS_clone, flags, 0, 0, 0, 0);
   if (pid == 0) {
     char go;
@@ -456,7 +505,9 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
     syscall(SYS_execveat, exe_fd, "", iargv, ienv, AT_EMPTY_PATH);
     syscall(SYS_exit_group, 127);
   }
-  if (pid < 0) { seterr(err, errlen, "clone: %s", strerror(errno)); goto fail; }
+  int clone_errno = errno;
+  cg_leave(s, &home);
+  if (pid < 0) { seterr(err, errlen, "clone: %s", strerror(clone_errno)); goto fail; }
   s->init_pid = (pid_t)pid;
   close(sv[1]);
   sv[1] = -1;
@@ -497,9 +548,6 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
     close(fd);
   }
   if (send(sv[0], "G", 1, MSG_NOSIGNAL) != 1) { seterr(err, errlen, "start init: %s", strerror(errno)); goto fail; }
-  /* Attaching to v1 cgroups can wait for an RCU grace period: overlap it with the init's setup.
-   * The init spawns nothing before READY, so every command starts inside the cgroups. */
-  if (cg_attach(s, s->init_pid, err, errlen) != 0) goto fail;
   /* An OOM-killed init would take the whole sandbox down: let the kernel pick a command. */
   xfmt(p, sizeof p, "/proc/%ld/oom_score_adj", pid);
   (void)write_str(p, "-1000");

@@ -17,10 +17,20 @@ describe("e2b owner with its own sandboxd #sandboxd", function()
     ctx.subprocess = require("moonbox.subprocess").new(ctx, { frameLineMax = 40000, pipeQueue = 64 })
     return ctx
   end
+  -- Runs fn(ctx) and always disposes, so a failing assertion leaves no sandboxd behind.
+  local function with_owner(fn)
+    return mb.run(function()
+      local ctx = open()
+      local res = table.pack(pcall(fn, ctx))
+      ctx.subprocess:dispose()
+      ctx.e2b:dispose()
+      if not res[1] then error(res[2], 0) end
+      return table.unpack(res, 2, res.n)
+    end)
+  end
 
   it("starts sandboxd when no endpoint is configured and stops it at teardown", function()
-    local state, pid = mb.run(function()
-      local ctx = open()
+    local state, pid = with_owner(function(ctx)
       local sb = assert(ctx.e2b:sandbox(60000))
       assert.truthy(ctx.e2b.endpoints.local_sandboxd)
       local d = ctx.e2b.sandboxd
@@ -40,8 +50,7 @@ describe("e2b owner with its own sandboxd #sandboxd", function()
   end)
 
   it("fails a running command promptly when sandboxd dies mid-stream", function()
-    mb.run(function()
-      local ctx = open()
+    with_owner(function(ctx)
       local sb = assert(ctx.e2b:sandbox(60000))
       local h = assert(ctx.subprocess:spawn{ argv = { "sleep", "300" }, cwd = sb.cwd, graceMs = 100,
         stdio = { stdin = "ignore", stdout = { maxBytes = 10 }, stderr = { maxBytes = 10 } } })

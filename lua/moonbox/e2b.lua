@@ -412,7 +412,11 @@ function M.new(ctx, config)
   m.spawn(function()
     local pok, ok, err = pcall(self._setup, self)
     if not pok then ok, err = nil, errors.new("E2B_SETUP", "setup raised: " .. tostring(ok)) end
-    if not ok then self.setup_error = err or errors.new("E2B_SETUP", "setup failed") end
+    if not ok then
+      self.setup_error = err or errors.new("E2B_SETUP", "setup failed")
+      -- nothing is left to serve: do not keep a local sandboxd until disposal
+      if self.sandboxd then stop_sandboxd(self.sandboxd, self.timeouts) end
+    end
     if ok and self.lifecycle.renewal_delay(config.timeoutMs) then
       self.renewer = m.spawn(function() self:_renew_loop() end)
     end
