@@ -77,3 +77,18 @@ probe:wait(10000)
 say("'sleep 600' processes left in the sandbox: %s", (probe.collected.stdout:readFrom(0).text:gsub("%s+$", "")))
 say("requests so far: %d; disposing (sandbox deleted%s)", mb.http.stats().requests,
   ctx.e2b.sandboxd and ", local sandboxd stopped" or "")
+
+-- After disposal (compose.run calls this epilogue): show on the host that nothing is left.
+local d = ctx.e2b.sandboxd
+local sandbox_id = sb.id
+return function()
+  if not d then
+    say("sandbox %s deleted in the cloud", sandbox_id)
+    return
+  end
+  local function exists(path) local f = io.open(path, "r") if f then f:close() return true end return false end
+  local mounts = 0
+  for line in io.lines("/proc/mounts") do if line:find(d.state, 1, true) then mounts = mounts + 1 end end
+  say("after disposal: local sandboxd running: %s, its state directory present: %s, mounts left: %d",
+    tostring(d.pid ~= nil and exists("/proc/" .. d.pid .. "/status")), tostring(exists(d.state)), mounts)
+end

@@ -216,11 +216,14 @@ local function run_in_task(comp, script_file, ...)
   local dok, derr = compose.stop(ctx, loaded)
   if not res[1] then error(res[2], 0) end
   if not dok then error(derr, 0) end
+  -- A script may return an epilogue: it runs after disposal (e.g. to show nothing is left).
+  if type(res[2]) == "function" then return res[2]() end
   return table.unpack(res, 2, res.n)
 end
 
 -- `moonbox run compose.lua script.lua [args]`: the script is called with (ctx, args...) and also
--- sees `ctx` as a global. Plugins are disposed in reverse order whether or not it fails.
+-- sees `ctx` as a global. Plugins are disposed in reverse order whether or not it fails. When
+-- the script returns a function, it is called after disposal and its results are returned.
 function compose.run(compose_file, script_file, ...)
   local comp, err = compose.load(compose_file)
   if not comp then error(err, 0) end

@@ -125,7 +125,7 @@ local function start_sandboxd(timeouts)
     os.execute("rm -rf " .. shell_quote(state))
     return nil, err
   end
-  local d = { proc = proc, state = state, api_key = key, log = {} }
+  local d = { proc = proc, pid = proc.pid, state = state, api_key = key, log = {} }
   local found = m.event()
   -- Drain both pipes for the daemon's whole life (a full pipe would block it).
   for _, which in ipairs({ "stdout", "stderr" }) do
