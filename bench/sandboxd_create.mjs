@@ -2,23 +2,33 @@
 // id maps + overlay mount + exec of `true`, bench/sandboxd_floor.c) measured in the same run.
 // Goal (issue 3): median ≤ 2× the floor.
 //
-// Samples are taken in turn (floor, raw, sdk, floor, ...), so that machine noise hits every
-// series alike; the ratio is median(raw) / median(floor) (the median of per-pair ratios too):
-//   floor  one timed iteration of sandboxd_floor     (kernel work only; its "exit" figure:
-//          until `true` has run and been reaped, as the raw series ends with /bin/true's exit)
-//   raw    POST /sandboxes → first successful `/bin/true` over envd's process.Process/Start
-//          (Connect JSON, HTTP keep-alive), the headline figure; then DELETE (not timed)
-//   sdk    Sandbox.create('base') → commands.run('true') exits 0, through the unmodified
-//          e2b SDK (its `run` is `bash -l -c`, so a login shell is included); then kill
-// With SANDBOXD_LOG (sandboxd started with SANDBOXD_TRACE_CREATE=1) it also reports the median
-// time sandboxd spent in sbx_create for the sandboxes of the raw series, and its phases.
+// Two sandboxd configurations are measured, and both are reported:
+//   cold    a second sandboxd started here with SANDBOXD_WARM_POOL=0: every create boots a
+//           sandbox (layers, cgroups, namespaces, overlays, init) while the client waits
+//   pooled  the sandboxd under test (E2B_API_URL) with its warm pool (default 1 spare per
+//           internet flag): a create claims a spare booted ahead of need and renames it
+// Samples are taken in turn (floor, cold, pooled, sdk, floor, ...), so that machine noise hits
+// every series alike; each ratio is median(series) / median(floor):
+//   floor   one timed iteration of sandboxd_floor     (kernel work only; its "exit" figure:
+//           until `true` has run and been reaped, as the raw series ends with /bin/true's exit)
+//   cold / pooled   POST /sandboxes → first successful `/bin/true` over envd's
+//           process.Process/Start (Connect JSON, HTTP keep-alive); then DELETE (not timed)
+//   sdk     Sandbox.create('base') → commands.run('true') exits 0 against the pooled sandboxd,
+//           through the unmodified e2b SDK (its `run` is `bash -l -c`: a login shell is included)
+// After each pooled create the bench waits (untimed) until the pool has booted the replacement,
+// so refills neither overlap the other series nor leave the next pooled create without a spare;
+// it reports how many pooled creates actually got a spare. With SANDBOXD_LOG (sandboxd started
+// with SANDBOXD_TRACE_CREATE=1) it also reports the time sandboxd spent in sbx_create.
 //
 // Environment: E2B_API_URL, E2B_API_KEY (required); SANDBOXD_FLOOR (floor binary, required);
-// SANDBOXD_STATE_DIR (where the floor puts its layers: same file system as sandboxd's state);
-// SANDBOXD_LOG; BENCH_N (samples per series, default 30).
-// Prints a human summary, then one line `RESULT {json}`.
-import { execFileSync } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+// SANDBOXD_PID (its /proc/PID/exe is the binary for the cold sandboxd; or SANDBOXD_BIN);
+// SANDBOXD_STATE_DIR (where the floor puts its layers, and next to which the cold sandboxd keeps
+// its state: same file system as sandboxd's state); SANDBOXD_LOG; BENCH_N (samples per series,
+// default 30). Without a binary for the cold sandboxd only the pooled figures are reported.
+// Prints a human summary, then one line `RESULT {json}` (raw_* and ratio_raw are the cold
+// figures; pooled_* and ratio_pooled the pooled ones).
+import { execFileSync, spawn } from 'node:child_process'
+import { mkdtempSync, openSync, closeSync, readFileSync, readlinkSync, rmSync } from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 
@@ -57,14 +67,14 @@ function envelope(obj) {
   return Buffer.concat([head, body])
 }
 
-async function runTrue(id, token) {
+async function runTrue(api, id, token) {
   const headers = {
     'E2b-Sandbox-Id': id,
     'Content-Type': 'application/connect+json',
     'Connect-Protocol-Version': '1',
   }
   if (token) headers['X-Access-Token'] = token
-  const res = await fetch(`${API}/process.Process/Start`, {
+  const res = await fetch(`${api}/process.Process/Start`, {
     method: 'POST',
     headers,
     body: envelope({ process: { cmd: '/bin/true', args: [] } }),
@@ -88,9 +98,9 @@ async function runTrue(id, token) {
   return exit
 }
 
-async function rawOnce() {
+async function rawOnce(api) {
   const t0 = performance.now()
-  const res = await fetch(`${API}/sandboxes`, {
+  const res = await fetch(`${api}/sandboxes`, {
     method: 'POST',
     headers: { 'X-API-Key': KEY, 'Content-Type': 'application/json' },
     body: JSON.stringify({ templateID: 'base', timeout: 300 }),
@@ -98,10 +108,10 @@ async function rawOnce() {
   const j = await res.json()
   if (res.status !== 201 && res.status !== 200) throw new Error(`POST /sandboxes: ${res.status} ${JSON.stringify(j)}`)
   const tCreated = performance.now()
-  const code = await runTrue(j.sandboxID, j.envdAccessToken)
+  const code = await runTrue(api, j.sandboxID, j.envdAccessToken)
   const t1 = performance.now()
   if (code !== 0) throw new Error(`true exited ${code}`)
-  const del = await fetch(`${API}/sandboxes/${j.sandboxID}`, { method: 'DELETE', headers: { 'X-API-Key': KEY } })
+  const del = await fetch(`${api}/sandboxes/${j.sandboxID}`, { method: 'DELETE', headers: { 'X-API-Key': KEY } })
   await del.arrayBuffer()
   if (del.status !== 204) throw new Error(`DELETE: ${del.status}`)
   return { id: j.sandboxID, total: t1 - t0, post: tCreated - t0, cmd: t1 - tCreated }
@@ -114,69 +124,185 @@ async function sdkOnce() {
   const t1 = performance.now()
   await s.kill()
   if (r.exitCode !== 0) throw new Error(`true exited ${r.exitCode}`)
-  return t1 - t0
+  return { id: s.sandboxId, total: t1 - t0 }
 }
 
+// ---- the log of a sandboxd started with SANDBOXD_TRACE_CREATE=1
+const TRACE = /sandbox (\w+) ready in ([\d.]+) ms \((warm|cold): (.*)\)/
+function readLog(file) {
+  try {
+    return readFileSync(file, 'utf8').split('\n')
+  } catch {
+    return []
+  }
+}
+const sparesBooted = (file) => readLog(file).filter((l) => / spare \w+ booted in /.test(l)).length
+function createKind(file, id) {
+  for (const l of readLog(file)) {
+    const m = TRACE.exec(l)
+    if (m && m[1] === id) return m[3]
+  }
+  return null
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+// After a pooled create that claimed a spare: wait (untimed, ≤ 3 s) for the replacement.
+async function waitRefill(bootedBefore) {
+  const LOG = process.env.SANDBOXD_LOG
+  if (!LOG) return sleep(50)
+  for (let t = 0; t < 3000 && sparesBooted(LOG) <= bootedBefore; t += 2) await sleep(2)
+}
+async function pooled(fn) {
+  const LOG = process.env.SANDBOXD_LOG
+  const before = LOG ? sparesBooted(LOG) : 0
+  const x = await fn()
+  const kind = LOG ? createKind(LOG, x.id) : null
+  if (kind !== 'cold') await waitRefill(before)
+  return { ...x, kind }
+}
+
+// ---- the cold sandboxd: same binary, warm pool disabled
+async function startCold() {
+  let bin = process.env.SANDBOXD_BIN
+  if (!bin && process.env.SANDBOXD_PID) {
+    try {
+      bin = readlinkSync(`/proc/${process.env.SANDBOXD_PID}/exe`)
+    } catch {
+      bin = null
+    }
+  }
+  if (!bin) return null
+  const base = process.env.SANDBOXD_STATE_DIR ? path.dirname(process.env.SANDBOXD_STATE_DIR) : '/tmp'
+  const dir = mkdtempSync(path.join(base, 'cold-'))
+  const log = path.join(dir, 'sandboxd.log')
+  const fd = openSync(log, 'w')
+  const proc = spawn(bin, ['--listen', '127.0.0.1:0', '--api-key', KEY, '--state-dir', path.join(dir, 'state')], {
+    env: { ...process.env, SANDBOXD_WARM_POOL: '0', SANDBOXD_TRACE_CREATE: '1' },
+    stdio: ['ignore', 'pipe', fd],
+  })
+  closeSync(fd)
+  const exited = new Promise((r) => proc.on('exit', (code, signal) => r({ code, signal })))
+  const url = await new Promise((resolve, reject) => {
+    let out = ''
+    const timer = setTimeout(() => reject(new Error('cold sandboxd did not start')), 15000)
+    proc.stdout.on('data', (d) => {
+      out += d
+      const m = /sandboxd listening on (http:\S+)/.exec(out)
+      if (m) {
+        clearTimeout(timer)
+        resolve(m[1])
+      }
+    })
+    proc.on('exit', () => reject(new Error(`cold sandboxd exited: ${readFileSync(log, 'utf8')}`)))
+  })
+  proc.stdout.resume()
+  return {
+    api: url,
+    log,
+    async stop() {
+      proc.kill('SIGTERM')
+      const r = await exited
+      rmSync(dir, { recursive: true, force: true })
+      if (r.code !== 0) throw new Error(`cold sandboxd exited with ${JSON.stringify(r)}`)
+    },
+  }
+}
+
+const cold = await startCold()
+if (!cold) console.log('(no sandboxd binary for the cold series: set SANDBOXD_PID or SANDBOXD_BIN)')
+
 // Warm-up: template, connection pool, SDK module, page cache.
-await rawOnce()
-await sdkOnce()
+if (cold) await rawOnce(cold.api)
+await pooled(() => rawOnce(API))
+await pooled(sdkOnce)
 floorOnce()
 
-// Samples are paired: one floor iteration, one raw create, one SDK create, again and again, so
-// that a burst of load elsewhere on the machine hits the baseline and sandboxd alike.
-const floor = [], floorExec = [], raw = [], post = [], cmd = [], sdk = [], ids = new Set()
+// Samples are paired: one floor iteration, one cold create, one pooled create, one SDK create,
+// again and again, so that a burst of load elsewhere on the machine hits every series alike.
+const floor = [], floorExec = [], raw = [], post = [], cmd = [], pool = [], poolPost = [], sdk = []
+const coldIds = new Set(), poolIds = new Set(), kinds = { warm: 0, cold: 0, unknown: 0 }
 for (let i = 0; i < N; i++) {
   const fl = floorOnce()
   floor.push(fl.exit.median_ms)
   floorExec.push(fl.exec.median_ms)
-  const x = await rawOnce()
-  raw.push(x.total); post.push(x.post); cmd.push(x.cmd); ids.add(x.id)
-  sdk.push(await sdkOnce())
+  if (cold) {
+    const x = await rawOnce(cold.api)
+    raw.push(x.total); post.push(x.post); cmd.push(x.cmd); coldIds.add(x.id)
+  }
+  const y = await pooled(() => rawOnce(API))
+  pool.push(y.total); poolPost.push(y.post); poolIds.add(y.id)
+  kinds[y.kind || 'unknown']++
+  sdk.push((await pooled(sdkOnce)).total)
 }
-const pairRatio = raw.map((x, i) => x / floor[i])
 
 const res = {
-  n: raw.length,
+  n: pool.length,
   floor_ms: median(floor),
   floor_min_ms: Math.min(...floor),
   floor_exec_ms: median(floorExec),
-  raw_ms: median(raw),
-  raw_min_ms: Math.min(...raw),
-  raw_post_ms: median(post),
-  raw_first_cmd_ms: median(cmd),
-  sdk_ms: median(sdk),
-  median_pair_ratio: median(pairRatio),
 }
-res.ratio_raw = res.raw_ms / res.floor_ms
+if (raw.length) {
+  Object.assign(res, {
+    raw_ms: median(raw),
+    raw_min_ms: Math.min(...raw),
+    raw_post_ms: median(post),
+    raw_first_cmd_ms: median(cmd),
+    median_pair_ratio: median(raw.map((x, i) => x / floor[i])),
+  })
+  res.ratio_raw = res.raw_ms / res.floor_ms
+}
+Object.assign(res, {
+  pooled_ms: median(pool),
+  pooled_min_ms: Math.min(...pool),
+  pooled_post_ms: median(poolPost),
+  pooled_got_spare: kinds.warm,
+  pooled_booted_on_demand: kinds.cold,
+  sdk_ms: median(sdk),
+})
+res.ratio_pooled = res.pooled_ms / res.floor_ms
 res.ratio_sdk = res.sdk_ms / res.floor_ms
 
-if (process.env.SANDBOXD_LOG) {
+// sbx_create as sandboxd itself timed it, and its steps (median ms).
+function serverSide(log, ids) {
   const inner = [], phases = {}
-  for (const line of readFileSync(process.env.SANDBOXD_LOG, 'utf8').split('\n')) {
-    const m = /sandbox (\w+) ready in ([\d.]+) ms \(init: (.*)\)/.exec(line)
+  for (const line of readLog(log)) {
+    const m = TRACE.exec(line)
     if (!m || !ids.has(m[1])) continue
     inner.push(Number(m[2]))
-    for (const p of m[3].split(', ')) {
+    for (const p of m[4].split(', ')) {
       const q = /^(.*) (\d+)us$/.exec(p)
       if (q) (phases[q[1]] ||= []).push(Number(q[2]) / 1000)
     }
   }
-  if (inner.length) {
-    res.sbx_create_ms = median(inner)
-    res.sbx_create_min_ms = Math.min(...inner)
-    res.ratio_sbx_create = res.sbx_create_ms / res.floor_ms
-    res.init_phases_ms = Object.fromEntries(Object.entries(phases).map(([k, v]) => [k, Number(f2(median(v)))]))
-  }
+  if (!inner.length) return null
+  return { ms: median(inner), min: Math.min(...inner), phases: Object.fromEntries(Object.entries(phases).map(([k, v]) => [k, Number(f2(median(v)))])) }
+}
+const cs = cold ? serverSide(cold.log, coldIds) : null
+if (cold) await cold.stop()
+if (cs) {
+  res.sbx_create_ms = cs.ms
+  res.sbx_create_min_ms = cs.min
+  res.ratio_sbx_create = cs.ms / res.floor_ms
+  res.cold_steps_ms = cs.phases
+}
+const ps = process.env.SANDBOXD_LOG ? serverSide(process.env.SANDBOXD_LOG, poolIds) : null
+if (ps) {
+  res.pooled_sbx_create_ms = ps.ms
+  res.pooled_steps_ms = ps.phases
 }
 
 console.log(`create→ready, median of ${res.n} paired samples (min in brackets)`)
-console.log(`  floor (ns+maps+overlay+true, reaped) ${f2(res.floor_ms)} ms (${f2(res.floor_min_ms)}); until exec'd ${f2(res.floor_exec_ms)} ms`)
-console.log(`  raw HTTP POST→first command         ${f2(res.raw_ms)} ms (${f2(res.raw_min_ms)})   ratio ${f2(res.ratio_raw)}× (goal ≤ 2×); median of pair ratios ${f2(res.median_pair_ratio)}×`)
-console.log(`    of which POST /sandboxes          ${f2(res.raw_post_ms)} ms, first /bin/true ${f2(res.raw_first_cmd_ms)} ms`)
-if (res.sbx_create_ms !== undefined) {
-  console.log(`    of which sbx_create (server log)  ${f2(res.sbx_create_ms)} ms   ratio ${f2(res.ratio_sbx_create)}×`)
-  console.log(`    init phases (median ms)           ${JSON.stringify(res.init_phases_ms)}`)
+console.log(`  floor (ns+maps+overlay+true, reaped)  ${f2(res.floor_ms)} ms (${f2(res.floor_min_ms)}); until exec'd ${f2(res.floor_exec_ms)} ms`)
+if (res.raw_ms !== undefined) {
+  console.log(`  COLD (warm pool off) POST→first cmd   ${f2(res.raw_ms)} ms (${f2(res.raw_min_ms)})   ratio ${f2(res.ratio_raw)}× (goal ≤ 2×); median of pair ratios ${f2(res.median_pair_ratio)}×`)
+  console.log(`    of which POST /sandboxes            ${f2(res.raw_post_ms)} ms, first /bin/true ${f2(res.raw_first_cmd_ms)} ms`)
+  if (cs) {
+    console.log(`    of which sbx_create (server log)    ${f2(res.sbx_create_ms)} ms   ratio ${f2(res.ratio_sbx_create)}×`)
+    console.log(`    steps (median ms)                   ${JSON.stringify(res.cold_steps_ms)}`)
+  }
 }
-console.log(`  SDK create→run('true') (bash -l)    ${f2(res.sdk_ms)} ms   ratio ${f2(res.ratio_sdk)}×`)
+console.log(`  POOLED (spare claimed) POST→first cmd ${f2(res.pooled_ms)} ms (${f2(res.pooled_min_ms)})   ratio ${f2(res.ratio_pooled)}×; ` +
+  `${kinds.warm}/${res.n} got a spare` + (kinds.unknown ? ` (${kinds.unknown} unknown: no SANDBOXD_LOG)` : ''))
+console.log(`    of which POST /sandboxes            ${f2(res.pooled_post_ms)} ms` + (ps ? `; sbx_create ${f2(ps.ms)} ms ${JSON.stringify(ps.phases)}` : ''))
+console.log(`  SDK create→run('true') (bash -l), pooled ${f2(res.sdk_ms)} ms   ratio ${f2(res.ratio_sdk)}×`)
 for (const k of Object.keys(res)) if (typeof res[k] === 'number') res[k] = Number(res[k].toFixed(3))
 console.log('RESULT ' + JSON.stringify(res))

@@ -11,5 +11,6 @@ void mb_lua_open_codec(lua_State *L);   /* lua_codec.c: envelopes, frames, base6
 void mb_lua_open_loop(lua_State *L);    /* lua_loop.c: now, timers, run */
 void mb_lua_open_http(lua_State *L);    /* lua_http.c: requests and streams */
 void mb_lua_open_proc(lua_State *L);    /* lua_proc.c: host child processes (uv_spawn) */
+void mb_lua_open_procstream(lua_State *L); /* lua_procstream.c: mbwrap process streams in C */
 int luaopen_moonbox_core(lua_State *L);
 #endif

@@ -199,11 +199,8 @@ out:
 }
 
 static void get_sandbox(sd_request *r, const char *id) {
-  reg_entry *e = reg_get(id);
-  if (!e) { sd_reply_error(r, 404, "sandbox '%s' not found", id); return; }
   reg_info in;
-  reg_info_of(e, &in);
-  reg_put(e);
+  if (reg_lookup_info(id, &in) != 0) { sd_reply_error(r, 404, "sandbox '%s' not found", id); return; }
   sd_reply_json(r, 200, detail_json(&in));
   json_decref(in.metadata);
 }
@@ -366,10 +363,18 @@ static bool valid_id(const char *id) {
   return true;
 }
 
+bool control_key_ok(const char *key, const char *api_key) {
+  if (!key) return false;
+  size_t lk = strlen(key), la = strlen(api_key);
+  unsigned char d = lk != la;
+  for (size_t i = 0; i < la; i++) d |= (unsigned char)(api_key[i] ^ (i < lk ? key[i] : 0));   /* time depends on the real key only */
+  return d == 0;
+}
+
 void control_handle(sd_request *r, const char *api_key) {
   const char *m = sd_method(r), *p = sd_path(r);
   const char *key = sd_header(r, "X-API-KEY");
-  if (!key || strcmp(key, api_key) != 0) {
+  if (!control_key_ok(key, api_key)) {
     sd_reply_error(r, 401, key ? "invalid API key" : "missing X-API-KEY header");
     return;
   }

@@ -37,8 +37,8 @@ static bool sig_matches(const char *token, void *cls) {
   return mb_sign_v1(s->path, s->op, s->user, token, s->exp, want) == MB_OK && const_eq(want, s->signature);
 }
 
-/* Fills s from the query; replies and returns -1 when the request cannot be checked. */
-static int sig_from_query(sd_request *r, sig_req *s) {
+/* Fills s from the query; 0, or the status (401) with the reason in msg. */
+static int sig_from_query(sd_request *r, sig_req *s, char *msg, size_t len) {
   s->op = !strcmp(sd_method(r), "POST") ? "write" : "read";
   s->path = sd_query(r, "path") ? sd_query(r, "path") : "";
   s->user = sd_query(r, "username") ? sd_query(r, "username") : "";
@@ -49,32 +49,58 @@ static int sig_from_query(sd_request *r, sig_req *s) {
     char *end;
     errno = 0;
     long long v = strtoll(es, &end, 10);
-    if (*end || errno) { sd_reply_error(r, 401, "invalid signature expiration '%s'", es); return -1; }
+    if (*end || errno) { snprintf(msg, len, "invalid signature expiration '%.100s'", es); return 401; }
     s->exp = v;
   }
-  if (!s->signature || !*s->signature) { sd_reply_error(r, 401, "missing signature query parameter"); return -1; }
+  if (!s->signature || !*s->signature) { snprintf(msg, len, "missing signature query parameter"); return 401; }
   return 0;
 }
 
-reg_entry *files_find_signed(sd_request *r) {
+reg_entry *files_lookup_signed(sd_request *r, int *status, char *msg, size_t len) {
+  const char *sig = sd_query(r, "signature");
+  if (!sig || !*sig) {
+    /* No routing header and no signature: what the SDK makes of a sandbox without a token. */
+    /* 401 like envd's missing signature (a secure sandbox's URL stripped of its signature looks
+     * the same), with the likely cause spelled out. */
+    *status = 401;
+    snprintf(msg, len, "missing signature query parameter: signed URLs need a sandbox created with secure: true "
+             "(this request has no E2b-Sandbox-Id header and no signature, so it names no sandbox)");
+    return NULL;
+  }
   sig_req s;
-  if (sig_from_query(r, &s)) return NULL;
+  if ((*status = sig_from_query(r, &s, msg, len))) return NULL;
   reg_entry *e = reg_find_by_token(sig_matches, &s);
-  if (!e) sd_reply_error(r, 401, "invalid signature");
+  if (!e) { *status = 401; snprintf(msg, len, "invalid signature"); }
+  return e;
+}
+
+reg_entry *files_find_signed(sd_request *r) {
+  int status;
+  char msg[256];
+  reg_entry *e = files_lookup_signed(r, &status, msg, sizeof msg);
+  if (!e) sd_reply_error(r, status, "%s", msg);
   return e;
 }
 
 /* envd's rule: a valid X-Access-Token, else a valid and unexpired signature. */
-static int check_access(sd_request *r, reg_entry *e) {
+int files_auth(sd_request *r, reg_entry *e, char *msg, size_t len) {
   const char *tok = reg_token(e);
   if (!tok) return 0;
   const char *hdr = sd_header(r, "X-Access-Token");
   if (hdr && const_eq(hdr, tok)) return 0;
   sig_req s;
-  if (sig_from_query(r, &s)) return -1;
-  if (!sig_matches(tok, &s)) { sd_reply_error(r, 401, "invalid signature"); return -1; }
-  if (s.exp && s.exp < (int64_t)time(NULL)) { sd_reply_error(r, 401, "signature is already expired"); return -1; }
+  int st = sig_from_query(r, &s, msg, len);
+  if (st) return st;
+  if (!sig_matches(tok, &s)) { snprintf(msg, len, "invalid signature"); return 401; }
+  if (s.exp && s.exp < (int64_t)time(NULL)) { snprintf(msg, len, "signature is already expired"); return 401; }
   return 0;
+}
+
+static int check_access(sd_request *r, reg_entry *e) {
+  char msg[256];
+  int st = files_auth(r, e, msg, sizeof msg);
+  if (st) sd_reply_error(r, st, "%s", msg);
+  return st ? -1 : 0;
 }
 
 /* ---------- download ---------- */
@@ -126,18 +152,24 @@ static void stream_gzip(sd_request *r, int fd) {
   sd_stream_end(s);
 }
 
+static void reply_foreign(sd_request *r, const char *abs, const char *fsname) {
+  sd_reply_error(r, 403, "path '%s' is on the sandbox's %s file system: /files reads and writes only the "
+                 "sandbox's own files", abs, fsname[0] ? fsname : "foreign");
+}
+
 static void download(sd_request *r, const fs_ctx *c) {
   const char *in = sd_query(r, "path") ? sd_query(r, "path") : "";
   char abs[PATHS_MAX];
   if (paths_resolve(c, in, abs, sizeof abs)) { sd_reply_error(r, 400, "invalid path '%.200s'", in); return; }
-  int fd = paths_open(c, abs, O_RDONLY | O_NONBLOCK, 0, 0);
+  char fsname[32];
+  int fd = paths_open_file(c, abs, O_RDONLY, fsname, sizeof fsname);
   if (fd == -ENOENT || fd == -ENOTDIR) { sd_reply_error(r, 404, "path '%s' does not exist", abs); return; }
+  if (fd == -PATHS_EFOREIGN) { reply_foreign(r, abs, fsname); return; }
+  if (fd == -EISDIR) { sd_reply_error(r, 400, "path '%s' is a directory", abs); return; }
+  if (fd == -PATHS_ENOTREG) { sd_reply_error(r, 400, "path '%s' is not a regular file", abs); return; }
   if (fd < 0) { sd_reply_error(r, fd == -ELOOP ? 400 : 500, "cannot open '%s': %s", abs, strerror(-fd)); return; }
   struct stat st;
   if (fstat(fd, &st) != 0) { close(fd); sd_reply_error(r, 500, "stat '%s': %s", abs, strerror(errno)); return; }
-  if (S_ISDIR(st.st_mode)) { close(fd); sd_reply_error(r, 400, "path '%s' is a directory", abs); return; }
-  if (!S_ISREG(st.st_mode)) { close(fd); sd_reply_error(r, 400, "path '%s' is not a regular file", abs); return; }
-  fcntl(fd, F_SETFL, 0);
   sd_reply_header(r, "Vary", "Accept-Encoding");
   if (st.st_size == 0) {
     sd_reply_bytes(r, 200, "application/octet-stream", NULL, 0);   /* Content-Length: 0 → SDK returns '' */
@@ -167,6 +199,10 @@ static void download(sd_request *r, const fs_ctx *c) {
 }
 
 /* ---------- upload ---------- */
+
+#define FILES_MAX_PARTS 1000
+#define FILES_MAX_PARTS_STR "1000"
+#define FILES_PART_SLOTS 2048
 
 typedef struct { json_t *md; size_t total; char err[300]; } md_ctx;
 
@@ -206,6 +242,7 @@ typedef struct {
   char part_name[PATHS_MAX], cur_fn[PATHS_MAX];
   int status;
   char msg[PATHS_MAX + 256];
+  uint16_t seen[FILES_PART_SLOTS];   /* index + 1 into results, by path hash */
 } up_ctx;
 
 static int fail(up_ctx *u, int status, const char *fmt, const char *a) {
@@ -238,22 +275,30 @@ static int open_target(up_ctx *u, const char *abs, const char *slash) {
     bool created;
     int rc = paths_mkdir_p(u->c, parent, &created);
     if (rc == -ENOTDIR) return fail_fd(u, 400, "a parent of '%s' is not a directory", abs);
+    if (rc == -PATHS_EFOREIGN)
+      return fail_fd(u, 403, "the parent of '%s' is not on the sandbox's own file systems (proc, sysfs, devpts, "
+                     "cgroup and similar are refused)", abs);
     if (rc) return fail_fd(u, rc == -ENOSPC ? 507 : 500, "cannot create the parents of '%s'", abs);
   }
   paths_cred cr;
   paths_cred_enter(u->c, &cr);
-  int fd = paths_open(u->c, abs, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK, 0644, 0);
+  char fsname[32];
+  int fd = paths_open_file(u->c, abs, O_WRONLY | O_CREAT | O_TRUNC, fsname, sizeof fsname);
   paths_cred_leave(&cr);
   if (fd == -EISDIR) return fail_fd(u, 400, "path '%s' is a directory", abs);
+  if (fd == -PATHS_ENOTREG) return fail_fd(u, 400, "path '%s' is not a regular file", abs);
+  if (fd == -PATHS_EFOREIGN) {
+    u->status = 403;
+    snprintf(u->msg, sizeof u->msg, "path '%.4000s' is on the sandbox's %s file system: /files reads and writes "
+             "only the sandbox's own files", abs, fsname[0] ? fsname : "foreign");
+    return -1;
+  }
   if (fd == -ENOSPC) return fail_fd(u, 507, "not enough disk space for '%s'", abs);
   if (fd < 0) {
     char m[PATHS_MAX + 64];
     snprintf(m, sizeof m, "%.4000s: %s", abs, strerror(-fd));
     return fail_fd(u, 500, "cannot open for writing: %s", m);
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { close(fd); return fail_fd(u, 400, "path '%s' is not a regular file", abs); }
-  fcntl(fd, F_SETFL, 0);
   if (fchown(fd, u->c->host_uid, u->c->host_gid) != 0) { close(fd); return fail_fd(u, 500, "cannot chown '%s'", abs); }
   return fd;
 }
@@ -263,8 +308,13 @@ static int begin_file(up_ctx *u, const char *target) {
   if (!target || !*target) return fail(u, 400, "%s", "a file part has no filename and the request has no 'path' query parameter");
   if (paths_resolve(u->c, target, abs, sizeof abs)) return fail(u, 400, "invalid path '%.200s'", target);
   size_t n = json_array_size(u->results);
-  for (size_t i = 0; i < n; i++)
-    if (!strcmp(json_string_value(json_object_get(json_array_get(u->results, i), "path")), abs))
+  if (n >= FILES_MAX_PARTS) return fail(u, 400, "more than %s files in one upload", FILES_MAX_PARTS_STR);
+  /* Duplicate paths: an open-addressing set of the results' indexes (twice the part limit). */
+  uint64_t h = 1469598103934665603ull;
+  for (const char *q = abs; *q; q++) h = (h ^ (unsigned char)*q) * 1099511628211ull;
+  size_t slot = (size_t)(h % FILES_PART_SLOTS);
+  for (; u->seen[slot]; slot = (slot + 1) % FILES_PART_SLOTS)
+    if (!strcmp(json_string_value(json_object_get(json_array_get(u->results, u->seen[slot] - 1), "path")), abs))
       return fail(u, 400, "path '%s' is given more than once in one upload", abs);
   const char *slash = strrchr(abs, '/');
   if (!slash[1]) return fail(u, 400, "path '%s' is a directory", abs);
@@ -276,6 +326,7 @@ static int begin_file(up_ctx *u, const char *target) {
   snprintf(u->part_name, sizeof u->part_name, "%s", abs);
   if (json_object_size(u->md)) json_object_set(res, "metadata", u->md);
   json_array_append_new(u->results, res);
+  u->seen[slot] = (uint16_t)json_array_size(u->results);
   return 0;
 }
 

@@ -12,4 +12,8 @@ void files_handle(sd_request *r, reg_entry *e);
 /* For /files without E2b-Sandbox-Id: the sandbox whose token verifies the signature (new
  * reference), or NULL after replying 401. */
 reg_entry *files_find_signed(sd_request *r);
+/* The same checks without replying (for authentication before the body is read): the entry /
+ * 0, or NULL / the HTTP status with the reason in msg. */
+reg_entry *files_lookup_signed(sd_request *r, int *status, char *msg, size_t len);
+int files_auth(sd_request *r, reg_entry *e, char *msg, size_t len);
 #endif

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,11 @@ static int resolve(sd_request *r, const fs_ctx *c, const char *in, char *out) {
 static void reply_errno(sd_request *r, int err, const char *what, const char *path) {
   if (err == ENOENT || err == ENOTDIR) sd_reply_connect_error(r, "not_found", "%s not found: %s", what, path);
   else if (err == EACCES || err == EPERM) sd_reply_connect_error(r, "permission_denied", "permission denied: %s", path);
-  else if (err == ELOOP || err == EXDEV) sd_reply_connect_error(r, "invalid_argument", "path leaves the sandbox or loops: %s", path);
+  else if (err == PATHS_EFOREIGN)
+    sd_reply_connect_error(r, "permission_denied", "%s is not on the sandbox's own file systems (proc, sysfs, devpts, "
+                           "cgroup and similar cannot be changed): %s", what, path);
+  else if (err == EXDEV) sd_reply_connect_error(r, "invalid_argument", "a move cannot cross mount points: %s", path);
+  else if (err == ELOOP) sd_reply_connect_error(r, "invalid_argument", "too many levels of symbolic links: %s", path);
   else if (err == ENOSPC) sd_reply_connect_error(r, "resource_exhausted", "no space left for %s", path);
   else sd_reply_connect_error(r, "internal", "%s %s: %s", what, path, strerror(err));
 }
@@ -103,6 +108,13 @@ static void do_move(sd_request *r, const fs_ctx *c, json_t *req) {
     else reply_errno(r, -dfd, "destination directory", dst);
     return;
   }
+  int fsrc = paths_fs_check(sfd);
+  if (fsrc == 0) fsrc = paths_fs_check(dfd);
+  if (fsrc) {
+    close(sfd); close(dfd);
+    reply_errno(r, -fsrc, "file", fsrc == -PATHS_EFOREIGN ? src : dst);
+    return;
+  }
   paths_cred cr;
   paths_cred_enter(c, &cr);                 /* rename checks that the caller's fsuid is mapped */
   int rc = renameat(sfd, sname, dfd, dname) == 0 ? 0 : errno;
@@ -162,30 +174,65 @@ static void free_names(char **v, size_t n) {
   free(v);
 }
 
-static int walk(const fs_ctx *c, int dirfd, const char *display, unsigned depth_left, json_t *out) {
-  size_t n;
-  char **names = read_names(dirfd, &n);
-  if (!names) return -errno;
+/* Directories a ListDir walk holds open, over every request: each level of the walk keeps its
+ * directory open, so the budget bounds the fds all walks together may take. */
+static atomic_int walk_fds;
+
+typedef struct { int fd; char **names; size_t n, i; char *display; } walk_frame;
+
+/* Iterative pre-order walk (the heap holds the levels, not the stack). */
+static int walk(const fs_ctx *c, int rootfd, const char *root_display, unsigned depth, json_t *out) {
+  walk_frame *st = calloc(depth, sizeof *st);
+  if (!st) return -ENOMEM;
+  size_t top = 0;
   int rc = 0;
-  for (size_t i = 0; i < n && rc == 0; i++) {
+  st[0].fd = rootfd;
+  st[0].names = read_names(rootfd, &st[0].n);
+  if (!st[0].names) { rc = -errno; free(st); return rc; }
+  if (!(st[0].display = strdup(root_display))) { free_names(st[0].names, st[0].n); free(st); return -ENOMEM; }
+  top = 1;
+  while (top > 0 && rc == 0) {
+    walk_frame *f = &st[top - 1];
+    if (f->i >= f->n) {                           /* this level is done: pop it */
+      free_names(f->names, f->n);
+      free(f->display);
+      if (top > 1) { close(f->fd); atomic_fetch_sub(&walk_fds, 1); }
+      top--;
+      continue;
+    }
+    const char *name = f->names[f->i++];
     if (json_array_size(out) >= FSRPC_MAX_LIST_ENTRIES) { rc = -E2BIG; break; }
     char path[PATHS_MAX];
-    if (snprintf(path, sizeof path, "%s%s%s", display, strcmp(display, "/") ? "/" : "", names[i]) >= (int)sizeof path)
+    if (snprintf(path, sizeof path, "%s%s%s", f->display, strcmp(f->display, "/") ? "/" : "", name) >= (int)sizeof path)
       continue;
-    json_t *e = paths_entry(c, dirfd, names[i], path);
+    json_t *e = paths_entry(c, f->fd, name, path);
     if (!e) continue;                    /* vanished or not representable: skipped, like envd */
     json_array_append_new(out, e);
-    struct stat st;
-    if (depth_left > 1 && fstatat(dirfd, names[i], &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
-      int sub = openat(dirfd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (sub >= 0) {
-        rc = walk(c, sub, path, depth_left - 1, out);
-        close(sub);
-        if (rc == -ENOENT || rc == -EACCES) rc = 0;
-      }
+    struct stat sb;
+    if (top >= depth || fstatat(f->fd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(sb.st_mode)) continue;
+    if (atomic_fetch_add(&walk_fds, 1) >= FSRPC_MAX_WALK_FDS) { atomic_fetch_sub(&walk_fds, 1); rc = -EMFILE; break; }
+    int sub = openat(f->fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub < 0) { atomic_fetch_sub(&walk_fds, 1); continue; }
+    walk_frame *nf = &st[top];
+    *nf = (walk_frame){ .fd = sub };
+    nf->names = read_names(sub, &nf->n);
+    nf->display = strdup(path);
+    if (!nf->names || !nf->display) {
+      int er = nf->names ? ENOMEM : errno;
+      free_names(nf->names, nf->n); free(nf->display);
+      close(sub); atomic_fetch_sub(&walk_fds, 1);
+      if (er == ENOENT || er == EACCES) continue;
+      rc = -er;
+      break;
     }
+    top++;
   }
-  free_names(names, n);
+  for (size_t k = 0; k < top; k++) {            /* what an error left */
+    free_names(st[k].names, st[k].n);
+    free(st[k].display);
+    if (k > 0) { close(st[k].fd); atomic_fetch_sub(&walk_fds, 1); }
+  }
+  free(st);
   return rc;
 }
 
@@ -196,8 +243,8 @@ static void do_listdir(sd_request *r, const fs_ctx *c, json_t *req) {
   json_t *dv = json_object_get(req, "depth");
   json_int_t depth = 1;
   if (dv && !json_is_null(dv)) {
-    if (!json_is_integer(dv) || json_integer_value(dv) < 0 || json_integer_value(dv) > 1000000) {
-      sd_reply_connect_error(r, "invalid_argument", "field 'depth' must be a non-negative integer");
+    if (!json_is_integer(dv) || json_integer_value(dv) < 0 || json_integer_value(dv) > FSRPC_MAX_DEPTH) {
+      sd_reply_connect_error(r, "invalid_argument", "field 'depth' must be an integer from 0 to %d", FSRPC_MAX_DEPTH);
       return;
     }
     depth = json_integer_value(dv) ? json_integer_value(dv) : 1;
@@ -213,6 +260,11 @@ static void do_listdir(sd_request *r, const fs_ctx *c, json_t *req) {
     sd_reply_connect_error(r, "resource_exhausted", "more than %d entries under %s", FSRPC_MAX_LIST_ENTRIES, abs);
     return;
   }
+  if (rc == -EMFILE) {
+    json_decref(out);
+    sd_reply_connect_error(r, "resource_exhausted", "too many directories open by ListDir calls at once; retry later (%s)", abs);
+    return;
+  }
   if (rc) { json_decref(out); reply_errno(r, -rc, "directory", abs); return; }
   sd_reply_json(r, 200, json_pack("{s:o}", "entries", out));
 }
@@ -226,7 +278,8 @@ static int remove_all(int dirfd, const char *name, int level) {
   if (level > 512) return -ELOOP;
   int sub = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (sub < 0) return errno == ENOENT ? 0 : -errno;
-  int rc = 0;
+  int rc = paths_fs_check(sub);             /* never empty a proc, sysfs, devpts or cgroup mount */
+  if (rc) { close(sub); return rc; }
   for (;;) {                 /* re-read until empty: entries may appear while we delete */
     size_t n;
     char **names = read_names_p(sub, &n, true);
@@ -249,6 +302,8 @@ static void do_remove(sd_request *r, const fs_ctx *c, json_t *req) {
   if (dfd == -EINVAL) { sd_reply_connect_error(r, "invalid_argument", "refusing to remove the root directory"); return; }
   if (dfd == -ENOENT || dfd == -ENOTDIR) { sd_reply_json(r, 200, json_object()); return; }   /* nothing to remove */
   if (dfd < 0) { reply_errno(r, -dfd, "file", abs); return; }
+  int fsrc = paths_fs_check(dfd);
+  if (fsrc) { close(dfd); reply_errno(r, -fsrc, "file", abs); return; }
   paths_cred cr;
   paths_cred_enter(c, &cr);
   int rc = remove_all(dfd, name, 0);
@@ -271,6 +326,29 @@ typedef struct {
 
 #define WATCH_MASK (IN_CREATE | IN_MODIFY | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | IN_ONLYDIR)
 
+/* inotify instances and watches belong to host root and are shared with the whole host: every
+ * WatchDir stream together takes at most a share of the host's limits. */
+static atomic_int watch_streams, watch_total;
+
+static int host_limit(const char *path, int fallback) {
+  FILE *f = fopen(path, "re");
+  int v = fallback;
+  if (f) { if (fscanf(f, "%d", &v) != 1) v = fallback; fclose(f); }
+  return v;
+}
+
+static int max_streams(void) {
+  int host = host_limit("/proc/sys/fs/inotify/max_user_instances", 128) / 4;
+  return host < FSRPC_MAX_WATCH_STREAMS ? (host > 0 ? host : 1) : FSRPC_MAX_WATCH_STREAMS;
+}
+
+static int max_total_watches(void) {
+  static atomic_int cached;
+  int v = atomic_load(&cached);
+  if (!v) { v = host_limit("/proc/sys/fs/inotify/max_user_watches", 8192) / 2; if (v < 1) v = 1; atomic_store(&cached, v); }
+  return v;
+}
+
 static const char *slot_rel(watcher *w, int wd) {
   for (size_t i = 0; i < w->n; i++) if (w->v[i].wd == wd) return w->v[i].rel;
   return NULL;
@@ -278,36 +356,42 @@ static const char *slot_rel(watcher *w, int wd) {
 
 /* Watch fd's directory (shown as rel) and, when recursive, its subdirectories. */
 static int add_tree(watcher *w, int fd, const char *rel, int level) {
-  if (w->n >= FSRPC_MAX_WATCHES || level > 64) return 0;
+  if (level > 64) return 0;
+  if (w->n >= FSRPC_MAX_WATCHES) return -E2BIG;
   char p[64];
   snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+  if (atomic_fetch_add(&watch_total, 1) >= max_total_watches()) { atomic_fetch_sub(&watch_total, 1); return -ENOSPC; }
   int wd = inotify_add_watch(w->ifd, p, WATCH_MASK);
+  if (wd < 0 || slot_rel(w, wd)) atomic_fetch_sub(&watch_total, 1);   /* counted once per slot */
   if (wd < 0) return -errno;
   if (!slot_rel(w, wd)) {
     if (w->n == w->cap) {
       size_t nc = w->cap ? w->cap * 2 : 16;
       watch_slot *nv = realloc(w->v, nc * sizeof *nv);
-      if (!nv) return -ENOMEM;
+      if (!nv) { atomic_fetch_sub(&watch_total, 1); return -ENOMEM; }
       w->v = nv; w->cap = nc;
     }
     char *copy = strdup(rel);
-    if (!copy) return -ENOMEM;
+    if (!copy) { atomic_fetch_sub(&watch_total, 1); return -ENOMEM; }
     w->v[w->n++] = (watch_slot){ wd, copy };
   }
   if (!w->recursive) return 0;
   size_t n;
   char **names = read_names(fd, &n);
   if (!names) return 0;
-  for (size_t i = 0; i < n; i++) {
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
     int sub = openat(fd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (sub < 0) continue;
+    if (paths_fs_check(sub) != 0) { close(sub); continue; }   /* proc, sysfs, ...: not watched */
     char srel[PATHS_MAX];
     if (snprintf(srel, sizeof srel, "%s%s%s", rel, *rel ? "/" : "", names[i]) < (int)sizeof srel)
-      add_tree(w, sub, srel, level + 1);
+      rc = add_tree(w, sub, srel, level + 1);
+    if (rc != -E2BIG && rc != -ENOSPC) rc = 0;                /* a vanished directory is skipped */
     close(sub);
   }
   free_names(names, n);
-  return 0;
+  return rc;
 }
 
 static int64_t mono_ms(void) {
@@ -345,13 +429,36 @@ static void do_watchdir(sd_request *r, reg_entry *re, const fs_ctx *c, json_t *r
   int fd = paths_open(c, abs, O_RDONLY | O_DIRECTORY, 0, 0);
   if (fd == -ENOTDIR) { sd_reply_connect_error(r, "invalid_argument", "path %s is not a directory", abs); return; }
   if (fd < 0) { reply_errno(r, -fd, "directory", abs); return; }
+  int fsrc = paths_fs_check(fd);
+  if (fsrc) { close(fd); reply_errno(r, -fsrc, "directory", abs); return; }
+  int per = reg_watch_slot(re, +1, FSRPC_MAX_WATCH_STREAMS_PER_SBX);
+  if (per < 0) {
+    close(fd);
+    sd_reply_connect_error(r, "resource_exhausted", "this sandbox already has %d WatchDir streams open (the limit); "
+                           "close one first", FSRPC_MAX_WATCH_STREAMS_PER_SBX);
+    return;
+  }
+  int limit = max_streams();
+  if (atomic_fetch_add(&watch_streams, 1) >= limit) {
+    atomic_fetch_sub(&watch_streams, 1);
+    reg_watch_slot(re, -1, 0);
+    close(fd);
+    sd_reply_connect_error(r, "resource_exhausted", "sandboxd already serves %d WatchDir streams (the limit over all "
+                           "sandboxes); retry later", limit);
+    return;
+  }
   watcher w = { .c = c, .recursive = json_is_true(rv) };
   w.ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (w.ifd < 0) { close(fd); sd_reply_connect_error(r, "resource_exhausted", "inotify: %s", strerror(errno)); return; }
+  if (w.ifd < 0) { close(fd); sd_reply_connect_error(r, "resource_exhausted", "inotify: %s", strerror(errno)); goto out; }
   int rc = add_tree(&w, fd, "", 0);
   close(fd);
+  if (rc == -E2BIG) {
+    sd_reply_connect_error(r, "resource_exhausted", "more than %d directories to watch under %s", FSRPC_MAX_WATCHES, abs);
+    goto out;
+  }
   if (rc) {
-    sd_reply_connect_error(r, "resource_exhausted", "cannot watch %s: %s", abs, strerror(-rc));
+    sd_reply_connect_error(r, "resource_exhausted", "cannot watch %s: %s", abs,
+                           rc == -ENOSPC ? "sandboxd's share of the host's inotify watches is used up" : strerror(-rc));
     goto out;
   }
   const char *ka = sd_header(r, "Keepalive-Ping-Interval"), *to = sd_header(r, "Connect-Timeout-Ms");
@@ -383,7 +490,7 @@ static void do_watchdir(sd_request *r, reg_entry *re, const fs_ctx *c, json_t *r
       off += (ssize_t)(sizeof *ev + ev->len);
       if (ev->mask & IN_IGNORED) {
         for (size_t i = 0; i < w.n; i++)
-          if (w.v[i].wd == ev->wd) { free(w.v[i].rel); w.v[i] = w.v[--w.n]; break; }
+          if (w.v[i].wd == ev->wd) { free(w.v[i].rel); w.v[i] = w.v[--w.n]; atomic_fetch_sub(&watch_total, 1); break; }
         continue;
       }
       const char *rel = slot_rel(&w, ev->wd);
@@ -399,7 +506,8 @@ static void do_watchdir(sd_request *r, reg_entry *re, const fs_ctx *c, json_t *r
           int sfd = -1;
           if (snprintf(sub, sizeof sub, "%s%s%s", abs, strcmp(abs, "/") ? "/" : "", name) < (int)sizeof sub)
             sfd = paths_open(c, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, 0);
-          if (sfd >= 0) { add_tree(&w, sfd, name, 0); close(sfd); }
+          if (sfd >= 0 && paths_fs_check(sfd) == 0) add_tree(&w, sfd, name, 0);
+          if (sfd >= 0) close(sfd);
         }
       }
       if (ev->mask & IN_MOVED_FROM) err |= send_event(s, &w, abs, name, "EVENT_TYPE_RENAME", include_entry);
@@ -414,8 +522,11 @@ done:
   sd_stream_end_connect(s, end_code, end_msg);
 out:
   for (size_t i = 0; i < w.n; i++) free(w.v[i].rel);
+  atomic_fetch_sub(&watch_total, (int)w.n);
   free(w.v);
-  close(w.ifd);
+  if (w.ifd >= 0) close(w.ifd);
+  atomic_fetch_sub(&watch_streams, 1);
+  reg_watch_slot(re, -1, 0);
 }
 
 void fsrpc_handle(sd_request *r, reg_entry *e, const char *method) {

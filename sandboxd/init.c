@@ -101,11 +101,13 @@ static void bind_dev(const char *name) {
   if (mount(src, dst, NULL, MS_BIND, NULL) != 0) fail_setup("bind %s: %s", src, strerror(errno));
 }
 
+/* Layers in <sbx>: "upper"/"work" for the root, "upper-<d>"/"work-<d>" for system directory d. */
 static void mount_overlay(const char *target, const char *lower, int sbx_fd, const char *layer) {
   char opts[1024];
+  const char *dash = layer[0] ? "-" : "";
   snprintf(opts, sizeof opts,
-           "lowerdir=%s,upperdir=/proc/self/fd/%d/upper/%s,workdir=/proc/self/fd/%d/work/%s,userxattr,volatile",
-           lower, sbx_fd, layer, sbx_fd, layer);
+           "lowerdir=%s,upperdir=/proc/self/fd/%d/upper%s%s,workdir=/proc/self/fd/%d/work%s%s,userxattr,volatile",
+           lower, sbx_fd, dash, layer, sbx_fd, dash, layer);
   if (mount("overlay", target, "overlay", 0, opts) == 0) return;
   /* "volatile" skips syncs of a layer that is deleted anyway; older kernels lack it. */
   char *v = strstr(opts, ",volatile");
@@ -114,9 +116,10 @@ static void mount_overlay(const char *target, const char *lower, int sbx_fd, con
     fail_setup("overlay on %s (lower %s): %s", target, lower, strerror(errno));
 }
 
-/* The system overlays (/usr, ...) are mounted by a helper process at <sbx>/lower/<name> while
- * we mount the root overlay (each costs about a millisecond of file-system round trips), then
- * moved into place. Same mount namespace, so the helper's mounts are ours. */
+/* The system overlays (/usr, ...) are mounted by a helper process while we mount the root
+ * overlay (each costs a few file-system round trips), then moved into place. The helper stacks
+ * each on the host directory it covers, /<name> of the old root (detached later with all of
+ * it): no mount point directory to create. Same mount namespace, so its mounts are ours. */
 static pid_t mount_system_overlays(int sbx_fd, char *sysdirs, char names[][16], int *n) {
   *n = 0;
   char *save = NULL;
@@ -131,38 +134,37 @@ static pid_t mount_system_overlays(int sbx_fd, char *sysdirs, char names[][16], 
   if (pid != 0) return pid;   /* parent (or -1: the caller mounts nothing then fails) */
   save = NULL;
   for (char *d = strtok_r(sysdirs, ",", &save); d; d = strtok_r(NULL, ",", &save)) {
-    char stage[128], lowerdir[128];
+    char stage[128];
     char *eq = strchr(d, '=');
     if (eq) *eq = 0;
-    snprintf(stage, sizeof stage, "/proc/self/fd/%d/lower/%s", sbx_fd, d);
+    snprintf(stage, sizeof stage, "/%s", d);
     if (eq) {
-      /* An idmapped tree of the host directory: attach it, then stack the overlay on it. */
+      /* An idmapped tree of the host directory: attach it over the directory, then stack the
+       * overlay on it (the lower layer is looked up before the overlay covers it). */
       int fd = parse_fd(eq + 1);
       if (fd < 0 || syscall(SYS_move_mount, fd, "", AT_FDCWD, stage, MOVE_MOUNT_F_EMPTY_PATH) != 0)
         fail_setup("attach idmapped /%s: %s", d, strerror(errno));
-      snprintf(lowerdir, sizeof lowerdir, "%s", stage);
-    } else {
-      snprintf(lowerdir, sizeof lowerdir, "/%s", d);
     }
-    mount_overlay(stage, lowerdir, sbx_fd, d);
+    mount_overlay(stage, stage, sbx_fd, d);
   }
   _exit(0);
 }
 
-static void setup_root(int tpl_fd, int sbx_fd, const char *host, int newnet, char *sysdirs) {
-  char path[128], lower[64], names[8][16];
+static void setup_root(int tpl_fd, int sbx_fd, int newnet, char *sysdirs) {
+  char path[128], names[8][16];
   int nsys;
   CHECK(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), "make mounts private");
-  snprintf(path, sizeof path, "/proc/self/fd/%d/merged", sbx_fd);
-  snprintf(lower, sizeof lower, "/proc/self/fd/%d", tpl_fd);
+  /* tpl_fd is the template's parent: the root overlay is mounted over the template itself
+   * (looked up as its lower layer first), in this mount namespace only. */
+  snprintf(path, sizeof path, "/proc/self/fd/%d/root", tpl_fd);
   mark(NULL);
   char sysdirs_copy[512];
   snprintf(sysdirs_copy, sizeof sysdirs_copy, "%s", sysdirs);   /* strtok_r below cuts sysdirs */
   pid_t helper = mount_system_overlays(sbx_fd, sysdirs, names, &nsys);
   if (helper < 0) fail_setup("fork: %s", strerror(errno));
-  mount_overlay(path, lower, sbx_fd, "root");
+  mount_overlay(path, path, sbx_fd, "");
   mark("root overlay");
-  CHECK(chdir(path), "chdir to new root");   /* "merged" is looked up normally: lands on the overlay */
+  CHECK(chdir(path), "chdir to new root");   /* "root" is looked up normally: lands on the overlay */
   int status;
   while (waitpid(helper, &status, 0) < 0)
     if (errno != EINTR) fail_setup("wait: %s", strerror(errno));
@@ -173,8 +175,8 @@ static void setup_root(int tpl_fd, int sbx_fd, const char *host, int newnet, cha
     if (fd > 2) close(fd);
   }
   for (int i = 0; i < nsys; i++) {
-    char stage[192];
-    snprintf(stage, sizeof stage, "/proc/self/fd/%d/lower/%s", sbx_fd, names[i]);
+    char stage[160];
+    snprintf(stage, sizeof stage, "/%s", names[i]);
     if (mount(stage, names[i], NULL, MS_MOVE, NULL) != 0) fail_setup("move /%s overlay: %s", names[i], strerror(errno));
   }
   mark("system overlays");
@@ -198,7 +200,7 @@ static void setup_root(int tpl_fd, int sbx_fd, const char *host, int newnet, cha
   CHECK(syscall(SYS_pivot_root, ".", "."), "pivot_root");
   CHECK(umount2(".", MNT_DETACH), "detach host root");
   CHECK(chdir("/"), "chdir /");
-  CHECK(sethostname(host, strlen(host)), "sethostname");
+  CHECK(sethostname("sandbox", 7), "sethostname");   /* the sandbox id comes with INIT_REQ_HOSTNAME */
   if (newnet) {
     int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     struct ifreq ifr;
@@ -399,15 +401,15 @@ static void reap(void) {
 
 
 int sbx_init_main(int argc, char **argv) {
-  if (argc != 8) return 2;
+  if (argc != 7) return 2;
   g_ctl = parse_fd(argv[1]);
   int tpl_fd = parse_fd(argv[2]), sbx_fd = parse_fd(argv[3]);
   if (g_ctl < 0 || tpl_fd < 0 || sbx_fd < 0) return 2;
-  g_clear_groups = argv[6][0] == 'c';
+  g_clear_groups = argv[5][0] == 'c';
   /* Inherit nothing from sandboxd but the descriptors named in argv, whatever it forgot to mark
    * CLOEXEC: the channel, the two layer directories and the idmapped trees ("usr=<fd>"). */
   int keep[3 + 16] = {g_ctl, tpl_fd, sbx_fd}, nkeep = 3;
-  for (const char *q = strchr(argv[7], '='); q && nkeep < 19; q = strchr(q + 1, '=')) {
+  for (const char *q = strchr(argv[6], '='); q && nkeep < 19; q = strchr(q + 1, '=')) {
     int fd = (int)strtol(q + 1, NULL, 10);
     if (fd > 2) keep[nkeep++] = fd;
   }
@@ -424,11 +426,13 @@ int sbx_init_main(int argc, char **argv) {
   int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (nul >= 0) { dup2(nul, 0); dup2(nul, 1); dup2(nul, 2); if (nul > 2) close(nul); }
   prctl(PR_SET_NAME, "sandboxd-init", 0, 0, 0);   /* what `ps` shows as pid 1 inside */
+  /* Our own mask, whatever the sandboxd thread that cloned us had blocked: only SIGCHLD (read
+   * through a signalfd). */
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
-  sigprocmask(SIG_BLOCK, &chld, NULL);
-  setup_root(tpl_fd, sbx_fd, argv[4], argv[5][0] == 'n', argv[7]);
+  sigprocmask(SIG_SETMASK, &chld, NULL);
+  setup_root(tpl_fd, sbx_fd, argv[4][0] == 'n', argv[6]);
   close(tpl_fd);
   close(sbx_fd);
   int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -468,6 +472,15 @@ int sbx_init_main(int argc, char **argv) {
         if (rq.pid > 1 && kill(-rq.pid, rq.sig) != 0 && tracked(rq.pid, 0)) kill(rq.pid, rq.sig);
       } else if (rq.type == INIT_REQ_KILLALL) {
         kill(-1, rq.sig);   /* every process of the pid namespace but pid 1 */
+      } else if (rq.type == INIT_REQ_HOSTNAME) {
+        const char *name = buf + sizeof rq;
+        size_t len = (size_t)n - sizeof rq;
+        init_msg m;
+        memset(&m, 0, sizeof m);
+        m.type = INIT_MSG_HOSTNAME;
+        if (len < 2 || len > 65 || name[len - 1] || memchr(name, 0, len - 1)) m.code = EINVAL;
+        else if (sethostname(name, len - 1) != 0) m.code = errno;
+        send_msg(&m, NULL, 0);
       }
     }
   }

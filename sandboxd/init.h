@@ -13,13 +13,15 @@
 #define SBX_INIT_ARGV0 "sandboxd-init"
 #define INIT_REQ_MAX (1u << 20)   /* spawn request: argv + env + cwd */
 
-enum { INIT_REQ_SPAWN = 1, INIT_REQ_KILL = 2, INIT_REQ_KILLALL = 3 };
-enum { INIT_MSG_READY = 1, INIT_MSG_FAILED = 2, INIT_MSG_SPAWNED = 3, INIT_MSG_EXITED = 4 };
+enum { INIT_REQ_SPAWN = 1, INIT_REQ_KILL = 2, INIT_REQ_KILLALL = 3, INIT_REQ_HOSTNAME = 4 };
+enum { INIT_MSG_READY = 1, INIT_MSG_FAILED = 2, INIT_MSG_SPAWNED = 3, INIT_MSG_EXITED = 4, INIT_MSG_HOSTNAME = 5 };
 enum { INIT_OK = 0, INIT_EINVAL = 1, INIT_EINTERNAL = 2 };   /* SPAWNED.code */
 #define INIT_F_PTY 1u
 #define INIT_F_STDIN 2u
 
-/* Request header; SPAWN is followed by cwd, argv[argc], env[envc], each NUL-terminated. */
+/* Request header; SPAWN is followed by cwd, argv[argc], env[envc], each NUL-terminated;
+ * HOSTNAME (sent once, before any SPAWN) by the NUL-terminated name, answered by HOSTNAME with
+ * code 0 or an errno. */
 typedef struct {
   uint32_t type, seq;
   int32_t pid, sig;               /* KILL: pid (as seen inside) and signal; KILLALL: signal */
@@ -36,6 +38,7 @@ typedef struct {
   char text[256];
 } init_msg;
 
-/* argv: SBX_INIT_ARGV0 ctl_fd tpl_fd sbx_fd hostname net(n|h) groups(c|k) sysdirs(comma list) */
+/* argv: SBX_INIT_ARGV0 ctl_fd tpl_fd sbx_fd net(n|h) groups(c|k) sysdirs(comma list). Nothing
+ * names the sandbox: the host name is "sandbox" until the HOSTNAME request. */
 int sbx_init_main(int argc, char **argv);
 #endif

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,9 +21,10 @@
 #include "server.h"
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: sandboxd --listen HOST:PORT [--api-key e2b_HEX] [--state-dir DIR]\n"
+  fprintf(f, "usage: sandboxd --listen HOST:PORT [--api-key e2b_HEX] [--state-dir DIR] [--exit-with-parent]\n"
              "  Serves E2B's control plane and envd API on HOST:PORT (IPv4). Point the E2B SDK at it with\n"
-             "  E2B_API_URL=http://HOST:PORT E2B_SANDBOX_URL=http://HOST:PORT E2B_API_KEY=<key>.\n");
+             "  E2B_API_URL=http://HOST:PORT E2B_SANDBOX_URL=http://HOST:PORT E2B_API_KEY=<key>.\n"
+             "  --exit-with-parent: SIGTERM (destroy every sandbox, exit) when the starting process dies.\n");
 }
 
 static int mkdir_p(const char *path, mode_t mode) {
@@ -101,9 +103,12 @@ static void report_caps(void) {
 
 int main(int argc, char **argv) {
   const char *listen = NULL, *api_key = NULL, *state = NULL;
+  bool exit_with_parent = false;
+  pid_t parent = getppid();                 /* before anything else: the process that started us */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+    if (!strcmp(a, "--exit-with-parent")) { exit_with_parent = true; continue; }
     if (i + 1 >= argc || (strcmp(a, "--listen") && strcmp(a, "--api-key") && strcmp(a, "--state-dir"))) {
       fprintf(stderr, "sandboxd: unknown or incomplete argument '%s'\n", a);
       usage(stderr);
@@ -151,6 +156,12 @@ int main(int argc, char **argv) {
   pthread_sigmask(SIG_BLOCK, &set, NULL);
   signal(SIGPIPE, SIG_IGN);
 
+  if (exit_with_parent) {
+    /* SIGTERM is blocked above and taken by sigwait below, so a dead parent means the usual
+     * orderly shutdown. A parent that died before prctl took effect: exit now. */
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) { perror("sandboxd: prctl(PR_SET_PDEATHSIG)"); return 1; }
+    if (getppid() != parent) { fprintf(stderr, "sandboxd: --exit-with-parent: the parent already exited\n"); return 1; }
+  }
   sbx_cleanup_stale(state_dir);
   report_caps();
   control_init(state_dir);

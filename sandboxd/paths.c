@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/capability.h>
+#include <linux/magic.h>
 #include <sys/fsuid.h>
+#include <sys/vfs.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/xattr.h>
@@ -97,15 +99,71 @@ int paths_open_parent(const fs_ctx *c, const char *abs, char *name, size_t namel
   return paths_open(c, parent, O_PATH | O_DIRECTORY, 0, 0);
 }
 
+int paths_fs_check(int fd) {
+  struct statfs sf;
+  if (fstatfs(fd, &sf) != 0) return -errno;
+  /* An allowlist: the sandbox's own files live on its overlays and tmpfs mounts. proc, sysfs,
+   * devpts, cgroup and host bind mounts reach the whole kernel or the host. */
+  if (sf.f_type == OVERLAYFS_SUPER_MAGIC || sf.f_type == TMPFS_MAGIC) return 0;
+  return -PATHS_EFOREIGN;
+}
+
+const char *paths_fs_name(int fd) {
+  struct statfs sf;
+  if (fstatfs(fd, &sf) != 0) return "unknown";
+  switch (sf.f_type) {
+    case PROC_SUPER_MAGIC: return "proc";
+    case SYSFS_MAGIC: return "sysfs";
+    case DEVPTS_SUPER_MAGIC: return "devpts";
+    case CGROUP_SUPER_MAGIC: case CGROUP2_SUPER_MAGIC: return "cgroup";
+    case OVERLAYFS_SUPER_MAGIC: return "overlay";
+    case TMPFS_MAGIC: return "tmpfs";
+    default: return "foreign";
+  }
+}
+
+int paths_open_file(const fs_ctx *c, const char *abs, int flags, char *fsname, size_t fslen) {
+  if (fslen) fsname[0] = '\0';
+  for (int attempt = 0; attempt < 8; attempt++) {
+    int p = paths_open(c, abs, O_PATH, 0, 0);
+    if (p == -ENOENT && (flags & O_CREAT)) {
+      /* O_EXCL: a symlink or file that appears meanwhile is not followed; the loop looks again. */
+      int fd = paths_open(c, abs, (flags & ~O_TRUNC) | O_EXCL | O_NONBLOCK, 0644, 0);
+      if (fd == -EEXIST) continue;
+      if (fd < 0) return fd;
+      int rc = paths_fs_check(fd);
+      if (rc) { if (fslen) snprintf(fsname, fslen, "%s", paths_fs_name(fd)); close(fd); return rc; }
+      fcntl(fd, F_SETFL, 0);
+      return fd;
+    }
+    if (p < 0) return p;
+    struct stat st;
+    int rc = fstat(p, &st) != 0 ? -errno : paths_fs_check(p);
+    if (rc == -PATHS_EFOREIGN && fslen) snprintf(fsname, fslen, "%s", paths_fs_name(p));
+    if (!rc && S_ISDIR(st.st_mode)) rc = -EISDIR;
+    else if (!rc && !S_ISREG(st.st_mode)) rc = -PATHS_ENOTREG;
+    if (rc) { close(p); return rc; }
+    /* Reopen the very inode that was checked: a symlink swapped in meanwhile changes nothing. */
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", p);
+    int fd = open(self, (flags & ~(O_CREAT | O_EXCL)) | O_CLOEXEC);
+    rc = fd < 0 ? -errno : 0;
+    close(p);
+    return fd < 0 ? rc : fd;
+  }
+  return -EAGAIN;
+}
+
 void paths_cred_enter(const fs_ctx *c, paths_cred *save) {
   save->uid = setfsuid(c->host_uid);       /* per thread: the worker thread of this request */
   save->gid = setfsgid(c->host_gid);
-  /* Leaving fsuid 0 drops the file capabilities from the effective set; raise them again so the
-   * request keeps envd's root powers (write anywhere, chown). */
+  /* Leaving fsuid 0 drops the file capabilities from the effective set; raise again only what
+   * envd's root powers need here: write anywhere (DAC_OVERRIDE), give files to the user (CHOWN),
+   * remove from sticky directories and set xattrs on others' files (FOWNER). Never reaches
+   * beyond the sandbox's own file systems: every fd is checked with paths_fs_check. */
   struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
   struct __user_cap_data_struct d[2];
-  const unsigned fs_caps = 1u << CAP_CHOWN | 1u << CAP_DAC_OVERRIDE | 1u << CAP_DAC_READ_SEARCH |
-                           1u << CAP_FOWNER | 1u << CAP_FSETID;
+  const unsigned fs_caps = 1u << CAP_CHOWN | 1u << CAP_DAC_OVERRIDE | 1u << CAP_FOWNER;
   if (syscall(SYS_capget, &h, d) == 0 && (d[0].permitted & fs_caps) != (d[0].effective & fs_caps)) {
     d[0].effective |= d[0].permitted & fs_caps;
     if (syscall(SYS_capset, &h, d) != 0) { /* without them creation still works where the user may write */ }
@@ -141,10 +199,17 @@ static int mkdir_p(const fs_ctx *c, const char *abs, bool *created) {
     char name[256];
     int dfd = paths_open_parent(c, prefix, name, sizeof name);
     if (dfd < 0) return dfd;
-    int rc = 0;
-    if (mkdirat(dfd, name, 0755) != 0 && errno != EEXIST) rc = -errno;
-    else if (fchownat(dfd, name, c->host_uid, c->host_gid, AT_SYMLINK_NOFOLLOW) != 0) rc = -errno;
-    else *created = true;
+    int rc = paths_fs_check(dfd);
+    if (rc == 0) {
+      if (mkdirat(dfd, name, 0755) != 0) rc = errno == EEXIST ? 0 : -errno;   /* EEXIST: made meanwhile */
+      else {
+        /* The new directory by fd, never by name: a symlink swapped in cannot redirect the chown. */
+        int nfd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (nfd < 0 || fchown(nfd, c->host_uid, c->host_gid) != 0) rc = -errno;
+        else *created = true;
+        if (nfd >= 0) close(nfd);
+      }
+    }
     close(dfd);
     if (rc) return rc;
   }

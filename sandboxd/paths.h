@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <errno.h>
 #include <sys/types.h>
 #include "sandbox.h"
 
@@ -30,6 +31,16 @@ int paths_resolve(const fs_ctx *c, const char *in, char *out, size_t outlen);
 
 /* openat2(root, abs, flags, mode, RESOLVE_IN_ROOT|RESOLVE_NO_MAGICLINKS|extra). */
 int paths_open(const fs_ctx *c, const char *abs, int flags, mode_t mode, uint64_t extra_resolve);
+/* The sandbox's own file systems only (overlay, tmpfs): 0, -PATHS_EFOREIGN, or -errno. */
+#define PATHS_EFOREIGN EREMOTE    /* on proc, sysfs, devpts, cgroup or any other foreign mount */
+#define PATHS_ENOTREG  ENODEV     /* not a regular file (FIFO, device, socket) */
+int paths_fs_check(int fd);
+const char *paths_fs_name(int fd);   /* "proc", "sysfs", ... for messages */
+/* A regular file on the sandbox's own file systems, opened with flags (O_RDONLY, or
+ * O_WRONLY|O_CREAT|O_TRUNC to create it 0644). Checked on an O_PATH fd, then reopened through
+ * /proc/self/fd, so what is opened is what was checked. fd, or -PATHS_EFOREIGN (fsname set),
+ * -PATHS_ENOTREG, -EISDIR, -errno. */
+int paths_open_file(const fs_ctx *c, const char *abs, int flags, char *fsname, size_t fslen);
 /* O_PATH|O_DIRECTORY fd of abs's parent and its last component in name; -EINVAL for "/". */
 int paths_open_parent(const fs_ctx *c, const char *abs, char *name, size_t namelen);
 /* mkdir -p: every missing level 0755 owned by the user. *created = the last level was made.

@@ -1,5 +1,6 @@
 /* registry.c — sandbox table, ids, tokens, lease expiry, pause state (see registry.h). */
 #include "registry.h"
+#include "server.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -15,6 +16,8 @@ struct reg_entry {
   reg_entry *next;
   char id[32], token[40];
   bool secure, internet, auto_pause, paused, dying;
+  bool expiring;                  /* the expiry thread handed it to a reaper thread */
+  int watch_streams;              /* open WatchDir streams */
   int64_t started_ms, end_ms;
   uint64_t seq;
   json_t *metadata;
@@ -32,6 +35,8 @@ static uint64_t next_seq = 1;
 static char *g_state_dir;
 static pthread_t expiry_thread;
 static bool expiry_running, stopping;
+static int reapers;                                          /* expiry kill/pause threads running */
+static pthread_cond_t reaped = PTHREAD_COND_INITIALIZER;    /* a reaper finished or an entry unlinked */
 
 int64_t reg_now_ms(void) {
   struct timespec ts;
@@ -54,10 +59,35 @@ static int random_alnum(char *out, size_t n) {
   return 0;
 }
 
-static reg_entry *find_locked(const char *id) {
+/* Dying entries stay linked until sbx_destroy returned (so GET, list and /health report them
+ * until nothing is left), but nothing new may use them. */
+static reg_entry *find_any_locked(const char *id) {
   for (reg_entry *e = head; e; e = e->next)
     if (strcmp(e->id, id) == 0) return e;
   return NULL;
+}
+
+static reg_entry *find_locked(const char *id) {
+  reg_entry *e = find_any_locked(id);
+  return e && !e->dying ? e : NULL;
+}
+
+static void info_locked(reg_entry *e, reg_info *in);
+
+bool reg_exists(const char *id) {
+  pthread_mutex_lock(&mu);
+  reg_entry *e = find_any_locked(id);
+  bool live = e && !e->paused;
+  pthread_mutex_unlock(&mu);
+  return live;
+}
+
+int reg_lookup_info(const char *id, reg_info *info) {
+  pthread_mutex_lock(&mu);
+  reg_entry *e = find_any_locked(id);
+  if (e) info_locked(e, info);
+  pthread_mutex_unlock(&mu);
+  return e ? 0 : -1;
 }
 
 static void info_locked(reg_entry *e, reg_info *in) {
@@ -130,38 +160,62 @@ reg_entry *reg_find_by_token(bool (*match)(const char *token, void *cls), void *
   pthread_mutex_lock(&mu);
   reg_entry *e = head;
   for (; e; e = e->next)
-    if (e->secure && match(e->token, cls)) { e->refs++; break; }
+    if (e->secure && !e->dying && match(e->token, cls)) { e->refs++; break; }
   pthread_mutex_unlock(&mu);
   return e;
 }
 
-/* Called with the entry unlinked and one ref owned by the caller. */
+/* Called with the entry marked dying (still linked) and the table's ref owned by the caller. */
 static void destroy_entry(reg_entry *e) {
+  sd_streams_abort(e);                 /* streams to clients that stopped reading end now */
   pthread_mutex_lock(&e->life);
   if (e->paused) sbx_resume(e->sbx);   /* frozen processes cannot die */
   process_kill_all(e->sbx);
   pthread_mutex_unlock(&e->life);
   pthread_mutex_lock(&mu);
-  while (e->refs > 1) pthread_cond_wait(&released, &mu);
+  while (e->refs > 1) {
+    pthread_mutex_unlock(&mu);
+    sd_streams_abort(e);               /* a stream a handler opened after the first abort */
+    pthread_mutex_lock(&mu);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 1;
+    if (e->refs > 1) pthread_cond_timedwait(&released, &mu, &ts);
+  }
   pthread_mutex_unlock(&mu);
   sbx_destroy(e->sbx);
+  pthread_mutex_lock(&mu);             /* gone from the table only now that nothing is left */
+  reg_entry **pp = &head;
+  while (*pp && *pp != e) pp = &(*pp)->next;
+  if (*pp) *pp = e->next;
+  pthread_cond_broadcast(&changed);
+  pthread_cond_broadcast(&reaped);
+  pthread_mutex_unlock(&mu);
+  sd_streams_release(e);               /* clients now see their streams end */
   close(e->kill_fd);
   json_decref(e->metadata);
   pthread_mutex_destroy(&e->life);
   free(e);
 }
 
-int reg_kill(const char *id) {
-  pthread_mutex_lock(&mu);
-  reg_entry **pp = &head;
-  while (*pp && strcmp((*pp)->id, id) != 0) pp = &(*pp)->next;
-  reg_entry *e = *pp;
-  if (!e) { pthread_mutex_unlock(&mu); return -1; }
-  *pp = e->next;
-  e->dying = true;                     /* the table's ref now belongs to us */
+/* Marks e dying and wakes its long handlers; mu held. */
+static void start_dying_locked(reg_entry *e) {
+  e->dying = true;                     /* the table's ref now belongs to the killer */
   uint64_t one = 1;
   if (write(e->kill_fd, &one, sizeof one) != (ssize_t)sizeof one) { /* cannot fail on a fresh eventfd */ }
   pthread_cond_broadcast(&changed);
+}
+
+int reg_kill(const char *id) {
+  pthread_mutex_lock(&mu);
+  reg_entry *e = find_any_locked(id);
+  if (!e) { pthread_mutex_unlock(&mu); return -1; }
+  if (e->dying) {                      /* another kill is under way: answer once it is done */
+    while (find_any_locked(id) == e) pthread_cond_wait(&reaped, &mu);
+    pthread_mutex_unlock(&mu);
+    return 0;
+  }
+  start_dying_locked(e);
   pthread_mutex_unlock(&mu);
   destroy_entry(e);
   return 0;
@@ -249,6 +303,14 @@ bool reg_paused(reg_entry *e) {
   return p;
 }
 int reg_kill_fd(reg_entry *e) { return e->kill_fd; }
+int reg_watch_slot(reg_entry *e, int delta, int max) {
+  pthread_mutex_lock(&mu);
+  int rc = 0;
+  if (delta > 0 && e->watch_streams >= max) rc = -1;
+  else e->watch_streams += delta;
+  pthread_mutex_unlock(&mu);
+  return rc;
+}
 bool reg_dying(reg_entry *e) {
   pthread_mutex_lock(&mu);
   bool d = e->dying;
@@ -256,23 +318,54 @@ bool reg_dying(reg_entry *e) {
   return d;
 }
 
-/* Expiry: wake at the earliest lease end; kill (or pause, with autoPause) what has expired. */
+/* A reaper thread: pause (autoPause) or kill one expired sandbox, off the expiry thread, so a
+ * slow destroy never delays the other leases. */
+typedef struct { char id[32]; bool pause; } reap_job;
+
+static void *reaper_main(void *arg) {
+  reap_job *j = arg;
+  if (!j->pause || reg_pause(j->id) == -3) reg_kill(j->id);   /* a sandbox that cannot freeze is killed */
+  pthread_mutex_lock(&mu);
+  reg_entry *e = find_any_locked(j->id);
+  if (e) e->expiring = false;
+  reapers--;
+  pthread_cond_broadcast(&reaped);
+  pthread_cond_broadcast(&changed);
+  pthread_mutex_unlock(&mu);
+  free(j);
+  return NULL;
+}
+
+/* Expiry: wake at the earliest lease end; hand what has expired to a reaper thread. */
 static void *expiry_main(void *arg) {
   (void)arg;
   pthread_mutex_lock(&mu);
   while (!stopping) {
     int64_t now = reg_now_ms(), next = INT64_MAX;
-    char id[32] = "";
-    bool pause = false;
+    reg_entry *due = NULL;
     for (reg_entry *e = head; e; e = e->next) {
-      if (e->paused) continue;
-      if (e->end_ms <= now) { snprintf(id, sizeof id, "%s", e->id); pause = e->auto_pause; break; }
+      if (e->paused || e->dying || e->expiring) continue;
+      if (e->end_ms <= now) { due = e; break; }
       if (e->end_ms < next) next = e->end_ms;
     }
-    if (id[0]) {
-      pthread_mutex_unlock(&mu);
-      if (!pause || reg_pause(id) == -3) reg_kill(id);   /* a sandbox that cannot freeze is killed */
-      pthread_mutex_lock(&mu);
+    if (due) {
+      reap_job *j = calloc(1, sizeof *j);
+      pthread_t t;
+      pthread_attr_t attr;
+      pthread_attr_init(&attr);
+      pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+      if (j) {
+        snprintf(j->id, sizeof j->id, "%s", due->id);
+        j->pause = due->auto_pause;
+        due->expiring = true;
+        reapers++;
+        if (pthread_create(&t, &attr, reaper_main, j) != 0) { reapers--; due->expiring = false; free(j); j = NULL; }
+      }
+      pthread_attr_destroy(&attr);
+      if (!j) {                        /* no memory or thread: retry in a second */
+        struct timespec ts = { .tv_sec = now / 1000 + 1, .tv_nsec = 0 };
+        pthread_cond_timedwait(&changed, &mu, &ts);
+      }
       continue;
     }
     if (next == INT64_MAX) { pthread_cond_wait(&changed, &mu); continue; }
@@ -298,10 +391,17 @@ void reg_shutdown(void) {
   pthread_mutex_unlock(&mu);
   if (expiry_running) { pthread_join(expiry_thread, NULL); expiry_running = false; }
   for (;;) {
-    char id[32];
+    char id[32] = "";
     pthread_mutex_lock(&mu);
-    if (!head) { pthread_mutex_unlock(&mu); break; }
-    snprintf(id, sizeof id, "%s", head->id);
+    for (reg_entry *e = head; e; e = e->next)
+      if (!e->dying) { snprintf(id, sizeof id, "%s", e->id); break; }
+    if (!id[0]) {
+      bool done = !head && reapers == 0;
+      if (!done) pthread_cond_wait(&reaped, &mu);   /* kills under way elsewhere, or a reaper's pause */
+      pthread_mutex_unlock(&mu);
+      if (done) break;
+      continue;
+    }
     pthread_mutex_unlock(&mu);
     reg_kill(id);
   }

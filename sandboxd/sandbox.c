@@ -43,6 +43,8 @@ struct sbx {
   uid_t uid0;                  /* host uid of inner root when !privileged */
   gid_t gid0;
   bool killed;
+  bool internet;
+  int ctl;                     /* channel to the init until the process table owns it (then -1) */
   pthread_mutex_t mu;
   ptab *pt;
 };
@@ -62,6 +64,18 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(err, errlen, fmt, ap);
   va_end(ap);
+}
+
+/* SANDBOXD_TRACE_CREATE: sandboxd's own steps of a create, as "name us" pairs. */
+typedef struct { char text[600]; struct timespec last; } step_trace;
+static void step(step_trace *t, const char *what) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  size_t n = strlen(t->text);
+  if (what && n < sizeof t->text - 1)
+    snprintf(t->text + n, sizeof t->text - n, "%s%s %ldus", n ? ", " : "", what,
+             (long)((now.tv_sec - t->last.tv_sec) * 1000000 + (now.tv_nsec - t->last.tv_nsec) / 1000));
+  t->last = now;
 }
 
 int sbx_lookup_user(const char *name, uid_t *uid, gid_t *gid, const char **home) {
@@ -204,6 +218,9 @@ typedef struct { char path[CG_N][512]; } cg_home;
 static int cg_enter(sbx_t *s, cg_home *home, char *err, size_t errlen) {
   char buf[4096];
   memset(home, 0, sizeof *home);
+  bool any = false;
+  for (int c = 0; c < CG_N; c++) any = any || s->cg[c][0];
+  if (!any) return 0;
   if (read_str("/proc/thread-self/cgroup", buf, sizeof buf) != 0) {
     seterr(err, errlen, "read /proc/thread-self/cgroup: %s", strerror(errno));
     return -1;
@@ -393,19 +410,17 @@ static long long proc_starttime(pid_t pid) {
   return field == 22 ? strtoll(q, NULL, 10) : -1;
 }
 
-int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
-  struct timespec t0;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+/* Layers, cgroups, namespaces, init up and READY; the channel stays in s->ctl (no process
+ * table yet, host name not yet set). cfg is validated by the caller. */
+static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen, step_trace *trace) {
+  step_trace *tr = trace;
   *out = NULL;
-  if (!cfg || !valid_id(cfg->id)) { seterr(err, errlen, "invalid sandbox id"); return -1; }
-  if (!cfg->state_dir || cfg->state_dir[0] != '/' || strlen(cfg->state_dir) > 3000) {
-    seterr(err, errlen, "state dir must be an absolute path shorter than 3000 bytes");
-    return -1;
-  }
   sbx_t *s = calloc(1, sizeof *s);
   if (!s) { seterr(err, errlen, "out of memory"); return -1; }
   pthread_mutex_init(&s->mu, NULL);
   snprintf(s->id, sizeof s->id, "%s", cfg->id);
+  s->internet = cfg->internet;
+  s->ctl = -1;
   s->root_fd = -1;
   s->privileged = geteuid() == 0;
   s->uid0 = geteuid();
@@ -417,6 +432,7 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
   bool dir_made = false;
   tpl_info tpl;
   if (tpl_ensure(cfg->state_dir, ru, rg, uu, ug, &tpl, err, errlen) != 0) goto fail;
+  step(tr, "tpl");
 
   char p[4200];
   xfmt(p, sizeof p, "%s/sandboxes", cfg->state_dir);
@@ -428,21 +444,22 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
     goto fail;
   }
   dir_made = true;
-  static const char *const sub[] = {"upper", "work", "merged", "upper/root", "work/root"};
+  /* Few directories: each mkdir is a block allocation, on some disks a millisecond. The root
+   * overlay is mounted over the template itself (in the sandbox's mount namespace only) and the
+   * system overlays over the host directories they cover, so no mount point is made here. */
+  static const char *const sub[] = {"upper", "work"};
   for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) {
     xfmt(p, sizeof p, "%s/%s", s->dir, sub[i]);
     if (mkdir_owned(p, 0755, ru, rg) != 0) { seterr(err, errlen, "mkdir %s: %s", p, strerror(errno)); goto fail; }
   }
   /* "usr" (lower = host /usr) or "usr=<fd>" (lower = the idmapped tree passed as fd). */
   char sysdirs[TPL_MAX_SYSDIRS * 32 + 1] = "";
+  step(tr, "dirs");
   for (int i = 0; i < tpl.nsys; i++) {
     int ifd = s->privileged ? idmapped_tree(tpl.sys[i]) : -1;
-    for (int w = 0; w < 3; w++) {   /* upper/<d>, work/<d>, lower/<d> (staging mount point) */
-      if (w == 2) {
-        xfmt(p, sizeof p, "%s/lower", s->dir);
-        if (mkdir_owned(p, 0755, ru, rg) != 0 && errno != EEXIST) { seterr(err, errlen, "mkdir %s: %s", p, strerror(errno)); goto fail; }
-      }
-      xfmt(p, sizeof p, "%s/%s/%s", s->dir, w == 2 ? "lower" : w ? "work" : "upper", tpl.sys[i]);
+    step(tr, "idmap");
+    for (int w = 0; w < 2; w++) {   /* upper-<d>, work-<d> */
+      xfmt(p, sizeof p, "%s/%s-%s", s->dir, w ? "work" : "upper", tpl.sys[i]);
       if (mkdir_owned(p, 0755, ru, rg) != 0) {
         seterr(err, errlen, "mkdir %s: %s", p, strerror(errno));
         if (ifd >= 0) close(ifd);
@@ -454,7 +471,9 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
     else snprintf(one, sizeof one, "%s%s", i ? "," : "", tpl.sys[i]);
     strcat(sysdirs, one);
   }
+  step(tr, "layers");
   if (cg_setup(s, cfg, err, errlen) != 0) goto fail;
+  step(tr, "cgroups");
 
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
     seterr(err, errlen, "socketpair: %s", strerror(errno));
@@ -467,7 +486,13 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
       (void)setsockopt(sv[i], SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
   }
   exe_fd = init_exe_fd();
-  tpl_fd = open(tpl.root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  /* The template's parent: the init reaches the template as "<fd>/root", a name it can mount on. */
+  char tpl_parent[4096];
+  snprintf(tpl_parent, sizeof tpl_parent, "%s", tpl.root);
+  char *tslash = strrchr(tpl_parent, '/');
+  if (!tslash || strcmp(tslash, "/root") != 0) { seterr(err, errlen, "unexpected template path %s", tpl.root); goto fail; }
+  *tslash = 0;
+  tpl_fd = open(tpl_parent, O_PATH | O_DIRECTORY | O_CLOEXEC);
   sbx_fd = open(s->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (exe_fd < 0 || tpl_fd < 0 || sbx_fd < 0) { seterr(err, errlen, "open init files: %s", strerror(errno)); goto fail; }
 
@@ -477,13 +502,17 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
   snprintf(a_ctl, sizeof a_ctl, "%d", sv[1]);
   snprintf(a_tpl, sizeof a_tpl, "%d", tpl_fd);
   snprintf(a_sbx, sizeof a_sbx, "%d", sbx_fd);
-  char *iargv[] = {SBX_INIT_ARGV0, a_ctl, a_tpl, a_sbx, s->id, cfg->internet ? "h" : "n",
+  /* Nothing in argv names the sandbox (it shows as /proc/1/cmdline inside): the host name comes
+   * later, over the channel, so that a pre-booted spare looks exactly like this. */
+  char *iargv[] = {SBX_INIT_ARGV0, a_ctl, a_tpl, a_sbx, cfg->internet ? "h" : "n",
                    s->privileged ? "c" : "k", sysdirs, NULL};
   char *ienv[] = {NULL};
   unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | SIGCHLD;
   if (!cfg->internet) flags |= CLONE_NEWNET;
+  step(tr, "fds");
   cg_home home;
   if (cg_enter(s, &home, err, errlen) != 0) goto fail;
+  step(tr, "cg join");
   long pid = syscall(SYS_clone, flags, 0, 0, 0, 0);
   if (pid == 0) {
     char go;
@@ -492,7 +521,7 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
     /* Overlay refuses layers whose mounts belong to another mount namespace, so the layer
      * directories are opened again here, in the new one, while we still have the host
      * credentials that own the state directory; they replace the parent's fds. */
-    long nt = syscall(SYS_open, tpl.root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    long nt = syscall(SYS_open, tpl_parent, O_PATH | O_DIRECTORY | O_CLOEXEC);
     long ns = syscall(SYS_open, s->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (nt < 0 || ns < 0 || syscall(SYS_dup3, nt, tpl_fd, 0) < 0 || syscall(SYS_dup3, ns, sbx_fd, 0) < 0)
       syscall(SYS_exit_group, 124);
@@ -506,7 +535,9 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
     syscall(SYS_exit_group, 127);
   }
   int clone_errno = errno;
+  step(tr, "clone");
   cg_leave(s, &home);
+  step(tr, "cg leave");
   if (pid < 0) { seterr(err, errlen, "clone: %s", strerror(clone_errno)); goto fail; }
   s->init_pid = (pid_t)pid;
   close(sv[1]);
@@ -534,6 +565,10 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
     xfmt(p, sizeof p, "/proc/%ld/gid_map", pid);
     if (write_str(p, map) != 0) { seterr(err, errlen, "write gid_map: %s", strerror(errno)); goto fail; }
   }
+  step(tr, "id maps");
+  if (send(sv[0], "G", 1, MSG_NOSIGNAL) != 1) { seterr(err, errlen, "start init: %s", strerror(errno)); goto fail; }
+  /* While the init builds its root (a crash of sandboxd before this is written leaves an init
+   * that exits by itself: its channel is gone; the cgroup sweep finds it too). */
   {
     /* For sbx_cleanup_stale after a crash: pid + start time identify our init unambiguously. */
     char info[64];
@@ -547,7 +582,6 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
     }
     close(fd);
   }
-  if (send(sv[0], "G", 1, MSG_NOSIGNAL) != 1) { seterr(err, errlen, "start init: %s", strerror(errno)); goto fail; }
   /* An OOM-killed init would take the whole sandbox down: let the kernel pick a command. */
   xfmt(p, sizeof p, "/proc/%ld/oom_score_adj", pid);
   (void)write_str(p, "-1000");
@@ -555,6 +589,7 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
   int pr;
   do pr = poll(&pf, 1, SBX_READY_TIMEOUT_MS); while (pr < 0 && errno == EINTR);
   if (pr == 0) { seterr(err, errlen, "sandbox init not ready after %d ms", SBX_READY_TIMEOUT_MS); goto fail; }
+  step(tr, "until ready");
   init_msg m;
   ssize_t n = recv(sv[0], &m, sizeof m, 0);
   if (n != (ssize_t)sizeof m) {
@@ -573,17 +608,12 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
   xfmt(p, sizeof p, "/proc/%ld/root", pid);
   s->root_fd = open(p, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (s->root_fd < 0) { seterr(err, errlen, "open sandbox root: %s", strerror(errno)); goto fail; }
-  s->pt = ptab_create(sv[0], cfg->envs, err, errlen);
-  sv[0] = -1;   /* owned by the table now, even on failure */
-  if (!s->pt) goto fail;
+  s->ctl = sv[0];
+  sv[0] = -1;
+  m.text[sizeof m.text - 1] = 0;
+  size_t tl = strlen(tr->text);
+  snprintf(tr->text + tl, sizeof tr->text - tl, "%s%s", tl ? ", " : "", m.text);   /* the init's phases */
   *out = s;
-  if (getenv("SANDBOXD_TRACE_CREATE")) {
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    m.text[sizeof m.text - 1] = 0;
-    fprintf(stderr, "sandboxd: sandbox %s ready in %.2f ms (init: %s)\n", s->id,
-            (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6, m.text);
-  }
   return 0;
 fail:
   for (int i = 0; i < 2; i++) if (sv[i] >= 0) close(sv[i]);
@@ -601,6 +631,265 @@ fail:
   pthread_mutex_destroy(&s->mu);
   free(s);
   return -1;
+}
+
+/* A booted sandbox that never got its process table (a spare, or a create that failed late). */
+static void discard(sbx_t *s) {
+  if (s->init_pid > 0) {
+    kill(s->init_pid, SIGKILL);
+    while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR) {}
+  }
+  if (s->ctl >= 0) close(s->ctl);
+  if (s->root_fd >= 0) close(s->root_fd);
+  cg_remove(s);
+  if (tpl_rm_tree(s->dir) != 0)
+    fprintf(stderr, "sandboxd: sandbox %s: removing %s: %s\n", s->id, s->dir, strerror(errno));
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+/* The init sets the host name (= sandbox id) and answers; the channel is still ours alone. */
+static int set_hostname(sbx_t *s, const char *name, char *err, size_t errlen) {
+  struct { init_req rq; char name[72]; } req;
+  memset(&req, 0, sizeof req);
+  size_t len = strlen(name);
+  req.rq.type = INIT_REQ_HOSTNAME;
+  memcpy(req.name, name, len + 1);
+  if (send(s->ctl, &req, sizeof req.rq + len + 1, MSG_NOSIGNAL) != (ssize_t)(sizeof req.rq + len + 1)) {
+    seterr(err, errlen, "sandbox init: %s", strerror(errno));
+    return -1;
+  }
+  struct pollfd pf = {s->ctl, POLLIN, 0};
+  int pr;
+  do pr = poll(&pf, 1, SBX_READY_TIMEOUT_MS); while (pr < 0 && errno == EINTR);
+  init_msg m;
+  if (pr <= 0 || recv(s->ctl, &m, sizeof m, 0) != (ssize_t)sizeof m || m.type != INIT_MSG_HOSTNAME) {
+    seterr(err, errlen, "sandbox init did not answer");
+    return -1;
+  }
+  if (m.code != 0) { seterr(err, errlen, "sethostname: %s", strerror(m.code)); return -1; }
+  return 0;
+}
+
+static int write_limits(sbx_t *s, const sbx_config *cfg) {
+  char p[600], v[64];
+  if (s->cg[CG_PIDS][0] && cfg->pids_max > 0 && cfg->pids_max != SBX_DEFAULT_PIDS_MAX) {
+    xfmt(p, sizeof p, "%s/pids.max", s->cg[CG_PIDS]);
+    snprintf(v, sizeof v, "%ld", cfg->pids_max);
+    if (write_str(p, v) != 0) return -1;
+  }
+  if (s->cg[CG_MEMORY][0] && cfg->memory_mb > 0 && cfg->memory_mb != SBX_DEFAULT_MEMORY_MB) {
+    xfmt(p, sizeof p, "%s/memory.limit_in_bytes", s->cg[CG_MEMORY]);
+    snprintf(v, sizeof v, "%ld", cfg->memory_mb * 1048576L);
+    if (write_str(p, v) != 0) return -1;
+  }
+  return 0;
+}
+
+/* ---- warm pool ----
+ * Spares: sandboxes booted ahead of need with the default shape (no envVars, default limits),
+ * SBX_WARM_POOL per internet flag. A spare has never run a command and has no process table;
+ * sbx_create renames it (layer directory, cgroups) to the requested id, sets its host name and
+ * limits, and gives it the requested envVars, so nothing distinguishes it from a fresh one but
+ * the start time of its init. Spares are used once: a destroyed sandbox never returns here.
+ * One thread refills the pool; sbx_pool_stop (also at exit and in sbx_cleanup_stale) ends it
+ * and destroys every spare. */
+#define POOL_MAX 8
+/* A refill boots a sandbox (several ms of CPU and file system work): not while the client that
+ * just claimed a spare is starting its first commands, which it would slow down, nor in the
+ * moments after a short-lived sandbox ends (a caller tearing down right after). */
+#define POOL_REFILL_DELAY_MS 1000
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool running, stopping, claimed;
+  int want;
+  unsigned long serial;
+  char state_dir[3001];
+  sbx_t *spare[2][POOL_MAX];   /* [internet] */
+  int n[2];
+  pthread_t th;
+} g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static bool trace_on(void) { return getenv("SANDBOXD_TRACE_CREATE") != NULL; }
+
+static double ms_since(struct timespec t0) {
+  struct timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+}
+
+/* Wait on the pool's condition until ms have passed or the pool stops; g_pool.mu held. */
+static void pool_sleep(unsigned ms) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += ms / 1000;
+  until.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+  while (!g_pool.stopping && pthread_cond_timedwait(&g_pool.cv, &g_pool.mu, &until) == 0) {}
+}
+
+static void *pool_main(void *arg) {
+  (void)arg;
+  unsigned backoff_ms = 0;
+  pthread_mutex_lock(&g_pool.mu);
+  for (;;) {
+    while (!g_pool.stopping && g_pool.n[0] >= g_pool.want && g_pool.n[1] >= g_pool.want)
+      pthread_cond_wait(&g_pool.cv, &g_pool.mu);
+    if (g_pool.claimed) {
+      g_pool.claimed = false;
+      pool_sleep(POOL_REFILL_DELAY_MS);
+    }
+    if (g_pool.stopping) break;
+    bool net = g_pool.n[1] <= g_pool.n[0];   /* internet access is the E2B default: fill it first */
+    char id[32];
+    snprintf(id, sizeof id, "spare%lx%lx", (unsigned long)getpid(), ++g_pool.serial);
+    sbx_config cfg = {.id = id, .state_dir = g_pool.state_dir, .internet = net};
+    pthread_mutex_unlock(&g_pool.mu);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    step_trace tr = {.text = "", .last = t0};
+    char err[512];
+    sbx_t *s = NULL;
+    int rc = create_booted(&cfg, &s, err, sizeof err, &tr);
+    if (rc == 0 && trace_on())
+      fprintf(stderr, "sandboxd: spare %s booted in %.2f ms (%s)\n", id, ms_since(t0), tr.text);
+    if (rc != 0) fprintf(stderr, "sandboxd: warm pool: %s\n", err);
+    pthread_mutex_lock(&g_pool.mu);
+    if (rc == 0 && !g_pool.stopping && g_pool.n[net] < POOL_MAX) {
+      g_pool.spare[net][g_pool.n[net]++] = s;
+      s = NULL;
+      backoff_ms = 0;
+    }
+    if (s) { pthread_mutex_unlock(&g_pool.mu); discard(s); pthread_mutex_lock(&g_pool.mu); }
+    if (rc != 0 && !g_pool.stopping) {   /* do not spin on a host that cannot create sandboxes */
+      backoff_ms = backoff_ms ? (backoff_ms * 2 > 30000 ? 30000 : backoff_ms * 2) : 100;
+      pool_sleep(backoff_ms);
+    }
+  }
+  pthread_mutex_unlock(&g_pool.mu);
+  return NULL;
+}
+
+void sbx_pool_stop(void) {
+  pthread_mutex_lock(&g_pool.mu);
+  bool was = g_pool.running;
+  g_pool.stopping = true;
+  pthread_cond_broadcast(&g_pool.cv);
+  pthread_mutex_unlock(&g_pool.mu);
+  if (was) pthread_join(g_pool.th, NULL);
+  pthread_mutex_lock(&g_pool.mu);
+  g_pool.running = false;
+  sbx_t *all[2 * POOL_MAX];
+  int k = 0;
+  for (int f = 0; f < 2; f++) {
+    for (int i = 0; i < g_pool.n[f]; i++) all[k++] = g_pool.spare[f][i];
+    g_pool.n[f] = 0;
+  }
+  pthread_mutex_unlock(&g_pool.mu);
+  for (int i = 0; i < k; i++) discard(all[i]);
+}
+
+static pid_t g_pool_owner;   /* a forked child that calls exit() must not touch our spares */
+static void pool_atexit(void) { if (getpid() == g_pool_owner) sbx_pool_stop(); }
+
+static int pool_size(void) {
+  const char *e = getenv("SANDBOXD_WARM_POOL");
+  if (!e || !*e) return SBX_WARM_POOL;
+  char *end;
+  long v = strtol(e, &end, 10);
+  if (*end || v < 0) return SBX_WARM_POOL;
+  return v > POOL_MAX ? POOL_MAX : (int)v;
+}
+
+void sbx_pool_start(const char *state_dir) {
+  int want = pool_size();
+  if (want == 0 || !state_dir || state_dir[0] != '/' || strlen(state_dir) > 3000) return;
+  pthread_mutex_lock(&g_pool.mu);
+  if (g_pool.running) { pthread_mutex_unlock(&g_pool.mu); return; }
+  snprintf(g_pool.state_dir, sizeof g_pool.state_dir, "%s", state_dir);
+  g_pool.want = want;
+  g_pool.stopping = false;
+  /* The pool thread must not take the signals main waits for (the init sets its own mask). */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  g_pool.running = pthread_create(&g_pool.th, NULL, pool_main, NULL) == 0;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  static bool registered;
+  if (!registered) { registered = true; g_pool_owner = getpid(); atexit(pool_atexit); }
+  pthread_mutex_unlock(&g_pool.mu);
+}
+
+/* A spare of the right shape for cfg, renamed to cfg->id, or NULL. */
+static sbx_t *pool_claim(const sbx_config *cfg, step_trace *tr) {
+  pthread_mutex_lock(&g_pool.mu);
+  sbx_t *s = NULL;
+  int f = cfg->internet ? 1 : 0;
+  if (g_pool.running && !g_pool.stopping && g_pool.n[f] > 0 && !strcmp(cfg->state_dir, g_pool.state_dir)) {
+    s = g_pool.spare[f][--g_pool.n[f]];
+    g_pool.claimed = true;
+    pthread_cond_signal(&g_pool.cv);   /* refill (after POOL_REFILL_DELAY_MS) */
+  }
+  pthread_mutex_unlock(&g_pool.mu);
+  if (!s) return NULL;
+  step(tr, "pool");
+  /* Its names become the sandbox's: the layer directory, then each cgroup (v1 allows a rename
+   * within the parent). Anything failing: the spare is discarded and the caller boots a new one. */
+  char dir[4096], cg[512];
+  const char *slash = strrchr(s->dir, '/');
+  if (!slash || xfmt(dir, sizeof dir, "%.*s/%s", (int)(slash - s->dir), s->dir, cfg->id) != 0 || rename(s->dir, dir) != 0) goto bad;
+  memcpy(s->dir, dir, sizeof dir);
+  step(tr, "rename dir");
+  for (int c = 0; c < CG_N; c++) {
+    if (!s->cg[c][0]) continue;
+    slash = strrchr(s->cg[c], '/');
+    if (!slash || xfmt(cg, sizeof cg, "%.*s/%s", (int)(slash - s->cg[c]), s->cg[c], cfg->id) != 0 || rename(s->cg[c], cg) != 0) goto bad;
+    memcpy(s->cg[c], cg, sizeof cg);
+  }
+  snprintf(s->id, sizeof s->id, "%s", cfg->id);
+  step(tr, "rename cgroups");
+  return s;
+bad:
+  fprintf(stderr, "sandboxd: warm pool: claiming %s for %s: %s\n", s->id, cfg->id, strerror(errno));
+  discard(s);
+  return NULL;
+}
+
+int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  step_trace tr = {.text = "", .last = t0};
+  *out = NULL;
+  if (!cfg || !valid_id(cfg->id)) { seterr(err, errlen, "invalid sandbox id"); return -1; }
+  if (!cfg->state_dir || cfg->state_dir[0] != '/' || strlen(cfg->state_dir) > 3000) {
+    seterr(err, errlen, "state dir must be an absolute path shorter than 3000 bytes");
+    return -1;
+  }
+  sbx_t *s = pool_claim(cfg, &tr);
+  bool warm = s != NULL;
+  if (warm) {
+    /* A spare whose init died meanwhile (or any other failure here): boot one instead. */
+    bool limits_ok = write_limits(s, cfg) == 0;
+    if (!limits_ok) seterr(err, errlen, "cgroup limits: %s", strerror(errno));
+    if (limits_ok && set_hostname(s, s->id, err, errlen) == 0) goto named;
+    fprintf(stderr, "sandboxd: warm pool: spare for %s unusable (%s); booting one\n", cfg->id, err);
+    discard(s);
+    warm = false;
+    tr.text[0] = 0;
+  }
+  if (create_booted(cfg, &s, err, errlen, &tr) != 0) return -1;
+  if (set_hostname(s, s->id, err, errlen) != 0) { discard(s); return -1; }
+named:
+  step(&tr, "hostname");
+  s->pt = ptab_create(s->ctl, cfg->envs, err, errlen);
+  s->ctl = -1;   /* owned by the table now, even on failure */
+  if (!s->pt) { discard(s); return -1; }
+  step(&tr, "table");
+  *out = s;
+  if (trace_on())
+    fprintf(stderr, "sandboxd: sandbox %s ready in %.2f ms (%s: %s)\n", s->id, ms_since(t0), warm ? "warm" : "cold", tr.text);
+  return 0;
 }
 
 void sbx_destroy(sbx_t *s) {
@@ -633,6 +922,7 @@ static void kill_cgroup(const char *dir) {
 
 void sbx_cleanup_stale(const char *state_dir) {
   char parent[64], p[4200];
+  sbx_pool_stop();   /* our own spares first: the sweep below would kill them under the pool */
   cg_parent(state_dir, parent, sizeof parent);
   for (int c = 0; c < CG_N; c++) {
     xfmt(p, sizeof p, CG_ROOT "/%s/%s", CG_NAMES[c], parent);
@@ -680,4 +970,6 @@ void sbx_cleanup_stale(const char *state_dir) {
   char err[512];
   if (tpl_ensure(state_dir, sbx_host_uid(&probe, 0), sbx_host_gid(&probe, 0), uu, ug, &tpl, err, sizeof err) != 0)
     fprintf(stderr, "sandboxd: cleanup: %s\n", err);
+  else
+    sbx_pool_start(state_dir);
 }

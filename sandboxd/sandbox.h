@@ -34,7 +34,19 @@ int   sbx_resume(sbx_t *s);
 int   sbx_root_fd(sbx_t *s);            /* O_PATH fd of "/" as the sandbox's processes see it: use openat2(RESOLVE_IN_ROOT) */
 uid_t sbx_host_uid(const sbx_t *s, uid_t inner);   /* inner uid/gid → host id, for fchown from the host */
 gid_t sbx_host_gid(const sbx_t *s, gid_t inner);
-void  sbx_cleanup_stale(const char *state_dir);    /* remove what a crashed earlier run left behind */
+/* Remove what a crashed earlier run left behind (and this process's spares), rebuild the
+ * template, then start the warm pool for state_dir. */
+void  sbx_cleanup_stale(const char *state_dir);
+
+/* Warm pool: SBX_WARM_POOL spare sandboxes per internet flag (env SANDBOXD_WARM_POOL overrides;
+ * 0 disables), booted ahead of need with the default shape; sbx_create claims one when cfg's
+ * state dir and flag match, and a thread boots the replacement. A spare has never run anything:
+ * a claimed one gets the requested id (layer directory, cgroups, host name), limits and envVars.
+ * sbx_pool_start is idempotent; sbx_pool_stop ends the refill thread and destroys every spare
+ * (it also runs at exit). */
+#define SBX_WARM_POOL 1
+void  sbx_pool_start(const char *state_dir);
+void  sbx_pool_stop(void);
 
 /* Users inside every sandbox: root (0) and user (1000, home /home/user). */
 int sbx_lookup_user(const char *name, uid_t *uid, gid_t *gid, const char **home);

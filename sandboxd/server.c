@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,10 +35,17 @@
 #define SD_MAX_UPLOAD     (512u << 20)    /* POST /files */
 #define SD_STREAM_QUEUE   (1u << 20)      /* pending bytes before sd_stream_send blocks */
 #define SD_MAX_KV         256             /* headers or query arguments kept per request */
+#define SD_MAX_INFLIGHT   (1u << 30)      /* request body bytes buffered over all requests */
+#define SD_WRITE_TIMEOUT_S 60             /* a client that reads nothing for this long is dropped */
 
 typedef struct { char *name, *value; } kv;
 
 struct sd_stream {
+  sd_stream *lnext, *lprev;      /* every live stream (all_streams), for sd_streams_abort */
+  const void *group;             /* the sandbox the request was routed to, or NULL */
+  bool mhd_done;                 /* MHD let go of the response: fd may be closed or reused */
+  bool doomed;                   /* its sandbox is being killed: a full queue aborts instead of waiting */
+  bool held;                     /* doomed and not yet released: the reader delivers nothing */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   uint8_t *buf;
@@ -56,7 +64,7 @@ struct sd_request {
   kv headers[SD_MAX_KV]; size_t nheaders;
   kv query[SD_MAX_KV]; size_t nquery;
   uint8_t *body; size_t len, cap, limit;
-  bool too_large, started;
+  bool too_large, busy, started;
   /* reply */
   enum { R_PENDING, R_UNARY, R_STREAM } state;
   int status;
@@ -65,9 +73,11 @@ struct sd_request {
   kv extra[16]; size_t nextra;
   sd_stream *stream;
   const char *user;
+  const void *group;             /* set by the router: streams of this request end on sd_streams_abort(group) */
 };
 
 static struct MHD_Daemon *daemon_;
+static atomic_size_t inflight;        /* sum of every request's body buffer capacity */
 static char *g_api_key;
 
 /* ---------- request accessors ---------- */
@@ -206,32 +216,81 @@ int sd_reply_connect_error(sd_request *r, const char *code, const char *fmt, ...
 
 /* ---------- streams ---------- */
 
+static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
+static sd_stream *all_streams;
+
 static void stream_unref_locked(sd_stream *s) {
   if (--s->refs > 0) { pthread_mutex_unlock(&s->mu); return; }
   pthread_mutex_unlock(&s->mu);
+  pthread_mutex_lock(&streams_mu);
+  if (s->lprev) s->lprev->lnext = s->lnext; else all_streams = s->lnext;
+  if (s->lnext) s->lnext->lprev = s->lprev;
+  pthread_mutex_unlock(&streams_mu);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   free(s->buf);
   free(s);
 }
 
+/* Ends s at once: senders get -1, the reader ends the response with an error, and the client's
+ * socket is shut down so a peer that stopped reading cannot hold the connection thread. */
+static void stream_abort_locked(sd_stream *s) {
+  s->closed = true;
+  if (!s->mhd_done && s->fd >= 0) shutdown(s->fd, SHUT_RDWR);
+  pthread_cond_broadcast(&s->cv);
+}
+
+void sd_streams_abort(const void *group) {
+  if (!group) return;
+  pthread_mutex_lock(&streams_mu);
+  for (sd_stream *s = all_streams; s; s = s->lnext) {
+    if (s->group != group) continue;
+    pthread_mutex_lock(&s->mu);
+    /* Readers get what is queued (a command's end event, say); only a stream whose client stopped
+     * reading (full queue) ends now, and any that fills up later. */
+    if (!s->doomed) s->held = true;      /* once: a release is final */
+    s->doomed = true;
+    if (s->len > SD_STREAM_QUEUE) stream_abort_locked(s);
+    pthread_mutex_unlock(&s->mu);
+  }
+  pthread_mutex_unlock(&streams_mu);
+}
+
+void sd_streams_release(const void *group) {
+  if (!group) return;
+  pthread_mutex_lock(&streams_mu);
+  for (sd_stream *s = all_streams; s; s = s->lnext) {
+    if (s->group != group) continue;
+    pthread_mutex_lock(&s->mu);
+    s->held = false;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+  }
+  pthread_mutex_unlock(&streams_mu);
+}
+
+void sd_set_group(sd_request *r, const void *group) { r->group = group; }
+
 sd_stream *sd_stream_open(sd_request *r, const char *content_type) {
+  pthread_mutex_lock(&r->mu);
+  if (r->state != R_PENDING) { pthread_mutex_unlock(&r->mu); return NULL; }   /* before touching the connection */
   sd_stream *s = calloc(1, sizeof *s);
-  if (!s) return NULL;
+  if (!s) { pthread_mutex_unlock(&r->mu); return NULL; }
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
   s->refs = 2;
+  s->group = r->group;
+  /* The connection is alive: MHD's thread waits in on_access for this very state change. */
   const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
   s->fd = ci ? ci->connect_fd : -1;
-  pthread_mutex_lock(&r->mu);
-  if (r->state != R_PENDING) {
-    pthread_mutex_unlock(&r->mu);
-    pthread_mutex_destroy(&s->mu); pthread_cond_destroy(&s->cv); free(s);
-    return NULL;
-  }
   r->ctype = strdup(content_type);
   r->stream = s;
   r->state = R_STREAM;
+  pthread_mutex_lock(&streams_mu);
+  s->lnext = all_streams;
+  if (all_streams) all_streams->lprev = s;
+  all_streams = s;
+  pthread_mutex_unlock(&streams_mu);
   notify_locked(r);
   pthread_mutex_unlock(&r->mu);
   return s;
@@ -239,7 +298,19 @@ sd_stream *sd_stream_open(sd_request *r, const char *content_type) {
 
 int sd_stream_send(sd_stream *s, const void *data, size_t len) {
   pthread_mutex_lock(&s->mu);
-  while (!s->closed && s->len > SD_STREAM_QUEUE) pthread_cond_wait(&s->cv, &s->mu);
+  struct timespec stall;                 /* when the queue was last seen full without progress */
+  size_t seen = SIZE_MAX;
+  while (!s->closed && s->len > SD_STREAM_QUEUE) {
+    if (s->doomed) { stream_abort_locked(s); break; }
+    if (s->len != seen) { seen = s->len; clock_gettime(CLOCK_MONOTONIC, &stall); }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 1;
+    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (s->len == seen && now.tv_sec - stall.tv_sec >= SD_WRITE_TIMEOUT_S) stream_abort_locked(s);   /* write timeout */
+  }
   if (s->closed) { pthread_mutex_unlock(&s->mu); return -1; }
   if (s->off && s->off + s->len + len > s->cap) {          /* compact before growing */
     memmove(s->buf, s->buf + s->off, s->len);
@@ -329,7 +400,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
   (void)pos;
   sd_stream *s = cls;
   pthread_mutex_lock(&s->mu);
-  while (s->len == 0 && !s->ended && !s->closed) {
+  /* A held stream (its sandbox is being destroyed) delivers nothing until sd_streams_release:
+   * a client learns the end of a command only once the sandbox is completely gone. */
+  while (!s->closed && (s->held || (s->len == 0 && !s->ended))) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += 1;
@@ -340,7 +413,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     }
   }
   ssize_t n;
-  if (s->len > 0) {
+  if (s->held) {
+    n = MHD_CONTENT_READER_END_WITH_ERROR;     /* aborted while held */
+  } else if (s->len > 0) {
     size_t k = s->len < max ? s->len : max;
     memcpy(buf, s->buf + s->off, k);
     s->off += k; s->len -= k;
@@ -360,6 +435,7 @@ static void stream_free(void *cls) {
   sd_stream *s = cls;
   pthread_mutex_lock(&s->mu);
   s->closed = true;
+  s->mhd_done = true;
   pthread_cond_broadcast(&s->cv);
   stream_unref_locked(s);
 }
@@ -405,6 +481,7 @@ static void req_unref(sd_request *r) {
   kv_free(r->headers, r->nheaders);
   kv_free(r->query, r->nquery);
   kv_free(r->extra, r->nextra);
+  atomic_fetch_sub(&inflight, r->cap);
   free(r->method); free(r->path); free(r->body); free(r->ctype); free(r->rbody);
   pthread_mutex_destroy(&r->mu);
   pthread_cond_destroy(&r->cv);
@@ -492,8 +569,15 @@ static void route_rpc(sd_request *r, reg_entry *e) {
 }
 
 static void route_envd(sd_request *r, const char *id) {
+  if (strcmp(r->path, "/health") == 0 && reg_exists(id)) {
+    /* A sandbox being destroyed is still reported until it is completely gone (like GET). */
+    sd_reply_header(r, "Cache-Control", "no-store");
+    sd_reply_bytes(r, 204, NULL, NULL, 0);
+    return;
+  }
   reg_entry *e = reg_get(id);
   if (!e || reg_paused(e)) { reg_put(e); reply_502(r, id); return; }
+  sd_set_group(r, e);
   if (strcmp(r->path, "/health") == 0) {
     sd_reply_header(r, "Cache-Control", "no-store");
     sd_reply_bytes(r, 204, NULL, NULL, 0);
@@ -514,6 +598,7 @@ static void route(sd_request *r) {
     /* Signed URLs carry no routing header: the signature names the sandbox. */
     reg_entry *e = files_find_signed(r);
     if (!e) return;                       /* files_find_signed replied */
+    sd_set_group(r, e);
     if (reg_paused(e)) reply_502(r, reg_id(e));
     else files_handle(r, e);
     reg_put(e);
@@ -553,6 +638,45 @@ static enum MHD_Result queue_simple(struct MHD_Connection *c, int status, const 
   return ret;
 }
 
+/* Authentication and routing checks that need no body, made before any body byte is read: an
+ * unauthenticated client cannot make sandboxd buffer anything. 0, or the status with the JSON
+ * error body in *out (malloc'ed). The handlers check again; this only answers early. */
+static int preauth(sd_request *r, char **out) {
+  char msg[512] = "";
+  int status = 0;
+  bool is502 = false;
+  const char *sid = sd_header(r, "E2b-Sandbox-Id");
+  if (sid) {
+    if (strcmp(r->path, "/health") == 0) return 0;
+    reg_entry *e = reg_get(sid);
+    if (!e || reg_paused(e)) is502 = true;
+    else if (strcmp(r->path, "/files") == 0) status = files_auth(r, e, msg, sizeof msg);
+    else if (reg_token(e)) {
+      const char *got = sd_header(r, "X-Access-Token");
+      if (!got || !const_eq(got, reg_token(e))) {
+        status = 401;
+        snprintf(msg, sizeof msg, "unauthorized access, please provide a valid access token or method signing if supported");
+      }
+    }
+    reg_put(e);
+  } else if (strcmp(r->path, "/files") == 0) {
+    reg_entry *e = files_lookup_signed(r, &status, msg, sizeof msg);
+    reg_put(e);
+  } else if (!(strcmp(r->path, "/health") == 0 && strcmp(r->method, "GET") == 0) &&
+             !control_key_ok(sd_header(r, "X-API-KEY"), g_api_key)) {
+    status = 401;
+    snprintf(msg, sizeof msg, "%s", sd_header(r, "X-API-KEY") ? "invalid API key" : "missing X-API-KEY header");
+  }
+  json_t *j = NULL;
+  if (is502) { status = 502; j = json_pack("{s:s,s:s,s:i}", "sandboxId", sid, "message", "The sandbox was not found", "code", 502); }
+  else if (status) j = json_pack("{s:i,s:s}", "code", status, "message", msg);
+  if (!status) return 0;
+  *out = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  json_decref(j);
+  if (!*out) *out = strdup("{\"code\":401,\"message\":\"unauthorized\"}");
+  return status;
+}
+
 static bool is_upload(const char *method, const char *url) {
   return strcmp(method, "POST") == 0 && strcmp(url, "/files") == 0;
 }
@@ -576,6 +700,16 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     MHD_get_connection_values(c, MHD_HEADER_KIND, collect, r);
     MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect, r);
     r->limit = is_upload(method, url) ? SD_MAX_UPLOAD : SD_MAX_BODY;
+    char *early = NULL;
+    int st = preauth(r, &early);
+    if (st) {                                            /* answered before the body is read */
+      r->started = true;
+      enum MHD_Result ret = queue_simple(c, st, early ? early : "{}");
+      free(early);
+      return ret;
+    }
+    /* Authenticated but oversize: drained unbuffered and answered 413 at the end, which every
+     * HTTP client reads (an early answer would reach most of them as a reset connection). */
     const char *cl = sd_header(r, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > r->limit) r->too_large = true;
     return MHD_YES;
@@ -583,14 +717,26 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
   if (*upload_size) {
     size_t n = *upload_size;
     *upload_size = 0;
-    if (r->too_large) return MHD_YES;                  /* drain and answer 413 at the end */
-    if (n > r->limit - r->len) { r->too_large = true; free(r->body); r->body = NULL; r->len = r->cap = 0; return MHD_YES; }
+    if (r->too_large || r->busy) return MHD_YES;      /* drain and answer 413/503 at the end */
+    if (n > r->limit - r->len) {
+      r->too_large = true;
+      atomic_fetch_sub(&inflight, r->cap);
+      free(r->body); r->body = NULL; r->len = r->cap = 0;
+      return MHD_YES;
+    }
     if (r->len + n > r->cap) {
       size_t want = r->cap ? r->cap : 16384;
       while (want < r->len + n) want *= 2;
       if (want > r->limit) want = r->limit;
+      if (atomic_fetch_add(&inflight, want - r->cap) + (want - r->cap) > SD_MAX_INFLIGHT) {
+        atomic_fetch_sub(&inflight, want - r->cap);
+        r->busy = true;                                  /* answer 503 at the end; drop what we hold */
+        atomic_fetch_sub(&inflight, r->cap);
+        free(r->body); r->body = NULL; r->len = r->cap = 0;
+        return MHD_YES;
+      }
       uint8_t *nb = realloc(r->body, want);
-      if (!nb) return MHD_NO;
+      if (!nb) { atomic_fetch_sub(&inflight, want - r->cap); return MHD_NO; }
       r->body = nb; r->cap = want;
     }
     memcpy(r->body + r->len, upload_data, n);
@@ -599,6 +745,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
   }
   if (r->started) return MHD_YES;                       /* cannot happen: a reply is queued below */
   r->started = true;
+  if (r->busy)
+    return queue_simple(c, 503, "{\"code\":503,\"message\":\"sandboxd holds too many request bytes at once; retry later\"}");
   if (r->too_large) {
     char msg[160];
     snprintf(msg, sizeof msg, "{\"code\":413,\"message\":\"request body exceeds the limit of %zu bytes\"}", r->limit);
@@ -622,6 +770,9 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
   struct MHD_Response *resp;
   int status;
   if (r->state == R_STREAM) {
+    /* A stream may be silent for long (a quiet command): no idle timeout; sd_stream_send has
+     * its own write timeout for a client that stops reading. */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     status = 200;
     resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, stream_reader, r->stream, stream_free);
     if (!resp) {   /* the stream still needs its MHD reference dropped */
@@ -630,6 +781,10 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
       return MHD_NO;
     }
   } else {
+    /* 0 then the limit: restarts the idle timer, so a slow handler does not count against the
+     * client, while a client that reads nothing of the reply is dropped after the limit. */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)SD_WRITE_TIMEOUT_S);
     status = r->status;
     resp = MHD_create_response_from_buffer(r->rlen, r->rbody ? (void *)r->rbody : (void *)"", MHD_RESPMEM_MUST_COPY);
   }
@@ -674,7 +829,8 @@ int sd_server_start(const char *host, int port, const char *api_key, char *err, 
                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)4000,
-                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0,
+                             /* idle limit while a request is read; replies set their own (on_access) */
+                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SD_WRITE_TIMEOUT_S,
                              MHD_OPTION_END);
   if (!daemon_) {
     snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port, strerror(errno));

@@ -24,12 +24,21 @@ int sd_reply_connect_error(sd_request *r, const char *code, const char *fmt, ...
 int sd_reply_bytes(sd_request *r, int status, const char *content_type, const void *data, size_t len);
 
 /* Streamed reply: 200 + content_type, chunked. sd_stream_send blocks while more than the queue
- * limit is pending (backpressure) and returns -1 once the client is gone. sd_stream_end flushes
+ * limit is pending (backpressure) and returns -1 once the client is gone, the stream was aborted,
+ * or the client read nothing for SD_WRITE_TIMEOUT_S (then its connection is shut down). sd_stream_end flushes
  * and finishes the response; after it the stream pointer is invalid. */
 sd_stream *sd_stream_open(sd_request *r, const char *content_type);
 int  sd_stream_send(sd_stream *s, const void *data, size_t len);
 int  sd_stream_closed(const sd_stream *s);
 void sd_stream_end(sd_stream *s);
+/* Streams opened by requests tagged with `group` (sd_set_group, e.g. the sandbox's registry entry)
+ * stop waiting for slow clients: one whose queue is full (the client stopped reading) ends at once
+ * (senders get -1, the connection is shut down), the others when they fill up. For kill/expiry. */
+void sd_set_group(sd_request *r, const void *group);
+void sd_streams_abort(const void *group);
+/* After sd_streams_abort the group's streams deliver nothing more until this (the sandbox is gone):
+ * clients see the end of their streams only when the sandbox is no longer reported. */
+void sd_streams_release(const void *group);
 
 /* Added for the router and the envd handlers. */
 const char *sd_user(const sd_request *r);           /* envd: authenticated user ("user" by default), else NULL */

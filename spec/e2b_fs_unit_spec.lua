@@ -11,8 +11,18 @@ end
 
 local function make(handlers, config)
   local sb, owner, log = fake_sandbox.new(handlers)
+  function sb:exec_raw(argv, opts)                 -- scripted like the other requests
+    log[#log + 1] = { kind = "exec_raw", args = table.pack(argv, opts) }
+    return assert(handlers.exec_raw, "fake sandbox: unexpected exec_raw")(argv, opts)
+  end
   local fs = fsmod.new({ e2b = owner }, config or { maxReadBytes = 1024, diffBasisMaxBytes = 100 })
   return fs, sb, log
+end
+-- Output of the versioned read (stat frames, content, stat frames) as a raw process result.
+local b64 = require("support.fake_http").core().b64encode
+local function stat_frames(line) return "o" .. b64(line) .. "\n!exit 0\n!empty\n!done\n" end
+local function vread(stat1, content, stat2)
+  return { stdout = stat_frames(stat1) .. (content or "") .. (stat2 and stat_frames(stat2) or ""), stderr = "", exit_code = 0 }
 end
 local function count(log, kind)
   local n = 0
@@ -152,32 +162,207 @@ describe("moonbox.fs (unit, scripted sandbox)", function()
     assert.truthy(log[2].args[2].path:match("^/w/%.moonbox%-%x+%.tmp$"))
   end)
 
-  it("edits literally in four requests, keeping CRLF", function()
+  describe("cancellation and staging cleanup", function()
+    local function staging_dir(log)
+      for _, e in ipairs(log) do if e.kind == "upload" then return (e.args[1]:match("^(.*)/content$")) end end
+    end
+    local function removes(log)
+      local out = {}
+      for _, e in ipairs(log) do
+        if e.kind == "unary" and e.args[1] == "filesystem.Filesystem/Remove" then out[#out + 1] = e.args[2].path end
+      end
+      return out
+    end
+
+    it("a cancel during publish never reports a committed write as aborted", function()
+      local committed = false
+      local fs, _, log = make{
+        upload = function(path) return { { path = path } } end,
+        tool = function()
+          local ok, err = mb.sleep(10)                 -- the sandbox commits whatever the host does
+          committed = true
+          if not ok then return nil, err end
+          return "ok update 7:7\n"
+        end,
+      }
+      local r, err, pending = mb.run(function()
+        local res = {}
+        local w = mb.spawn(function()
+          res.r, res.err = fs:writeText(target, "new")
+          res.pending = mb.current().cancel_pending      -- the cancellation takes effect afterwards
+        end)
+        mb.sleep(5)
+        w:cancel()
+        mb.sleep(50)
+        return res.r, res.err, res.pending
+      end)
+      assert.is_true(committed)
+      assert.is_nil(err)
+      assert.are.equal("e2b:7:7", r.version)
+      assert.is_true(pending)
+      assert.are.same({}, removes(log))
+    end)
+
+    it("a cancel that arrives before publication aborts without publishing and removes the staging dir", function()
+      local writer
+      local fs, _, log = make{
+        upload = function(path) writer:cancel() return { { path = path } } end,
+        unary = function() return {} end,
+      }
+      local r, err = mb.run(function()
+        local res = {}
+        writer = mb.spawn(function() res.r, res.err = fs:writeText(target, "new") end)
+        mb.sleep(50)
+        return res.r, res.err
+      end)
+      assert.is_nil(r); assert.are.equal("FS_ABORTED", err.code)
+      assert.are.equal(0, count(log, "tool"))
+      assert.are.same({ staging_dir(log) }, removes(log))
+    end)
+
+    it("a cancel during the upload lets it finish, then removes the staging dir and reports FS_ABORTED", function()
+      local writer
+      local fs, _, log = make{
+        upload = function(path) assert(mb.sleep(20)) return { { path = path } } end,
+        unary = function() assert(mb.sleep(10)) return {} end,
+      }
+      local err, removed = mb.run(function()
+        local res = {}
+        writer = mb.spawn(function() res.r, res.err = fs:writeText(target, "new") end)
+        mb.sleep(5); writer:cancel()                   -- interrupts the upload
+        mb.sleep(5); writer:cancel()                   -- and again, during the cleanup
+        mb.sleep(50)
+        return res.err
+      end)
+      assert.are.equal("FS_ABORTED", err.code)
+      assert.are.equal(0, count(log, "tool"))
+      assert.are.same({ staging_dir(log) }, removes(log))
+    end)
+
+    it("a failed publish (EACCES, stale guard) removes the staging dir with one more request", function()
+      local answers = {
+        function() return tool_err("FS_PERMISSION_DENIED", "cannot publish: Permission denied") end,
+        function() return tool_err("FS_STALE_VERSION", "file changed since it was read") end,
+      }
+      local fs, _, log = make{
+        upload = function(path) return { { path = path } } end,
+        tool = function() return table.remove(answers, 1)() end,
+        unary = function() return {} end,
+      }
+      mb.run(function()
+        local _, e1 = fs:writeText(target, "x")
+        assert.are.equal("FS_PERMISSION_DENIED", e1.code)
+        assert.are.equal(3, count(log))
+        local _, e2 = fs:writeText(target, "x", { kind = "replaceIfVersion", version = "e2b:1" })
+        assert.are.equal("FS_STALE_VERSION", e2.code)
+        assert.truthy(e2.message:find('"/w/a.txt"', 1, true), e2.message)
+      end)
+      assert.are.equal(6, count(log))
+      local r = removes(log)
+      assert.are.equal(2, #r)
+      assert.truthy(r[1]:match("^/w/%.moonbox%-%x+%.tmp$")); assert.truthy(r[2]:match("^/w/%.moonbox%-%x+%.tmp$"))
+    end)
+  end)
+
+  it("names the path in FS_NOT_TEXT and FS_STALE_VERSION messages", function()
+    local f3 = "file 3 0644 1:1:3:1:1\n"
+    local reads = { vread(f3, "a\0b", f3), vread("absent\n"), vread("file 3 0644 2:2:3:3:3\n", "xyz", "file 3 0644 2:2:3:3:3\n") }
+    local fs = make{ tool = function() return f3 end, download = function() return "a\0b" end,
+      exec_raw = function() return table.remove(reads, 1) end }
+    mb.run(function()
+      local _, e1 = fs:readText(target)
+      local _, e2 = fs:editText(target, { oldString = "a", newString = "b" })
+      local _, e3 = fs:editText(target, { oldString = "a", newString = "b" })
+      local _, e4 = fs:editText(target, { oldString = "a", newString = "b" }, { version = "e2b:1:1:3:1:1" })
+      for _, e in ipairs({ e1, e2, e3, e4 }) do
+        assert.truthy(e.message:find('"/w/a.txt"', 1, true), e.message)
+      end
+      assert.are.equal("FS_NOT_TEXT", e1.code); assert.are.equal("FS_NOT_TEXT", e2.code)
+      assert.are.equal("FS_STALE_VERSION", e3.code); assert.are.equal("FS_STALE_VERSION", e4.code)
+    end)
+  end)
+
+  it("streams without a byte ceiling (more than maxReadBytes)", function()
+    local chunk = string.rep("z", 1000)
+    local left = 5
     local fs, _, log = make{
-      tool = function(args)
-        if args[1] == "stat" then return "file 16 0644 1:1:10:5:5\n" end
-        return "ok update 1:1:11:6:6\n"
+      tool = function() return "file 5000 0644 1:1:5000:1:1\n" end,
+      open_download = function(path, opts)
+        assert.are.equal(false, opts.max_bytes)
+        return { read = function() if left == 0 then return nil end left = left - 1 return chunk end, close = function() end }
       end,
-      download = function() return "price: X\r\nok\r\n" end,
+    }
+    local n = mb.run(function()
+      local it = assert(fs:streamText(target))
+      local total = 0
+      while true do
+        local c, err = it.next()
+        assert.is_nil(err)
+        if not c then break end
+        total = total + #c
+      end
+      return total
+    end)
+    assert.are.equal(5000, n)
+    assert.are.equal(2, count(log))
+  end)
+
+  it("edits literally in three requests (versioned read, upload, publish), keeping CRLF", function()
+    local st = "file 14 0644 1:1:e:5:5\n"
+    local fs, _, log = make{
+      exec_raw = function(argv) return vread(st, "price: X\r\nok\r\n", st) end,
+      tool = function() return "ok update 1:1:11:6:6\n" end,
       upload = function(path) return { { path = path } } end,
     }
     local out = mb.run(function() return assert(fs:editText(target, { oldString = "X", newString = "$&5" })) end)
-    assert.are.equal(4, count(log))
-    assert.are.equal("price: $&5\r\nok\r\n", log[3].args[2])
-    assert.are.same({ "publish", "--expect", "1:1:10:5:5" }, { table.unpack(log[4].args[1], 1, 3) })
+    assert.are.equal(3, count(log))
+    local argv = log[1].args[1]
+    assert.are.same({ "/bin/sh", "-c" }, { argv[1], argv[2] })
+    assert.are.same({ "/tmp/.moonbox-x/mbwrap", "/w/a.txt", "1025" }, { table.unpack(argv, 5, 7) })   -- maxReadBytes + 1
+    assert.are.equal("price: $&5\r\nok\r\n", log[2].args[2])
+    assert.are.same({ "publish", "--expect", "1:1:e:5:5" }, { table.unpack(log[3].args[1], 1, 3) })
     assert.are.equal("price: X\nok\n", out.before); assert.are.equal("price: $&5\nok\n", out.after)
     assert.are.equal("e2b:1:1:11:6:6", out.version)
   end)
 
-  it("edit: a stale guard fails before reading (one request)", function()
-    local fs, _, log = make{ tool = function() return "file 3 0644 2:2:3:3:3\n" end }
+  it("edit: content that looks like frames is taken by size, not by pattern", function()
+    local body = "o" .. b64("file 1 0644 9:9:9:9:9\n") .. "\n!exit 0\n!empty\n!done\nX"
+    local st = ("file %d 0644 1:1:1:1:1\n"):format(#body)
+    local fs = make{ exec_raw = function() return vread(st, body, st) end,
+      tool = function() return "ok update 2:2\n" end, upload = function(path) return { { path = path } } end }
+    local out = mb.run(function() return assert(fs:editText(target, { oldString = "X", newString = "Y" })) end)
+    assert.are.equal(body:sub(1, -2) .. "Y", out.after)
+  end)
+
+  it("edit: a file that changes while it is read is read again, then given up", function()
+    local a, b = "file 3 0644 1:1:3:1:1\n", "file 3 0644 1:1:3:2:2\n"
+    local reads = { vread(a, "abc", b), vread(b, "xbc", b) }
+    local fs, _, log = make{ exec_raw = function() return table.remove(reads, 1) end,
+      tool = function() return "ok update 3:3\n" end, upload = function(path) return { { path = path } } end }
+    local out = mb.run(function() return assert(fs:editText(target, { oldString = "x", newString = "y" })) end)
+    assert.are.equal("ybc", out.after)
+    assert.are.equal("--expect", log[4].args[1][2]); assert.are.equal("1:1:3:2:2", log[4].args[1][3])
+    local fs2 = make{ exec_raw = function() return vread(a, "abc", b) end }
+    local _, err = mb.run(function() return fs2:editText(target, { oldString = "a", newString = "b" }) end)
+    assert.are.equal("FS_IO_ERROR", err.code)
+  end)
+
+  it("edit: a file over maxReadBytes is FS_TOO_LARGE in one request", function()
+    local fs, _, log = make{ exec_raw = function() return vread("file 5000 0644 1:1:1:1:1\n", string.rep("a", 1025)) end }
+    local _, err = mb.run(function() return fs:editText(target, { oldString = "a", newString = "b" }) end)
+    assert.are.equal("FS_TOO_LARGE", err.code); assert.are.equal(1, count(log))
+  end)
+
+  it("edit: a stale guard fails in one request", function()
+    local st = "file 3 0644 2:2:3:3:3\n"
+    local fs, _, log = make{ exec_raw = function() return vread(st, "abc", st) end }
     local _, err = mb.run(function() return fs:editText(target, { oldString = "a", newString = "b" }, { version = "e2b:1:1:1:1:1" }) end)
     assert.are.equal("FS_STALE_VERSION", err.code); assert.are.equal(1, count(log))
   end)
 
   it("edit: a missing target is stale, a directory is not regular", function()
-    local answers = { "absent\n", "directory 4096 0755 1:1:1:1:1\n" }
-    local fs = make{ tool = function() return table.remove(answers, 1) end }
+    local answers = { vread("absent\n"), vread("directory 4096 0755 1:1:1:1:1\n", "", "directory 4096 0755 1:1:1:1:1\n") }
+    local fs = make{ exec_raw = function() return table.remove(answers, 1) end }
     mb.run(function()
       local _, e1 = fs:editText(target, { oldString = "a", newString = "b" })
       local _, e2 = fs:editText(target, { oldString = "a", newString = "b" })

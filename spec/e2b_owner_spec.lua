@@ -20,6 +20,9 @@ local function prepare_ok()
     { event = { ["end"] = { exited = true, status = "exit status 0" } } },
   }
 end
+local function install_ok()
+  return envelope_stream{ { event = { start = { pid = 2 } } }, { event = { ["end"] = { exited = true, status = "exit status 0" } } } }
+end
 local function created(id) return { status = 201, body = cjson.encode{ sandboxID = id, envdVersion = "0.6.3", envdAccessToken = "tok" } } end
 
 describe("moonbox.e2b owner (scripted transport)", function()
@@ -47,8 +50,8 @@ describe("moonbox.e2b owner (scripted transport)", function()
   end
   local function urls() local out = {} for i, r in ipairs(fake.log) do out[i] = r.method .. " " .. r.url:gsub("^https?://[^/]+", "") end return out end
 
-  it("sets up in three requests and hands out the handle", function()
-    fake.push(created("ia")); fake.push{ status = 200, body = '[{"path":"x"}]' }; fake.push(prepare_ok())
+  it("sets up in four requests (mbwrap installed by root) and hands out the handle", function()
+    fake.push(created("ia")); fake.push{ status = 200, body = '[{"path":"x"}]' }; fake.push(install_ok()); fake.push(prepare_ok())
     fake.push{ status = 204 }
     local sb, o = mb.run(function()
       local o = owner()
@@ -60,23 +63,38 @@ describe("moonbox.e2b owner (scripted transport)", function()
     assert.are.equal("/home/user", sb.home)
     assert.are.same({ PATH = "/usr/bin", HOME = "/home/user", API_TOKEN = "t" }, sb.ambient)
     assert.truthy(sb.root:match("^/tmp/%.moonbox%-%x+$"))
+    -- mbwrap lives outside the user's runtime root, in a directory root owns
+    assert.truthy(sb.wrapper:match("^/opt/%.moonbox%-%x+/mbwrap$"), sb.wrapper)
+    assert.are.equal(sb.wrapper_dir .. "/mbwrap", sb.wrapper)
     local u = urls()
     assert.are.equal("POST /sandboxes", u[1])
-    assert.truthy(u[2]:match("^POST /files%?path=/tmp/%.moonbox%-%x+/mbwrap$"), u[2])
+    assert.truthy(u[2]:match("^POST /files%?path=/opt/%.moonbox%-%x+/mbwrap&username=root$"), u[2])
     assert.are.equal("/host/mbwrap", fake.log[2].body_file)
     assert.are.equal("POST /process.Process/Start", u[3])
-    assert.are.equal("DELETE /sandboxes/ia", u[4])
-    assert.are.equal(4, #fake.log)
-    -- the prepare process gets root, cwd and wrapper as arguments, never through a shell string
-    local _, len = string.unpack(">B I4", fake.log[3].body)
-    local start = cjson.decode(fake.log[3].body:sub(6, 5 + len))
+    assert.are.equal("POST /process.Process/Start", u[4])
+    assert.are.equal("DELETE /sandboxes/ia", u[5])
+    assert.are.equal(5, #fake.log)
+    local function start_of(i)
+      local _, len = string.unpack(">B I4", fake.log[i].body)
+      return cjson.decode(fake.log[i].body:sub(6, 5 + len))
+    end
+    -- the install runs as root (Basic auth "root:") and verifies what it installed
+    assert.are.equal("Basic cm9vdDo=", fake.log[3].headers["Authorization"])
+    local install = start_of(3)
+    assert.are.equal("/bin/sh", install.process.cmd)
+    assert.are.same({ sb.wrapper_dir, sb.wrapper }, { table.unpack(install.process.args, 4, 5) })
+    assert.truthy(install.process.args[2]:find("stat -c '%u %a %h'", 1, true))
+    -- the prepare process runs as the sandbox user and gets root and cwd as arguments, never
+    -- through a shell string
+    assert.is_nil(fake.log[4].headers["Authorization"])
+    local start = start_of(4)
     assert.are.equal("/bin/sh", start.process.cmd)
-    assert.are.same({ sb.root, "/home/user/workspace", sb.wrapper }, { table.unpack(start.process.args, 4, 6) })
-    assert.is_nil(fake.log[3].headers["X-API-KEY"]); assert.are.equal("tok", fake.log[3].headers["X-Access-Token"])
+    assert.are.same({ sb.root, "/home/user/workspace" }, { table.unpack(start.process.args, 4, 5) })
+    assert.is_nil(fake.log[4].headers["X-API-KEY"]); assert.are.equal("tok", fake.log[4].headers["X-Access-Token"])
   end)
 
   it("deletes once and reports the original error when setup fails", function()
-    fake.push(created("ib")); fake.push{ status = 200, body = '[{"path":"x"}]' }
+    fake.push(created("ib")); fake.push{ status = 200, body = '[{"path":"x"}]' }; fake.push(install_ok())
     fake.push(envelope_stream{ { event = { start = { pid = 3 } } },
       { event = { data = { stderr = core.b64encode("runtime root must be a real directory: /tmp/x\n") } } },
       { event = { ["end"] = { exitCode = 3, status = "exit status 3" } } } })
@@ -96,6 +114,76 @@ describe("moonbox.e2b owner (scripted transport)", function()
     assert.are.equal(1, deletes)
   end)
 
+  it("refuses an mbwrap install that does not verify", function()
+    fake.push(created("iw")); fake.push{ status = 200, body = '[{"path":"x"}]' }
+    fake.push(envelope_stream{ { event = { start = { pid = 3 } } },
+      { event = { data = { stderr = core.b64encode("mbwrap must be a root-owned 0755 regular file: /opt/x/mbwrap\n") } } },
+      { event = { ["end"] = { exitCode = 3, status = "exit status 3" } } } })
+    fake.push{ status = 204 }
+    local err = mb.run(function()
+      local o = owner()
+      local _, e = o:sandbox()
+      assert(o:dispose())
+      return e
+    end)
+    assert.are.equal("E2B_SETUP", err.code)
+    assert.truthy(err.message:find("root-owned", 1, true), err.message)
+    assert.are.equal("DELETE /sandboxes/iw", urls()[4])
+    assert.are.equal(4, #fake.log)                  -- no user process ever ran with it
+  end)
+
+  it("reports a failed delete and retries it on the next dispose", function()
+    fake.push(created("ir")); fake.push{ status = 200, body = '[{"path":"x"}]' }; fake.push(install_ok()); fake.push(prepare_ok())
+    fake.push{ status = 500, body = '{"code":500,"message":"delete failed"}' }
+    fake.push{ status = 204 }
+    local r = mb.run(function()
+      local o = owner()
+      assert(o:sandbox())
+      local ok1, e1 = o:dispose()
+      local ok2, e2 = o:dispose()
+      local ok3 = o:dispose()
+      return { ok1 = ok1, e1 = e1, ok2 = ok2, e2 = e2, ok3 = ok3 }
+    end)
+    assert.is_nil(r.ok1); assert.are.equal("E2B_HTTP", r.e1.code)
+    assert.is_true(r.ok2); assert.is_nil(r.e2); assert.is_true(r.ok3)
+    local deletes = 0
+    for _, u in ipairs(urls()) do if u == "DELETE /sandboxes/ir" then deletes = deletes + 1 end end
+    assert.are.equal(2, deletes)
+  end)
+
+  it("delete_not_found_is_gone = false makes a vanished sandbox a disposal error", function()
+    fake.push(created("inf")); fake.push{ status = 200, body = '[{"path":"x"}]' }; fake.push(install_ok()); fake.push(prepare_ok())
+    fake.push{ status = 404, body = '{"code":404,"message":"sandbox not found"}' }
+    local policies = compose.policies(nil)
+    policies.lifecycle = setmetatable({ delete_not_found_is_gone = false }, { __index = require("policies.lifecycle") })
+    local ok, err = mb.run(function()
+      local o = owner(nil, policies)
+      assert(o:sandbox())
+      return o:dispose()
+    end)
+    assert.is_nil(ok); assert.are.equal("E2B_NOT_FOUND", err.code)
+    assert.truthy(err.message:find("inf", 1, true))
+  end)
+
+  it("starts its own sandboxd with --exit-with-parent", function()
+    local argv
+    mb.proc = { spawn = function(opts) argv = opts.argv return nil, mb.error("MB_TEST", "not really") end }
+    local err = mb.run(function()
+      local o = e2b.new({ policies = compose.policies(nil), getenv = function() return nil end },
+        { cwd = "/home/user/workspace", timeoutMs = 300000 })
+      local _, e = o:sandbox()
+      o:dispose()
+      return e
+    end)
+    mb.proc = nil
+    assert.are.equal("MB_TEST", err.code)
+    assert.are.equal("/host/mbwrap", argv[1])     -- find_binary is stubbed in these specs
+    local flags = {}
+    for _, a in ipairs(argv) do flags[a] = true end
+    assert.is_true(flags["--exit-with-parent"])
+    assert.are.equal(0, #fake.log)
+  end)
+
   it("does not delete when creation itself failed", function()
     fake.push{ status = 401, body = '{"code":401,"message":"bad key"}' }
     local err = mb.run(function()
@@ -109,7 +197,7 @@ describe("moonbox.e2b owner (scripted transport)", function()
   end)
 
   it("blocks acquisitions once disposal starts, waits for setup, treats not-found as gone", function()
-    fake.push(created("ic")); fake.push{ status = 200, body = '[{"path":"x"}]' }; fake.push(prepare_ok())
+    fake.push(created("ic")); fake.push{ status = 200, body = '[{"path":"x"}]' }; fake.push(install_ok()); fake.push(prepare_ok())
     fake.push{ status = 404, body = '{"code":404,"message":"sandbox not found"}' }
     local r = mb.run(function()
       local o = owner()
@@ -119,12 +207,12 @@ describe("moonbox.e2b owner (scripted transport)", function()
     end)
     assert.is_true(r.ok); assert.is_nil(r.err)
     assert.is_nil(r.sb); assert.are.equal("E2B_DISPOSING", r.serr.code)
-    assert.are.equal("DELETE /sandboxes/ic", urls()[4])
+    assert.are.equal("DELETE /sandboxes/ic", urls()[5])
   end)
 
   it("connects to an existing sandbox by id and leaves it alone at disposal", function()
     fake.push{ status = 200, body = cjson.encode{ sandboxID = "iexisting", envdVersion = "0.6.3" } }
-    fake.push{ status = 200, body = '[{"path":"x"}]' }; fake.push(prepare_ok())
+    fake.push{ status = 200, body = '[{"path":"x"}]' }; fake.push(install_ok()); fake.push(prepare_ok())
     mb.run(function()
       local o = owner{ sandboxId = "iexisting", timeoutMs = 60000 }
       assert.are.equal("iexisting", assert(o:sandbox()).id)
@@ -133,11 +221,11 @@ describe("moonbox.e2b owner (scripted transport)", function()
     local u = urls()
     assert.are.equal("POST /sandboxes/iexisting/connect", u[1])
     assert.are.same({ timeout = 60 }, cjson.decode(fake.log[1].body))
-    assert.are.equal(3, #u)
+    assert.are.equal(4, #u)
   end)
 
   it("renews the lease per policy while open", function()
-    fake.push(created("id")); fake.push{ status = 200, body = '[{"path":"x"}]' }; fake.push(prepare_ok())
+    fake.push(created("id")); fake.push{ status = 200, body = '[{"path":"x"}]' }; fake.push(install_ok()); fake.push(prepare_ok())
     for _ = 1, 3 do fake.push{ status = 204 } end
     fake.push{ status = 204 }
     mb.run(function()
@@ -158,7 +246,7 @@ describe("moonbox.e2b owner (scripted transport)", function()
   end)
 
   it("an edited lifecycle policy turns renewal off", function()
-    fake.push(created("ie")); fake.push{ status = 200, body = '[{"path":"x"}]' }; fake.push(prepare_ok())
+    fake.push(created("ie")); fake.push{ status = 200, body = '[{"path":"x"}]' }; fake.push(install_ok()); fake.push(prepare_ok())
     fake.push{ status = 204 }
     local policies = compose.policies(nil)
     policies.lifecycle = setmetatable({ renew = false }, { __index = require("policies.lifecycle") })
@@ -173,6 +261,37 @@ describe("moonbox.e2b owner (scripted transport)", function()
       assert(o:dispose())
     end)
     for _, u in ipairs(urls()) do assert.are_not.equal("POST /sandboxes/ie/timeout", u) end
+  end)
+
+  describe("find_binary", function()
+    local dirs = {}
+    local function bindir(name)
+      local p = io.popen("mktemp -d /tmp/moonbox-find.XXXXXX")
+      local d = p:read("l"); p:close()
+      os.execute("mkdir -p " .. d .. "/bin && touch " .. d .. "/bin/" .. name)
+      dirs[#dirs + 1] = d
+      return d
+    end
+    after_each(function() for _, d in ipairs(dirs) do os.execute("rm -rf " .. d) end dirs = {} end)
+
+    it("prefers the running moonbox's directory, then MB_BUILD_DIR, over the source tree's build", function()
+      local exe_build, env_build = bindir("sandboxd"), bindir("sandboxd")
+      local function env(t) return function(n) return t[n] end end
+      local find = saved_find
+      assert.are.equal(exe_build .. "/bin/sandboxd",
+        find("MOONBOX_SANDBOXD", "sandboxd", env{ MB_BUILD_DIR = env_build }, exe_build .. "/bin/moonbox"))
+      assert.are.equal(env_build .. "/bin/sandboxd",
+        find("MOONBOX_SANDBOXD", "sandboxd", env{ MB_BUILD_DIR = env_build }, false))
+      assert.are.equal("/x/sandboxd",
+        find("MOONBOX_SANDBOXD", "sandboxd", env{ MB_BUILD_DIR = env_build, MOONBOX_SANDBOXD = "/x/sandboxd" }, exe_build .. "/bin/moonbox"))
+      -- a moonbox directory without the binary falls through to MB_BUILD_DIR
+      assert.are.equal(env_build .. "/bin/sandboxd",
+        find("MOONBOX_SANDBOXD", "sandboxd", env{ MB_BUILD_DIR = env_build }, "/nonexistent/bin/moonbox"))
+    end)
+
+    it("knows when it runs inside a Lua interpreter rather than moonbox", function()
+      assert.is_nil(saved_find and e2b.moonbox_exe())   -- busted runs in lua5.4
+    end)
   end)
 
   describe("configuration", function()
@@ -195,5 +314,84 @@ describe("moonbox.e2b owner (scripted transport)", function()
       assert.are.equal("https://49983-iabc.example.org", e2b.sandbox_url(ep, "iabc", "example.org"))
       assert.are.equal("http://127.0.0.1:9", e2b.sandbox_url({ sandbox_url = "http://127.0.0.1:9" }, "iabc"))
     end)
+  end)
+end)
+
+describe("moonbox.e2b owner on sandboxd #sandboxd", function()
+  local P = require "seam.provider"
+  local mb
+  setup(function() mb = require "moonbox" end)
+
+  it("installs mbwrap root-owned where the sandbox user can neither replace nor change it", function()
+    local s = P.open()
+    local w, d = s.sandbox.wrapper, s.sandbox.wrapper_dir
+    P.run(function()
+      local q = function(x) return "'" .. x:gsub("'", "'\"'\"'") .. "'" end
+      local out, code = P.sh("stat -c '%u %a %F' " .. q(d) .. " " .. q(w))
+      assert.are.equal(0, code)
+      assert.are.equal("0 755 directory\n0 755 regular file\n", out)
+      assert.is_nil(d:find(s.sandbox.root, 1, true))                      -- not in the user's runtime root
+      for _, attack in ipairs({
+        "printf x > " .. q(w), "rm -f " .. q(w), "mv " .. q(w) .. " " .. q(w .. ".old"),
+        "chmod 777 " .. q(w), "mv " .. q(d) .. " " .. q(d .. ".old"), "touch " .. q(d .. "/x"),
+      }) do
+        local _, c = P.sh(attack .. " 2>/dev/null")
+        assert.are_not.equal(0, c, attack)
+      end
+      assert.are.equal("0 755 regular file\n", (P.sh("stat -c '%u %a %F' " .. q(w))))
+      assert.are.equal("hi\n", (P.sh("echo hi")))                           -- and it still runs everything
+      assert.are.equal("700 directory\n", (P.sh("stat -c '%a %F' " .. q(s.sandbox.root))))
+    end)
+    P.close()
+  end)
+
+  it("a local sandboxd does not outlive a killed moonbox", function()
+    local build = assert(os.getenv("MB_BUILD_DIR"), "MB_BUILD_DIR")
+    local script = os.tmpname()
+    local f = assert(io.open(script, "w"))
+    f:write([[
+local compose = require "moonbox.compose"
+local ctx = { policies = compose.policies(nil), getenv = function() return nil end }
+ctx.e2b = require("moonbox.e2b").new(ctx, { cwd = "/home/user/workspace", timeoutMs = 60000 })
+assert(ctx.e2b:sandbox(60000))
+io.write("sandboxd ", ctx.e2b.sandboxd.pid, " ", ctx.e2b.sandboxd.state, "\n"); io.flush()
+require("moonbox").sleep(600000)
+]])
+    f:close()
+    local function alive(pid)                         -- a zombie counts as gone
+      local f = io.open("/proc/" .. pid .. "/stat", "r")
+      if not f then return false end
+      local st = f:read("a"); f:close()
+      return st:match("^%d+ %b() (%a)") ~= "Z"
+    end
+    mb.run(function()
+      -- the child runs the same Lua tree as this spec
+      local lua_file = assert(package.searchpath("moonbox.e2b", package.path))
+      if lua_file:sub(1, 1) ~= "/" then lua_file = assert(io.popen("pwd")):read("l") .. "/" .. lua_file end
+      local home = assert(lua_file:match("^(.*)/lua/moonbox/e2b%.lua$"), lua_file)
+      local p = assert(mb.proc.spawn{ argv = { build .. "/bin/moonbox", script },
+        env = { PATH = os.getenv("PATH"), MB_BUILD_DIR = build, MOONBOX_HOME = home } })
+      local buf = ""
+      while not buf:find("\n", 1, true) do
+        local c = p:read("stdout", 60000)
+        if not c then break end
+        buf = buf .. c
+      end
+      local pid, state = buf:match("^sandboxd (%d+) (%S+)\n")
+      assert.truthy(pid, buf .. (p:read("stderr", 100) or ""))
+      assert.is_true(alive(pid))
+      p:kill("SIGKILL")
+      p:wait(10000)
+      p:close()
+      for _ = 1, 600 do                                 -- it exits on its own; no deadline asserted
+        if not alive(pid) then break end
+        mb.sleep(50)
+      end
+      local gone = not alive(pid)
+      if not gone then os.execute("kill -9 " .. pid) end
+      os.execute("rm -rf '" .. state .. "'")
+      assert.is_true(gone, "sandboxd " .. pid .. " outlived its moonbox")
+    end)
+    os.remove(script)
   end)
 end)

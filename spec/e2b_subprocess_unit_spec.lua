@@ -5,6 +5,32 @@ local fake_sandbox = require "support.fake_sandbox"
 local errors = require "moonbox.errors"
 
 local mb, spmod
+local cjson = require "cjson"
+
+-- A scripted Process/Start stream as the provider reads it: the raw HTTP body (Connect
+-- envelopes of the messages, then an end-of-stream envelope unless the script ends in { err })
+-- through `.s:read`, and message by message through `:next` (terminals).
+local function stream(items)
+  local s = fake_sandbox.stream(items)
+  local core, i, ended = require("moonbox.core"), 0, false
+  s.s = { read = function()
+    while true do
+      i = i + 1
+      local it = items[i]
+      if it == nil then
+        if ended then return nil end
+        ended = true
+        return core.envelope(2, "{}")
+      end
+      if it.sleep then require("moonbox").sleep(it.sleep)
+      elseif it.err then return nil, it.err
+      elseif it.raw then return it.raw
+      else return core.envelope(0, cjson.encode(it)) end
+    end
+  end, close = function() end }
+  return s
+end
+
 local function make(handlers)
   local sb, owner, log = fake_sandbox.new(handlers)
   local sp = spmod.new({ e2b = owner }, { frameLineMax = 40000, pipeQueue = 4 })
@@ -27,22 +53,46 @@ describe("moonbox.subprocess (unit, scripted sandbox)", function()
   setup(function() mb = fake_mb.install(); spmod = require "moonbox.subprocess" end)
   teardown(function() fake_mb.uninstall() end)
 
-  describe("collector", function()
+  describe("collect mode (tail ring in C)", function()
+    local function collect(max, spill, chunks, diag)
+      local core
+      local lines = { "!pgid 2" }
+      for _, c in ipairs(chunks) do lines[#lines + 1] = { "o", c } end
+      lines[#lines + 1] = "!exit 0"; lines[#lines + 1] = "!empty"; lines[#lines + 1] = "!done"
+      local sp, sb = make{ stream = function()
+        local items = { ev{ start = { pid = 1 } } }
+        if diag then items[#items + 1] = ev{ data = { stderr = core.b64encode(diag) } } end
+        items[#items + 1] = ev{ data = { stdout = fake_sandbox.frames(core, lines) } }
+        return stream(items)
+      end }
+      core = sb.core
+      local out = { maxBytes = max, spill = spill }
+      return mb.run(function()
+        local h = assert(sp:spawn(spec{ stdio = { stdin = "ignore", stdout = out, stderr = { maxBytes = 1 } } }))
+        assert(h:wait())
+        return h
+      end)
+    end
     it("keeps a bounded tail with whole-stream offsets", function()
-      local c = spmod.collector(5)
-      c:add("abc"); c:add("defg")
-      local r = c:readFrom(0)
-      assert.are.same({ text = "cdefg", nextOffset = 7, lossy = true }, r)
+      local c = collect(5, nil, { "abc", "defg" }).collected.stdout
+      assert.are.same({ text = "cdefg", nextOffset = 7, lossy = true }, c:readFrom(0))
       assert.are.same({ text = "fg", nextOffset = 7, lossy = false }, c:readFrom(5))
       assert.are.same({ text = "", nextOffset = 7, lossy = false }, c:readFrom(7))
+      assert.are.equal(7, c:total())
     end)
     it("points at the spill only when lossy and the spill is complete", function()
-      local c = spmod.collector(2, { maxBytes = 5, path = "/r/s" })
-      c:add("abcd")
-      assert.are.equal("/r/s", c:readFrom(0).spillPath)
+      local c = collect(2, { maxBytes = 5 }, { "abcd" }).collected.stdout
+      assert.truthy(c:readFrom(0).spillPath:match("^/tmp/%.moonbox%-x/processes%-%x+/spill%-"))
       assert.is_nil(c:readFrom(3).spillPath)
-      c:add("ef")
+      c = collect(2, { maxBytes = 5 }, { "abcd", "ef" }).collected.stdout
       assert.is_nil(c:readFrom(0).spillPath)   -- 6 > 5: the wrapper dropped the spill
+    end)
+    it("does not point at a spill mbwrap reported removed (its stderr diagnostic)", function()
+      local c = collect(2, { maxBytes = 5 }, { "abcd" }, "mbwrap: stdout spill removed: No space left on device\n")
+      local r = c.collected.stdout:readFrom(0)
+      assert.is_true(r.lossy)
+      assert.is_nil(r.spillPath)
+      assert.is_false(c.collected.stdout:spillValid())
     end)
   end)
 
@@ -55,7 +105,7 @@ describe("moonbox.subprocess (unit, scripted sandbox)", function()
   it("spawns with one Start of mbwrap run, scrubbed env and the argv after --", function()
     local core
     local sp, sb, log = make{ stream = function(method, msg)
-      return fake_sandbox.stream{
+      return stream{
         ev{ start = { pid = 41 } },
         ev{ data = { stdout = fake_sandbox.frames(core, { "!pgid 77", { "o", "built\n" }, { "e", "warn\n" }, "!exit 3", "!empty", "!done" }) } },
         ev{ ["end"] = { exited = true, status = "exit status 0" } },
@@ -73,8 +123,10 @@ describe("moonbox.subprocess (unit, scripted sandbox)", function()
     assert.are.equal(sb.wrapper, msg.process.cmd)
     assert.are.equal("/w", msg.process.cwd)
     assert.are.equal(false, msg.stdin)
-    assert.are.same({ "run", "-g", "100", "-E", "CC_TOKEN=opt-in", "-E", "LANG=C.UTF-8", "-E", "PATH=/usr/bin:/bin",
+    -- values travel in envs, never on the command line; -K keeps exactly these names
+    assert.are.same({ "run", "-g", "100", "-K", "CC_TOKEN", "-K", "LANG", "-K", "PATH",
       "--", "cc", "-o", "x", "x.c" }, msg.process.args)
+    assert.are.same({ CC_TOKEN = "opt-in", LANG = "C.UTF-8", PATH = "/usr/bin:/bin" }, msg.process.envs)
     assert.are.equal(77, out.pid)
     assert.are.same({ exitCode = 3 }, out.outcome)
     assert.is_true(out.empty)
@@ -85,7 +137,7 @@ describe("moonbox.subprocess (unit, scripted sandbox)", function()
   it("reports a real signal name", function()
     local core
     local sp, sb = make{ stream = function()
-      return fake_sandbox.stream{ ev{ start = { pid = 5 } },
+      return stream{ ev{ start = { pid = 5 } },
         ev{ data = { stdout = fake_sandbox.frames(core, { "!pgid 6", { "o", "partial" }, "!signal 11", "!empty", "!done" }) } } }
     end }
     core = sb.core
@@ -97,7 +149,7 @@ describe("moonbox.subprocess (unit, scripted sandbox)", function()
   it("fails the spawn itself when the program cannot be executed", function()
     local core
     local sp, sb = make{ stream = function()
-      return fake_sandbox.stream{ ev{ start = { pid = 5 } },
+      return stream{ ev{ start = { pid = 5 } },
         ev{ data = { stdout = fake_sandbox.frames(core, { "!pgid 6", "!spawn-error 2 " .. core.b64encode("No such file or directory"), "!empty", "!done" }) } } }
     end }
     core = sb.core
@@ -109,7 +161,7 @@ describe("moonbox.subprocess (unit, scripted sandbox)", function()
   it("fails done when the exec failure arrives after the group id", function()
     local core
     local sp, sb = make{ stream = function()
-      return fake_sandbox.stream{ ev{ start = { pid = 5 } },
+      return stream{ ev{ start = { pid = 5 } },
         ev{ data = { stdout = fake_sandbox.frames(core, { "!pgid 6" }) } }, { sleep = 1 },
         ev{ data = { stdout = fake_sandbox.frames(core, { "!spawn-error 13 " .. core.b64encode("Permission denied"), "!empty", "!done" }) } } }
     end }
@@ -122,7 +174,7 @@ describe("moonbox.subprocess (unit, scripted sandbox)", function()
     local core
     local sp, sb, log = make{
       stream = function()
-        return fake_sandbox.stream{ ev{ start = { pid = 41 } },
+        return stream{ ev{ start = { pid = 41 } },
           ev{ data = { stdout = fake_sandbox.frames(core, { "!pgid 77" }) } },
           { sleep = 1000 },                                 -- TERM ignored: KILL after the grace
           ev{ data = { stdout = fake_sandbox.frames(core, { "!signal 9", "!empty", "!done" }) } } }
@@ -149,7 +201,7 @@ describe("moonbox.subprocess (unit, scripted sandbox)", function()
   it("settles done after the drain grace while a descendant keeps the tree alive", function()
     local core
     local sp, sb = make{ stream = function()
-      return fake_sandbox.stream{ ev{ start = { pid = 1 } },
+      return stream{ ev{ start = { pid = 1 } },
         ev{ data = { stdout = fake_sandbox.frames(core, { "!pgid 2", "!exit 0" }) } },
         { sleep = 100000 },
         ev{ data = { stdout = fake_sandbox.frames(core, { "!empty", "!done" }) } } }
@@ -166,27 +218,85 @@ describe("moonbox.subprocess (unit, scripted sandbox)", function()
     assert.is_false(r.alive)
   end)
 
-  it("writes batch stdin then closes it", function()
+  it("sends batch stdin on the wrapper's command line: one request", function()
     local core
     local sp, sb, log = make{
       stream = function()
-        return fake_sandbox.stream{ ev{ start = { pid = 9 } },
+        return stream{ ev{ start = { pid = 9 } },
+          ev{ data = { stdout = fake_sandbox.frames(core, { "!pgid 10", "!exit 0", "!empty", "!done" }) } } }
+      end,
+    }
+    core = sb.core
+    mb.run(function() assert(assert(sp:spawn(spec{ stdio = { stdin = { data = "abc" }, stdout = { maxBytes = 1 }, stderr = { maxBytes = 1 } } })):wait()) end)
+    assert.are.equal(1, #log)
+    local msg = log[1].args[2]
+    assert.are.equal(false, msg.stdin)
+    local args = msg.process.args
+    local i = 1
+    while args[i] ~= "-i" do i = i + 1 end
+    assert.are.equal(core.b64encode("abc"), args[i + 1])
+  end)
+
+  it("falls back to SendInput + CloseStdin for batch stdin too large for an argument", function()
+    local core
+    local big = ("x"):rep(spmod.STDIN_ARG_MAX + 1)
+    local sp, sb, log = make{
+      stream = function()
+        return stream{ ev{ start = { pid = 9 } },
           ev{ data = { stdout = fake_sandbox.frames(core, { "!pgid 10", "!exit 0", "!empty", "!done" }) } } }
       end,
       unary = function() return {} end,
     }
     core = sb.core
-    mb.run(function() assert(sp:spawn(spec{ stdio = { stdin = { data = "abc" }, stdout = "inherit", stderr = { maxBytes = 1 } } })) end)
+    mb.run(function() assert(sp:spawn(spec{ stdio = { stdin = { data = big }, stdout = { maxBytes = 1 }, stderr = { maxBytes = 1 } } })) end)
     assert.are.equal(true, log[1].args[2].stdin)
+    for _, a in ipairs(log[1].args[2].process.args) do assert.are_not.equal("-i", a) end
     assert.are.equal("process.Process/SendInput", log[2].args[1])
-    assert.are.same({ process = { pid = 9 }, input = { stdin = core.b64encode("abc") } }, log[2].args[2])
+    assert.are.same({ process = { pid = 9 }, input = { stdin = core.b64encode(big) } }, log[2].args[2])
     assert.are.equal("process.Process/CloseStdin", log[3].args[1])
+  end)
+
+  it("hands pipe output over per HTTP chunk and keeps the group id first", function()
+    local core
+    local sp, sb = make{ stream = function()
+      local body = core.envelope(0, cjson.encode(ev{ start = { pid = 1 } }))
+        .. core.envelope(0, cjson.encode(ev{ data = { stdout = fake_sandbox.frames(core,
+          { "!pgid 2", { "o", "a" }, { "e", "E" }, { "o", "b" }, "!exit 0", "!empty", "!done" }) } }))
+      return stream{ { raw = body:sub(1, 7) }, { raw = body:sub(8) } }
+    end }
+    core = sb.core
+    local got = mb.run(function()
+      local h = assert(sp:spawn(spec{ stdio = { stdin = "ignore", stdout = "pipe", stderr = "pipe" } }))
+      local out, err = {}, {}
+      while true do local c = h.stdout:read(1000) if not c then break end out[#out + 1] = c end
+      while true do local c = h.stderr:read(1000) if not c then break end err[#err + 1] = c end
+      local o, werr = h:wait()
+      assert(o, tostring(werr))
+      return { out = out, err = err, o = o, pid = h.pid }
+    end)
+    assert.are.same({ "ab" }, got.out)                   -- one hand-off for the chunk, not per frame
+    assert.are.same({ "E" }, got.err)
+    assert.are.same({ exitCode = 0 }, got.o)
+    assert.are.equal(2, got.pid)
+  end)
+
+  it("fails with the Connect error of an end-of-stream error", function()
+    local core
+    local sp, sb = make{ stream = function()
+      return stream{ ev{ start = { pid = 1 } }, ev{ data = { stdout = fake_sandbox.frames(core, { "!pgid 2" }) } },
+        { raw = core.envelope(2, cjson.encode({ error = { code = "not_found", message = "process gone" } })) },
+        { err = errors.new("E2B_CONNECT_FAILED", "not reached") } }
+    end }
+    core = sb.core
+    local r, err = mb.run(function() local h = assert(sp:spawn(spec())) return h:wait() end)
+    assert.is_nil(r); assert.are.equal("E2B_NOT_FOUND", err.code)
+    assert.truthy(err.message:find("process gone", 1, true))
   end)
 
   it("pipes stdout to a reader that ends at EOF", function()
     local core
     local sp, sb = make{ stream = function()
-      return fake_sandbox.stream{ ev{ start = { pid = 1 } },
+      return stream{ ev{ start = { pid = 1 } },
         ev{ data = { stdout = fake_sandbox.frames(core, { "!pgid 2", { "o", "a" }, { "o", "b" }, "!exit 0", "!empty", "!done" }) } } }
     end }
     core = sb.core
@@ -206,7 +316,7 @@ describe("moonbox.subprocess (unit, scripted sandbox)", function()
   it("reports a stream that dies mid-run instead of hanging", function()
     local core
     local sp, sb = make{ stream = function()
-      return fake_sandbox.stream{ ev{ start = { pid = 1 } },
+      return stream{ ev{ start = { pid = 1 } },
         ev{ data = { stdout = fake_sandbox.frames(core, { "!pgid 2" }) } },
         { err = errors.new("E2B_CONNECT_FAILED", "connection reset") } }
     end }
@@ -226,7 +336,7 @@ describe("moonbox.subprocess (unit, scripted sandbox)", function()
   it("rejects a stream that ends without !done", function()
     local core
     local sp, sb = make{ stream = function()
-      return fake_sandbox.stream{ ev{ start = { pid = 1 } },
+      return stream{ ev{ start = { pid = 1 } },
         ev{ data = { stdout = fake_sandbox.frames(core, { "!pgid 2", "!exit 0" }) } } }
     end }
     core = sb.core
@@ -267,7 +377,7 @@ describe("moonbox.subprocess (unit, scripted sandbox)", function()
       local core
       local handlers = {
         stream = function(method, msg)
-          return fake_sandbox.stream{ ev{ start = { pid = 300 } },
+          return stream{ ev{ start = { pid = 300 } },
             ev{ data = { pty = core.b64encode("$ ") } }, { sleep = 1000 },
             ev{ ["end"] = { exitCode = -1, status = "signal: terminated" } } }
         end,
@@ -331,6 +441,240 @@ describe("moonbox.subprocess (unit, scripted sandbox)", function()
       assert.are.same({ { "killsession", "300", "250" } }, kills)
       assert.are.same({ signal = "SIGTERM" }, r.outcome)
       assert.truthy(r.werr)
+    end)
+  end)
+  describe("review regressions", function()
+    -- A stream of `n` one-frame data chunks after the group id; then `tail` frames.
+    local function flood(core, n, tail, kind)
+      local items = { ev{ start = { pid = 41 } }, ev{ data = { stdout = fake_sandbox.frames(core, { "!pgid 77" }) } } }
+      for i = 1, n do items[#items + 1] = ev{ data = { stdout = fake_sandbox.frames(core, { { kind or "o", "y\n" } }) } } end
+      items[#items + 1] = ev{ data = { stdout = fake_sandbox.frames(core, tail) } }
+      return items
+    end
+
+    it("terminate, done and dispose do not wait for a pipe nobody reads (item 1)", function()
+      local core
+      local sp, sb, log = make{
+        stream = function() return stream(flood(core, 20, { "!signal 15", "!empty", "!done" })) end,
+        unary = function() return {} end,
+      }
+      core = sb.core
+      local r = mb.run(function()
+        local h = assert(sp:spawn(spec{ stdio = { stdin = "ignore", stdout = "pipe", stderr = "pipe" } }))
+        mb.sleep(10)                                     -- the reader is now blocked on the full pipe
+        assert(h:terminate())
+        local o, err = h:wait(5000)
+        local gone = h:waitForExit(5000)
+        return { o = o, err = err, gone = gone, eof = { h.stdout:read(0) }, live = next(sp.live) ~= nil,
+          disposed = { sp:dispose() } }
+      end)
+      assert.are.same({ signal = "SIGTERM" }, r.o, tostring(r.err))
+      assert.is_true(r.gone)
+      assert.are.same({}, r.eof)                         -- unread output was dropped: EOF
+      assert.is_false(r.live)
+      assert.are.same({ true }, r.disposed)
+      assert.are.equal("process.Process/SendSignal", log[2].args[1])
+    end)
+
+    it("drops pipe output after the exit and the drain grace so the tree's end is observed (item 1)", function()
+      local core
+      local sp, sb = make{ stream = function()
+        local items = { ev{ start = { pid = 1 } },
+          ev{ data = { stdout = fake_sandbox.frames(core, { "!pgid 2", { "o", "last\n" }, "!exit 0" }) } } }
+        for i = 1, 20 do items[#items + 1] = ev{ data = { stdout = fake_sandbox.frames(core, { { "o", "d\n" } }) } } end
+        items[#items + 1] = ev{ data = { stdout = fake_sandbox.frames(core, { "!empty", "!done" }) } }
+        return stream(items)
+      end }
+      core = sb.core
+      local r = mb.run(function()
+        local h = assert(sp:spawn(spec{ graceMs = 50, stdio = { stdin = "ignore", stdout = "pipe", stderr = "pipe" } }))
+        local o = assert(h:wait(5000))
+        local gone = h:waitForExit(5000)
+        local got = {}
+        while true do local c = h.stdout:read(0) if not c then break end got[#got + 1] = c end
+        return { o = o, gone = gone, first = got[1], n = #got }
+      end)
+      assert.are.same({ exitCode = 0 }, r.o)
+      assert.is_true(r.gone)
+      assert.are.equal("last\n", r.first)                -- what was queued stays readable
+      assert.are.equal(4, r.n)                           -- the pipe's capacity, the rest dropped
+    end)
+
+    it("terminal terminate does not wait for unread output and reports the observed exit (item 2)", function()
+      local core
+      local sp, sb = make{
+        stream = function()
+          local items = { ev{ start = { pid = 300 } } }
+          for i = 1, 20 do items[#items + 1] = ev{ data = { pty = core.b64encode("y\n") } } end
+          items[#items + 1] = ev{ ["end"] = { exitCode = -1, status = "signal: hangup" } }
+          return stream(items)
+        end,
+        tool = function() return "1\n" end,
+      }
+      core = sb.core
+      local r = mb.run(function()
+        local t = assert(sp:spawnTerminal{ argv = { "/usr/bin/yes" }, cwd = "/w", graceMs = 100 })
+        mb.sleep(10)
+        local ok, err = t:terminate()
+        local o, werr = t:wait(5000)
+        return { ok = ok, err = err, o = o, werr = werr }
+      end)
+      assert.is_true(r.ok, tostring(r.err))
+      assert.are.same({ signal = "SIGHUP" }, r.o, tostring(r.werr))
+    end)
+
+    it("terminal terminate fails when the top-level exit is not observed (item 2)", function()
+      local core
+      local sp, sb = make{
+        stream = function() return stream{ ev{ start = { pid = 300 } }, { sleep = 10000000 },
+          ev{ ["end"] = { exitCode = 0, status = "exit status 0" } } } end,
+        tool = function() return "1\n" end,
+      }
+      core = sb.core
+      local r = mb.run(function()
+        local t = assert(sp:spawnTerminal{ argv = { "/bin/sh" }, cwd = "/w", graceMs = 100 })
+        local ok, err = t:terminate()
+        return { ok = ok, err = err }
+      end)
+      assert.is_nil(r.ok)
+      assert.are.equal("TERMINAL_TEARDOWN", r.err.code)
+    end)
+
+    it("spills live in the swept process directory; mbwrap drops those the tail holds (item 8)", function()
+      local core
+      local sp, sb, log = make{
+        stream = function() return stream{ ev{ start = { pid = 1 } },
+          ev{ data = { stdout = fake_sandbox.frames(core, { "!pgid 2", "!exit 0", "!empty", "!done" }) } } } end,
+        unary = function() return {} end,
+      }
+      core = sb.core
+      local r = mb.run(function()
+        local h = assert(sp:spawn(spec{ stdio = { stdin = "ignore", stdout = { maxBytes = 100, spill = { maxBytes = 1000 } },
+          stderr = { maxBytes = 7, spill = { maxBytes = 9 } } } }))
+        assert(h:wait())
+        local n_before = #log
+        assert(sp:dispose())
+        return { n_before = n_before }
+      end)
+      assert.are.equal(1, r.n_before)                    -- still one request per spawn
+      local args = log[1].args[2].process.args
+      local o, k = {}, {}
+      for i = 1, #args - 1 do
+        if args[i] == "-o" or args[i] == "-e" then o[#o + 1] = args[i + 1] end
+        if args[i] == "-k" then k[#k + 1] = args[i + 1] end
+      end
+      local dir = "/tmp/.moonbox-x/processes-" .. sp.id
+      assert.are.equal(dir .. "/", o[1]:sub(1, #dir + 1))
+      assert.truthy(o[1]:match("/spill%-[^/]*%.stdout%.log:1000$"))
+      assert.truthy(o[2]:match("/spill%-[^/]*%.stderr%.log:9$") and o[2]:sub(1, #dir + 1) == dir .. "/")
+      assert.are.same({ "o:100", "e:7" }, k)
+      assert.are.equal(2, #log)                          -- dispose: one Remove of the directory
+      assert.are.same({ "filesystem.Filesystem/Remove", { path = "/tmp/.moonbox-x/processes-" .. sp.id } },
+        { log[2].args[1], log[2].args[2] })
+    end)
+
+    it("a cancel token starts terminate; a fired token refuses the spawn (item 9)", function()
+      local core
+      local sp, sb, log = make{
+        stream = function() return stream{ ev{ start = { pid = 41 } },
+          ev{ data = { stdout = fake_sandbox.frames(core, { "!pgid 77" }) } }, { sleep = 1000 },
+          ev{ data = { stdout = fake_sandbox.frames(core, { "!signal 15", "!empty", "!done" }) } } } end,
+        unary = function() return {} end,
+      }
+      core = sb.core
+      local r = mb.run(function()
+        local cancel = mb.event()
+        local h = assert(sp:spawn(spec{ cancel = cancel }))
+        mb.sleep(10)
+        cancel:set()
+        local o = assert(h:wait())
+        local fired = mb.event(); fired:set()
+        local h2, err = sp:spawn(spec{ cancel = fired })
+        return { o = o, h2 = h2, err = err }
+      end)
+      assert.are.equal("process.Process/SendSignal", log[2].args[1])
+      assert.are.same({ process = { pid = 41 }, signal = "SIGNAL_SIGTERM" }, log[2].args[2])
+      assert.are.same({ signal = "SIGTERM" }, r.o)
+      assert.is_nil(r.h2); assert.are.equal("SUBPROCESS_CANCELED", r.err.code)
+      assert.are.equal(2, #log)                          -- the refused spawn sent nothing
+      assert.has_error(function() mb.run(function() sp:spawn(spec{ cancel = "now" }) end) end)
+    end)
+
+    it("a cancel token abandons a terminal allocation and kills a PTY that starts late (item 9)", function()
+      local core
+      local sp, sb, log = make{
+        stream = function() return stream{ { sleep = 1000 }, ev{ start = { pid = 300 } }, { sleep = 10000000 } } end,
+        tool = function() return "1\n" end,
+      }
+      core = sb.core
+      local r = mb.run(function()
+        local cancel = mb.event()
+        mb.spawn(function() mb.sleep(10) cancel:set() end)
+        local t0 = mb.now()
+        local t, err = sp:spawnTerminal{ argv = { "/bin/sh" }, cwd = "/w", graceMs = 100, cancel = cancel }
+        local waited = mb.now() - t0
+        mb.sleep(2000)                                   -- the late start is cleaned up meanwhile
+        return { t = t, err = err, waited = waited }
+      end)
+      assert.is_nil(r.t); assert.are.equal("SUBPROCESS_CANCELED", r.err.code)
+      assert.is_true(r.waited < 1000)                    -- virtual clock: returned before the start
+      local kills = {}
+      for _, e in ipairs(log) do if e.kind == "tool" then kills[#kills + 1] = e.args[1] end end
+      assert.are.same({ { "killsession", "300", "100" } }, kills)
+    end)
+
+    it("keeps a process whose stream broke tracked; dispose kills it by its ids (item 11)", function()
+      local core
+      local sp, sb, log = make{
+        stream = function() return stream{ ev{ start = { pid = 41 } },
+          ev{ data = { stdout = fake_sandbox.frames(core, { "!pgid 77" }) } },
+          { err = errors.new("E2B_CONNECT_FAILED", "connection reset") } } end,
+        unary = function() return {} end,
+        tool = function() return "1\n" end,
+      }
+      core = sb.core
+      local r = mb.run(function()
+        local h = assert(sp:spawn(spec{ graceMs = 250 }))
+        local _, err = h:wait()
+        local tracked = sp.live[h] == true
+        local ok, derr = sp:dispose()
+        return { err = err, tracked = tracked, ok = ok, derr = derr, gone = h:waitForExit(0) }
+      end)
+      assert.are.equal("E2B_CONNECT_FAILED", r.err.code)
+      assert.is_true(r.tracked)
+      assert.is_true(r.ok, tostring(r.derr))
+      assert.is_true(r.gone)
+      assert.are.same({ "process.Process/SendSignal", { process = { pid = 41 }, signal = "SIGNAL_SIGTERM" } },
+        { log[2].args[1], log[2].args[2] })
+      assert.are.same({ "killsession", "77", "250" }, { table.unpack(log[3].args[1]) })
+    end)
+
+    it("treats a deleted sandbox as the end of a broken process at dispose (item 11)", function()
+      local core
+      local sp, sb, log = make{
+        stream = function() return stream{ ev{ start = { pid = 41 } },
+          ev{ data = { stdout = fake_sandbox.frames(core, { "!pgid 77" }) } },
+          { err = errors.new("E2B_IO", "transfer closed") } } end,
+        unary = function() return nil, errors.new("E2B_UNAVAILABLE", "process.Process/SendSignal: [unavailable] The sandbox was not found") end,
+      }
+      core = sb.core
+      local ok = mb.run(function()
+        local h = assert(sp:spawn(spec()))
+        h:wait()
+        return sp:dispose()
+      end)
+      assert.is_true(ok)
+      assert.are.equal(2, #log)                          -- Start, SendSignal; no killsession
+    end)
+
+    it("maps a missing cwd to a spawn failure naming it (item 11)", function()
+      local sp = make{ stream = function()
+        return nil, errors.new("E2B_INVALID_ARGUMENT", "process.Process/Start: [invalid_argument] cwd '/nope' does not exist")
+      end }
+      local h, err = mb.run(function() return sp:spawn(spec{ cwd = "/nope" }) end)
+      assert.is_nil(h); assert.are.equal("SPAWN_FAILED", err.code)
+      assert.truthy(err.message:find('"/nope"', 1, true))
+      assert.are.equal("E2B_INVALID_ARGUMENT", err.cause.code)
     end)
   end)
 end)

@@ -219,6 +219,33 @@ describe("moonbox.envd", function()
     assert.are.equal(2, fake.last_stream.reads); assert.is_true(fake.last_stream.closed)
   end)
 
+  it("streams a download without any cap when max_bytes is false", function()
+    fake.push{ status = 200, headers = { ["content-length"] = "9" }, chunks = { "abc", "def", "ghi" } }
+    local d = assert(client:open_download("/a", { max_bytes = false }))
+    local parts = {}
+    while true do
+      local c, err = d.read()
+      assert.is_nil(err)
+      if not c then break end
+      parts[#parts + 1] = c
+    end
+    assert.are.equal("abcdefghi", table.concat(parts))
+    assert.are.equal(0, fake.log[1].max_bytes)      -- the transport's "no cap"
+    assert.has_error(function() client:open_download("/a", {}) end)
+  end)
+
+  it("uploads and runs processes as another user when asked (root install)", function()
+    fake.push{ status = 200, body = '[{"path":"/opt/x/mbwrap","name":"mbwrap","type":"file"}]' }
+    assert(client:upload("/opt/x/mbwrap", nil, { file = "/tmp/mbwrap", user = "root" }))
+    assert.are.equal("http://sbx.test/files?path=/opt/x/mbwrap&username=root", fake.log[1].url)
+    fake.push{ status = 200, chunks = { core.envelope(2, "{}") } }
+    assert(client:stream("process.Process/Start", {}, { user = "root" }))
+    assert.are.equal("Basic cm9vdDo=", fake.log[2].headers["Authorization"])
+    fake.push{ status = 200, chunks = { core.envelope(2, "{}") } }
+    assert(client:stream("process.Process/Start", {}))
+    assert.is_nil(fake.log[3].headers["Authorization"])
+  end)
+
   it("maps download errors by status", function()
     fake.push{ status = 404, chunks = { '{"code":404,"message":"path \'/a\' does not exist"}' } }
     local r, err = client:download("/a", { max_bytes = 5 })

@@ -6,7 +6,8 @@
 
 static const char HELP[] =
     "mbwrap: moonbox's in-sandbox process-group wrapper (frames on stdout; see PROTOCOL.md)\n"
-    "  mbwrap run [-g GRACE_MS] [-o SPILL:MAX] [-e SPILL:MAX] [-E NAME=VALUE]... -- PROGRAM [ARG]...\n"
+    "  mbwrap run [-g GRACE_MS] [-o SPILL:MAX] [-e SPILL:MAX] [-i BASE64] [-E NAME=VALUE]... [-K NAME]...\n"
+    "             -- PROGRAM [ARG]...\n"
     "  mbwrap realpath PATH [CWD]\n"
     "  mbwrap stat [-L] PATH\n"
     "  mbwrap publish [--create-only | --expect VERSION] [--mode OCTAL | --keep-mode] [--before MAX]\n"

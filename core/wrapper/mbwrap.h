@@ -14,6 +14,7 @@
 /* ---- out.c: base64 encoder and frame output buffer ---- */
 size_t mb_b64_len(size_t n);
 size_t mb_b64_encode(const unsigned char *in, size_t n, char *out);
+long mb_b64_decode(const char *in, size_t n, unsigned char *out); /* strict; -1 if invalid */
 
 /* A FIFO of bytes to write to stdout; whole frames are appended, partial writes are fine. */
 struct obuf {

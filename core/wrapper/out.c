@@ -1,6 +1,6 @@
 /* Frame output for mbwrap.
  *
- * The wrapper carries its own tiny base64 *encoder*: it is linked statically against musl, which has
+ * The wrapper carries its own tiny base64 encoder (and a strict decoder for `run -i`): it is linked statically against musl, which has
  * no OpenSSL, and it must need nothing else inside the sandbox. This is the one justified exception
  * to "use a real library"; the host decodes (strictly, canonically) with OpenSSL in core/frames.c. */
 #include "mbwrap.h"
@@ -39,6 +39,37 @@ size_t mb_b64_encode(const unsigned char *in, size_t n, char *out) {
     out[o++] = '=';
   }
   return o;
+}
+
+static int b64_val(unsigned char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
+/* Strict, canonical: standard alphabet, length a multiple of 4, '=' only as final padding, unused
+ * bits zero. out holds at least 3 * n / 4 bytes. Returns the decoded length, or -1. */
+long mb_b64_decode(const char *in, size_t n, unsigned char *out) {
+  if (n % 4) return -1;
+  size_t o = 0;
+  for (size_t i = 0; i < n; i += 4) {
+    int pad = in[i + 3] == '=' ? (in[i + 2] == '=' ? 2 : 1) : 0;
+    if (pad && i + 4 != n) return -1;
+    int v[4];
+    for (int k = 0; k < 4 - pad; k++)
+      if ((v[k] = b64_val((unsigned char)in[i + k])) < 0) return -1;
+    uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12;
+    if (pad < 2) w |= (uint32_t)v[2] << 6;
+    if (pad < 1) w |= (uint32_t)v[3];
+    if ((pad == 2 && (w & 0xffff)) || (pad == 1 && (w & 0xff))) return -1;
+    out[o++] = (unsigned char)(w >> 16);
+    if (pad < 2) out[o++] = (unsigned char)(w >> 8);
+    if (pad < 1) out[o++] = (unsigned char)w;
+  }
+  return (long)o;
 }
 
 int ob_init(struct obuf *ob, size_t cap) {

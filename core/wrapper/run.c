@@ -34,6 +34,8 @@ struct src {
   const char *spill_path;
   uint64_t spill_max;
   int spill_fd;
+  int has_keep;       /* -k: remove the spill at the end when the stream stayed <= keep_min */
+  uint64_t keep_min;
   uint64_t total;
   size_t pre_exit; /* bytes still queued in the pipe when the leader was reaped */
 };
@@ -48,10 +50,16 @@ struct run {
   int64_t kill_at, next_rescan;
   uint64_t grace_ms;
   int stdout_flags; /* restored at exit when we made stdout non-blocking */
+  int in_fd;        /* write end of the program's stdin pipe (-i), -1 when none or finished */
+  unsigned char *in_buf;
+  size_t in_len, in_off;
+  const char *env_missing; /* a -K name absent from our own environment */
 };
 
 static void usage(void) {
-  fputs("usage: mbwrap run [-g GRACE_MS] [-o SPILL:MAX] [-e SPILL:MAX] [-E NAME=VALUE]... -- PROGRAM [ARG]...\n",
+  fputs("usage: mbwrap run [-g GRACE_MS] [-o SPILL:MAX] [-e SPILL:MAX] [-k o|e:MIN]... [-i BASE64]\n"
+        "                  [-E NAME=VALUE]... [-K NAME]..."
+        "                  -- PROGRAM [ARG]...\n",
         stderr);
 }
 
@@ -110,9 +118,34 @@ static void spill_write(struct src *s, const char *buf, size_t n) {
 static int spill_open(struct src *s) {
   if (!s->spill_path) return 0;
   s->spill_fd = open(s->spill_path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (s->spill_fd < 0 && errno == ENOENT) {
+    /* The spill's own directory (one level, mode 0700) is made on first use: the host keeps its
+     * spills in one directory it can sweep with a single request. */
+    char *slash = strrchr(s->spill_path, '/');
+    if (slash && slash != s->spill_path) {
+      *slash = 0;
+      int rc = mkdir(s->spill_path, 0700);
+      *slash = '/';
+      if (rc < 0 && errno != EEXIST) {
+        errno = ENOENT;
+        return -1;
+      }
+      s->spill_fd = open(s->spill_path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    }
+  }
   if (s->spill_fd < 0) return -1;
   if (fchmod(s->spill_fd, 0600) < 0) return -1; /* an existing file keeps its mode otherwise */
   return 0;
+}
+
+/* The stream is complete: a spill nobody needs (the program never ran, or the stream stayed
+ * within -k's MIN, i.e. the host's in-memory tail holds it whole) is removed quietly. */
+static void spill_finish(struct run *r, struct src *s) {
+  if (s->spill_fd < 0) return;
+  if (!r->spawn_failed && !(s->has_keep && s->total <= s->keep_min)) return;
+  close(s->spill_fd);
+  s->spill_fd = -1;
+  unlink(s->spill_path);
 }
 
 /* ---- program pipes ---- */
@@ -141,6 +174,24 @@ static void src_read(struct run *r, struct src *s) {
   s->pre_exit = s->pre_exit > (size_t)n ? s->pre_exit - (size_t)n : 0;
   spill_write(s, buf, (size_t)n);
   if (!r->out_dead) ob_frame(&r->ob, s->kind, buf, (size_t)n);
+}
+
+/* ---- stdin (-i) ---- */
+
+static void in_close(struct run *r) {
+  if (r->in_fd >= 0) close(r->in_fd);
+  r->in_fd = -1;
+}
+
+static void in_write(struct run *r) {
+  while (r->in_off < r->in_len) {
+    ssize_t w = write(r->in_fd, r->in_buf + r->in_off, r->in_len - r->in_off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (w <= 0) break; /* EPIPE: the program closed its stdin; the rest is not wanted */
+    r->in_off += (size_t)w;
+  }
+  in_close(r); /* all written (or unwritable): the program sees EOF */
 }
 
 /* ---- the tree ---- */
@@ -288,7 +339,8 @@ static void reset_reserved(int sig) {
   syscall(SYS_rt_sigaction, sig, &ka, NULL, sizeof ka.mask);
 }
 
-static void child_main(char **argv, char **envp, int outw, int errw_fd, int readyw, int gor, int gow, int errw) {
+static void child_main(char **argv, char **envp, int inr, int outw, int errw_fd, int readyw, int gor, int gow,
+                       int errw) {
   close(gow); /* so that the wrapper's death reads as EOF below */
   sigset_t none;
   sigemptyset(&none);
@@ -308,7 +360,8 @@ static void child_main(char **argv, char **envp, int outw, int errw_fd, int read
   while (k < 0 && errno == EINTR);
   if (k != 1 || c != 'g') _exit(126); /* the wrapper vanished before publishing the group id */
   close(gor);
-  if (dup2(outw, 1) < 0 || dup2(errw_fd, 2) < 0) child_fail(errw, errno, "cannot redirect output of", argv[0]);
+  if ((inr >= 0 && dup2(inr, 0) < 0) || dup2(outw, 1) < 0 || dup2(errw_fd, 2) < 0)
+    child_fail(errw, errno, "cannot redirect stdio of", argv[0]);
   /* Nothing else the wrapper holds (or inherited) reaches the program; errw is close-on-exec. */
   syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
   exec_program(argv, envp, errw);
@@ -327,6 +380,7 @@ static void progress(struct run *r) {
   }
   if (!r->finished && r->no_children && (r->exit_sent || r->spawn_failed) && r->src[0].fd < 0 &&
       r->src[1].fd < 0) {
+    for (int i = 0; i < 2; i++) spill_finish(r, &r->src[i]);
     ctl(r, "!empty", NULL, 0);
     ctl(r, "!done", NULL, 0);
     r->finished = 1;
@@ -345,11 +399,14 @@ static int loop(struct run *r) {
       close(r->gofd);
       r->gofd = -1;
     }
-    struct pollfd p[5];
-    int np = 0, isig = -1, iout = -1, ierr = -1, isrc[2] = {-1, -1};
+    /* Nobody is left to read the program's stdin: stop feeding it. */
+    if (r->in_fd >= 0 && r->no_children) in_close(r);
+    struct pollfd p[6];
+    int np = 0, isig = -1, iout = -1, ierr = -1, iin = -1, isrc[2] = {-1, -1};
     p[isig = np++] = (struct pollfd){.fd = r->sfd, .events = POLLIN};
     if (!r->out_dead && ob_len(&r->ob)) p[iout = np++] = (struct pollfd){.fd = 1, .events = POLLOUT};
     if (r->errfd >= 0) p[ierr = np++] = (struct pollfd){.fd = r->errfd, .events = POLLIN};
+    if (r->in_fd >= 0 && r->gofd < 0) p[iin = np++] = (struct pollfd){.fd = r->in_fd, .events = POLLOUT};
     /* Backpressure: program output is read only while a whole frame plus control frames fits. */
     int room = r->out_dead || ob_space(&r->ob) >= MB_FRAME_LINE + CTL_RESERVE;
     int any_src = 0;
@@ -383,6 +440,7 @@ static int loop(struct run *r) {
       }
     }
     if (ierr >= 0 && p[ierr].revents && r->errfd >= 0) resolve_errpipe(r);
+    if (iin >= 0 && p[iin].revents && r->in_fd >= 0) in_write(r);
     for (int i = 0; i < 2; i++)
       if (isrc[i] >= 0 && r->src[i].fd >= 0 && (p[isrc[i]].revents || r->no_children)) src_read(r, &r->src[i]);
     if (r->term == 1 && mb_now_ms() >= r->kill_at) r->term = 2;
@@ -443,18 +501,57 @@ static int run_with(struct run *rp, char **envp, int argc, char **argv) {
         fprintf(stderr, "mbwrap run: bad spill '%s' (want PATH:MAXBYTES)\n", v);
         return 2;
       }
-    } else if (strcmp(a, "-E") == 0) {
-      const char *eq = strchr(v, '=');
-      if (!eq || eq == v) {
-        fprintf(stderr, "mbwrap run: bad environment entry (want NAME=VALUE)\n");
+    } else if (strcmp(a, "-k") == 0) {
+      struct src *ks = (v[0] == 'o' || v[0] == 'e') && v[1] == ':' ? &rp->src[v[0] == 'o' ? 0 : 1] : NULL;
+      if (!ks || parse_u64(v + 2, &ks->keep_min) < 0) {
+        fprintf(stderr, "mbwrap run: bad -k '%s' (want o:MIN or e:MIN)\n", v);
         return 2;
       }
-      for (size_t k = 0; k < nenv; k++)
-        if (strncmp(envp[k], v, (size_t)(eq - v) + 1) == 0) {
-          fprintf(stderr, "mbwrap run: duplicate environment name '%.*s'\n", (int)(eq - v), v);
+      ks->has_keep = 1;
+    } else if (strcmp(a, "-i") == 0) {
+      size_t n = strlen(v);
+      free(rp->in_buf);
+      rp->in_buf = malloc(n / 4 * 3 + 1);
+      long k = rp->in_buf ? mb_b64_decode(v, n, rp->in_buf) : -1;
+      if (k < 0) {
+        fprintf(stderr, "mbwrap run: bad -i (want canonical base64)\n");
+        return 2;
+      }
+      rp->in_len = (size_t)k;
+      rp->in_off = 0;
+      rp->in_fd = -2; /* requested: the pipe is made below */
+    } else if (strcmp(a, "-E") == 0 || strcmp(a, "-K") == 0) {
+      /* -K NAME keeps NAME=value from our own environment (the Start request's envs): values
+       * need not appear on the command line. */
+      const char *entry = v;
+      size_t nl;
+      if (a[1] == 'K') {
+        nl = strlen(v);
+        if (!nl || strchr(v, '=')) {
+          fprintf(stderr, "mbwrap run: bad -K name\n");
           return 2;
         }
-      envp[nenv++] = (char *)v;
+        entry = NULL;
+        for (char **e = environ; e && *e; e++)
+          if (strncmp(*e, v, nl) == 0 && (*e)[nl] == '=') entry = *e;
+        if (!entry) {
+          if (!rp->env_missing) rp->env_missing = v;
+          continue;
+        }
+      } else {
+        const char *eq = strchr(v, '=');
+        if (!eq || eq == v) {
+          fprintf(stderr, "mbwrap run: bad environment entry (want NAME=VALUE)\n");
+          return 2;
+        }
+        nl = (size_t)(eq - v);
+      }
+      for (size_t k = 0; k < nenv; k++)
+        if (strncmp(envp[k], entry, nl + 1) == 0) {
+          fprintf(stderr, "mbwrap run: duplicate environment name '%.*s'\n", (int)nl, entry);
+          return 2;
+        }
+      envp[nenv++] = (char *)entry;
     } else {
       fprintf(stderr, "mbwrap run: unknown option '%s'\n", a);
       usage();
@@ -491,25 +588,35 @@ static int run_with(struct run *rp, char **envp, int argc, char **argv) {
   }
 
   int outp[2] = {-1, -1}, errp[2] = {-1, -1}, ready[2] = {-1, -1}, gop[2] = {-1, -1}, exp[2] = {-1, -1};
+  int inp[2] = {-1, -1};
   char msg[ERRMSG_MAX];
   int serr = 0;
-  if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) {
+  if (rp->env_missing) {
+    serr = EINVAL;
+    snprintf(msg, sizeof msg, "environment variable '%.200s' (-K) is not in the wrapper's environment",
+             rp->env_missing);
+  } else if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) {
     serr = errno;
     snprintf(msg, sizeof msg, "cannot become a child subreaper: %s", strerror(serr));
   } else if (spill_open(&rp->src[0]) < 0 || spill_open(&rp->src[1]) < 0) {
     serr = errno;
     snprintf(msg, sizeof msg, "cannot open spill file: %s", strerror(serr));
   } else if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 || pipe2(ready, O_CLOEXEC) < 0 ||
-             pipe2(gop, O_CLOEXEC) < 0 || pipe2(exp, O_CLOEXEC) < 0) {
+             pipe2(gop, O_CLOEXEC) < 0 || pipe2(exp, O_CLOEXEC) < 0 ||
+             (rp->in_fd == -2 && pipe2(inp, O_CLOEXEC) < 0)) {
     serr = errno;
     snprintf(msg, sizeof msg, "cannot create pipes: %s", strerror(serr));
   } else if ((rp->leader = fork()) < 0) {
     serr = errno;
     snprintf(msg, sizeof msg, "cannot fork: %s", strerror(serr));
   } else if (rp->leader == 0) {
-    child_main(prog, envp, outp[1], errp[1], ready[1], gop[0], gop[1], exp[1]);
+    close(inp[1]);
+    child_main(prog, envp, inp[0], outp[1], errp[1], ready[1], gop[0], gop[1], exp[1]);
   }
+  if (inp[0] >= 0) close(inp[0]);
+  rp->in_fd = -1;
   if (serr) {
+    if (inp[1] >= 0) close(inp[1]);
     rp->leader = 0;
     rp->no_children = 1;
     spawn_error(rp, serr, msg);
@@ -524,6 +631,10 @@ static int run_with(struct run *rp, char **envp, int argc, char **argv) {
     fcntl(outp[0], F_SETFL, O_NONBLOCK);
     fcntl(errp[0], F_SETFL, O_NONBLOCK);
     rp->errfd = exp[0];
+    if (inp[1] >= 0) {
+      rp->in_fd = inp[1];
+      fcntl(inp[1], F_SETFL, O_NONBLOCK);
+    }
     char c;
     ssize_t k;
     do k = read(ready[0], &c, 1);
@@ -547,7 +658,7 @@ int run_main(int argc, char **argv) {
   struct run r;
   memset(&r, 0, sizeof r);
   r.grace_ms = 2000;
-  r.errfd = r.gofd = r.sfd = -1;
+  r.errfd = r.gofd = r.sfd = r.in_fd = -1;
   r.src[0] = (struct src){.fd = -1, .kind = 'o', .spill_fd = -1};
   r.src[1] = (struct src){.fd = -1, .kind = 'e', .spill_fd = -1};
   char **envp = calloc((size_t)argc + 1, sizeof *envp);
@@ -558,6 +669,8 @@ int run_main(int argc, char **argv) {
     free((char *)r.src[k].spill_path);
   }
   free(r.ob.buf);
+  free(r.in_buf);
+  if (r.in_fd >= 0) close(r.in_fd);
   free(envp);
   return rc;
 }

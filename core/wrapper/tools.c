@@ -409,7 +409,7 @@ int tool_fg(int argc, char **argv) {
   return tool_finish(0);
 }
 
-/* ---- killsession: TERM, grace, KILL until the session is empty ---- */
+/* ---- killsession: HUP+TERM, grace, KILL until the session is empty ---- */
 
 struct pidset {
   pid_t *v;
@@ -434,7 +434,9 @@ static void pidset_add(struct pidset *s, pid_t p) {
   s->v[s->n++] = p;
 }
 
-/* Signals every live member of the session (TERM also gets CONT); returns how many were alive. */
+/* Signals every live member of the session; returns how many were alive. SIGTERM means HUP, TERM
+ * and CONT: HUP first, because an interactive shell ignores TERM but exits at once on HUP (the
+ * hangup of its terminal) and a stopped process acts on either only once continued. */
 static size_t signal_session(pid_t sid, int sig, struct pidset *seen, int only_new) {
   struct pstat *all;
   size_t n, live = 0;
@@ -444,6 +446,7 @@ static size_t signal_session(pid_t sid, int sig, struct pidset *seen, int only_n
     if (all[i].sid != sid || all[i].pid == self || all[i].state == 'Z' || all[i].state == 'X') continue;
     live++;
     if (only_new && pidset_has(seen, all[i].pid)) continue;
+    if (sig == SIGTERM) kill(all[i].pid, SIGHUP);
     if (kill(all[i].pid, sig) == 0) {
       pidset_add(seen, all[i].pid);
       if (sig == SIGTERM) kill(all[i].pid, SIGCONT);

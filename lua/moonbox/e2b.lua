@@ -6,11 +6,14 @@
 -- apiKey, E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL, E2B_DOMAIN set, the owner starts a local
 -- sandboxd and stops it at teardown.
 --
--- Creation starts when the plugin loads. Setup (3 requests: create, upload mbwrap, one prepare
--- process) makes cwd, a private runtime root (0700, verified to be a real directory) outside
--- cwd, installs mbwrap there and captures the ambient environment once. `owner:sandbox()` waits
--- for setup and hands out the handle; a setup failure deletes the sandbox once and reports the
--- original error. Teardown follows policies/lifecycle.lua.
+-- Creation starts when the plugin loads. Setup (4 requests: create, upload mbwrap as root, one
+-- root process that makes it 0755 in a root-owned 0755 directory and verifies both, one user
+-- process) makes cwd, a private runtime root (0700, made fresh, verified to be a real
+-- directory) outside cwd for staging and spills, and captures the ambient environment once.
+-- The sandbox user can neither replace nor change mbwrap. `owner:sandbox()` waits for setup
+-- and hands out the handle; a setup failure deletes the sandbox once and reports the original
+-- error. Teardown follows policies/lifecycle.lua; a failed delete is reported and retried by
+-- the next dispose().
 local errors = require "moonbox.errors"
 local api_mod = require "moonbox.api"
 local envd_mod = require "moonbox.envd"
@@ -39,6 +42,9 @@ M.schema = {
 
 local function mb() return require "moonbox" end
 local FOREVER_MS = 2147483647
+-- Where mbwrap is installed: a root-owned 0755 directory ("%s": the owner's random id) whose
+-- parent the sandbox user cannot write (policies/lifecycle.lua `wrapper_dir` overrides).
+M.WRAPPER_DIR = "/opt/.moonbox-%s"
 
 local function random_hex(n)
   local f = io.open("/dev/urandom", "rb")
@@ -49,12 +55,6 @@ end
 M.random_hex = random_hex
 
 local function shell_quote(s) return "'" .. s:gsub("'", "'\"'\"'") .. "'" end
-
-local function env_or_nil(name)
-  local v = os.getenv(name)
-  if v == nil or v == "" then return nil end
-  return v
-end
 
 -- Where the endpoints are; local = true when moonbox must start its own sandboxd.
 -- `getenv` (default os.getenv) lets an embedder or a spec supply the environment.
@@ -84,21 +84,48 @@ function M.sandbox_url(ep, id, domain)
   return ("https://%d-%s.%s"):format(envd_mod.PORT, id, d)
 end
 
-local function find_binary(env_name, name)
-  local v = env_or_nil(env_name)
+-- The running program when it is the moonbox executable (not a Lua interpreter): its path.
+local function moonbox_exe()
+  local f = io.open("/proc/self/stat", "r")              -- opened by us: our own pid
+  local pid = f and f:read("n")
+  if f then f:close() end
+  if not pid then return nil end
+  local p = io.popen("readlink -- /proc/" .. math.tointeger(pid) .. "/exe 2>/dev/null")
+  local exe = p and p:read("l")
+  if p then p:close() end
+  if exe and exe:match("/moonbox$") then return exe end
+  return nil
+end
+M.moonbox_exe = moonbox_exe
+
+local function exists(p)
+  local f = io.open(p, "rb")
+  if f then f:close() return true end
+  return false
+end
+
+-- A helper binary of this build: $<env_name>, else next to the running moonbox executable,
+-- else $MB_BUILD_DIR/bin, else the build dir of the loaded C core (<build>/lib/moonbox/core.so),
+-- else <source>/build/bin. `getenv` and `exe` (the moonbox executable, or false) are for specs.
+local function find_binary(env_name, name, getenv, exe)
+  getenv = getenv or os.getenv
+  local function get(n) local v = getenv(n) if v == nil or v == "" then return nil end return v end
+  local v = get(env_name)
   if v then return v end
-  local build = env_or_nil("MB_BUILD_DIR")
-  if build then
-    local p = build .. "/bin/" .. name
-    local f = io.open(p, "rb")
-    if f then f:close() return p end
-  end
+  local dirs = {}
+  if exe == nil then exe = moonbox_exe() end
+  if exe then dirs[#dirs + 1] = exe:match("^(.*)/[^/]*$") end
+  local build = get("MB_BUILD_DIR")
+  if build then dirs[#dirs + 1] = build .. "/bin" end
+  local so = package.searchpath and package.searchpath("moonbox.core", package.cpath)
+  local sobuild = so and so:match("^(.*)/lib/moonbox/core%.so$")
+  if sobuild then dirs[#dirs + 1] = sobuild .. "/bin" end
   -- next to the Lua tree: <root>/lua/moonbox/e2b.lua → <root>/build/bin/<name>
   local here = debug.getinfo(1, "S").source:match("^@(.*)/lua/moonbox/e2b%.lua$")
-  if here then
-    local p = here .. "/build/bin/" .. name
-    local f = io.open(p, "rb")
-    if f then f:close() return p end
+  if here then dirs[#dirs + 1] = here .. "/build/bin" end
+  for _, d in ipairs(dirs) do
+    local p = d .. "/" .. name
+    if exists(p) then return p end
   end
   return nil
 end
@@ -106,10 +133,11 @@ M.find_binary = find_binary
 
 -- Local sandboxd: a host child process (mb.proc) listening on a free loopback port, which it
 -- reports on stdout ("sandboxd listening on http://127.0.0.1:PORT"); its state directory is
--- private to this owner and removed at stop.
+-- private to this owner and removed at stop. --exit-with-parent: it destroys its sandboxes and
+-- exits when moonbox dies without stopping it (SIGKILL, crash).
 local function start_sandboxd(timeouts)
   local m = mb()
-  local bin = find_binary("MOONBOX_SANDBOXD", "sandboxd")
+  local bin = M.find_binary("MOONBOX_SANDBOXD", "sandboxd")
   if not bin then
     return nil, errors.new("E2B_SANDBOXD", "no E2B endpoint configured and no local sandboxd found "
       .. "(set E2B_API_KEY for the cloud, or MOONBOX_SANDBOXD / MB_BUILD_DIR)")
@@ -120,7 +148,7 @@ local function start_sandboxd(timeouts)
   if not state or state == "" then return nil, errors.new("E2B_SANDBOXD", "cannot make a state directory") end
   local key = "e2b_" .. random_hex(20)
   local proc, err = m.proc.spawn{ argv = { bin, "--listen", "127.0.0.1:0", "--api-key", key,
-    "--state-dir", state .. "/state" } }
+    "--state-dir", state .. "/state", "--exit-with-parent" } }
   if not proc then
     os.execute("rm -rf " .. shell_quote(state))
     return nil, err
@@ -177,13 +205,13 @@ Sandbox.__index = Sandbox
 local function event_bytes(self, b64) return self.core.b64decode(b64) end
 
 -- Run a program directly (no shell) and collect its raw stdout/stderr (for setup only).
--- → { stdout, stderr, exit_code } | nil, err
+-- opts: envs, cwd, timeout_ms, user (default: the sandbox user). → { stdout, stderr, exit_code } | nil, err
 function Sandbox:exec_raw(argv, opts)
   opts = opts or {}
   local args = {}
   for i = 2, #argv do args[#args + 1] = argv[i] end
   local proc = { cmd = argv[1], args = #args > 0 and args or nil, envs = opts.envs, cwd = opts.cwd }
-  local s, err = self.envd:stream("process.Process/Start", { process = proc, stdin = false })
+  local s, err = self.envd:stream("process.Process/Start", { process = proc, stdin = false }, { user = opts.user })
   if not s then return nil, err end
   local out, errb, code = {}, {}, nil
   while true do
@@ -250,13 +278,31 @@ end
 local Owner = {}
 Owner.__index = Owner
 
--- Setup script: verify the runtime root is a real directory (upload created it), lock it down,
--- make cwd, report the login home and the ambient environment (NUL-separated, exact bytes).
+-- Root setup script: mbwrap (uploaded as root: root's, 0644) becomes 0755 in its root-owned
+-- directory; then both and the directory's parent are verified (a real root-owned 0755
+-- directory and regular file; a parent the sandbox user cannot rename entries in).
+local INSTALL = [[
+set -e
+dir=$1 wrap=$2
+chmod 755 -- "$dir" "$wrap"
+[ -d "$dir" ] && [ ! -L "$dir" ] && [ "$(stat -c '%u %a' -- "$dir")" = "0 755" ] ||
+  { echo "wrapper directory must be a root-owned 0755 directory: $dir" >&2; exit 3; }
+[ -f "$wrap" ] && [ ! -L "$wrap" ] && [ "$(stat -c '%u %a %h' -- "$wrap")" = "0 755 1" ] ||
+  { echo "mbwrap must be a root-owned 0755 regular file: $wrap" >&2; exit 3; }
+parent=$(dirname -- "$dir")
+set -- $(stat -c '%u %a' -- "$parent")
+[ "$1" = 0 ] && { [ $(( 0$2 & 022 )) = 0 ] || [ $(( 0$2 & 01000 )) != 0 ]; } ||
+  { echo "wrapper directory's parent is not protected: $parent" >&2; exit 3; }
+]]
+
+-- Setup script (the sandbox user): make the runtime root fresh (mkdir fails on anything already
+-- there, a symlink included), verify it, make cwd, report the login home and the ambient
+-- environment (NUL-separated, exact bytes).
 local PREPARE = [[
 set -e
-root=$1 cwd=$2 wrap=$3
+root=$1 cwd=$2
+mkdir -m 700 -- "$root" || { echo "cannot make the runtime root: $root" >&2; exit 3; }
 [ -d "$root" ] && [ ! -L "$root" ] || { echo "runtime root must be a real directory: $root" >&2; exit 3; }
-chmod 700 -- "$root" && chmod 700 -- "$wrap"
 mkdir -p -- "$cwd"
 [ -d "$cwd" ] || { echo "cwd is not a directory: $cwd" >&2; exit 4; }
 home=$(getent passwd "$(id -u)" 2>/dev/null | cut -d: -f6) || home=
@@ -328,13 +374,20 @@ function Owner:_prepare(info)
     access_token = info.access_token, http = m.http, core = core,
     timeout_ms = self.timeouts.request_ms, stream_open_ms = self.timeouts.stream_open_ms,
     stream_idle_ms = self.timeouts.stream_idle_ms, keepalive_s = self.timeouts.keepalive_interval_s }
-  sb.root = self.lifecycle.runtime_root:format(M.random_hex(8))
-  sb.wrapper = sb.root .. "/mbwrap"
+  local hex = M.random_hex(8)
+  sb.root = self.lifecycle.runtime_root:format(hex)
+  sb.wrapper_dir = (self.lifecycle.wrapper_dir or M.WRAPPER_DIR):format(hex)
+  sb.wrapper = sb.wrapper_dir .. "/mbwrap"
   local wrapper_file = M.find_binary("MOONBOX_MBWRAP", "mbwrap")
   if not wrapper_file then return nil, errors.new("E2B_SETUP", "mbwrap binary not found (MOONBOX_MBWRAP / MB_BUILD_DIR)") end
-  local up, uerr = sb.envd:upload(sb.wrapper, nil, { file = wrapper_file })
+  local up, uerr = sb.envd:upload(sb.wrapper, nil, { file = wrapper_file, user = "root" })
   if not up then return nil, uerr end
-  local r, rerr = sb:exec_raw({ "/bin/sh", "-c", PREPARE, "moonbox-prepare", sb.root, sb.cwd, sb.wrapper })
+  local ir, ierr = sb:exec_raw({ "/bin/sh", "-c", INSTALL, "moonbox-install", sb.wrapper_dir, sb.wrapper }, { user = "root" })
+  if not ir then return nil, ierr end
+  if ir.exit_code ~= 0 then
+    return nil, errors.new("E2B_SETUP", ("installing mbwrap failed (exit %d): %s"):format(ir.exit_code, ir.stderr))
+  end
+  local r, rerr = sb:exec_raw({ "/bin/sh", "-c", PREPARE, "moonbox-prepare", sb.root, sb.cwd })
   if not r then return nil, rerr end
   if r.exit_code ~= 0 then
     return nil, errors.new("E2B_SETUP", ("sandbox setup failed (exit %d): %s"):format(r.exit_code, r.stderr))
@@ -383,18 +436,23 @@ function Owner:dispose()
       if self.renewer then self.renewer:cancel() end
     elseif step == "delete" then
       if self.id and not self.deleted and not self.config.sandboxId then
-        local ok, err = self.api:delete(self.id)
-        if ok == nil then
-          if not (err.code == "E2B_NOT_FOUND" and self.lifecycle.delete_not_found_is_gone) then result_err = err end
+        local ok, err = self.api:delete(self.id)       -- true | false (not found) | nil, err
+        if ok == false then
+          if self.lifecycle.delete_not_found_is_gone then ok = true
+          else err = errors.new("E2B_NOT_FOUND", ("sandbox %s was not found at deletion"):format(self.id)) end
         end
-        self.deleted = (ok ~= nil)
+        if ok then self.deleted = true else result_err = err end
       end
     elseif step == "stop_sandboxd" then
-      stop_sandboxd(self.sandboxd, self.timeouts)
+      if self.sandboxd and self.sandboxd.proc then
+        stop_sandboxd(self.sandboxd, self.timeouts)
+        self.deleted = true                             -- its sandboxes went with it
+      end
     end
   end
-  self.disposed = true
+  -- A failed delete is reported, and the next dispose() tries again.
   if result_err then return nil, result_err end
+  self.disposed = true
   return true
 end
 

@@ -60,8 +60,10 @@ function envd:_headers(extra)
   return h
 end
 
-function envd:_auth(h)
-  if self.user then h["Authorization"] = "Basic " .. self:_core().b64encode(self.user .. ":") end
+-- Basic auth names the user a process runs as (opts.user per call, else the client's user).
+function envd:_auth(h, user)
+  user = user or self.user
+  if user then h["Authorization"] = "Basic " .. self:_core().b64encode(user .. ":") end
   return h
 end
 
@@ -178,14 +180,15 @@ function Stream:close()
 end
 
 -- Server-streaming call. No Connect-Timeout-Ms unless opts.deadline_ms is given: envd kills a
--- process when it elapses, so managed processes never get one. → stream | nil, err
+-- process when it elapses, so managed processes never get one. opts.user: run as that user.
+-- → stream | nil, err
 function envd:stream(method, msg, opts)
   opts = opts or {}
   local core = self:_core()
   local headers = self:_auth(self:_headers{
     ["Content-Type"] = "application/connect+json", ["Connect-Protocol-Version"] = "1",
     ["Keepalive-Ping-Interval"] = tostring(self.keepalive_s),
-  })
+  }, opts.user)
   if opts.deadline_ms then headers["Connect-Timeout-Ms"] = tostring(math.tointeger(opts.deadline_ms)) end
   local s, err = self.http.stream{
     method = "POST", url = self.url .. "/" .. method, headers = headers,
@@ -211,9 +214,10 @@ local function files_error(op, path, status, body)
   return errors.new(code, ("%s %s: %d: %s"):format(op, path, status, tostring(msg or "")), { status = status })
 end
 
-function envd:_files_url(path)
+function envd:_files_url(path, user)
+  user = user or self.user
   local q = "path=" .. urlencode(path)
-  if self.user then q = q .. "&username=" .. urlencode(self.user) end
+  if user then q = q .. "&username=" .. urlencode(user) end
   return self.url .. "/files?" .. q
 end
 
@@ -221,15 +225,16 @@ end
 -- opts.max_bytes (required) is an inclusive cap: a file whose Content-Length exceeds it fails
 -- at once, and a body that grows past it fails at the first chunk over the cap (E2B_TOO_LARGE);
 -- the transport itself is capped at max_bytes (its 0 means "no cap", hence at least 1).
+-- max_bytes = false: no cap at all (a streaming reader holding one chunk at a time).
 function envd:open_download(path, opts)
-  assert(opts and opts.max_bytes, "envd:open_download: max_bytes required")
-  local max = opts.max_bytes
+  assert(opts and opts.max_bytes ~= nil, "envd:open_download: max_bytes required (false: no cap)")
+  local max = opts.max_bytes or math.huge
   local function too_large()
     return errors.new("E2B_TOO_LARGE", ("%s is larger than %d bytes"):format(path, max), { size_limit = max })
   end
   local s, err = self.http.stream{
     method = "GET", url = self:_files_url(path), headers = self:_headers{ ["Accept-Encoding"] = "identity" },
-    timeout_ms = opts.timeout_ms or self.timeout_ms, max_bytes = math.max(max, 1),
+    timeout_ms = opts.timeout_ms or self.timeout_ms, max_bytes = max == math.huge and 0 or math.max(max, 1),
   }
   if not s then
     if err.code == "E2B_TOO_LARGE" then return nil, too_large() end
@@ -281,12 +286,13 @@ function envd:download(path, opts)
 end
 
 -- POST /files: data (string) as one multipart part, or opts.file = host path streamed as
--- application/octet-stream. opts.metadata → X-Metadata-<key>. → entries | nil, err
+-- application/octet-stream. opts.metadata → X-Metadata-<key>; opts.user → ?username= (the
+-- owner of the file and of the parents it creates). → entries | nil, err
 function envd:upload(path, data, opts)
   opts = opts or {}
   local extra = {}
   for k, v in pairs(opts.metadata or {}) do extra["X-Metadata-" .. k] = v end
-  local req = { method = "POST", url = self:_files_url(path), max_bytes = 1024 * 1024,
+  local req = { method = "POST", url = self:_files_url(path, opts.user), max_bytes = 1024 * 1024,
     timeout_ms = opts.timeout_ms or self.timeout_ms }
   if opts.file then
     extra["Content-Type"] = "application/octet-stream"

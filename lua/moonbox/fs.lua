@@ -4,10 +4,18 @@
 -- operation: resolve 1 (mbwrap realpath), stat/lstat 1 (mbwrap stat), readText/readBytes 2
 -- (stat + GET /files), listDir 2 (stat + ListDir; symlinked children cost nothing extra),
 -- writeText 2 (upload to a private staging dir + mbwrap publish, which checks the guard, keeps
--- the mode and returns the new version and the diff basis), editText 4 (stat, read, upload,
--- publish --expect). Versions are dev:ino:size:mtime_ns:ctime_ns (change on every write).
--- Mutations are serialized per targetKey on the host. Results are tables, operational errors
--- `nil, err` with the seam codes (FS_*); stat/lstat return `false` for an absent target.
+-- the mode and returns the new version and the diff basis; a failed or aborted write adds one
+-- Remove of the staging dir), editText 3 (one process reads version + content + version, upload,
+-- publish --expect; a rejected guard costs 1). Versions are
+-- dev:ino:size:mtime_ns:ctime_ns (change on every write). Mutations are serialized per
+-- targetKey on the host. Results are tables, operational errors `nil, err` with the seam codes
+-- (FS_*); stat/lstat return `false` for an absent target.
+--
+-- Cancellation (task:cancel()) aborts a write up to the last check right before publication;
+-- the publication itself runs shielded in its own task and is always finished, so a committed
+-- write is reported as committed (the cancellation then takes effect at the caller's next
+-- yielding call). An edit reads the whole file (bounded by maxReadBytes) while streamText is
+-- unbounded: it holds one chunk at a time and byte ceilings are the consumer's.
 local errors = require "moonbox.errors"
 local text = require "moonbox.text"
 
@@ -44,13 +52,47 @@ local function map_err(op, path, err)
   if type(err) ~= "table" then return fs_err("FS_IO_ERROR", ("cannot %s %q: %s"):format(op, path, tostring(err))) end
   if PASS[err.code] then return err end
   local tool = err.code:match("^TOOL_(FS_.*)$")
-  if tool and PASS[tool] then return fs_err(tool, (err.message:gsub("^mbwrap %w+: ", "")), err) end
+  if tool and PASS[tool] then
+    return fs_err(tool, ("cannot %s %q: %s"):format(op, path, (err.message:gsub("^mbwrap %w+: ", ""))), err)
+  end
   local code = BY_CODE[err.code]
   if code == "FS_ABORTED" then return fs_err(code, op .. " aborted", err) end
   if code then return fs_err(code, ("cannot %s %q: %s"):format(op, path, err.message or err.code), err) end
   return fs_err("FS_IO_ERROR", ("cannot %s %q: %s"):format(op, path, tostring(err)), err)
 end
 M.map_err = map_err
+
+-- A text-rule error (moonbox.text: FS_NOT_TEXT, …) naming the path.
+local function text_err(op, path, err)
+  return fs_err(err.code, ("cannot %s %q: %s"):format(op, path, err.message), err)
+end
+
+-- True (once) when the running task was asked to cancel while it was not blocked; the
+-- cancellation is consumed (rearm() gives it back).
+local function cancel_requested()
+  local t = mb().current()
+  if t and t.cancel_pending then t.cancel_pending = false return true end
+  return false
+end
+local function rearm(canceled)
+  local t = canceled and mb().current()
+  if t then t.cancel_pending = true end
+end
+
+-- Runs fn in a task of its own, so cancelling the caller cannot interrupt it, and waits for it.
+-- → table.pack(pcall(fn)), canceled (the caller was cancelled meanwhile)
+local function shielded(fn)
+  local m = mb()
+  local done = m.event()
+  m.spawn(function() done:set(table.pack(pcall(fn))) end)
+  local canceled = false
+  while true do
+    local r, err = done:wait()
+    if type(r) == "table" then return r, canceled end
+    if err and err.code == "MB_CANCELED" then canceled = true end
+  end
+end
+M.shielded = shielded
 
 ------------------------------------------------------------------------------------------------
 -- Pure path helpers (POSIX, the execution world's syntax).
@@ -244,18 +286,19 @@ function FS:readText(target)
   local body, err = self:readBytes(target, self.config.maxReadBytes)
   if not body then return nil, err end
   local terr = text.check_text(body, text.NUL_SAMPLE)
-  if terr then return nil, terr end
+  if terr then return nil, text_err("read", target.displayPath, terr) end
   return body
 end
 
 -- → iterator object { next = fn() → chunk | nil (end) | nil, err, close = fn() } | nil, err
--- UTF-8 is carried across chunk boundaries; a NUL in the first 8192 bytes fails.
+-- UTF-8 is carried across chunk boundaries; a NUL in the first 8192 bytes fails. No byte
+-- ceiling (the seam leaves that to consumers): one transport chunk is held at a time.
 function FS:streamText(target)
   local sb, err = self:_sandbox("read", target.displayPath)
   if not sb then return nil, err end
   local info, ierr = self:_require_regular(sb, target, "read")
   if not info then return nil, ierr end
-  local d, derr = sb.envd:open_download(target.targetKey, { max_bytes = self.config.maxReadBytes })
+  local d, derr = sb.envd:open_download(target.targetKey, { max_bytes = false })
   if not d then return nil, map_err("read", target.displayPath, derr) end
   local dec, finished = text.decoder(text.NUL_SAMPLE), false
   local it = {}
@@ -266,11 +309,11 @@ function FS:streamText(target)
         finished = true
         if rerr then return nil, map_err("read", target.displayPath, rerr) end
         local ok, ferr = dec:finish()
-        if not ok then return nil, ferr end
+        if not ok then return nil, text_err("read", target.displayPath, ferr) end
         return nil
       end
       local t, terr = dec:push(c)
-      if not t then finished = true; d.close() return nil, terr end
+      if not t then finished = true; d.close() return nil, text_err("read", target.displayPath, terr) end
       if t ~= "" then return t end
     end
     return nil
@@ -312,7 +355,10 @@ function FS:listDir(target)
 end
 
 -- Staging: a private directory next to the target (same filesystem, so publish is a rename or
--- a link); mbwrap publish removes it whatever happens.
+-- a link). mbwrap publish removes it when it can; it cannot where the user may not write the
+-- target's directory (envd's uploads may create it there all the same), and an aborted upload
+-- never reaches publish, so every failure and abort path also removes it through envd (which
+-- may remove anywhere): one extra request, never on the success path.
 function FS:_staging(key)
   local dir = key:match("^(.*)/[^/]*$")
   if dir == "" then dir = "/" end
@@ -320,19 +366,44 @@ function FS:_staging(key)
   return base .. "/.moonbox-" .. require("moonbox.e2b").random_hex(8) .. ".tmp/content"
 end
 
-function FS:_publish(sb, target, content, args)
+-- Removes a staging directory, shielded from cancellation (best effort: a failure to clean up
+-- never hides the operation's own error).
+local function remove_staging(sb, dir)
+  shielded(function() return sb.envd:unary("filesystem.Filesystem/Remove", { path = dir }) end)
+end
+
+function FS:_publish(sb, target, content, args, op)
+  op = op or "write"
   local staging = self:_staging(target.targetKey)
-  local up, uerr = sb.envd:upload(staging, content)
+  local sdir = staging:match("^(.*)/content$")
+  -- The upload is shielded too: an interrupted upload may still be completed by the server
+  -- after a Remove sent at once, which would leave the staging dir behind.
+  local u, ucanceled = shielded(function() return sb.envd:upload(staging, content) end)
+  local up, uerr = u[2], u[3]
+  if not u[1] then up, uerr = nil, errors.new("E2B_PROTOCOL", "upload raised: " .. tostring(u[2])) end
   if not up then
-    sb.envd:unary("filesystem.Filesystem/Remove", { path = staging:match("^(.*)/content$") })
-    return nil, map_err("write", target.displayPath, uerr)
+    remove_staging(sb, sdir)
+    if ucanceled then return nil, fs_err("FS_ABORTED", op .. " aborted") end
+    return nil, map_err(op, target.displayPath, uerr)
+  end
+  -- The last abort check: nothing after this point can turn a committed write into "aborted".
+  if ucanceled or cancel_requested() then
+    remove_staging(sb, sdir)
+    return nil, fs_err("FS_ABORTED", op .. " aborted")
   end
   local cmd = { "publish" }
   for _, a in ipairs(args) do cmd[#cmd + 1] = a end
   cmd[#cmd + 1] = staging
   cmd[#cmd + 1] = target.targetKey
-  local out, perr = sb:tool(cmd)
-  if not out then return nil, map_err("write", target.displayPath, perr) end
+  local r, canceled = shielded(function() return sb:tool(cmd) end)
+  local out, perr = r[2], r[3]
+  if not r[1] then out, perr = nil, errors.new("E2B_PROTOCOL", "mbwrap publish raised: " .. tostring(r[2])) end
+  if not out then
+    remove_staging(sb, sdir)
+    rearm(canceled)
+    return nil, map_err(op, target.displayPath, perr)
+  end
+  rearm(canceled)
   local res = M.parse_publish(out)
   if not res then return nil, fs_err("FS_IO_ERROR", "mbwrap publish: malformed output") end
   return res
@@ -366,26 +437,84 @@ function FS:writeText(target, content, expected)
   end)
 end
 
+-- Version and content in one request: a shell runs `mbwrap stat -L`, `head -c max+1` and
+-- `mbwrap stat -L` again; stdout is stat frames, the raw bytes, stat frames. The content is
+-- exactly `size` bytes when both stats agree (then it is the content of that version); a file
+-- that changed meanwhile is read again (EDIT_READ_TRIES), then reported FS_IO_ERROR.
+local READ_VERSIONED = [[
+w=$1 p=$2 n=$3
+"$w" stat -L "$p" || exit 9
+head -c "$n" -- "$p" 2>/dev/null || :
+"$w" stat -L "$p" || exit 9
+]]
+local EDIT_READ_TRIES = 3
+
+-- One tool block (frames up to and including "!done\n") at the start of s → stat info|false, rest
+local function stat_block(core, s)
+  local stop = s:find("!done\n", 1, true)
+  if not stop then return nil end
+  local dec = core.frame_decoder(64 * 1024)
+  local frames = dec:push(s:sub(1, stop + 5))
+  if not frames or not dec:finish() then return nil end
+  local out, code = {}, nil
+  for _, f in ipairs(frames) do
+    if f.kind == "stdout" then out[#out + 1] = f.data elseif f.kind == "exit" then code = f.value end
+  end
+  if code ~= 0 then return nil end
+  local info = M.parse_stat(table.concat(out))
+  if info == nil then return nil end
+  return info, s:sub(stop + 6)
+end
+
+-- → info (false: absent), content (nil unless a regular file within max) | nil, err
+function FS:_read_versioned(sb, target, max, op)
+  local core = sb.core
+  for _ = 1, EDIT_READ_TRIES do
+    local r, err = sb:exec_raw({ "/bin/sh", "-c", READ_VERSIONED, "moonbox-read", sb.wrapper, target.targetKey,
+      tostring(math.tointeger(max) + 1) }, { timeout_ms = self.timeouts.tool_ms })
+    if not r then return nil, map_err(op, target.displayPath, err) end
+    if r.exit_code ~= 0 then
+      return nil, fs_err("FS_IO_ERROR", ("cannot %s %q: read exited %d: %s"):format(op, target.displayPath,
+        r.exit_code, r.stderr:sub(1, 200)))
+    end
+    local info, rest = stat_block(core, r.stdout)
+    if info == nil then return nil, fs_err("FS_IO_ERROR", "versioned read: malformed output") end
+    if info == false or info.type ~= "file" then return info end
+    if info.size > max then return info end
+    local after = stat_block(core, rest:sub(info.size + 1))
+    if after and after.version == info.version then return info, rest:sub(1, info.size) end
+    -- changed while it was read: again
+  end
+  return nil, fs_err("FS_IO_ERROR", ("cannot %s %q: it kept changing while it was read"):format(op, target.displayPath))
+end
+
 -- edit: { oldString, newString, replaceAll }; expected: nil or { version = v }
 function FS:editText(target, edit, expected)
   if type(edit) ~= "table" then error("editText: edit must be a table", 2) end
   local sb, err = self:_sandbox("edit", target.displayPath)
   if not sb then return nil, err end
   return self:_locked(target.targetKey, function()
-    local info, serr = self:_stat(sb, target.targetKey, true)
-    if info == nil then return nil, map_err("edit", target.displayPath, serr) end
-    if info == false then return nil, fs_err("FS_STALE_VERSION", "file no longer exists") end
+    local info, raw = self:_read_versioned(sb, target, self.config.maxReadBytes, "edit")
+    if info == nil then return nil, raw end
+    if info == false then
+      return nil, fs_err("FS_STALE_VERSION", ("cannot edit %q: file no longer exists"):format(target.displayPath))
+    end
     if info.type ~= "file" then
       return nil, fs_err("FS_NOT_REGULAR_FILE", ("cannot edit %q: not a regular file"):format(target.displayPath))
     end
     if expected and expected.version ~= info.version then
-      return nil, fs_err("FS_STALE_VERSION", "file changed since it was read")
+      return nil, fs_err("FS_STALE_VERSION", ("cannot edit %q: file changed since it was read"):format(target.displayPath))
     end
-    local raw, rerr = self:_read(sb, target, info, self.config.maxReadBytes, "edit")
-    if not raw then return nil, rerr end
+    if info.size > self.config.maxReadBytes then
+      return nil, fs_err("FS_TOO_LARGE", ("%q is %d bytes, over the %d byte limit"):format(target.displayPath,
+        info.size, self.config.maxReadBytes))
+    end
     local r, eerr = text.edit(raw, edit)
-    if not r then return nil, eerr end
-    local res, perr = self:_publish(sb, target, r.stored, { "--expect", strip_version(info.version) })
+    if not r then
+      if eerr.code == "FS_NOT_TEXT" then return nil, text_err("edit", target.displayPath, eerr) end
+      return nil, eerr
+    end
+    local res, perr = self:_publish(sb, target, r.stored, { "--expect", strip_version(info.version) }, "edit")
     if not res then return nil, perr end
     return { version = res.version, before = r.before, after = r.after }
   end)

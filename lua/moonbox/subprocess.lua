@@ -2,11 +2,26 @@
 --
 -- spawn = ONE process.Process/Start running `mbwrap run` (no shell, no login profile, no
 -- polling): the wrapper reports the process-group id, output frames, exit or signal, "tree
--- empty" and completion in band. The environment is policies/env.lua applied on the host to
--- the ambient environment captured once per sandbox. terminate() = one SendSignal(SIGTERM) to
+-- empty" and completion in band. The stream's raw HTTP body is decoded in C (core.procstream:
+-- envelopes, event JSON, base64, frames) straight into the chosen sinks — a tail ring for
+-- collect mode, fd 1/2 for inherit, a per-chunk buffer for pipe — so Lua runs once per HTTP
+-- chunk, not per frame. The environment is policies/env.lua applied on the host to the ambient
+-- environment captured once per sandbox; its values travel in the request's `envs` and
+-- `-K NAME` makes the wrapper keep exactly those names. Batch stdin up to 64 KiB rides along as
+-- `-i BASE64` (still one request). terminate() = one SendSignal(SIGTERM) to
 -- the wrapper, which TERMs the whole tree (double-forked descendants included: it is a child
 -- subreaper) and KILLs it after graceMs; `done` reports SIGKILL only once the leader is dead.
 -- Terminals: one Start with a PTY; inspect/signal/terminate use mbwrap fg/signal/killsession.
+--
+-- Cancellation (the seam's `signal`): spec.cancel is an mb.event(); setting it (ev:set()) starts
+-- terminate() of a spawned process, or abandons a terminal's allocation (a terminal that started
+-- meanwhile is killed in the background; a published terminal owns its lifetime).
+-- Pipe output is flow-controlled (the transfer pauses while the reader is behind), but control
+-- facts never wait behind unread data for long: terminate() drops unread pipe output, and once
+-- the leader exited and graceMs passed without the stream ending, further output is dropped.
+-- Spills live in <runtime root>/processes-<service id>/; mbwrap removes those the tail holds
+-- whole (-k) and those of programs that never ran; dispose removes the directory (one request).
+-- A process whose stream broke stays tracked; dispose kills it by its ids inside the sandbox.
 local errors = require "moonbox.errors"
 
 local M = { name = "subprocess", provides = "subprocess", inject = { "e2b" } }
@@ -18,6 +33,8 @@ M.schema = {
 }
 
 local function mb() return require "moonbox" end
+M.STDIN_ARG_MAX = 64 * 1024       -- batch stdin up to this size travels as `mbwrap run -i`
+M.MAX_MESSAGE = 4 * 1024 * 1024   -- largest Connect message of a process stream
 local FOREVER = 2147483647        -- the longest timer: "no deadline" for waits the caller owns
 
 local SIGNALS = { [1] = "SIGHUP", [2] = "SIGINT", [3] = "SIGQUIT", [4] = "SIGILL", [5] = "SIGTRAP",
@@ -28,6 +45,90 @@ local SIGNALS = { [1] = "SIGHUP", [2] = "SIGINT", [3] = "SIGQUIT", [4] = "SIGILL
   [27] = "SIGPROF", [28] = "SIGWINCH", [29] = "SIGIO", [30] = "SIGPWR", [31] = "SIGSYS" }
 M.SIGNALS = SIGNALS
 function M.signal_name(n) return SIGNALS[n] or ("SIG" .. tostring(n)) end
+
+-- The sandbox itself is gone (deleted or expired): nothing in it can still run.
+function M.sandbox_gone(err)
+  if type(err) ~= "table" then return false end
+  if err.code == "E2B_UNAVAILABLE" or err.code == "E2B_NOT_FOUND" or err.code == "E2B_HTTP" then
+    return (tostring(err.message or "")):lower():find("sandbox was not found", 1, true) ~= nil
+  end
+  return false
+end
+
+------------------------------------------------------------------------------------------------
+-- A bounded host pipe between the stream reader and a consumer. put() blocks while it is full
+-- (the reader stops reading the HTTP stream: backpressure); drop() discards unread data and
+-- makes every later put() return at once, so the reader keeps decoding control facts.
+local Pipe = {}
+Pipe.__index = Pipe
+
+function M.pipe(max) return setmetatable({ items = {}, head = 1, tail = 0, max = max }, Pipe) end
+
+function Pipe:count() return self.tail - self.head + 1 end
+
+local function pipe_wake(self, key)
+  local ev = self[key]
+  if ev then self[key] = nil; ev:set(true) end
+end
+
+function Pipe:put(v)
+  while not self.detached and self:count() >= self.max do
+    local ev = self.space_ev or mb().event()
+    self.space_ev = ev
+    ev:wait(FOREVER)
+  end
+  if self.detached or self.ended then return end
+  self.tail = self.tail + 1
+  self.items[self.tail] = v
+  pipe_wake(self, "data_ev")
+end
+
+-- No more data will come: readers get what is queued, then EOF.
+function Pipe:finish()
+  self.ended = true
+  pipe_wake(self, "data_ev")
+end
+
+-- Stop accepting data (later put()s return at once); keep what is queued unless `clear`.
+function Pipe:drop(clear)
+  self.detached, self.ended = true, true
+  if clear then self.items, self.head, self.tail = {}, 1, 0 end
+  pipe_wake(self, "space_ev")
+  pipe_wake(self, "data_ev")
+end
+
+-- → chunk | nil (EOF) | nil, err (MB_TIMEOUT)
+function Pipe:read(timeout_ms)
+  while self:count() == 0 do
+    if self.ended then return nil end
+    local ev = self.data_ev or mb().event()
+    self.data_ev = ev
+    local ok, err = ev:wait(timeout_ms or FOREVER)
+    if ok == nil and err then return nil, err end
+  end
+  local v = self.items[self.head]
+  self.items[self.head] = nil
+  self.head = self.head + 1
+  pipe_wake(self, "space_ev")
+  return v
+end
+
+-- Watch a cancel token (spec.cancel, an mb.event()) → the watching task (cancel it when done).
+local function watch_cancel(token, fn)
+  if token == nil then return nil end
+  return mb().spawn(function()
+    local a, e = token:wait(FOREVER)
+    if a == nil and e ~= nil then return end   -- the watcher itself was canceled
+    fn()
+  end)
+end
+
+local function check_cancel(token, what)
+  if token == nil then return end
+  if type(token) ~= "table" or type(token.wait) ~= "function" then
+    error(what .. ": cancel must be an mb.event()", 3)
+  end
+end
 
 -- Go's ProcessState.String() for a signalled PTY process ("signal: killed") → name.
 local GO_SIGNALS = { hangup = 1, interrupt = 2, quit = 3, aborted = 6, killed = 9, ["segmentation fault"] = 11,
@@ -43,41 +144,34 @@ function M.outcome_from_end(e)
 end
 
 ------------------------------------------------------------------------------------------------
--- Collect mode: bounded tail with whole-stream offsets (non-consuming readers).
+-- Collect mode: a bounded tail with whole-stream offsets, kept in C by the process stream
+-- (core.procstream's tail ring); this is the non-consuming reader over it.
 local Collector = {}
 Collector.__index = Collector
 
-function M.collector(max_bytes, spill)
-  return setmetatable({ max = max_bytes, chunks = {}, held = 0, total = 0, spill = spill }, Collector)
+function M.collector(ps, kind, spill, h)
+  return setmetatable({ ps = ps, kind = kind, spill = spill, h = h }, Collector)
 end
 
-function Collector:add(data)
-  self.total = self.total + #data
-  self.chunks[#self.chunks + 1] = data
-  self.held = self.held + #data
-  while self.held > self.max and #self.chunks > 0 do
-    local first = self.chunks[1]
-    local extra = self.held - self.max
-    if #first <= extra then
-      table.remove(self.chunks, 1)
-      self.held = self.held - #first
-    else
-      self.chunks[1] = first:sub(extra + 1)
-      self.held = self.held - extra
-    end
-  end
+-- Bytes of the stream so far (the whole stream, not just the tail).
+function Collector:total() return self.ps:total(self.kind) end
+
+-- Is the spill file the whole stream so far? Not when the stream outgrew its cap, when mbwrap
+-- reported removing it (its own stderr: procstream:diag()), when the transport broke, or while
+-- `done` was settled by the drain grace before the stream completed.
+function Collector:spillValid()
+  local sp, h = self.spill, self.h
+  if not sp or self.ps:total(self.kind) > sp.maxBytes then return false end
+  if self.ps:diag():find("mbwrap: " .. self.kind .. " spill removed", 1, true) then return false end
+  if h and (h.transport_error or (h.settled and not h.completed)) then return false end
+  return true
 end
 
 -- → { text, nextOffset, lossy, spillPath? }
 function Collector:readFrom(from)
-  from = from or 0
-  local start = self.total - self.held
-  local all = table.concat(self.chunks)
-  self.chunks = { all }
-  local lossy = from < start
-  local r = { nextOffset = self.total, lossy = lossy }
-  if lossy then r.text = all else r.text = all:sub(from - start + 1) end
-  if lossy and self.spill and self.total <= self.spill.maxBytes then r.spillPath = self.spill.path end
+  local text, next_offset, lossy = self.ps:read_from(self.kind, from or 0)
+  local r = { text = text, nextOffset = next_offset, lossy = lossy }
+  if lossy and self:spillValid() then r.spillPath = self.spill.path end
   return r
 end
 
@@ -99,25 +193,19 @@ end
 local function b64(core, s) return core.b64encode(s) end
 
 -- Pipe endpoint readable by the caller: :read(timeout) → chunk | nil (EOF) | nil, err
-local function pipe_reader(q)
-  return { read = function(_, timeout_ms)
-    local v, err = q:pop(timeout_ms or FOREVER)
-    if v == nil then return nil, err end
-    if v == false then return nil end
-    return v
-  end }
+local function pipe_reader(p)
+  return { read = function(_, timeout_ms) return p:read(timeout_ms) end }
 end
 
-function Handle:_sink(kind, data)
-  local mode = kind == "stdout" and self.spec.stdio.stdout or self.spec.stdio.stderr
-  if self.terminating and mode ~= "pipe" and type(mode) ~= "table" then return end
-  if mode == "pipe" then
-    self.queues[kind]:push(data, FOREVER)
-  elseif mode == "inherit" then
-    local f = kind == "stdout" and io.stdout or io.stderr
-    f:write(data); f:flush()
-  else
-    self.collected[kind]:add(data)
+-- Stop handing output to pipe readers; the stream keeps being decoded (control facts).
+-- clear: also discard what is queued and unread (terminate); otherwise readers keep it.
+function Handle:_drop_pipes(clear)
+  for _, kind in ipairs({ "stdout", "stderr" }) do
+    local p = self.pipes[kind]
+    if p and not (p.detached and not clear) then
+      p:drop(clear)
+      self.ps:discard(kind)
+    end
   end
 end
 
@@ -128,77 +216,110 @@ function Handle:_settle(outcome, err)
   self.done_ev:set(true)
 end
 
+-- Control facts that must be acted on before this chunk's output is handed out (the group id
+-- comes before any output, and `spawn` waits for it before a pipe reader can exist).
+local EARLY = { start = true, pgid = true, spawn_error = true }
+
+-- One control fact from the process stream → nil, or an error that ends the run.
+function Handle:_fact(f)
+  local k = f.kind
+  if k == "start" then
+    self.wrapper_pid = math.tointeger(f.pid)
+    if self.stdin_pipe then self.stdin_ready:set(true) end
+    if self.terminating then                  -- terminate() came before the start event
+      self.terminating = false
+      mb().spawn(function() self:terminate() end)
+    end
+  elseif k == "pgid" then
+    self.pid = f.value
+    self.pid_ev_set = true
+    self.pid_ev:set(true)
+  elseif k == "spawn_error" then
+    self.spawn_error = errors.new("SPAWN_FAILED", ("cannot start %q: %s"):format(self.spec.argv[1], f.message),
+      { errno = f.errno })
+    if not self.pid_ev_set then self.pid_ev_set = true; self.pid_ev:set(false) end
+  elseif k == "exit" or k == "signal" then
+    local fact = k == "exit" and { exitCode = f.value } or { signal = M.signal_name(f.value) }
+    self.exit_fact = fact
+    -- Drain grace: a descendant holding the pipes cannot hold `done`.
+    local m = mb()
+    m.spawn(function()
+      m.sleep(self.spec.graceMs)
+      -- the stream is still open (a descendant holds the pipes, or a reader is behind): later
+      -- output is dropped so that the remaining facts are never stuck behind it
+      if not self.stream_ended then self:_drop_pipes(false) end
+      self:_settle(fact)
+    end)
+  elseif k == "empty" then
+    self.tree_empty = true
+    self.empty_ev:set(true)
+  elseif k == "done" then
+    self.completed = true
+  elseif k == "stream_error" then
+    return require("moonbox.envd").rpc_error("process.Process/Start", f.code, f.message, 200)
+  elseif k == "sink_error" then
+    self.sink_error = self.sink_error or errors.new("SUBPROCESS_OUTPUT",
+      ("%s: cannot write inherited output: %s"):format(f.stream, f.message), { errno = f.errno })
+  end
+end
+
+-- End of output for pipe readers (once).
+function Handle:_eof()
+  self.stream_ended = true
+  for _, kind in ipairs({ "stdout", "stderr" }) do
+    if self.pipes[kind] then self.pipes[kind]:finish() end
+  end
+end
+
+-- The stream's raw HTTP body goes chunk by chunk into the C process stream (envelopes, event
+-- JSON, base64, frames and the output sinks are all decoded there): one call per chunk.
 function Handle:_run(s)
-  local m, core = mb(), self.sb.core
-  local dec = core.frame_decoder(self.sp.config.frameLineMax)
-  local exit_fact
+  local ps, raw = self.ps, s.s
+  local idle = self.sp.timeouts.stream_idle_ms
   local function fail(err)
+    s:close()
     self.transport_error = err
+    if self.stdin_pipe and not self.wrapper_pid then self.stdin_ready:set(false) end
     if not self.pid_ev_set then self.pid_ev_set = true; self.pid_ev:set(false) end
     self.empty_ev:set(false)          -- waitForExit must not wait for a fact that cannot come
+    self:_eof()
     self:_settle(nil, err)
   end
   while true do
-    local msg, err = s:next(self.sp.timeouts.stream_idle_ms)
-    if not msg then
-      if err then return fail(err) end
+    local chunk, err = raw:read(idle)
+    if chunk == nil then
+      if err then
+        if err.code == "MB_TIMEOUT" then
+          err = errors.new("E2B_TIMEOUT", "process.Process/Start: stream silent for " .. idle .. " ms")
+        end
+        return fail(err)
+      end
       break
     end
-    local ev = msg.event or {}
-    if ev.start then
-      self.wrapper_pid = math.tointeger(ev.start.pid)
-      if self.spec.stdio.stdin ~= "ignore" then self.stdin_ready:set(true) end
-      if self.terminating then                  -- terminate() came before the start event
-        self.terminating = false
-        m.spawn(function() self:terminate() end)
+    local r, perr = ps:push(chunk)
+    if not r then return fail(perr) end
+    for i = 1, #r do if EARLY[r[i].kind] then self:_fact(r[i]) end end
+    if r.stdout then self.pipes.stdout:put(r.stdout) end
+    if r.stderr then self.pipes.stderr:put(r.stderr) end
+    for i = 1, #r do
+      if not EARLY[r[i].kind] then
+        local ferr = self:_fact(r[i])
+        if ferr then return fail(ferr) end
       end
-    elseif ev.data and ev.data.stdout then
-      local frames, ferr = dec:push(core.b64decode(ev.data.stdout))
-      if not frames then s:close() return fail(ferr) end
-      for _, f in ipairs(frames) do
-        local k = f.kind
-        if k == "stdout" or k == "stderr" then
-          self:_sink(k, f.data)
-        elseif k == "pgid" then
-          self.pid = f.value
-          self.pid_ev_set = true
-          self.pid_ev:set(true)
-        elseif k == "spawn_error" then
-          self.spawn_error = errors.new("SPAWN_FAILED", ("cannot start %q: %s"):format(self.spec.argv[1], f.message),
-            { errno = f.errno })
-          if not self.pid_ev_set then self.pid_ev_set = true; self.pid_ev:set(false) end
-        elseif k == "exit" or k == "signal" then
-          exit_fact = k == "exit" and { exitCode = f.value } or { signal = M.signal_name(f.value) }
-          -- Drain grace: a descendant holding the pipes cannot hold `done`.
-          m.spawn(function()
-            m.sleep(self.spec.graceMs)
-            self:_settle(exit_fact)
-          end)
-        elseif k == "empty" then
-          self.tree_empty = true
-          self.empty_ev:set(true)
-        elseif k == "done" then
-          self.completed = true
-        end
-      end
-    elseif ev.data and ev.data.stderr then
-      local d = core.b64decode(ev.data.stderr)
-      self.diag = (self.diag or "") .. d:sub(1, 4096 - #(self.diag or ""))
     end
   end
-  local ok, ferr = dec:finish()
-  for _, kind in ipairs({ "stdout", "stderr" }) do
-    if self.queues[kind] then self.queues[kind]:push(false, FOREVER) end
-  end
+  s:close()
+  local ok, ferr = ps:finish()
+  self:_eof()
   if not ok then return fail(ferr) end
   if self.spawn_error then
     self.tree_empty = true; self.empty_ev:set(true)
     return self:_settle(nil, self.spawn_error)
   end
-  if not exit_fact then
-    return fail(errors.new("E2B_PROTOCOL", "mbwrap ended without an exit fact: " .. (self.diag or "")))
+  if not self.exit_fact then
+    return fail(errors.new("E2B_PROTOCOL", "mbwrap ended without an exit fact: " .. ps:diag()))
   end
-  self:_settle(exit_fact)
+  self:_settle(self.exit_fact)
 end
 
 -- → { exitCode = n } or { signal = "SIGKILL" } | nil, err (spawn failure, transport failure, MB_TIMEOUT)
@@ -210,15 +331,54 @@ function Handle:wait(timeout_ms)
 end
 Handle.done = Handle.wait
 
--- TERM to the whole tree, KILL after graceMs (the wrapper does both). Idempotent.
+-- The tree is known to be gone without the stream saying so (sandbox gone, session killed).
+function Handle:_gone()
+  self.tree_empty = true
+  self.empty_ev:set(true)
+  if self.cancel_task then self.cancel_task:cancel() end
+  self.sp.live[self] = nil
+end
+
+-- The stream carrying the facts broke while the tree may still run: TERM the wrapper (it
+-- TERMs/KILLs the whole tree, double-forked descendants included) and kill the program's
+-- session by its id inside the sandbox, which returns once the session is empty.
+function Handle:_kill_detached()
+  if self.tree_empty then return true end
+  if self.wrapper_pid then
+    local _, err = self.sb.envd:unary("process.Process/SendSignal",
+      { process = { pid = self.wrapper_pid }, signal = "SIGNAL_SIGTERM" })
+    if err and M.sandbox_gone(err) then self:_gone() return true end
+  end
+  if (self.pid or -1) <= 1 then                   -- the program never got a group id
+    self:_gone()
+    return true
+  end
+  local grace = math.tointeger(self.spec.graceMs) or math.ceil(self.spec.graceMs)
+  local _, err = self.sb:tool({ "killsession", tostring(self.pid), tostring(grace) },
+    { timeout_ms = grace + 10000 + self.sp.timeouts.tool_ms })
+  if err and not M.sandbox_gone(err) then return nil, err end
+  self:_gone()
+  return true
+end
+
+-- TERM to the whole tree, KILL after graceMs (the wrapper does both). Idempotent. Unread pipe
+-- output is dropped at once: the exit facts must not wait behind it.
 function Handle:terminate()
-  if self.terminating or self.tree_empty then return true end
+  if self.tree_empty then return true end
+  self:_drop_pipes(true)
+  if self.transport_error then return self:_kill_detached() end
+  if self.terminating then return true end
   self.terminating = true
-  if not self.wrapper_pid then return true end
+  for _, kind in ipairs({ "stdout", "stderr" }) do  -- inherited output ends with the request
+    if self.spec.stdio[kind] == "inherit" then self.ps:discard(kind) end
+  end
+  if not self.wrapper_pid then return true end     -- sent when the start event arrives
   local _, err = self.sb.envd:unary("process.Process/SendSignal",
     { process = { pid = self.wrapper_pid }, signal = "SIGNAL_SIGTERM" })
+  if err and M.sandbox_gone(err) then self:_gone() return true end
   if err and err.code ~= "E2B_NOT_FOUND" then
     self.terminating = false
+    if self.transport_error then return self:_kill_detached() end
     return nil, err
   end
   return true
@@ -256,6 +416,18 @@ local function stdin_writer(self)
       return true
     end,
   }
+end
+
+-- Where a service's spills live in a sandbox (mbwrap makes it on first use; dispose removes it).
+function M.spill_dir(sb, id) return ("%s/processes-%s"):format(sb.root, id) end
+
+-- A Start refused before the program ran: a missing cwd is a spawn failure, not a bad request.
+function M.start_error(err, spec)
+  if err and err.code == "E2B_INVALID_ARGUMENT" then
+    return errors.new("SPAWN_FAILED", ("cannot start %q in cwd %q: %s"):format(spec.argv[1], tostring(spec.cwd),
+      tostring(err.message)), { cause = err, cwd = spec.cwd })
+  end
+  return err
 end
 
 ------------------------------------------------------------------------------------------------
@@ -314,47 +486,83 @@ function SP:spawn(spec)
   end
   validate_output(stdio.stdout, "stdout")
   validate_output(stdio.stderr, "stderr")
+  check_cancel(spec.cancel, "spawn")
+  if spec.cancel and spec.cancel.is_set then
+    return nil, errors.new("SUBPROCESS_CANCELED", "aborted before spawn")
+  end
 
   local sb, err = self:_sandbox()
   if not sb then return nil, err end
   local env = self:_env(sb, spec.env)           -- raises on invalid entries (before launch)
   local m = mb()
-  local h = setmetatable({ sp = self, sb = sb, spec = spec, pid = -1, queues = {}, collected = {},
+  local h = setmetatable({ sp = self, sb = sb, spec = spec, pid = -1, pipes = {}, collected = {},
     done_ev = m.event(), pid_ev = m.event(), empty_ev = m.event(), stdin_ready = m.event() }, Handle)
 
   self.seq = self.seq + 1
   local args = { "run", "-g", tostring(math.tointeger(spec.graceMs) or math.ceil(spec.graceMs)) }
+  local sinks = {}
   for _, kind in ipairs({ "stdout", "stderr" }) do
     local mode = stdio[kind]
     if mode == "pipe" then
-      h.queues[kind] = m.queue(self.config.pipeQueue)
-      h[kind] = pipe_reader(h.queues[kind])
-    elseif type(mode) == "table" then
+      h.pipes[kind] = M.pipe(self.config.pipeQueue)
+      h[kind] = pipe_reader(h.pipes[kind])
+      sinks[kind] = "buffer"
+    elseif mode == "inherit" then
+      sinks[kind] = { fd = kind == "stdout" and 1 or 2 }
+    else
       local spill
+      local tail = math.tointeger(mode.maxBytes) or math.floor(mode.maxBytes)
       if mode.spill then
-        spill = { maxBytes = mode.spill.maxBytes, path = ("%s/spill-%d-%s.%s.log"):format(sb.root, self.seq,
-          require("moonbox.e2b").random_hex(4), kind) }
+        spill = { maxBytes = mode.spill.maxBytes, path = ("%s/spill-%d-%s.%s.log"):format(M.spill_dir(sb, self.id),
+          self.seq, require("moonbox.e2b").random_hex(4), kind) }
         args[#args + 1] = kind == "stdout" and "-o" or "-e"
-        args[#args + 1] = spill.path .. ":" .. math.tointeger(spill.maxBytes)
+        args[#args + 1] = spill.path .. ":" .. (math.tointeger(spill.maxBytes) or math.floor(spill.maxBytes))
+        -- mbwrap removes the spill at the end when the tail holds the whole stream
+        args[#args + 1] = "-k"; args[#args + 1] = (kind == "stdout" and "o:" or "e:") .. tail
+        self.spill_sandboxes[sb] = true
       end
-      h.collected[kind] = M.collector(mode.maxBytes, spill)
+      sinks[kind] = { tail = tail }
+      h.collected[kind] = spill
     end
   end
-  for _, entry in ipairs(self.policies_env.serialize(env)) do
-    args[#args + 1] = "-E"; args[#args + 1] = entry
+  h.ps = sb.core.procstream{ max_message = M.MAX_MESSAGE, max_line = self.config.frameLineMax,
+    stdout = sinks.stdout, stderr = sinks.stderr }
+  for _, kind in ipairs({ "stdout", "stderr" }) do
+    if sinks[kind].tail then h.collected[kind] = M.collector(h.ps, kind, h.collected[kind], h) end
   end
+  -- The environment's values travel in the request's `envs` (not on the wrapper's command
+  -- line); `-K NAME` tells the wrapper to keep exactly those names and drop what envd added.
+  local envs = {}
+  for _, entry in ipairs(self.policies_env.serialize(env)) do
+    local name, value = entry:match("^([^=]*)=(.*)$")
+    envs[name] = value
+    args[#args + 1] = "-K"; args[#args + 1] = name
+  end
+  -- Batch stdin up to STDIN_ARG_MAX rides on the command line (`-i BASE64`): one request.
+  local stdin_data = type(sin) == "table" and sin.data or nil
+  if stdin_data and #stdin_data <= M.STDIN_ARG_MAX then
+    args[#args + 1] = "-i"; args[#args + 1] = sb.core.b64encode(stdin_data)
+    stdin_data = nil
+  end
+  h.stdin_pipe = sin == "pipe" or stdin_data ~= nil
   args[#args + 1] = "--"
   for _, a in ipairs(spec.argv) do args[#args + 1] = a end
 
   local s, serr = sb.envd:stream("process.Process/Start", {
-    process = { cmd = sb.wrapper, args = args, cwd = spec.cwd }, stdin = sin ~= "ignore",
+    process = { cmd = sb.wrapper, args = args, envs = envs, cwd = spec.cwd }, stdin = h.stdin_pipe,
   })
-  if not s then return nil, serr end
+  if not s then return nil, M.start_error(serr, spec) end
   self.live[h] = true
   h.reader = m.spawn(function()
     h:_run(s)
-    -- auto-release once the tree is gone
-    if h.tree_empty or h.error then self.live[h] = nil end
+    -- auto-release once the tree is gone; a broken stream leaves it tracked (dispose kills it)
+    if h.tree_empty then
+      self.live[h] = nil
+      if h.cancel_task then h.cancel_task:cancel() end
+    end
+  end)
+  h.cancel_task = watch_cancel(spec.cancel, function()
+    if not h.tree_empty then h:terminate() end
   end)
   if sin == "pipe" then h.stdin = stdin_writer(h) end
 
@@ -364,17 +572,22 @@ function SP:spawn(spec)
       h:terminate()
       return nil, werr
     end
-    self.live[h] = nil
-    return nil, h.spawn_error or h.error or errors.new("SPAWN_FAILED", "process did not start")
+    -- without a start event there is no wrapper to kill; after it, a broken stream stays tracked
+    if not (h.transport_error and h.wrapper_pid) then
+      self.live[h] = nil
+      if h.cancel_task then h.cancel_task:cancel() end
+    end
+    return nil, M.start_error(h.spawn_error or h.error or errors.new("SPAWN_FAILED", "process did not start"), spec)
   end
   -- An exec failure usually arrives with the group id; later ones fail `wait` instead.
   if h.spawn_error then
     self.live[h] = nil
+    if h.cancel_task then h.cancel_task:cancel() end
     return nil, h.spawn_error
   end
-  if type(sin) == "table" then
+  if stdin_data then                             -- too large for an argument: SendInput
     local w = stdin_writer(h)
-    local wok, wr = w:write(sin.data)
+    local wok, wr = w:write(stdin_data)
     if wok then wok, wr = w:close() end
     if not wok and wr.code ~= "E2B_NOT_FOUND" and wr.code ~= "E2B_INTERNAL" then h.stdin_error = wr end
   end
@@ -451,10 +664,9 @@ end
 
 -- Output: :read(timeout) → chunk | nil (ended after the top-level exit) | nil, err
 function Term:read(timeout_ms)
-  local v, err = self.q:pop(timeout_ms or FOREVER)
-  if v == nil then return nil, err end
-  if v == false then return nil, self.error end
-  return v
+  local v, err = self.q:read(timeout_ms)
+  if v == nil and err == nil then return nil, self.error end
+  return v, err
 end
 
 function Term:wait(timeout_ms)
@@ -476,19 +688,29 @@ function Term:terminate()
   end
   self.terminating = true
   self.closing = true
+  self.q:drop(true)                  -- unread output must not keep the reader from the exit
   if self.inflight > 0 then
     self.idle_ev = mb().event()
     self.idle_ev:wait(FOREVER)
   end
   local _, err = self.sb:tool({ "killsession", tostring(self.pid), tostring(math.tointeger(self.graceMs)) },
     { timeout_ms = self.graceMs + 10000 + self.sp.timeouts.tool_ms })
-  if err then
+  if err and not M.sandbox_gone(err) then
     self.terminating, self.closing = false, false
     self.term_error = err
     self.term_ev:set(true); self.term_ev = mb().event()
     return nil, err
   end
-  self.done_ev:wait(self.sp.timeouts.request_ms)
+  -- quiescence includes the top level: its exit must be observed on the stream
+  local seen, werr = self.done_ev:wait(self.sp.timeouts.request_ms)
+  if seen == nil and not self.exited then
+    local e = errors.new("TERMINAL_TEARDOWN", "terminal session killed but its exit was not observed: "
+      .. tostring(werr), { cause = werr })
+    self.terminating, self.closing = false, false
+    self.term_error = e
+    self.term_ev:set(true); self.term_ev = mb().event()
+    return nil, e
+  end
   self.terminated = true
   self.term_ev:set(true)
   self.sp.terminals[self] = nil
@@ -507,8 +729,9 @@ function Term:_run(s)
     if ev.start then
       self.pid = math.tointeger(ev.start.pid)
       self.started:set(true)
+      self.start_seen:set(true)
     elseif ev.data and ev.data.pty then
-      self.q:push(core.b64decode(ev.data.pty), FOREVER)
+      self.q:put(core.b64decode(ev.data.pty))
     elseif ev["end"] then
       self.outcome = M.outcome_from_end(ev["end"])
     end
@@ -517,12 +740,14 @@ function Term:_run(s)
     self.error = errors.new("E2B_PROTOCOL", "terminal stream ended without an end event")
   end
   self.exited = true
-  self.q:push(false, FOREVER)
+  self.q:finish()
   self.started:set(false)
+  self.start_seen:set(false)
   self.done_ev:set(true)
 end
 
--- spec: { argv, cwd, env, rows, cols, graceMs } → terminal | nil, err
+-- spec: { argv, cwd, env, rows, cols, graceMs, cancel } → terminal | nil, err
+-- spec.cancel (an mb.event()) cancels the allocation only (SUBPROCESS_CANCELED).
 function SP:spawnTerminal(spec)
   if self.disposing then error("subprocess service is disposing", 2) end
   if type(spec) ~= "table" or type(spec.argv) ~= "table" or type(spec.argv[1]) ~= "string" or spec.argv[1] == "" then
@@ -534,6 +759,9 @@ function SP:spawnTerminal(spec)
   end
   local grace = spec.graceMs or self.timeouts.terminal_grace_ms
   self.timeouts.check_grace(grace, "terminal graceMs")
+  check_cancel(spec.cancel, "spawnTerminal")
+  local canceled = errors.new("SUBPROCESS_CANCELED", "terminal allocation canceled")
+  if spec.cancel and spec.cancel.is_set then return nil, canceled end
   local rows, cols = spec.rows or 24, spec.cols or 80
   local sb, err = self:_sandbox()
   if not sb then return nil, err end
@@ -543,17 +771,34 @@ function SP:spawnTerminal(spec)
   for _, entry in ipairs(self.policies_env.serialize(env)) do args[#args + 1] = entry end
   for _, a in ipairs(spec.argv) do args[#args + 1] = a end
   local m = mb()
-  local t = setmetatable({ sp = self, sb = sb, graceMs = grace, inflight = 0, q = m.queue(self.config.pipeQueue),
-    done_ev = m.event(), started = m.event(), term_ev = m.event() }, Term)
+  local t = setmetatable({ sp = self, sb = sb, graceMs = grace, inflight = 0, q = M.pipe(self.config.pipeQueue),
+    done_ev = m.event(), started = m.event(), start_seen = m.event(), term_ev = m.event() }, Term)
+  local cwd = spec.cwd or sb.cwd
   local s, serr = sb.envd:stream("process.Process/Start", {
-    process = { cmd = "/usr/bin/env", args = args, cwd = spec.cwd or sb.cwd },
+    process = { cmd = "/usr/bin/env", args = args, cwd = cwd },
     pty = { size = { cols = cols, rows = rows } },
   })
-  if not s then return nil, serr end
+  if not s then return nil, M.start_error(serr, { argv = spec.argv, cwd = cwd }) end
   t.reader = m.spawn(function() t:_run(s) end)
-  local ok, werr = t.started:wait(self.timeouts.stream_open_ms + self.timeouts.request_ms)
+  local watcher = watch_cancel(spec.cancel, function() t.started:set(false, canceled) end)
+  local limit = self.timeouts.stream_open_ms + self.timeouts.request_ms
+  local ok, werr = t.started:wait(limit)
+  if watcher then watcher:cancel() end
   if not ok then
-    s:close()
+    if werr ~= nil and not t.exited then
+      -- canceled or timed out: a PTY that starts anyway is killed in the background
+      m.spawn(function()
+        t.q:drop(true)
+        t.start_seen:wait(limit)
+        if t.pid and not t.exited then
+          t.sb:tool({ "killsession", tostring(t.pid), tostring(math.tointeger(grace) or math.ceil(grace)) },
+            { timeout_ms = grace + 10000 + self.timeouts.tool_ms })
+        end
+        s:close()
+      end)
+    else
+      s:close()
+    end
     return nil, werr or t.error or errors.new("E2B_PROTOCOL", "terminal did not start")
   end
   self.terminals[t] = true
@@ -562,25 +807,38 @@ function SP:spawnTerminal(spec)
 end
 
 -- Disposal: terminate every live process and terminal and wait for their trees.
+-- A handle whose stream broke stays tracked: it is killed by its ids inside the sandbox.
+-- Then the spill directory of each sandbox used is removed (one request each).
 function SP:dispose()
   self.disposing = true
   local first
-  for h in pairs(self.live) do
-    if not h.tree_empty and not h.error then
+  local hs = {}
+  for h in pairs(self.live) do hs[#hs + 1] = h end
+  for _, h in ipairs(hs) do
+    if not h.tree_empty then
       local ok, err = h:terminate()
       if not ok then first = first or err end
     end
   end
-  for h in pairs(self.live) do
-    if not h.tree_empty and not h.error then
-      local done = h:waitForExit(h.spec.graceMs + self.timeouts.request_ms)
-      if not done then first = first or errors.new("SUBPROCESS_TEARDOWN", "a process tree survived disposal") end
+  for _, h in ipairs(hs) do
+    if not h.tree_empty then
+      local done, err = h:waitForExit(h.spec.graceMs + self.timeouts.request_ms)
+      if done == nil and h.transport_error then done, err = h:_kill_detached() end
+      if not done then
+        first = first or err or errors.new("SUBPROCESS_TEARDOWN", "a process tree survived disposal")
+      end
     end
     self.live[h] = nil
+    if h.cancel_task then h.cancel_task:cancel() end
   end
   for t in pairs(self.terminals) do
     local ok, err = t:terminate()
     if not ok then first = first or err end
+  end
+  for sb in pairs(self.spill_sandboxes) do
+    local _, err = sb.envd:unary("filesystem.Filesystem/Remove", { path = M.spill_dir(sb, self.id) })
+    if err and err.code ~= "E2B_NOT_FOUND" and not M.sandbox_gone(err) then first = first or err end
+    self.spill_sandboxes[sb] = nil
   end
   if first then return nil, first end
   return true
@@ -589,7 +847,8 @@ end
 function M.new(ctx, config)
   assert(ctx.e2b, "subprocess: the e2b owner must load first")
   local policies = ctx.policies or {}
-  return setmetatable({ owner = ctx.e2b, config = config, live = {}, terminals = {}, seq = 0,
+  return setmetatable({ owner = ctx.e2b, config = config, live = {}, terminals = {}, seq = 0, spill_sandboxes = {},
+    id = require("moonbox.e2b").random_hex(4),
     policies_env = policies.env or require("policies.env"),
     timeouts = policies.timeouts or require("policies.timeouts") }, SP)
 end

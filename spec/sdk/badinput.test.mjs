@@ -230,3 +230,23 @@ test('a field sandboxd cannot enforce (volumeMounts) is refused with a clear err
   assert.equal(body.code, res.status)
   assert.ok(body.message)
 })
+
+test('upload onto a FIFO → 400 "not a regular file"; the FIFO is never opened', T, async (t) => {
+  const sbx = await newSandbox(t)
+  await sbx.commands.run('mkfifo /tmp/pipe && chmod 666 /tmp/pipe')
+  const res = await fetch(await sbx.uploadUrl('/tmp/pipe'), { method: 'POST', body: 'x', headers: { 'Content-Type': 'application/octet-stream' } })
+  const body = await assertError(res, 400, 'FIFO upload')
+  assert.match(body.message, /'\/tmp\/pipe' is not a regular file/)
+  await assert.rejects(sbx.files.write('/tmp/pipe', 'x'))
+  assert.equal((await sbx.commands.run('test -p /tmp/pipe && echo fifo')).stdout.trim(), 'fifo')
+})
+
+test('signed URLs of a sandbox created without secure: true → 401 naming the reason', T, async (t) => {
+  const sbx = await newSandbox(t, { secure: false })
+  for (const [method, url] of [['POST', await sbx.uploadUrl('/tmp/x')], ['GET', await sbx.downloadUrl('/etc/hostname')]]) {
+    assert.ok(!new URL(url).searchParams.get('signature'), 'no signature without secure: true')
+    const res = await fetch(url, { method, ...(method === 'POST' ? { body: 'x', headers: { 'Content-Type': 'application/octet-stream' } } : {}) })
+    const body = await assertError(res, 401, 'unsigned URL')   // 401: the same URL as a secure one without its signature
+    assert.match(body.message, /signed URLs need a sandbox created with secure: true/)
+  }
+})

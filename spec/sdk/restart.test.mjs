@@ -32,8 +32,13 @@ const nothing = { processes: [], mounts: [], paths: [] }
 
 test('SIGKILL of sandboxd, then a restart on the same state dir leaves nothing behind', T, async (t) => {
   const first = await startSandboxd()
-  t.after(() => stopSandboxd(first))
-  t.after(() => rmSync(first.stateDir, { recursive: true, force: true }))
+  let second = null
+  // One hook, in order: both servers stopped before their shared state dir is removed.
+  t.after(async () => {
+    await stopSandboxd(first)
+    if (second) await stopSandboxd(second)
+    rmSync(first.stateDir, { recursive: true, force: true })
+  })
   const sbx = await Sandbox.create('base', { ...first.opts, timeoutMs: 300_000 })
   const m = marker(3)
   await sbx.commands.run(`sleep ${m}`, { background: true, timeoutMs: 0 })
@@ -44,8 +49,7 @@ test('SIGKILL of sandboxd, then a restart on the same state dir leaves nothing b
   first.proc.kill('SIGKILL')
   await first.exited
 
-  const second = await startSandboxd({ stateDir: first.stateDir })
-  t.after(() => stopSandboxd(second))
+  second = await startSandboxd({ stateDir: first.stateDir })
   // cleanup happens at start-up; poll briefly in case it finishes just after the listening line
   await waitFor(() => JSON.stringify(leftovers(first.stateDir, sbx.sandboxId, [m])) === JSON.stringify(nothing), {
     timeoutMs: 10_000,
@@ -61,8 +65,7 @@ test('SIGKILL of sandboxd, then a restart on the same state dir leaves nothing b
 
 test('SIGTERM destroys every sandbox and exits 0', T, async (t) => {
   const srv = await startSandboxd()
-  t.after(() => stopSandboxd(srv))
-  t.after(() => rmSync(srv.stateDir, { recursive: true, force: true }))
+  t.after(async () => { await stopSandboxd(srv); rmSync(srv.stateDir, { recursive: true, force: true }) })
   const a = await Sandbox.create('base', { ...srv.opts, timeoutMs: 300_000 })
   const b = await Sandbox.create('base', { ...srv.opts, timeoutMs: 300_000 })
   const ma = marker(4)
@@ -113,7 +116,9 @@ test('expiry while a command streams ends the stream and removes the sandbox', T
   const r = await settlesWithin(cmd.wait().then(() => 'resolved', (e) => e), 30_000, 'command stream after expiry')
   assert.ok(r instanceof Error, `stream should end with an error, got ${r}`)
   await waitFor(() => hostProcessesWith(`sleep ${m}`).length === 0, { what: 'the sleep to be gone from the host' })
-  await assert.rejects(Sandbox.getInfo(sbx.sandboxId), SandboxNotFoundError)
+  // A dying sandbox stays listed until its destruction completes: poll for the not-found.
+  await waitFor(() => Sandbox.getInfo(sbx.sandboxId).then(() => false, (e) => e instanceof SandboxNotFoundError),
+    { what: 'getInfo to report the expired sandbox as not found' })
 })
 
 test('the state directory holds nothing but what a fresh sandboxd needs after a clean shutdown', T, async (t) => {

@@ -140,7 +140,7 @@ describe("fs seam contract #sandboxd", function()
         assert.are.equal("two", P.sh("cat w/new/deep.txt", { cwd = dir }))
       end)
     end)
-    it("changes the version on every write, even same size in the same millisecond", function()
+    it("changes the version on every write of its own and on an external replacement", function()
       P.run(function()
         local t = T("ver.txt")
         local a = assert(fs:writeText(t, "aaaa")).version
@@ -149,6 +149,57 @@ describe("fs seam contract #sandboxd", function()
         assert.are.equal(b, assert(fs:stat(t)).version)
         P.sh("printf cccc > ver.txt.tmp && mv ver.txt.tmp ver.txt", { cwd = dir })   -- external same-size rewrite
         assert.are_not.equal(b, assert(fs:stat(t)).version)
+      end)
+    end)
+    -- Two same-size in-place rewrites of one inode within one millisecond, each observed (fstat)
+    -- right after it by a tiny C program in the sandbox that prints the version in mbwrap's format
+    -- (checked against fs:stat) and the mtime in ms, which is all a JS-style token
+    -- (size, mode, ms mtime) sees. Runs until a pair lands in the same millisecond.
+    it("changes the version on same-size in-place rewrites within one millisecond", function()
+      local s = P.open()
+      if not s.sandbox then return pending("needs the e2b version format") end
+      P.run(function()
+        local _, cc = P.sh("command -v cc >/dev/null")
+        if cc ~= 0 then return pending("no C compiler in the sandbox") end
+        local src = [[
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+static void ver(int fd) {
+  struct stat st;
+  if (fstat(fd, &st)) _exit(4);
+  printf("%lx:%lx:%lx:%llx:%llx %lld\n", (unsigned long)st.st_dev, (unsigned long)st.st_ino,
+         (unsigned long)st.st_size,
+         (unsigned long long)st.st_mtim.tv_sec * 1000000000ull + (unsigned long long)st.st_mtim.tv_nsec,
+         (unsigned long long)st.st_ctim.tv_sec * 1000000000ull + (unsigned long long)st.st_ctim.tv_nsec,
+         (long long)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000);
+}
+int main(int argc, char **argv) {
+  int fd = open(argv[1], O_RDWR);
+  if (argc != 2 || fd < 0) return 2;
+  for (int i = 0; i < 20; i++) {
+    if (pwrite(fd, i % 2 ? "dddd" : "cccc", 4, 0) != 4) return 3;
+    ver(fd);
+  }
+  return 0;
+}
+]]
+        local t = T("inplace.txt")
+        assert(fs:writeText(t, "aaaa"))
+        local out, code, err = P.sh("cat > inplace.c && cc -O2 -o inplace inplace.c && ./inplace inplace.txt",
+          { cwd = dir, stdin = src })
+        assert.are.equal(0, code, err)
+        local rows = {}
+        for v, ms in out:gmatch("(%S+) (%d+)\n") do rows[#rows + 1] = { v = v, ms = ms } end
+        assert.are.equal(20, #rows)
+        assert.are.equal("e2b:" .. rows[#rows].v, assert(fs:stat(t)).version)   -- same format as the provider's
+        local same_ms = 0
+        for i = 2, #rows do
+          assert.are_not.equal(rows[i - 1].v, rows[i].v)
+          if rows[i - 1].ms == rows[i].ms then same_ms = same_ms + 1 end   -- a ms token would not differ
+        end
+        assert.is_true(same_ms > 0, "no two rewrites fell in one millisecond")
       end)
     end)
     it("createIfAbsent never replaces", function()
@@ -170,13 +221,75 @@ describe("fs seam contract #sandboxd", function()
         assert.are.equal("FS_STALE_VERSION", select(2, fs:writeText(T("gone.txt"), "x", { kind = "replaceIfVersion", version = v2 })).code)
       end)
     end)
+    local function no_staging(where)
+      local out, code = P.sh("ls -A", { cwd = where })
+      assert.are.equal(0, code)
+      assert.is_nil(out:find(".moonbox-", 1, true), where .. " holds " .. out)
+    end
     it("refuses to write over a directory and leaves no staging behind", function()
       P.run(function()
         assert.are.equal("FS_NOT_REGULAR_FILE", select(2, fs:writeText(T("sub"), "x")).code)
-        local out = P.sh("ls -A", { cwd = dir })
-        assert.is_nil(out:find("moonbox", 1, true))
-        assert.is_nil(out:find(".tmp", 1, true))
+        no_staging(dir)
       end)
+    end)
+    it("leaves no staging behind when a guard rejects a write to a file", function()
+      P.run(function()
+        local t = T("guarded-file.txt")
+        local v = assert(fs:writeText(t, "one")).version
+        assert(fs:writeText(t, "two"))
+        assert.are.equal("FS_STALE_VERSION", select(2, fs:writeText(t, "x", { kind = "replaceIfVersion", version = v })).code)
+        assert.are.equal("FS_NOT_OBSERVED", select(2, fs:writeText(t, "x", { kind = "createIfAbsent" })).code)
+        assert.are.equal("FS_STALE_VERSION", select(2, fs:editText(t, { oldString = "two", newString = "x" }, { version = v })).code)
+        assert.are.equal("two", fs:readText(t))
+        no_staging(dir)
+      end)
+    end)
+    it("reports EACCES as FS_PERMISSION_DENIED and leaves no staging in a directory it may not write", function()
+      P.run(function()
+        local d = dir .. "/locked"
+        assert.are.equal(0, select(2, P.sh("mkdir -p locked && printf keep > locked/f && chmod 555 locked", { cwd = dir })))
+        local _, e1 = fs:writeText(T("locked/f"), "x")
+        local _, e2 = fs:writeText(T("locked/new"), "x", { kind = "createIfAbsent" })
+        local _, e3 = fs:writeText(T("/etc/moonbox-denied.txt"), "x")
+        for _, e in ipairs({ e1, e2, e3 }) do assert.are.equal("FS_PERMISSION_DENIED", e and e.code) end
+        assert.are.equal("keep", fs:readText(T("locked/f")))
+        no_staging(d)
+        no_staging("/etc")
+        P.sh("chmod 755 locked", { cwd = dir })
+      end)
+    end)
+    -- Cancellation at every point of a write (k loop iterations after it starts): the outcome is
+    -- either FS_ABORTED with the old content or success with the new content, never "aborted"
+    -- with the new content, and no staging directory is ever left.
+    it("never reports a committed write as aborted, and an aborted write leaves nothing", function()
+      P.run(function()
+        local mb = require "moonbox"
+        local t = T("cancel.txt")
+        local seen = { ok = 0, aborted = 0 }
+        -- how many loop iterations an uncancelled write takes, to spread the cancel points over it
+        assert(fs:writeText(t, "base"))
+        local probe = mb.spawn(function() assert(fs:writeText(t, "probe")) end)
+        local n = 0
+        while not probe:done() do mb.sleep(0); n = n + 1 end
+        local step = math.max(1, n // 60)
+        for k = 0, n + step, step do
+          assert(fs:writeText(t, "base"))
+          local res = {}
+          local w = mb.spawn(function() res.r, res.err = fs:writeText(t, "v" .. k) end)
+          for _ = 1, k do mb.sleep(0) end
+          w:cancel()
+          assert(w:join(30000))
+          local now = assert(fs:readText(t))
+          if res.r then
+            assert.are.equal("v" .. k, now); seen.ok = seen.ok + 1
+          else
+            assert.are.equal("FS_ABORTED", res.err.code, tostring(res.err))
+            assert.are.equal("base", now, "aborted at " .. k .. " but committed"); seen.aborted = seen.aborted + 1
+          end
+        end
+        no_staging(dir)
+        assert.is_true(seen.ok > 0 and seen.aborted > 0, ("ok %d, aborted %d"):format(seen.ok, seen.aborted))
+      end, 180000)
     end)
     it("keeps its runtime files out of the workspace", function()
       P.run(function()
@@ -225,7 +338,7 @@ describe("fs seam contract #sandboxd", function()
   end)
 
   describe("request budget", function()
-    it("resolve 1, guarded write at most 3, read at most 2", function()
+    it("resolve 1, guarded write at most 3, read at most 2, guarded edit at most 3", function()
       P.run(function()
         local n, t = P.requests(function() return T("budget.txt") end)
         assert.are.equal(1, n)
@@ -236,6 +349,10 @@ describe("fs seam contract #sandboxd", function()
         assert.is_true(w <= 3, "guarded write took " .. w)
         local r = P.requests(function() assert(fs:readText(t)) end)
         assert.is_true(r <= 2, "read took " .. r)
+        v = assert(fs:stat(t)).version
+        local e = P.requests(function() assert(fs:editText(t, { oldString = "y", newString = "z" }, { version = v })) end)
+        assert.is_true(e <= 3, "guarded edit took " .. e)
+        assert.are.equal("z", fs:readText(t))
       end)
     end)
   end)

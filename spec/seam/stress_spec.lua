@@ -1,5 +1,6 @@
 -- 1000 randomized spawn/terminate cycles (TERM-ignoring, double-forking, pipe-holding
--- grandchildren); afterwards no process of any cycle may survive, checked inside the sandbox.
+-- grandchildren, pipe output nobody reads, cancel tokens); afterwards no process of any cycle may
+-- survive, checked inside the sandbox.
 local P = require "seam.provider"
 
 local CYCLES = tonumber(os.getenv("MB_STRESS_CYCLES") or "1000")
@@ -13,26 +14,39 @@ describe("spawn/terminate stress #sandboxd #stress", function()
     local sp, cwd = s.ctx.subprocess, s.cwd
     local mb = require "moonbox"
     local marker = "mbstress" .. os.time()
+    -- copies of sleep and yes under the marker's name (`exec -a` is not portable: dash has none)
+    local dir = s.cwd .. "/" .. marker
+    local zz, yy = dir .. "/" .. marker .. "-sleep", dir .. "/" .. marker .. "-yes"
+    P.run(function()
+      local _, code, err = P.sh("mkdir -p '" .. dir .. "' && cp \"$(command -v sleep)\" '" .. zz .. "' && cp \"$(command -v yes)\" '" .. yy .. "'")
+      assert(code == 0, err)
+    end)
     local shapes = {
-      "trap '' TERM; exec -a " .. marker .. " sleep 300",                                   -- ignores TERM
-      "(trap '' TERM; exec -a " .. marker .. " sleep 300) & (setsid sh -c 'exec -a " .. marker .. " sleep 300' &); sleep 300", -- double fork
-      "(exec -a " .. marker .. " sleep 300 &); echo started",                               -- grandchild holds stdout
+      "trap '' TERM; exec " .. zz .. " 300",                                                -- ignores TERM
+      "(trap '' TERM; exec " .. zz .. " 300) & (setsid " .. zz .. " 300 &); exec " .. zz .. " 300", -- double fork
+      "(" .. zz .. " 300 &); echo started",                                                 -- grandchild holds stdout
       "echo quick",                                                                         -- exits on its own
+      "trap '' TERM; exec " .. yy,                                                          -- floods an unread pipe
     }
+    local PIPE_SHAPE = #shapes
     local seed = tonumber(os.getenv("MB_STRESS_SEED") or tostring(os.time()))
     math.randomseed(seed)
     local plan = {}
-    for i = 1, CYCLES do plan[i] = { shape = math.random(#shapes), delay = math.random(0, 20) } end
+    for i = 1, CYCLES do
+      plan[i] = { shape = math.random(#shapes), delay = math.random(0, 20), cancel = math.random(2) == 1 }
+    end
     P.run(function()
       local next_i, failures = 1, {}
       local function worker()
         while next_i <= CYCLES do
           local c = plan[next_i]; next_i = next_i + 1
-          local h, err = sp:spawn{ argv = { "/bin/sh", "-c", shapes[c.shape] }, cwd = cwd, graceMs = 50,
-            stdio = { stdin = "ignore", stdout = { maxBytes = 256 }, stderr = { maxBytes = 256 } } }
+          local out = c.shape == PIPE_SHAPE and "pipe" or { maxBytes = 256 }
+          local cancel = c.cancel and mb.event() or nil
+          local h, err = sp:spawn{ argv = { "/bin/sh", "-c", shapes[c.shape] }, cwd = cwd, graceMs = 50, cancel = cancel,
+            stdio = { stdin = "ignore", stdout = out, stderr = { maxBytes = 256 } } }
           if not h then failures[#failures + 1] = tostring(err) else
             if c.delay > 0 then mb.sleep(c.delay) end
-            h:terminate()
+            if cancel then cancel:set() else h:terminate() end
             local o, werr = h:wait(20000)
             if not o then failures[#failures + 1] = "wait: " .. tostring(werr) end
             if h:waitForExit(20000) ~= true then failures[#failures + 1] = "tree survived (pgid " .. h.pid .. ")" end
@@ -44,7 +58,7 @@ describe("spawn/terminate stress #sandboxd #stress", function()
       for _, w in ipairs(ws) do assert(w:join(600000)) end
       assert.are.same({}, failures, "seed " .. seed)
       local out = P.sh("n=0; for p in /proc/[0-9]*; do s=$(cut -d' ' -f3 $p/stat 2>/dev/null); [ \"$s\" = Z ] && continue; "
-        .. "case \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" in " .. marker .. "*) n=$((n+1));; esac; done; echo $n")
+        .. "case \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" in '" .. dir .. "/'*) n=$((n+1));; esac; done; echo $n")
       assert.are.equal("0\n", out, "seed " .. seed)
     end, 900000)
   end)

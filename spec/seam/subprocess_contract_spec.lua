@@ -18,6 +18,15 @@ local function survivors(pattern)
   return lines
 end
 
+-- A copy of a program under a unique name (inside P.run), so that its processes can be found by
+-- name: `exec -a` is not portable (dash has none), and a failing one made the checks vacuous.
+local function named(program, marker)
+  local dir = P.scratch("bin")
+  local _, code, err = P.sh("mkdir -p '" .. dir .. "' && cp \"$(command -v " .. program .. ")\" '" .. dir .. "/" .. marker .. "'")
+  assert(code == 0, err)
+  return dir .. "/" .. marker
+end
+
 describe("subprocess seam contract #sandboxd", function()
   local sp, mb
   setup(function() sp = P.open().ctx.subprocess; mb = require "moonbox" end)
@@ -66,11 +75,11 @@ describe("subprocess seam contract #sandboxd", function()
   it("terminates a TERM-ignoring tree: SIGKILL only once it is dead, nothing survives", function()
     P.run(function()
       local marker = "mbterm" .. os.time()
+      local bin = named("sleep", marker)
       local h = assert(sp:spawn(spec({ "/bin/sh", "-c",
-        "trap '' TERM; (trap '' TERM; exec -a " .. marker .. " sleep 300) & setsid sh -c 'exec -a " .. marker .. " sleep 300' & sleep 300" },
+        "trap '' TERM; (trap '' TERM; exec " .. bin .. " 300) & setsid " .. bin .. " 301 & exec " .. bin .. " 302" },
         { graceMs = 300 })))
-      mb.sleep(200)
-      assert.is_true(#survivors(marker) >= 1)
+      while #survivors(marker) < 3 do mb.sleep(50) end  -- all three run (the leader ignores TERM)
       assert(h:terminate())
       local o = assert(h:wait(10000))
       assert.are.same({ signal = "SIGKILL" }, o)
@@ -82,7 +91,8 @@ describe("subprocess seam contract #sandboxd", function()
   it("waitForExit covers double-forked descendants after the leader exits", function()
     P.run(function()
       local marker = "mbdfork" .. os.time()
-      local h = assert(sp:spawn(spec({ "/bin/sh", "-c", "(setsid sh -c 'sleep 0.5; exec -a " .. marker .. " true' &) ; exit 0" },
+      local bin = named("sleep", marker)
+      local h = assert(sp:spawn(spec({ "/bin/sh", "-c", "(setsid " .. bin .. " 0.5 &) ; exit 0" },
         { graceMs = 100 })))
       assert.are.same({ exitCode = 0 }, assert(h:wait(10000)))
       assert.is_true(h:waitForExit(10000))
@@ -161,6 +171,38 @@ describe("subprocess seam contract #sandboxd", function()
     end)
   end)
 
+  it("terminates a process whose pipe output is never read (regression: terminate/done hung)", function()
+    P.run(function()
+      local h = assert(sp:spawn(spec({ "yes" }, { stdio = { stdin = "ignore", stdout = "pipe", stderr = "pipe" } })))
+      mb.sleep(300)                                     -- let it fill every buffer up to the host pipe
+      assert(h:terminate())
+      assert.are.same({ signal = "SIGTERM" }, assert(h:wait(30000)))
+      assert.is_true(h:waitForExit(30000))
+      assert.is_nil(h.stdout:read(0))                   -- unread output was dropped: EOF
+    end)
+  end)
+
+  it("starts terminate when the cancel token fires", function()
+    P.run(function()
+      local cancel = mb.event()
+      local h = assert(sp:spawn(spec({ "sleep", "300" }, { cancel = cancel })))
+      cancel:set()
+      assert.are.same({ signal = "SIGTERM" }, assert(h:wait(30000)))
+      assert.is_true(h:waitForExit(30000))
+      local fired = mb.event(); fired:set()
+      local h2, err = sp:spawn(spec({ "true" }, { cancel = fired }))
+      assert.is_nil(h2); assert.are.equal("SUBPROCESS_CANCELED", err.code)
+    end)
+  end)
+
+  it("fails the spawn for a missing cwd, naming it", function()
+    P.run(function()
+      local h, err = sp:spawn(spec({ "true" }, { cwd = "/no/such/cwd-xyz" }))
+      assert.is_nil(h); assert.are.equal("SPAWN_FAILED", err.code)
+      assert.truthy(err.message:find("/no/such/cwd-xyz", 1, true), err.message)
+    end)
+  end)
+
   describe("terminal", function()
     it("drives an interactive shell, inspects and signals the foreground, terminates the session", function()
       P.run(function()
@@ -173,7 +215,8 @@ describe("subprocess seam contract #sandboxd", function()
         assert.are.equal(t.pid, fg.processGroupId)
         assert.are.equal("TERMINAL_REFUSED", select(2, t:signalForeground("SIGKILL")).code)
         local marker = "mbtty" .. os.time()
-        assert(t:write("exec -a " .. marker .. " sleep 300 &\nsleep 200\n"))
+        local bin = named("sleep", marker)
+        assert(t:write(bin .. " 300 &\nsleep 200\n"))
         mb.sleep(300)
         local fg2 = assert(t:inspectForeground())
         assert.are_not.equal(t.pid, fg2.processGroupId)
@@ -185,6 +228,62 @@ describe("subprocess seam contract #sandboxd", function()
         assert.is_not_nil(select(2, t:write("x")))
       end)
     end)
+
+    it("terminates a terminal whose output is never read and observes its exit (regression)", function()
+      P.run(function()
+        local t = assert(sp:spawnTerminal{ argv = { "yes" }, cwd = P.open().cwd, rows = 24, cols = 80, graceMs = 300 })
+        mb.sleep(100)
+        assert(t:terminate())
+        assert.is_table(assert(t:wait(0)))               -- quiescence includes the observed exit
+      end)
+    end)
+
+    it("cancels a terminal allocation", function()
+      P.run(function()
+        local fired = mb.event(); fired:set()
+        local t, err = sp:spawnTerminal{ argv = { "/bin/sh" }, cwd = P.open().cwd, graceMs = 300, cancel = fired }
+        assert.is_nil(t); assert.are.equal("SUBPROCESS_CANCELED", err.code)
+      end)
+    end)
+  end)
+
+  describe("E2B provider #e2b", function()
+    local spmod = require "moonbox.subprocess"
+    local function exists(path) return P.sh("[ -e '" .. path .. "' ] && echo yes || echo no") == "yes\n" end
+
+    it("keeps only the spills that are needed and sweeps them at disposal (regression: never swept)", function()
+      if P.open().name ~= "e2b" then return end
+      P.run(function()
+        local s = P.open()
+        local sp2 = spmod.new(s.ctx, { frameLineMax = 40000, pipeQueue = 64 })
+        local small = assert(sp2:spawn(spec({ "echo", "hi" }, { stdio = { stdin = "ignore",
+          stdout = { maxBytes = 100, spill = { maxBytes = 1000 } }, stderr = { maxBytes = 100, spill = { maxBytes = 1000 } } } })))
+        local big = assert(sp2:spawn(spec({ "/bin/sh", "-c", "i=0; while [ $i -lt 200 ]; do echo line-$i; i=$((i+1)); done" },
+          { stdio = { stdin = "ignore", stdout = { maxBytes = 100, spill = { maxBytes = 1 << 20 } }, stderr = { maxBytes = 10 } } })))
+        assert(small:wait(30000)); assert(big:wait(30000))
+        assert.is_false(exists(small.collected.stdout.spill.path))   -- within the tail: removed by mbwrap
+        assert.is_false(exists(small.collected.stderr.spill.path))   -- empty: removed too
+        local r = big.collected.stdout:readFrom(0)
+        assert.is_true(r.lossy); assert.is_true(exists(r.spillPath))
+        local dir = spmod.spill_dir(s.sandbox, sp2.id)
+        assert(sp2:dispose())
+        assert.is_false(exists(dir))
+      end)
+    end)
+
+    it("disposes a service whose process output is never read", function()
+      if P.open().name ~= "e2b" then return end
+      P.run(function()
+        local marker = "mbunread" .. os.time()
+        local bin = named("yes", marker)
+        local sp2 = spmod.new(P.open().ctx, { frameLineMax = 40000, pipeQueue = 4 })
+        assert(sp2:spawn(spec({ "/bin/sh", "-c", "trap '' TERM; exec " .. bin },
+          { graceMs = 200, stdio = { stdin = "ignore", stdout = "pipe", stderr = "pipe" } })))
+        mb.sleep(300)                                   -- let it fill every buffer up to the host pipe
+        assert(sp2:dispose())
+        assert.are.same({}, survivors(marker))
+      end)
+    end)
   end)
 
   it("reports a sandbox deleted under a running command instead of hanging", function()
@@ -193,8 +292,17 @@ describe("subprocess seam contract #sandboxd", function()
       local s = P.open()
       local h = assert(sp:spawn(spec({ "sleep", "300" })))
       assert(s.sandbox.api:delete(s.sandbox.id))
+      -- done rejects only for a transport failure: never an outcome for a program that did not end
       local o, err = h:wait(30000)
-      assert.is_true(o ~= nil or (err ~= nil and err.code ~= "MB_TIMEOUT"), tostring(err))
+      assert.is_nil(o)
+      assert.is_table(err)
+      assert.are_not.equal("MB_TIMEOUT", err.code)
+      assert.truthy(tostring(err.code):match("^E2B_"), tostring(err))
+      local gone, gerr = h:waitForExit(0)                -- the tree's state is unknown, not "alive"
+      assert.is_nil(gone); assert.are.equal(err.code, gerr.code)
+      -- still tracked: terminate proves it gone (the sandbox is) instead of failing or forgetting it
+      assert.is_true(assert(h:terminate()))
+      assert.is_true(h:waitForExit(0))
     end)
   end)
 end)

@@ -5,6 +5,7 @@ Frames are decoded here independently of the C host decoder (python's base64, st
 and every run is checked against the ordering rules of core/wrapper/PROTOCOL.md.
 """
 import base64
+import errno
 import os
 import pty
 import re
@@ -333,6 +334,40 @@ class RunMode(unittest.TestCase):
             f, _ = run(["/bin/cat"], stdin=fh)
         self.assertEqual(bytes(f.out), read_bytes(__file__))
 
+    def test_stdin_from_argument(self):
+        # -i BASE64: the bytes become the program's stdin, then EOF; the wrapper's own stdin is not
+        # inherited. More than a pipe buffer's worth is fed without blocking the wrapper.
+        data = os.urandom(90000)
+        with open(__file__, "rb") as fh:
+            f, _ = run(["/bin/cat"], stdin=fh, extra=["-i", base64.b64encode(data).decode()])
+        self.assertEqual(bytes(f.out), data)
+        f, _ = run(["/bin/cat"], extra=["-i", ""])
+        self.assertEqual((bytes(f.out), f.exit), (b"", 0))
+        # a program that never reads its stdin still completes
+        f, _ = run(["/bin/true"], extra=["-i", base64.b64encode(data).decode()])
+        self.assertEqual(f.exit, 0)
+        # a descendant keeps reading stdin after the leader exited (more than a pipe buffer)
+        f, _ = run(["/bin/sh", "-c", "exec 3<&0; cat <&3 3<&- &"], extra=["-i", base64.b64encode(data).decode()])
+        self.assertEqual(bytes(f.out), data)
+
+    def test_env_keys_from_own_environment(self):
+        # -K NAME keeps NAME=value from the wrapper's environment (values off the command line);
+        # everything else of that environment is dropped.
+        own = {"KEEP": "v 1=\t2", "ALSO": "", "DROP_ME": "secret", "PATH": "/usr/bin:/bin"}
+        p = subprocess.run([MBWRAP, "run", "-K", "KEEP", "-K", "ALSO", "-E", "PATH=/usr/bin:/bin", "--", "env"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=own)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn(b"secret", p.stdout)
+        got = sorted(bytes(decode(p.stdout).out).decode().splitlines())
+        self.assertEqual(got, ["ALSO=", "KEEP=v 1=\t2", "PATH=/usr/bin:/bin"])
+        # a name missing from the environment is a spawn error, not a silent omission
+        p = subprocess.run([MBWRAP, "run", "-K", "NOT_THERE", "--", "/usr/bin/env"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=own)
+        f = decode(p.stdout)
+        self.assertEqual(f.spawn_error[0], errno.EINVAL)
+        self.assertIn("NOT_THERE", f.spawn_error[1])
+        self.assertEqual(f.kinds, ["!spawn-error", "!empty", "!done"])
+
     def test_only_stdio_and_default_signals_reach_the_program(self):
         # The wrapper inherits an extra fd and ignored SIGINT/SIGHUP; the program sees neither.
         r, w = os.pipe()
@@ -355,6 +390,9 @@ class RunMode(unittest.TestCase):
     def test_usage_errors_emit_no_frames(self):
         for args in (["run", "--"], ["run", "-x", "1", "--", "true"], ["run", "-E", "NOEQUALS", "--", "true"],
                      ["run", "-E", "A=1", "-E", "A=2", "--", "true"], ["run", "-g", "abc", "--", "true"],
+                     ["run", "-i", "a", "--", "true"], ["run", "-i", "YQ=a", "--", "true"],
+                     ["run", "-K", "A=B", "--", "true"], ["run", "-K", "", "--", "true"],
+                     ["run", "-E", "PATH=/x", "-K", "PATH", "--", "true"],
                      ["bogus"], ["stat"], ["signal", "1", "TERM"]):
             p = subprocess.run([MBWRAP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             self.assertEqual(p.returncode, 2, args)
@@ -496,9 +534,45 @@ class Spill(unittest.TestCase):
             self.assertIn(b"mbwrap: stdout spill removed", err)
 
     def test_spill_open_failure_is_spawn_error(self):
-        f, _ = run(["/bin/true"], extra=["-o", "/nonexistent-dir/x:10"])
+        # only the spill's own directory is made: a missing grandparent is ENOENT
+        f, _ = run(["/bin/true"], extra=["-o", "/nonexistent-dir/sub/x:10"])
         self.assertEqual(f.kinds, ["!spawn-error", "!empty", "!done"])
         self.assertEqual(f.spawn_error[0], 2)
+        self.assertFalse(os.path.exists("/nonexistent-dir"))
+
+    def test_spill_directory_is_made_on_first_use(self):
+        with tempfile.TemporaryDirectory() as d:
+            so = os.path.join(d, "processes", "out.log")
+            f, err = run(["/bin/sh", "-c", "echo hi"], extra=["-o", "%s:100" % so])
+            self.assertEqual(bytes(f.out), b"hi\n")
+            self.assertEqual(read_bytes(so), b"hi\n")
+            self.assertEqual(stat.S_IMODE(os.stat(os.path.dirname(so)).st_mode), 0o700)
+            self.assertEqual(err, b"")
+
+    def test_spill_within_keep_min_is_removed_quietly(self):
+        with tempfile.TemporaryDirectory() as d:
+            so, se = os.path.join(d, "out.log"), os.path.join(d, "err.log")
+            f, err = run(["/bin/sh", "-c", "printf 12345; printf 123456 >&2"],
+                         extra=["-o", "%s:100" % so, "-k", "o:5", "-e", "%s:100" % se, "-k", "e:5"])
+            self.assertEqual(bytes(f.out), b"12345")
+            self.assertFalse(os.path.exists(so))           # 5 <= 5: the tail holds it whole
+            self.assertEqual(read_bytes(se), b"123456")    # 6 > 5: needed
+            self.assertEqual(err, b"")
+            f, _ = run(["/bin/true"], extra=["-o", "%s:100" % so, "-k", "o:0"])
+            self.assertFalse(os.path.exists(so))           # empty streams leave nothing
+
+    def test_spill_of_a_failed_spawn_is_removed(self):
+        with tempfile.TemporaryDirectory() as d:
+            so = os.path.join(d, "out.log")
+            f, _ = run(["/no/such/program"], extra=["-o", "%s:100" % so])
+            self.assertIn("!spawn-error", f.kinds)
+            self.assertFalse(os.path.exists(so))
+
+    def test_bad_keep_is_usage_error(self):
+        for bad in ("x:1", "o:", "o1", "o:-1"):
+            p = subprocess.run([MBWRAP, "run", "-k", bad, "--", "/bin/true"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+            self.assertEqual((p.returncode, p.stdout), (2, b""), bad)
 
 
 class Tools(unittest.TestCase):
@@ -690,6 +764,32 @@ class Tools(unittest.TestCase):
         p.stdout.close()
         self.assertEqual(session_members(p.pid), [])
         self.assertEqual(tool("killsession", str(p.pid), "0"), b"0\n")
+
+    def test_killsession_hangs_up_an_interactive_shell(self):
+        # An interactive shell ignores TERM; HUP ends it at once. With a grace far beyond the
+        # liveness cap, killsession can only return in time if HUP did the work.
+        pid, master = pty.fork()
+        if pid == 0:
+            os.execve("/bin/sh", ["/bin/sh", "-i"], {"PATH": "/usr/bin:/bin", "PS1": "$ "})
+        try:
+            buf = b""
+            while b"$ " not in buf:
+                r, _, _ = select.select([master], [], [], LIVENESS_CAP_S)
+                self.assertTrue(r, "no prompt")
+                buf += os.read(master, 1024)
+            p = subprocess.run([MBWRAP, "killsession", str(pid), "3600000"], stdout=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, timeout=LIVENESS_CAP_S)
+            f = decode(p.stdout, tool=True)
+            self.assertEqual((f.exit, bytes(f.out)), (0, b"1\n"))
+            _, st = os.waitpid(pid, 0)
+            self.assertTrue(os.WIFSIGNALED(st) and os.WTERMSIG(st) == signal.SIGHUP, st)
+        finally:
+            os.close(master)
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
 
     def spawn_tty(self, argv):
         pid, master = pty.fork()

@@ -1,0 +1,380 @@
+/* procstream.c — one mbwrap process stream decoded in C into sinks (see procstream.h). */
+#include "procstream.h"
+#include "b64.h"
+#include "connect.h"
+#include "frames.h"
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct mb_ps_ring {
+  unsigned char *buf;
+  size_t cap, max, head, held; /* cap grows up to max; head = index of the oldest byte */
+};
+
+struct mb_ps_out {
+  struct mb_ps_sink sink;
+  uint64_t total;
+  struct mb_ps_ring ring;     /* TAIL */
+  unsigned char *bbuf;        /* BUFFER: this push's bytes */
+  size_t blen, bcap;
+};
+
+struct mb_procstream {
+  size_t max_message;
+  struct mb_envelope_decoder *env;
+  struct mb_frame_decoder *frames;
+  unsigned char *scratch; /* decoded event.data.* bytes of one message */
+  size_t scratch_cap;
+  struct mb_ps_out out[2];
+  struct mb_ps_fact facts[MB_PS_FACTS_MAX];
+  size_t nfacts;
+  int seen_start, seen_end;
+  char diag[MB_PS_DIAG_MAX];
+  size_t diag_len;
+  struct mb_error err; /* sticky */
+};
+
+static int mb_ps_sink_ok(const struct mb_ps_sink *s) {
+  if (s->kind < MB_PS_DISCARD || s->kind > MB_PS_FD) return 0;
+  return s->kind != MB_PS_FD || s->fd >= 0;
+}
+
+struct mb_procstream *mb_procstream_new(const struct mb_ps_config *cfg) {
+  if (!cfg || !cfg->max_message || !cfg->max_line || !mb_ps_sink_ok(&cfg->sink[0]) ||
+      !mb_ps_sink_ok(&cfg->sink[1]))
+    return NULL;
+  struct mb_procstream *ps = calloc(1, sizeof *ps);
+  if (!ps) return NULL;
+  ps->max_message = cfg->max_message;
+  ps->env = mb_envelope_decoder_new(cfg->max_message);
+  ps->frames = mb_frame_decoder_new(cfg->max_line);
+  if (!ps->env || !ps->frames) {
+    mb_procstream_free(ps);
+    return NULL;
+  }
+  for (int i = 0; i < 2; i++) {
+    ps->out[i].sink = cfg->sink[i];
+    ps->out[i].ring.max = cfg->sink[i].kind == MB_PS_TAIL ? cfg->sink[i].max : 0;
+  }
+  return ps;
+}
+
+void mb_procstream_free(struct mb_procstream *ps) {
+  if (!ps) return;
+  mb_envelope_decoder_free(ps->env);
+  mb_frame_decoder_free(ps->frames);
+  free(ps->scratch);
+  for (int i = 0; i < 2; i++) {
+    free(ps->out[i].ring.buf);
+    free(ps->out[i].bbuf);
+  }
+  free(ps);
+}
+
+/* ---- facts ---- */
+
+static struct mb_ps_fact *mb_ps_fact(struct mb_procstream *ps, int kind) {
+  if (ps->nfacts == MB_PS_FACTS_MAX) {
+    mb_error_set(&ps->err, MB_E_PROTOCOL, "process stream: too many control facts");
+    return NULL;
+  }
+  struct mb_ps_fact *f = &ps->facts[ps->nfacts++];
+  memset(f, 0, offsetof(struct mb_ps_fact, text) + 1);
+  f->kind = kind;
+  return f;
+}
+
+/* ---- sinks ---- */
+
+static int mb_ps_ring_add(struct mb_ps_ring *r, const unsigned char *p, size_t n,
+                          struct mb_error *err) {
+  if (r->max == 0 || n == 0) return MB_OK;
+  if (n >= r->max) { /* only the last max bytes can survive */
+    p += n - r->max;
+    n = r->max;
+  }
+  if (r->cap < r->max && r->held + n > r->cap) {
+    /* Not wrapped yet (head == 0 until the ring is full): grow with the data received. */
+    size_t want = r->cap > r->max / 2 ? r->max : r->cap * 2;
+    if (want < r->held + n) want = r->held + n;
+    if (want > r->max) want = r->max;
+    unsigned char *nb = realloc(r->buf, want);
+    if (!nb) return mb_error_set(err, MB_E_NOMEM, "cannot grow an output tail to %zu bytes", want);
+    r->buf = nb;
+    r->cap = want;
+  }
+  if (r->held + n > r->cap) { /* full: drop the oldest bytes */
+    size_t drop = r->held + n - r->cap;
+    r->head = (r->head + drop) % r->cap;
+    r->held -= drop;
+  }
+  size_t pos = (r->head + r->held) % r->cap;
+  size_t first = r->cap - pos < n ? r->cap - pos : n;
+  memcpy(r->buf + pos, p, first);
+  if (n > first) memcpy(r->buf, p + first, n - first);
+  r->held += n;
+  return MB_OK;
+}
+
+static int mb_ps_buffer_add(struct mb_ps_out *o, const unsigned char *p, size_t n,
+                            struct mb_error *err) {
+  if (n == 0) return MB_OK;
+  if (o->bcap - o->blen < n) {
+    size_t want = o->bcap ? o->bcap : 16384;
+    while (want - o->blen < n) {
+      if (want > SIZE_MAX / 2) return mb_error_set(err, MB_E_NOMEM, "output buffer overflow");
+      want *= 2;
+    }
+    unsigned char *nb = realloc(o->bbuf, want);
+    if (!nb) return mb_error_set(err, MB_E_NOMEM, "cannot buffer %zu output bytes", want);
+    o->bbuf = nb;
+    o->bcap = want;
+  }
+  memcpy(o->bbuf + o->blen, p, n);
+  o->blen += n;
+  return MB_OK;
+}
+
+/* Blocking write of everything; returns 0 or an errno. */
+static int mb_ps_write_all(int fd, const unsigned char *p, size_t n) {
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        if (poll(&pf, 1, -1) < 0 && errno != EINTR) return errno;
+        continue;
+      }
+      return errno;
+    }
+    if (w == 0) return EIO;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+static int mb_ps_sink_data(struct mb_procstream *ps, int stream, const unsigned char *p,
+                           size_t n) {
+  struct mb_ps_out *o = &ps->out[stream];
+  o->total += n;
+  switch (o->sink.kind) {
+  case MB_PS_TAIL: return mb_ps_ring_add(&o->ring, p, n, &ps->err);
+  case MB_PS_BUFFER: return mb_ps_buffer_add(o, p, n, &ps->err);
+  case MB_PS_FD: {
+    int e = mb_ps_write_all(o->sink.fd, p, n);
+    if (e) {
+      o->sink.kind = MB_PS_DISCARD;
+      struct mb_ps_fact *f = mb_ps_fact(ps, MB_PS_SINK_ERROR);
+      if (!f) return ps->err.code;
+      f->stream = stream;
+      f->value = e;
+      mb_copy_text(f->text, sizeof f->text, strerror(e), strlen(strerror(e)));
+    }
+    return MB_OK;
+  }
+  default: return MB_OK;
+  }
+}
+
+/* ---- frames ---- */
+
+static int mb_ps_on_frame(void *ud, const struct mb_frame *fr) {
+  struct mb_procstream *ps = ud;
+  switch (fr->kind) {
+  case MB_FRAME_STDOUT: return mb_ps_sink_data(ps, MB_PS_STDOUT, fr->data, fr->len);
+  case MB_FRAME_STDERR: return mb_ps_sink_data(ps, MB_PS_STDERR, fr->data, fr->len);
+  default: break;
+  }
+  static const int map[] = {[MB_FRAME_PGID] = MB_PS_PGID, [MB_FRAME_EXIT] = MB_PS_EXIT,
+                            [MB_FRAME_SIGNAL] = MB_PS_SIGNAL,
+                            [MB_FRAME_SPAWN_ERROR] = MB_PS_SPAWN_ERROR,
+                            [MB_FRAME_EMPTY] = MB_PS_EMPTY, [MB_FRAME_DONE] = MB_PS_DONE};
+  if (fr->kind < MB_FRAME_PGID || fr->kind > MB_FRAME_DONE) return MB_E_PROTOCOL;
+  struct mb_ps_fact *f = mb_ps_fact(ps, map[fr->kind]);
+  if (!f) return ps->err.code;
+  f->value = fr->value;
+  if (fr->kind == MB_FRAME_SPAWN_ERROR)
+    mb_copy_text(f->text, sizeof f->text, (const char *)fr->data, fr->len);
+  return MB_OK;
+}
+
+/* ---- events ---- */
+
+static void mb_ps_diag_add(struct mb_procstream *ps, const unsigned char *p, size_t n) {
+  size_t room = MB_PS_DIAG_MAX - ps->diag_len;
+  if (n > room) n = room;
+  if (n == 0) return;
+  memcpy(ps->diag + ps->diag_len, p, n);
+  ps->diag_len += n;
+}
+
+static void mb_ps_json_text(json_t *o, const char *key, char *dst, size_t cap) {
+  json_t *v = json_object_get(o, key);
+  if (json_is_string(v)) mb_copy_text(dst, cap, json_string_value(v), json_string_length(v));
+}
+
+/* A message that is not the output shape: start, end, keepalive, anything else (ignored). */
+static int mb_ps_event(struct mb_procstream *ps, json_t *root) {
+  if (!json_is_object(root))
+    return mb_error_set(&ps->err, MB_E_PROTOCOL, "process event: message is not a JSON object");
+  json_t *ev = json_object_get(root, "event");
+  if (!json_is_object(ev)) return MB_OK;
+  json_t *st = json_object_get(ev, "start"), *end = json_object_get(ev, "end");
+  if (json_is_object(st)) {
+    if (ps->seen_start)
+      return mb_error_set(&ps->err, MB_E_PROTOCOL, "process event: a second start event");
+    ps->seen_start = 1;
+    struct mb_ps_fact *f = mb_ps_fact(ps, MB_PS_START);
+    if (!f) return ps->err.code;
+    json_t *pid = json_object_get(st, "pid");
+    f->value = json_is_integer(pid) ? (long long)json_integer_value(pid) : 0;
+  } else if (json_is_object(end)) {
+    if (ps->seen_end)
+      return mb_error_set(&ps->err, MB_E_PROTOCOL, "process event: a second end event");
+    ps->seen_end = 1;
+    struct mb_ps_fact *f = mb_ps_fact(ps, MB_PS_END);
+    if (!f) return ps->err.code;
+    json_t *code = json_object_get(end, "exitCode");
+    f->value = json_is_integer(code) ? (long long)json_integer_value(code) : 0;
+    f->flag = json_is_true(json_object_get(end, "exited"));
+    mb_ps_json_text(end, "status", f->text, sizeof f->text);
+    mb_ps_json_text(end, "error", f->code, sizeof f->code);
+  }
+  return MB_OK;
+}
+
+static int mb_ps_on_envelope(void *ud, const struct mb_envelope *e) {
+  struct mb_procstream *ps = ud;
+  if (e->end_stream) {
+    struct mb_ps_fact *f = mb_ps_fact(ps, e->has_error ? MB_PS_STREAM_ERROR : MB_PS_STREAM_END);
+    if (!f) return ps->err.code;
+    if (e->has_error) {
+      const char *c = mb_connect_code_string(e->error.code);
+      if (!c) c = "unknown";
+      mb_copy_text(f->code, sizeof f->code, c, strlen(c));
+      mb_copy_text(f->text, sizeof f->text, e->error.message, strlen(e->error.message));
+    }
+    return MB_OK;
+  }
+  size_t need = mb_b64_decoded_max(e->len);
+  if (ps->scratch_cap < need) {
+    unsigned char *nb = realloc(ps->scratch, need);
+    if (!nb) return mb_error_set(&ps->err, MB_E_NOMEM, "cannot decode a %zu-byte event", e->len);
+    ps->scratch = nb;
+    ps->scratch_cap = need;
+  }
+  static const char *const path[] = {"event", "data"};
+  static const char *const leaves[] = {"stdout", "stderr"};
+  size_t n = 0;
+  int leaf = -1;
+  json_t *root = NULL;
+  struct mb_error jerr;
+  if (mb_connect_json_bytes(e->data, e->len, path, 2, leaves, 2, 0, ps->scratch, ps->scratch_cap,
+                            &n, &leaf, &root, &jerr)) {
+    ps->err = jerr;
+    return jerr.code;
+  }
+  if (leaf == 0) {
+    struct mb_error ferr;
+    if (mb_frame_decoder_push(ps->frames, ps->scratch, n, mb_ps_on_frame, ps, &ferr)) {
+      if (!ps->err.code) ps->err = ferr;
+      return ps->err.code;
+    }
+    return MB_OK;
+  }
+  if (leaf == 1) {
+    mb_ps_diag_add(ps, ps->scratch, n);
+    return MB_OK;
+  }
+  int rc = mb_ps_event(ps, root);
+  json_decref(root);
+  return rc;
+}
+
+/* ---- public ---- */
+
+int mb_procstream_push(struct mb_procstream *ps, const void *data, size_t len,
+                       struct mb_error *err) {
+  if (ps->err.code) {
+    if (err) *err = ps->err;
+    return ps->err.code;
+  }
+  ps->nfacts = 0;
+  ps->out[0].blen = ps->out[1].blen = 0;
+  struct mb_error eerr;
+  if (mb_envelope_decoder_push(ps->env, data, len, mb_ps_on_envelope, ps, &eerr)) {
+    /* A callback failure is in ps->err with its own message; the decoder's wraps it. */
+    if (!ps->err.code) ps->err = eerr;
+    if (err) *err = ps->err;
+    return ps->err.code;
+  }
+  return MB_OK;
+}
+
+int mb_procstream_finish(struct mb_procstream *ps, struct mb_error *err) {
+  if (ps->err.code) {
+    if (err) *err = ps->err;
+    return ps->err.code;
+  }
+  ps->nfacts = 0;
+  ps->out[0].blen = ps->out[1].blen = 0;
+  int rc = mb_envelope_decoder_finish(ps->env, err);
+  if (!rc) rc = mb_frame_decoder_finish(ps->frames, err);
+  return rc;
+}
+
+size_t mb_procstream_facts(const struct mb_procstream *ps, const struct mb_ps_fact **out) {
+  *out = ps->facts;
+  return ps->nfacts;
+}
+
+const unsigned char *mb_procstream_buffered(const struct mb_procstream *ps, int stream,
+                                            size_t *len) {
+  const struct mb_ps_out *o = &ps->out[stream ? 1 : 0];
+  *len = o->blen;
+  return o->bbuf;
+}
+
+void mb_procstream_discard(struct mb_procstream *ps, int stream) {
+  struct mb_ps_out *o = &ps->out[stream ? 1 : 0];
+  if (o->sink.kind == MB_PS_BUFFER || o->sink.kind == MB_PS_FD) o->sink.kind = MB_PS_DISCARD;
+  if (o->sink.kind == MB_PS_DISCARD) o->blen = 0;
+}
+
+uint64_t mb_procstream_total(const struct mb_procstream *ps, int stream) {
+  return ps->out[stream ? 1 : 0].total;
+}
+
+void mb_procstream_read_from(const struct mb_procstream *ps, int stream, uint64_t from,
+                             const unsigned char **a, size_t *al, const unsigned char **b,
+                             size_t *bl, uint64_t *next, int *lossy) {
+  const struct mb_ps_out *o = &ps->out[stream ? 1 : 0];
+  const struct mb_ps_ring *r = &o->ring;
+  *a = *b = NULL;
+  *al = *bl = 0;
+  *next = o->total;
+  uint64_t start = o->total - r->held;
+  *lossy = from < start;
+  if (o->sink.kind != MB_PS_TAIL || r->held == 0) return;
+  size_t off = *lossy ? 0 : from - start >= r->held ? r->held : (size_t)(from - start);
+  size_t n = r->held - off;
+  if (n == 0) return;
+  size_t pos = (r->head + off) % r->cap;
+  size_t first = r->cap - pos < n ? r->cap - pos : n;
+  *a = r->buf + pos;
+  *al = first;
+  if (n > first) {
+    *b = r->buf;
+    *bl = n - first;
+  }
+}
+
+const char *mb_procstream_diag(const struct mb_procstream *ps, size_t *len) {
+  *len = ps->diag_len;
+  return ps->diag;
+}

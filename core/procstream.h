@@ -1,0 +1,104 @@
+/* procstream.h — the host side of one `mbwrap run` process stream, decoded in C from the raw
+ * HTTP body of a process.Process/Start (or Connect) response straight into per-stream sinks:
+ *
+ *   body bytes → Connect envelopes → event JSON → base64 of event.data.stdout → mbwrap frames
+ *   → base64 → program bytes → sink (stdout and stderr each choose one)
+ *
+ * Sinks: DISCARD; BUFFER (bytes collected per push, for the caller to take in bulk: one hand-off
+ * per HTTP chunk, not per frame); TAIL (a bounded ring with whole-stream byte offsets: the last
+ * `max` bytes are kept, readers ask "everything from offset N"); FD (written here with write(2),
+ * blocking until done; a failing fd becomes DISCARD and reports one SINK_ERROR fact).
+ * Control facts (envd start/end events, the wrapper's control frames, the end of the Connect
+ * stream) are returned as a short list per push. The wrapper's own stderr (event.data.stderr) is
+ * kept as a bounded diagnostic text.
+ *
+ * Memory: every allocation is bounded by the configuration: the envelope decoder and the JSON
+ * scratch by max_message, the frame decoder by max_line, each TAIL ring by its max, a BUFFER by
+ * the data of one push (≤ max_message + the pushed length). No I/O except FD sinks. */
+#ifndef MB_PROCSTREAM_H
+#define MB_PROCSTREAM_H
+#include "errors.h"
+#include <stddef.h>
+#include <stdint.h>
+
+enum mb_ps_sink_kind { MB_PS_DISCARD = 0, MB_PS_BUFFER, MB_PS_TAIL, MB_PS_FD };
+enum mb_ps_stream { MB_PS_STDOUT = 0, MB_PS_STDERR = 1 };
+
+struct mb_ps_sink {
+  int kind;   /* enum mb_ps_sink_kind */
+  size_t max; /* TAIL: bytes kept (0 keeps none but still counts) */
+  int fd;     /* FD: the descriptor (not owned: never closed) */
+};
+
+struct mb_ps_config {
+  size_t max_message;     /* largest Connect envelope payload (≥ 1) */
+  size_t max_line;        /* longest mbwrap frame line (≥ MB_FRAME_LINE_MIN_LIMIT to admit all) */
+  struct mb_ps_sink sink[2];
+};
+
+enum mb_ps_fact_kind {
+  MB_PS_START = 1,    /* envd start event: value = the wrapper's pid */
+  MB_PS_PGID,         /* !pgid: value */
+  MB_PS_SPAWN_ERROR,  /* !spawn-error: value = errno, text = message */
+  MB_PS_EXIT,         /* !exit: value */
+  MB_PS_SIGNAL,       /* !signal: value */
+  MB_PS_EMPTY,        /* !empty */
+  MB_PS_DONE,         /* !done */
+  MB_PS_END,          /* envd end event: value = exitCode, flag = exited, text = status,
+                         code = its error string (cut to fit) */
+  MB_PS_STREAM_END,   /* end-of-stream envelope without error */
+  MB_PS_STREAM_ERROR, /* end-of-stream envelope with an error: code = Connect code name, text */
+  MB_PS_SINK_ERROR    /* an FD sink failed: stream, value = errno; the stream is discarded now */
+};
+
+#define MB_PS_TEXT_MAX 1100
+#define MB_PS_CODE_MAX 64
+#define MB_PS_FACTS_MAX 16 /* each kind occurs at most once per stream (twice: sink errors) */
+#define MB_PS_DIAG_MAX 4096
+
+struct mb_ps_fact {
+  int kind;
+  int stream;
+  int flag;
+  long long value;
+  char code[MB_PS_CODE_MAX];
+  char text[MB_PS_TEXT_MAX];
+};
+
+struct mb_procstream;
+
+/* NULL on allocation failure or an invalid configuration (max_message or max_line 0, a sink
+ * kind out of range, an FD sink with fd < 0). */
+struct mb_procstream *mb_procstream_new(const struct mb_ps_config *cfg);
+void mb_procstream_free(struct mb_procstream *ps);
+
+/* Feeds raw body bytes (any split). Before decoding, the facts and BUFFER contents of the
+ * previous push are cleared. Errors (MB_E_PROTOCOL, MB_E_TOO_LARGE, MB_E_TRUNCATED, MB_E_NOMEM)
+ * are sticky. Rejected: invalid envelopes or JSON, a second start or end event, anything the
+ * frame decoder rejects. */
+int mb_procstream_push(struct mb_procstream *ps, const void *data, size_t len,
+                       struct mb_error *err);
+/* End of the body: the envelope decoder's and then the frame decoder's finish (a truncated or
+ * missing end-of-stream, a frame stream without !done). */
+int mb_procstream_finish(struct mb_procstream *ps, struct mb_error *err);
+
+/* The facts of the last push (valid until the next push). */
+size_t mb_procstream_facts(const struct mb_procstream *ps, const struct mb_ps_fact **out);
+/* The BUFFER sink's bytes of the last push (len 0 if none or not a BUFFER). */
+const unsigned char *mb_procstream_buffered(const struct mb_procstream *ps, int stream,
+                                            size_t *len);
+/* Replaces a stream's sink by DISCARD (e.g. output after termination is not wanted). */
+void mb_procstream_discard(struct mb_procstream *ps, int stream);
+
+/* Whole-stream byte count of a stream (every sink counts). */
+uint64_t mb_procstream_total(const struct mb_procstream *ps, int stream);
+/* TAIL read: everything from whole-stream offset `from`, as up to two segments of the ring
+ * (a, al then b, bl). lossy = 1 when `from` is older than the oldest kept byte: the segments
+ * then hold the whole tail. next = the total. An offset past the total reads nothing.
+ * For other sinks: no bytes, lossy = (from < total). */
+void mb_procstream_read_from(const struct mb_procstream *ps, int stream, uint64_t from,
+                             const unsigned char **a, size_t *al, const unsigned char **b,
+                             size_t *bl, uint64_t *next, int *lossy);
+/* The wrapper's own stderr (first MB_PS_DIAG_MAX bytes). */
+const char *mb_procstream_diag(const struct mb_procstream *ps, size_t *len);
+#endif

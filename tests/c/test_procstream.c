@@ -1,0 +1,397 @@
+/* test_procstream.c — a process stream decoded in C: envelopes → event JSON → base64 → frames
+ * → sinks, under every split of the body; tails with whole-stream offsets; fd sinks; rejections. */
+#include "b64.h"
+#include "connect.h"
+#include "frames.h"
+#include "mbtest.h"
+#include "procstream.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+struct body { char *s; size_t n, cap; };
+
+static void body_add(struct body *b, const void *p, size_t n) {
+  if (b->n + n + 1 > b->cap) {
+    b->cap = (b->n + n + 1) * 2;
+    char *ns = realloc(b->s, b->cap);
+    if (!ns) abort();
+    b->s = ns;
+  }
+  memcpy(b->s + b->n, p, n);
+  b->n += n;
+  b->s[b->n] = 0;
+}
+
+static void body_envelope(struct body *b, int flags, const char *json) {
+  unsigned char hdr[MB_ENVELOPE_HDR];
+  mb_envelope_header(hdr, (uint8_t)flags, strlen(json));
+  body_add(b, hdr, sizeof hdr);
+  body_add(b, json, strlen(json));
+}
+
+/* One envd data event whose stdout (or stderr) is `raw` (the wrapper's own output bytes). */
+static void body_data(struct body *b, const char *leaf, const char *raw, size_t n) {
+  char *enc = malloc(mb_b64_encoded_len(n) + 1);
+  mb_b64_encode(raw, n, enc);
+  size_t cap = strlen(enc) + 64;
+  char *json = malloc(cap);
+  snprintf(json, cap, "{\"event\":{\"data\":{\"%s\":\"%s\"}}}", leaf, enc);
+  body_envelope(b, 0, json);
+  free(json);
+  free(enc);
+}
+
+/* Wrapper frames for `n` bytes of program output. */
+static void frames_data(struct body *f, int kind, const char *p, size_t n) {
+  size_t cap = mb_frame_data_encoded_len(n) + 1;
+  char *out = malloc(cap);
+  size_t len;
+  if (mb_frame_encode_data(kind, p, n, out, cap, &len)) abort();
+  body_add(f, out, len);
+  free(out);
+}
+
+static struct mb_ps_config cfg_tail(size_t out_max, size_t err_max) {
+  struct mb_ps_config c;
+  memset(&c, 0, sizeof c);
+  c.max_message = 1 << 20;
+  c.max_line = MB_FRAME_LINE_MIN_LIMIT;
+  c.sink[0] = (struct mb_ps_sink){MB_PS_TAIL, out_max, -1};
+  c.sink[1] = (struct mb_ps_sink){MB_PS_TAIL, err_max, -1};
+  return c;
+}
+
+/* Summary of all facts seen, as text: "start:41 pgid:77 ..." */
+struct seen { char s[2048]; size_t n; struct body out, err; };
+
+static void seen_take(struct seen *w, struct mb_procstream *ps) {
+  const struct mb_ps_fact *f;
+  size_t n = mb_procstream_facts(ps, &f);
+  static const char *const names[] = {"?", "start", "pgid", "spawn_error", "exit", "signal", "empty",
+                                      "done", "end", "stream_end", "stream_error", "sink_error"};
+  for (size_t i = 0; i < n; i++) {
+    int k = snprintf(w->s + w->n, sizeof w->s - w->n, "%s:%lld%s%s%s%s ", names[f[i].kind],
+                     f[i].value, f[i].code[0] ? "/" : "", f[i].code, f[i].text[0] ? "/" : "",
+                     f[i].text);
+    if (k > 0 && (size_t)k < sizeof w->s - w->n) w->n += (size_t)k;
+  }
+  size_t len;
+  const unsigned char *p = mb_procstream_buffered(ps, MB_PS_STDOUT, &len);
+  if (len) body_add(&w->out, p, len);
+  p = mb_procstream_buffered(ps, MB_PS_STDERR, &len);
+  if (len) body_add(&w->err, p, len);
+}
+
+static void seen_free(struct seen *w) {
+  free(w->out.s);
+  free(w->err.s);
+}
+
+/* Pushes the body cut at `cut` (0 = whole), then finishes. */
+static int feed(struct mb_procstream *ps, const struct body *b, size_t cut, struct seen *w,
+                struct mb_error *err) {
+  memset(w, 0, sizeof *w);
+  size_t parts[2] = {cut ? cut : b->n, b->n};
+  size_t prev = 0;
+  for (int i = 0; i < 2; i++) {
+    if (parts[i] <= prev && i) break;
+    int rc = mb_procstream_push(ps, b->s + prev, parts[i] - prev, err);
+    if (rc) return rc;
+    seen_take(w, ps);
+    prev = parts[i];
+  }
+  return mb_procstream_finish(ps, err);
+}
+
+static void test_every_split(void) {
+  char data[3000];
+  for (size_t i = 0; i < sizeof data; i++) data[i] = (char)(i * 7 + 3);
+  struct body fr = {0}, b = {0};
+  body_envelope(&b, 0, "{\"event\":{\"start\":{\"pid\":41}}}");
+  body_add(&fr, "!pgid 77\n", 9);
+  frames_data(&fr, MB_FRAME_STDOUT, data, sizeof data);
+  frames_data(&fr, MB_FRAME_STDERR, "warn\n", 5);
+  body_add(&fr, "!exit 3\n!empty\n!done\n", 21);
+  size_t half = fr.n / 2;
+  body_data(&b, "stdout", fr.s, half);
+  body_data(&b, "stderr", "mbwrap: note\n", 13);
+  body_envelope(&b, 0, "{\"event\":{\"keepalive\":{}}}");
+  body_data(&b, "stdout", fr.s + half, fr.n - half);
+  body_envelope(&b, 0, "{\"event\":{\"end\":{\"exitCode\":0,\"exited\":true,\"status\":\"exit status 0\"}}}");
+  body_envelope(&b, MB_ENVELOPE_END_STREAM, "{}");
+  const char *want = "start:41 pgid:77 exit:3 empty:0 done:0 end:0/exit status 0 stream_end:0 ";
+  for (size_t cut = 0; cut < b.n; cut += cut < 64 ? 1 : 37) {
+    struct mb_ps_config c = cfg_tail(1000, 1000);
+    c.sink[0].kind = MB_PS_BUFFER;
+    struct mb_procstream *ps = mb_procstream_new(&c);
+    struct seen w;
+    struct mb_error err = {0};
+    int rc = feed(ps, &b, cut, &w, &err);
+    if (!CHECK(rc == 0)) fprintf(stderr, "     cut %zu: %s\n", cut, err.message);
+    CHECK_STR(w.s, want);
+    CHECK_MEM(w.out.s, w.out.n, data, sizeof data);
+    CHECK_INT(mb_procstream_total(ps, MB_PS_STDOUT), sizeof data);
+    CHECK_INT(mb_procstream_total(ps, MB_PS_STDERR), 5);
+    const unsigned char *a, *bb;
+    size_t al, bl;
+    uint64_t next;
+    int lossy;
+    mb_procstream_read_from(ps, MB_PS_STDERR, 0, &a, &al, &bb, &bl, &next, &lossy);
+    CHECK_MEM(a, al, "warn\n", 5);
+    CHECK_INT(bl, 0);
+    CHECK_INT(next, 5);
+    CHECK_INT(lossy, 0);
+    size_t dl;
+    const char *d = mb_procstream_diag(ps, &dl);
+    CHECK_MEM(d, dl, "mbwrap: note\n", 13);
+    seen_free(&w);
+    mb_procstream_free(ps);
+    if (mbt_failures) break;
+  }
+  free(fr.s);
+  free(b.s);
+}
+
+/* The tail ring: bounded, whole-stream offsets, lossy when the offset slid out. */
+static void test_tail(void) {
+  struct mb_ps_config c = cfg_tail(5, 0);
+  struct mb_procstream *ps = mb_procstream_new(&c);
+  struct body fr = {0}, b = {0};
+  body_add(&fr, "!pgid 2\n", 8);
+  frames_data(&fr, MB_FRAME_STDOUT, "abc", 3);
+  frames_data(&fr, MB_FRAME_STDOUT, "defg", 4);
+  frames_data(&fr, MB_FRAME_STDERR, "zz", 2);
+  body_data(&b, "stdout", fr.s, fr.n);
+  struct mb_error err;
+  CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), 0);
+  const unsigned char *a, *bb;
+  size_t al, bl;
+  uint64_t next;
+  int lossy;
+  char got[16];
+#define READ(from)                                                                        \
+  do {                                                                                    \
+    mb_procstream_read_from(ps, MB_PS_STDOUT, (from), &a, &al, &bb, &bl, &next, &lossy);  \
+    if (al) memcpy(got, a, al);                                                           \
+    if (bl) memcpy(got + al, bb, bl);                                                     \
+    got[al + bl] = 0;                                                                     \
+  } while (0)
+  READ(0);
+  CHECK_STR(got, "cdefg");
+  CHECK_INT(next, 7);
+  CHECK_INT(lossy, 1);
+  READ(5);
+  CHECK_STR(got, "fg");
+  CHECK_INT(lossy, 0);
+  READ(7);
+  CHECK_STR(got, "");
+  CHECK_INT(lossy, 0);
+  READ(99);
+  CHECK_STR(got, "");
+  CHECK_INT(next, 7);
+  /* wrap-around: 3 more bytes, the ring now holds "fghij" across its end */
+  fr.n = 0;
+  b.n = 0;
+  frames_data(&fr, MB_FRAME_STDOUT, "hij", 3);
+  body_data(&b, "stdout", fr.s, fr.n);
+  CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), 0);
+  READ(0);
+  CHECK_STR(got, "fghij");
+  CHECK_INT(lossy, 1);
+  READ(6);
+  CHECK_STR(got, "ghij");
+  CHECK_INT(lossy, 0);
+  /* a zero-byte tail counts but keeps nothing */
+  mb_procstream_read_from(ps, MB_PS_STDERR, 0, &a, &al, &bb, &bl, &next, &lossy);
+  CHECK_INT(al + bl, 0);
+  CHECK_INT(next, 2);
+  CHECK_INT(lossy, 1);
+  /* a chunk longer than the tail keeps its last bytes */
+  fr.n = 0;
+  b.n = 0;
+  frames_data(&fr, MB_FRAME_STDOUT, "0123456789", 10);
+  body_data(&b, "stdout", fr.s, fr.n);
+  CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), 0);
+  READ(15);
+  CHECK_STR(got, "56789");
+  CHECK_INT(next, 20);
+  CHECK_INT(lossy, 0);
+#undef READ
+  free(fr.s);
+  free(b.s);
+  mb_procstream_free(ps);
+}
+
+/* Large tail filled in many small steps matches the last bytes of the stream. */
+static void test_tail_growth(void) {
+  struct mb_ps_config c = cfg_tail(100000, 10);
+  struct mb_procstream *ps = mb_procstream_new(&c);
+  struct body fr = {0}, b = {0}, all = {0};
+  body_add(&fr, "!pgid 2\n", 8);
+  body_data(&b, "stdout", fr.s, fr.n);
+  struct mb_error err;
+  CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), 0);
+  unsigned seed = 1;
+  for (int round = 0; round < 200; round++) {
+    char chunk[2000];
+    size_t n = 1 + (seed = seed * 1103515245u + 12345u) % sizeof chunk;
+    for (size_t i = 0; i < n; i++) chunk[i] = (char)(seed >> (i % 24));
+    body_add(&all, chunk, n);
+    fr.n = b.n = 0;
+    frames_data(&fr, MB_FRAME_STDOUT, chunk, n);
+    body_data(&b, "stdout", fr.s, fr.n);
+    CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), 0);
+    const unsigned char *a, *bb;
+    size_t al, bl;
+    uint64_t next;
+    int lossy;
+    uint64_t from = all.n > 100000 ? all.n - 100000 : 0;
+    mb_procstream_read_from(ps, MB_PS_STDOUT, from, &a, &al, &bb, &bl, &next, &lossy);
+    CHECK_INT(lossy, 0);
+    CHECK_INT(next, all.n);
+    if (!CHECK(al + bl == all.n - from)) break;
+    CHECK(memcmp(a, all.s + from, al) == 0);
+    if (bl) CHECK(memcmp(bb, all.s + from + al, bl) == 0);
+  }
+  free(fr.s);
+  free(b.s);
+  free(all.s);
+  mb_procstream_free(ps);
+}
+
+static void test_fd_sink(void) {
+  int p[2];
+  CHECK_INT(pipe(p), 0);
+  struct mb_ps_config c = cfg_tail(10, 10);
+  c.sink[0] = (struct mb_ps_sink){MB_PS_FD, 0, p[1]};
+  struct mb_procstream *ps = mb_procstream_new(&c);
+  struct body fr = {0}, b = {0};
+  body_add(&fr, "!pgid 2\n", 8);
+  frames_data(&fr, MB_FRAME_STDOUT, "hello ", 6);
+  frames_data(&fr, MB_FRAME_STDOUT, "world\n", 6);
+  body_data(&b, "stdout", fr.s, fr.n);
+  struct mb_error err;
+  CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), 0);
+  char got[64] = {0};
+  CHECK_INT(read(p[0], got, sizeof got - 1), 12);
+  CHECK_STR(got, "hello world\n");
+  /* a failing fd: one sink_error fact, then the stream is discarded (still counted) */
+  close(p[0]);
+  CHECK_INT(mb_procstream_push(ps, b.s, 0, &err), 0);
+  fr.n = b.n = 0;
+  frames_data(&fr, MB_FRAME_STDOUT, "x", 1);
+  frames_data(&fr, MB_FRAME_STDOUT, "y", 1);
+  body_data(&b, "stdout", fr.s, fr.n);
+  signal(SIGPIPE, SIG_IGN);
+  CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), 0);
+  const struct mb_ps_fact *f;
+  CHECK_INT(mb_procstream_facts(ps, &f), 1);
+  CHECK_INT(f[0].kind, MB_PS_SINK_ERROR);
+  CHECK_INT(f[0].value, EPIPE);
+  CHECK_INT(mb_procstream_total(ps, MB_PS_STDOUT), 14);
+  close(p[1]);
+  free(fr.s);
+  free(b.s);
+  mb_procstream_free(ps);
+}
+
+static void test_slow_json_and_errors(void) {
+  struct mb_ps_config c = cfg_tail(100, 100);
+  struct mb_error err;
+  /* escaped JSON (\/ in the base64) goes through jansson and still decodes */
+  struct mb_procstream *ps = mb_procstream_new(&c);
+  struct body b = {0};
+  char enc[64];
+  mb_b64_encode("!pgid 7\no/w==\n", 14, enc); /* o/w== is the frame of byte 0xff */
+  struct body j = {0};
+  body_add(&j, "{\"event\": {\"data\": {\"stdout\": \"", 31);
+  for (const char *p = enc; *p; p++) {
+    if (*p == '/') body_add(&j, "\\/", 2);
+    else body_add(&j, p, 1);
+  }
+  body_add(&j, "\"}}, \"x\": 1}", 12);
+  body_envelope(&b, 0, j.s);
+  CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), 0);
+  CHECK_INT(mb_procstream_total(ps, MB_PS_STDOUT), 1);
+  mb_procstream_free(ps);
+
+  /* an end-stream error is a fact; finish then still wants !done */
+  ps = mb_procstream_new(&c);
+  b.n = 0;
+  body_envelope(&b, MB_ENVELOPE_END_STREAM, "{\"error\":{\"code\":\"not_found\",\"message\":\"gone\"}}");
+  CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), 0);
+  const struct mb_ps_fact *f;
+  CHECK_INT(mb_procstream_facts(ps, &f), 1);
+  CHECK_INT(f[0].kind, MB_PS_STREAM_ERROR);
+  CHECK_STR(f[0].code, "not_found");
+  CHECK_STR(f[0].text, "gone");
+  CHECK_INT(mb_procstream_finish(ps, &err), MB_E_PROTOCOL);
+  CHECK_HAS(err.message, "!done");
+  mb_procstream_free(ps);
+
+  struct { const char *what; const char *json; int flags; int code; const char *msg; } bad[] = {
+    {"invalid JSON", "{nope", 0, MB_E_PROTOCOL, "invalid JSON"},
+    {"not an object", "[1]", 0, MB_E_PROTOCOL, "not a JSON object"},
+    {"compressed", "{}", 1, MB_E_PROTOCOL, "compressed"},
+    {"bad frame", NULL, 0, MB_E_PROTOCOL, "unknown frame kind"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ps = mb_procstream_new(&c);
+    b.n = 0;
+    if (bad[i].json) body_envelope(&b, bad[i].flags, bad[i].json);
+    else body_data(&b, "stdout", "x\n", 2);
+    CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), bad[i].code);
+    CHECK_HAS(err.message, bad[i].msg);
+    /* sticky */
+    CHECK_INT(mb_procstream_push(ps, "", 0, &err), bad[i].code);
+    CHECK_INT(mb_procstream_finish(ps, &err), bad[i].code);
+    mb_procstream_free(ps);
+  }
+  /* duplicate start */
+  ps = mb_procstream_new(&c);
+  b.n = 0;
+  body_envelope(&b, 0, "{\"event\":{\"start\":{\"pid\":1}}}");
+  body_envelope(&b, 0, "{\"event\":{\"start\":{\"pid\":1}}}");
+  CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), MB_E_PROTOCOL);
+  CHECK_HAS(err.message, "second start");
+  mb_procstream_free(ps);
+  /* max_message */
+  c.max_message = 10;
+  ps = mb_procstream_new(&c);
+  b.n = 0;
+  body_envelope(&b, 0, "{\"event\":{\"start\":{\"pid\":1}}}");
+  CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), MB_E_TOO_LARGE);
+  mb_procstream_free(ps);
+  /* truncated body / no end-stream */
+  c.max_message = 1000;
+  ps = mb_procstream_new(&c);
+  b.n = 0;
+  body_envelope(&b, 0, "{\"event\":{\"start\":{\"pid\":1}}}");
+  CHECK_INT(mb_procstream_push(ps, b.s, b.n - 3, &err), 0);
+  CHECK_INT(mb_procstream_finish(ps, &err), MB_E_TRUNCATED);
+  mb_procstream_free(ps);
+  ps = mb_procstream_new(&c);
+  CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), 0);
+  CHECK_INT(mb_procstream_finish(ps, &err), MB_E_PROTOCOL);
+  CHECK_HAS(err.message, "EndStream");
+  mb_procstream_free(ps);
+  /* invalid configurations */
+  c.max_line = 0;
+  CHECK(mb_procstream_new(&c) == NULL);
+  c = cfg_tail(1, 1);
+  c.sink[1] = (struct mb_ps_sink){MB_PS_FD, 0, -1};
+  CHECK(mb_procstream_new(&c) == NULL);
+  free(b.s);
+  free(j.s);
+}
+
+int main(void) {
+  MBT_RUN(test_every_split);
+  MBT_RUN(test_tail);
+  MBT_RUN(test_tail_growth);
+  MBT_RUN(test_fd_sink);
+  MBT_RUN(test_slow_json_and_errors);
+  return mbt_report();
+}
