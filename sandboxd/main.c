@@ -3,6 +3,7 @@
  * Serves the control plane and envd on one address, in the foreground, until SIGTERM/SIGINT;
  * then every sandbox is destroyed and it exits 0. */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -137,6 +138,13 @@ int main(int argc, char **argv) {
   if (state) snprintf(state_dir, sizeof state_dir, "%s", state);
   else if (default_state_dir(state_dir, sizeof state_dir)) { fprintf(stderr, "sandboxd: no state directory: pass --state-dir\n"); return 2; }
   if (mkdir_p(state_dir, 0700)) { fprintf(stderr, "sandboxd: cannot create %s: %s\n", state_dir, strerror(errno)); return 1; }
+  /* Sandboxes keep absolute paths to their layers: resolve a relative --state-dir once, here. */
+  char abs_state[PATH_MAX];
+  if (!realpath(state_dir, abs_state) || strlen(abs_state) >= sizeof state_dir) {
+    fprintf(stderr, "sandboxd: --state-dir %s: cannot resolve: %s\n", state_dir, strerror(errno ? errno : ENAMETOOLONG));
+    return 1;
+  }
+  snprintf(state_dir, sizeof state_dir, "%s", abs_state);
 
   char keybuf[256];
   if (!api_key) {
