@@ -19,37 +19,13 @@ BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 case $BUILD_DIR in /*) ;; *) BUILD_DIR=$ROOT/$BUILD_DIR ;; esac
 ROUNDS=${BENCH_ROUNDS:-3} N=${BENCH_N:-30} TP_ROUNDS=${BENCH_TP_ROUNDS:-3}
 BYTES=${BENCH_BYTES:-268435456} BIG=${BENCH_BIG:-1073741824}
-SBXD_PID= WORK=
-cleanup() {
-  if [ -n "$SBXD_PID" ] && kill -0 "$SBXD_PID" 2>/dev/null; then
-    kill -TERM "$SBXD_PID" 2>/dev/null || true
-    wait "$SBXD_PID" 2>/dev/null || true
-  fi
-  if [ -n "$WORK" ]; then rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$ROOT/bench/lib.sh"
 
-echo "== build ($BUILD_DIR)"
-mkdir -p "$BUILD_DIR/bench"
-WORK=$(mktemp -d "$BUILD_DIR/bench/providers-run.XXXXXX")
-if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then cmake -S "$ROOT" -B "$BUILD_DIR" >/dev/null; fi
-cmake --build "$BUILD_DIR" -j2 >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log"; exit 1; }
-[ -d "$ROOT/spec/sdk/node_modules/e2b" ] || { echo "e2b SDK missing: (cd spec/sdk && npm ci)" >&2; exit 1; }
+bench_build providers
+bench_need_sdk
 
-echo "== start sandboxd"
-STATE=$WORK/state LOGF=$WORK/sandboxd.log
 KEY="e2b_$(printf '%040d' 0)"
-"$BUILD_DIR/bin/sandboxd" --listen 127.0.0.1:0 --api-key "$KEY" --state-dir "$STATE" >"$LOGF" 2>&1 &
-SBXD_PID=$!
-URL=
-for _ in $(seq 1 300); do
-  URL=$(sed -n 's/^sandboxd listening on \(http:[^ ]*\).*/\1/p' "$LOGF")
-  [ -n "$URL" ] && break
-  kill -0 "$SBXD_PID" 2>/dev/null || break
-  sleep 0.05
-done
-[ -n "$URL" ] || { echo "sandboxd did not start:" >&2; cat "$LOGF" >&2; exit 1; }
+sbxd_start "$KEY"
 export E2B_API_URL=$URL E2B_SANDBOX_URL=$URL E2B_API_KEY=$KEY
 export MB_BUILD_DIR=$BUILD_DIR MB_SOURCE_DIR=$ROOT
 
@@ -74,33 +50,27 @@ step() {
 
 echo "== requests per operation (moonbox: mb.http.stats() deltas; JS: seams-and-anchor.md §7)"
 step counts "$WORK/counts.json" mbx counts
+# alternate ROUNDS NAME FILE OP ARG: ROUNDS rounds of `mbx OP ARG` and `sdk OP ARG` (steps mb-NAME
+# and sdk-NAME into $WORK/mb_FILE.json and $WORK/sdk_FILE.json), moonbox first in odd rounds
+alternate() {
+  local rounds=$1 name=$2 file=$3 op=$4 arg=$5 r
+  for r in $(seq 1 "$rounds"); do
+    if [ $((r % 2)) = 1 ]; then
+      step "mb-$name" "$WORK/mb_$file.json" mbx "$op" "$arg"; step "sdk-$name" "$WORK/sdk_$file.json" sdk "$op" "$arg"
+    else
+      step "sdk-$name" "$WORK/sdk_$file.json" sdk "$op" "$arg"; step "mb-$name" "$WORK/mb_$file.json" mbx "$op" "$arg"
+    fi
+  done
+}
 echo "== spawn→exit of \`true\` ($ROUNDS rounds × $N, alternating)"
-for r in $(seq 1 "$ROUNDS"); do
-  if [ $((r % 2)) = 1 ]; then
-    step mb-latency "$WORK/mb_lat.json" mbx latency "$N"; step sdk-latency "$WORK/sdk_lat.json" sdk latency "$N"
-  else
-    step sdk-latency "$WORK/sdk_lat.json" sdk latency "$N"; step mb-latency "$WORK/mb_lat.json" mbx latency "$N"
-  fi
-done
+alternate "$ROUNDS" latency lat latency "$N"
 echo "== stdout throughput, $((BYTES / 1048576)) MiB ($TP_ROUNDS rounds, alternating)"
-for r in $(seq 1 "$TP_ROUNDS"); do
-  if [ $((r % 2)) = 1 ]; then
-    step mb-tp "$WORK/mb_tp.json" mbx throughput "$BYTES"; step sdk-tp "$WORK/sdk_tp.json" sdk throughput "$BYTES"
-  else
-    step sdk-tp "$WORK/sdk_tp.json" sdk throughput "$BYTES"; step mb-tp "$WORK/mb_tp.json" mbx throughput "$BYTES"
-  fi
-done
+alternate "$TP_ROUNDS" tp tp throughput "$BYTES"
 echo "== peak host RSS, readBytes($((BIG / 1048576)) MiB file, 1 MiB)"
 step rss "$WORK/rss.json" mbx rss "$BIG"
 
-echo "== stop sandboxd"
-kill -TERM "$SBXD_PID"
-st=0
-wait "$SBXD_PID" || st=$?
-SBXD_PID=
-[ "$st" -eq 0 ] || { echo "sandboxd exited with status $st" >&2; rc=1; }
-left=$(find "$STATE/sandboxes" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
-[ "$left" -eq 0 ] || { echo "$left sandbox directories left behind" >&2; rc=1; }
+sbxd_stop
+sbxd_check_left
 
 echo "== summary"
 node - "$WORK" <<'EOF' || rc=1

@@ -14,45 +14,17 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
-SBXD_PID= WORK=
-cleanup() {
-  if [ -n "$SBXD_PID" ] && kill -0 "$SBXD_PID" 2>/dev/null; then
-    kill -TERM "$SBXD_PID" 2>/dev/null || true
-    wait "$SBXD_PID" 2>/dev/null || true
-  fi
-  if [ -n "$WORK" ]; then rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$ROOT/bench/lib.sh"
 
-echo "== build ($BUILD_DIR)"
-mkdir -p "$BUILD_DIR/bench"
-# Scratch (state dir, log) under the build directory: same file system as a real state dir,
-# and out of shared /tmp, where other runs may sweep.
-WORK=$(mktemp -d "$BUILD_DIR/bench/sandboxd-run.XXXXXX")
-if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then cmake -S "$ROOT" -B "$BUILD_DIR" >/dev/null; fi
-cmake --build "$BUILD_DIR" --target sandboxd -j2 >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log"; exit 1; }
-SANDBOXD=$BUILD_DIR/bin/sandboxd
+bench_build sandboxd --target sandboxd
 FLOOR=$BUILD_DIR/bench/sandboxd_floor
 if [ ! -x "$FLOOR" ] || [ "$ROOT/bench/sandboxd_floor.c" -nt "$FLOOR" ]; then
   ${CC:-cc} -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror "$ROOT/bench/sandboxd_floor.c" -o "$FLOOR"
 fi
-[ -d "$ROOT/spec/sdk/node_modules/e2b" ] || { echo "e2b SDK missing: (cd spec/sdk && npm ci)" >&2; exit 1; }
+bench_need_sdk
 
-echo "== start sandboxd"
-STATE=$WORK/state
-LOGF=$WORK/sandboxd.log
 KEY="e2b_$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')"
-SANDBOXD_TRACE_CREATE=1 "$SANDBOXD" --listen 127.0.0.1:0 --api-key "$KEY" --state-dir "$STATE" >"$LOGF" 2>&1 &
-SBXD_PID=$!
-URL=
-for _ in $(seq 1 300); do
-  URL=$(sed -n 's/^sandboxd listening on \(http:[^ ]*\).*/\1/p' "$LOGF")
-  [ -n "$URL" ] && break
-  kill -0 "$SBXD_PID" 2>/dev/null || break
-  sleep 0.05
-done
-[ -n "$URL" ] || { echo "sandboxd did not start:" >&2; cat "$LOGF" >&2; exit 1; }
+SANDBOXD_TRACE_CREATE=1 sbxd_start "$KEY"
 grep -v 'api key' "$LOGF" | grep -v 'ready in' || true
 export E2B_API_URL=$URL E2B_SANDBOX_URL=$URL E2B_API_KEY=$KEY
 export SANDBOXD_PID=$SBXD_PID SANDBOXD_FLOOR=$FLOOR SANDBOXD_STATE_DIR=$STATE SANDBOXD_LOG=$LOGF
@@ -63,15 +35,9 @@ node "$ROOT/bench/sandboxd_create.mjs" | tee "$WORK/create.out" || rc=1
 echo "== 50 × 10 commands (bench/sandboxd_load.mjs)"
 node "$ROOT/bench/sandboxd_load.mjs" | tee "$WORK/load.out" || rc=1
 
-echo "== stop sandboxd"
-kill -TERM "$SBXD_PID"
-st=0
-wait "$SBXD_PID" || st=$?
-SBXD_PID=
-[ "$st" -eq 0 ] || { echo "sandboxd exited with status $st" >&2; rc=1; }
+sbxd_stop
 if grep -E 'sandboxd: (sandbox|cleanup).*(removing|rmdir)' "$LOGF" >&2; then rc=1; fi
-left=$(find "$STATE/sandboxes" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
-[ "$left" -eq 0 ] || { echo "$left sandbox directories left behind" >&2; rc=1; }
+sbxd_check_left
 
 echo "== summary"
 node - "$WORK/create.out" "$WORK/load.out" <<'EOF' || rc=1

@@ -10,34 +10,6 @@
 
 #define MB_ENVDEC_MT "moonbox.envelope_decoder"
 #define MB_FRAMEDEC_MT "moonbox.frame_decoder"
-#define MB_ERROR_MT "moonbox.error"
-
-static int mb_err_tostring(lua_State *L) {
-  lua_getfield(L, 1, "code");
-  lua_getfield(L, 1, "message");
-  lua_pushfstring(L, "%s: %s", luaL_optstring(L, -2, "?"), luaL_optstring(L, -1, ""));
-  return 1;
-}
-
-/* Pushes nil, {code=, message=}; returns 2. */
-static int mb_push_err(lua_State *L, const char *code, const char *message) {
-  lua_pushnil(L);
-  lua_createtable(L, 0, 2);
-  lua_pushstring(L, code);
-  lua_setfield(L, -2, "code");
-  lua_pushstring(L, message);
-  lua_setfield(L, -2, "message");
-  if (luaL_newmetatable(L, MB_ERROR_MT)) { /* shared with other modules that use the name */
-    lua_pushcfunction(L, mb_err_tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
-  lua_setmetatable(L, -2);
-  return 2;
-}
-
-static int mb_push_mberr(lua_State *L, const struct mb_error *e) {
-  return mb_push_err(L, mb_errcode(e->code), e->message[0] ? e->message : mb_strerror(e->code));
-}
 
 /* ---- envelopes ---- */
 
@@ -48,7 +20,7 @@ static int l_envelope(lua_State *L) {
   luaL_argcheck(L, flags >= 0 && flags <= 255, 1, "flags must be 0..255");
   unsigned char hdr[MB_ENVELOPE_HDR];
   if (mb_envelope_header(hdr, (uint8_t)flags, len))
-    return mb_push_err(L, mb_errcode(MB_E_TOO_LARGE), "envelope payload exceeds 4 GiB");
+    return mb_lua_push_error(L, mb_errcode(MB_E_TOO_LARGE), "envelope payload exceeds 4 GiB");
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   luaL_addlstring(&b, (const char *)hdr, sizeof hdr);
@@ -132,14 +104,14 @@ static int l_envdec_push(lua_State *L) {
   const char *s = luaL_checklstring(L, 2, &len);
   lua_newtable(L);
   struct mb_error err;
-  if (mb_envelope_decoder_push(d, s, len, mb_env_to_lua, L, &err)) return mb_push_mberr(L, &err);
+  if (mb_envelope_decoder_push(d, s, len, mb_env_to_lua, L, &err)) return mb_lua_push_mberror(L, &err);
   return 1;
 }
 
 static int l_envdec_finish(lua_State *L) {
   struct mb_envelope_decoder *d = mb_check_envdec(L);
   struct mb_error err;
-  if (mb_envelope_decoder_finish(d, &err)) return mb_push_mberr(L, &err);
+  if (mb_envelope_decoder_finish(d, &err)) return mb_lua_push_mberror(L, &err);
   lua_pushboolean(L, 1);
   return 1;
 }
@@ -203,14 +175,14 @@ static int l_framedec_push(lua_State *L) {
   const char *s = luaL_checklstring(L, 2, &len);
   lua_newtable(L);
   struct mb_error err;
-  if (mb_frame_decoder_push(d, s, len, mb_frame_to_lua, L, &err)) return mb_push_mberr(L, &err);
+  if (mb_frame_decoder_push(d, s, len, mb_frame_to_lua, L, &err)) return mb_lua_push_mberror(L, &err);
   return 1;
 }
 
 static int l_framedec_finish(lua_State *L) {
   struct mb_frame_decoder *d = mb_check_framedec(L);
   struct mb_error err;
-  if (mb_frame_decoder_finish(d, &err)) return mb_push_mberr(L, &err);
+  if (mb_frame_decoder_finish(d, &err)) return mb_lua_push_mberror(L, &err);
   lua_pushboolean(L, 1);
   return 1;
 }
@@ -249,7 +221,7 @@ static int l_b64decode(lua_State *L) {
   if (rc) {
     luaL_pushresultsize(&b, 0);
     lua_pop(L, 1);
-    return mb_push_err(L, mb_errcode(rc), why ? why : mb_strerror(rc));
+    return mb_lua_push_error(L, mb_errcode(rc), why ? why : mb_strerror(rc));
   }
   luaL_pushresultsize(&b, out_len);
   return 1;
@@ -270,7 +242,7 @@ static int l_sign_v1(lua_State *L) {
   lua_Integer exp = luaL_optinteger(L, 5, 0);
   char sig[MB_SIGN_V1_LEN + 1];
   int rc = mb_sign_v1(path, op, user, token, (int64_t)exp, sig);
-  if (rc) return mb_push_err(L, mb_errcode(rc), mb_strerror(rc));
+  if (rc) return mb_lua_push_error(L, mb_errcode(rc), mb_strerror(rc));
   lua_pushstring(L, sig);
   return 1;
 }
@@ -295,23 +267,11 @@ static const luaL_Reg mb_envdec_methods[] = {
 static const luaL_Reg mb_framedec_methods[] = {
   {"push", l_framedec_push}, {"finish", l_framedec_finish}, {NULL, NULL}};
 
-static void mb_new_class(lua_State *L, const char *name, const luaL_Reg *methods,
-                         lua_CFunction gc) {
-  if (luaL_newmetatable(L, name)) {
-    lua_newtable(L);
-    luaL_setfuncs(L, methods, 0);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushstring(L, name);
-    lua_setfield(L, -2, "__name");
-  }
-  lua_pop(L, 1);
-}
-
 void mb_lua_open_codec(lua_State *L) {
-  mb_new_class(L, MB_ENVDEC_MT, mb_envdec_methods, l_envdec_gc);
-  mb_new_class(L, MB_FRAMEDEC_MT, mb_framedec_methods, l_framedec_gc);
+  static const luaL_Reg envdec_meta[] = {{"__gc", l_envdec_gc}, {NULL, NULL}};
+  static const luaL_Reg framedec_meta[] = {{"__gc", l_framedec_gc}, {NULL, NULL}};
+  mb_lua_new_class(L, MB_ENVDEC_MT, mb_envdec_methods, envdec_meta);
+  mb_lua_new_class(L, MB_FRAMEDEC_MT, mb_framedec_methods, framedec_meta);
   static const luaL_Reg fns[] = {
     {"envelope", l_envelope},
     {"envelope_decoder", l_envelope_decoder},

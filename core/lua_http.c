@@ -52,13 +52,6 @@ static const char *opt_str(lua_State *L, int t, const char *k, size_t *len) {
   return lua_tolstring(L, -1, len);
 }
 
-static int push_err(lua_State *L, int code, const char *msg) {
-  lua_pushnil(L);
-  lua_pushstring(L, msg);
-  lua_pushstring(L, mb_errcode(code));
-  return 3;
-}
-
 /* core.http_request({url=, method=, headers=, body= | body_file= | body_fd=, stream=,
  *                   max_bytes=, buffer_bytes=, timeout_ms=, connect_timeout_ms=, ca_file=}, fn [, stream])
  * → request | nil, message, code. Bad arguments raise. */
@@ -116,7 +109,7 @@ static int l_request(lua_State *L) {
     if (f < 0) {
       char msg[512];
       snprintf(msg, sizeof msg, "cannot open body_file %s: %s", file, strerror(errno));
-      return push_err(L, MB_E_IO, msg);
+      return mb_lua_push_fail(L, MB_E_IO, msg);
     }
     o.body_fd = f;
     o.own_body_fd = 1;
@@ -135,7 +128,7 @@ static int l_request(lua_State *L) {
   int rc = mb_http_start(mb_lua_host_loop(h), &o, on_change, q, &q->r, &err);
   if (rc != MB_OK) {
     if (o.own_body_fd) close(o.body_fd);
-    return push_err(L, rc, err.message);
+    return mb_lua_push_fail(L, rc, err.message);
   }
   lua_pushvalue(L, 2);
   q->cb_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -207,7 +200,7 @@ static int r_result(lua_State *L) {
   lreq *q = check_req(L);
   const struct mb_error *e;
   if (!mb_http_done(q->r, &e)) return luaL_error(L, "http request is still running");
-  if (e->code != MB_OK) return push_err(L, e->code, e->message);
+  if (e->code != MB_OK) return mb_lua_push_fail(L, e->code, e->message);
   lua_pushinteger(L, mb_http_status(q->r));
   r_headers(L);
   size_t n;

@@ -101,10 +101,8 @@ static void on_proc_exit(uv_process_t *pr, int64_t status, int sig) {
 static lproc *check_proc(lua_State *L) { return luaL_checkudata(L, 1, MB_PROC_MT); }
 
 static int push_err(lua_State *L, int uverr, const char *what) {
-  lua_pushnil(L);
-  lua_pushfstring(L, "%s: %s", what, uv_strerror(uverr));
-  lua_pushstring(L, mb_errcode(MB_E_IO));
-  return 3;
+  /* the results are the top three values: nil, a copy of this message, the code */
+  return mb_lua_push_fail(L, MB_E_IO, lua_pushfstring(L, "%s: %s", what, uv_strerror(uverr)));
 }
 
 static int l_spawn(lua_State *L) {

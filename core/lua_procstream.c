@@ -20,34 +20,11 @@
 #include <string.h>
 
 #define MB_PS_MT "moonbox.procstream"
-#define MB_ERROR_MT "moonbox.error"
 
 struct mb_lua_ps {
   struct mb_procstream *ps;
   int fds[2]; /* FD sink descriptors, -1 otherwise */
 };
-
-static int mb_ps_err_tostring(lua_State *L) {
-  lua_getfield(L, 1, "code");
-  lua_getfield(L, 1, "message");
-  lua_pushfstring(L, "%s: %s", luaL_optstring(L, -2, "?"), luaL_optstring(L, -1, ""));
-  return 1;
-}
-
-static int mb_ps_push_err(lua_State *L, const struct mb_error *e) {
-  lua_pushnil(L);
-  lua_createtable(L, 0, 2);
-  lua_pushstring(L, mb_errcode(e->code));
-  lua_setfield(L, -2, "code");
-  lua_pushstring(L, e->message[0] ? e->message : mb_strerror(e->code));
-  lua_setfield(L, -2, "message");
-  if (luaL_newmetatable(L, MB_ERROR_MT)) {
-    lua_pushcfunction(L, mb_ps_err_tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
-  lua_setmetatable(L, -2);
-  return 2;
-}
 
 static struct mb_lua_ps *mb_check_ps(lua_State *L) {
   struct mb_lua_ps *u = luaL_checkudata(L, 1, MB_PS_MT);
@@ -188,7 +165,7 @@ static int l_ps_push(lua_State *L) {
   const char *s = luaL_checklstring(L, 2, &len);
   mb_flush_for(u);
   struct mb_error err;
-  if (mb_procstream_push(u->ps, s, len, &err)) return mb_ps_push_err(L, &err);
+  if (mb_procstream_push(u->ps, s, len, &err)) return mb_lua_push_mberror(L, &err);
   mb_push_facts(L, u->ps);
   return 1;
 }
@@ -196,7 +173,7 @@ static int l_ps_push(lua_State *L) {
 static int l_ps_finish(lua_State *L) {
   struct mb_lua_ps *u = mb_check_ps(L);
   struct mb_error err;
-  if (mb_procstream_finish(u->ps, &err)) return mb_ps_push_err(L, &err);
+  if (mb_procstream_finish(u->ps, &err)) return mb_lua_push_mberror(L, &err);
   lua_pushboolean(L, 1);
   return 1;
 }
@@ -254,16 +231,8 @@ void mb_lua_open_procstream(lua_State *L) {
   static const luaL_Reg methods[] = {
     {"push", l_ps_push}, {"finish", l_ps_finish}, {"read_from", l_ps_read_from},
     {"total", l_ps_total}, {"discard", l_ps_discard}, {"diag", l_ps_diag}, {NULL, NULL}};
-  if (luaL_newmetatable(L, MB_PS_MT)) {
-    lua_newtable(L);
-    luaL_setfuncs(L, methods, 0);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_ps_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, l_ps_gc);
-    lua_setfield(L, -2, "__close");
-  }
-  lua_pop(L, 1);
+  static const luaL_Reg meta[] = {{"__gc", l_ps_gc}, {"__close", l_ps_gc}, {NULL, NULL}};
+  mb_lua_new_class(L, MB_PS_MT, methods, meta);
   lua_pushcfunction(L, l_procstream);
   lua_setfield(L, -2, "procstream");
 }

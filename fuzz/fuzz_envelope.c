@@ -4,21 +4,7 @@
  *  - when decoding succeeds, re-encoding the envelopes reproduces the input byte for byte;
  *  - mb_connect_json_bytes gives the same answer with and without its shortcut. */
 #include "connect.h"
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
-struct acc {
-  unsigned char *out; /* re-encoded stream */
-  size_t n, cap;
-  uint64_t hash;
-  unsigned count;
-};
-
-static void mix(struct acc *a, const void *p, size_t n) {
-  const unsigned char *b = p;
-  for (size_t i = 0; i < n; i++) a->hash = (a->hash ^ b[i]) * 0x100000001b3ULL;
-}
+#include "fuzz_split.h"
 
 static const char *const PATH[] = {"event", "data"};
 static const char *const LEAVES[] = {"stdout", "stderr", "pty"};
@@ -60,42 +46,14 @@ static int on_env(void *ud, const struct mb_envelope *e) {
   return 0;
 }
 
-static int decode(const uint8_t *d, size_t n, size_t max, unsigned seed, struct acc *a) {
-  struct mb_envelope_decoder *dec = mb_envelope_decoder_new(max);
-  if (!dec) return -1;
-  struct mb_error err;
-  int rc = 0;
-  size_t off = 0;
-  while (off < n && !rc) {
-    size_t k = n - off;
-    if (seed) {
-      seed = seed * 1103515245u + 12345u;
-      size_t c = 1 + (seed >> 16) % 23;
-      if (c < k) k = c;
-    }
-    rc = mb_envelope_decoder_push(dec, d + off, k, on_env, a, &err);
-    off += k;
-  }
-  if (!rc) rc = mb_envelope_decoder_finish(dec, &err);
-  if (rc && (err.code != rc || err.message[0] == '\0')) __builtin_trap();
-  mb_envelope_decoder_free(dec);
-  return rc;
+static void *dec_open(size_t max) { return mb_envelope_decoder_new(max); }
+static int dec_push(void *dec, const uint8_t *d, size_t n, struct acc *a, struct mb_error *err) {
+  return mb_envelope_decoder_push(dec, d, n, on_env, a, err);
 }
+static int dec_finish(void *dec, struct mb_error *err) { return mb_envelope_decoder_finish(dec, err); }
+static void dec_close(void *dec) { mb_envelope_decoder_free(dec); }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size < 2) return 0;
-  static const size_t limits[] = {0, 1, 7, 64, 1024, 1 << 20};
-  size_t max = limits[data[0] % 6];
-  unsigned seed = data[1] | 1u;
-  data += 2;
-  size -= 2;
-  struct acc a = {malloc(size + 1), 0, size + 1, 0, 0}, b = {malloc(size + 1), 0, size + 1, 0, 0};
-  if (!a.out || !b.out) abort();
-  int ra = decode(data, size, max, 0, &a);
-  int rb = decode(data, size, max, seed, &b);
-  if (ra != rb || a.count != b.count || a.hash != b.hash) __builtin_trap();
-  if (ra == MB_OK && (a.n != size || memcmp(a.out, data, size) != 0)) __builtin_trap();
-  free(a.out);
-  free(b.out);
-  return 0;
-}
+static const size_t limits[] = {0, 1, 7, 64, 1024, 1 << 20};
+static const struct fuzz_split split = {limits, sizeof limits / sizeof *limits, 23, dec_open, dec_push, dec_finish, dec_close};
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) { return fuzz_split_run(&split, data, size); }

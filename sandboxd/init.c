@@ -71,15 +71,22 @@ static void send_msg(const init_msg *m, const int *fds, int nfds) {
   }
 }
 
-static void fail_setup(const char *fmt, ...) {
+/* Sends a message of `type` whose text is printf(fmt, ap); seq and code as given. */
+static void send_text(uint32_t type, uint32_t seq, int code, const char *fmt, va_list ap) {
   init_msg m;
   memset(&m, 0, sizeof m);
-  m.type = INIT_MSG_FAILED;
+  m.type = type;
+  m.seq = seq;
+  m.code = code;
+  vsnprintf(m.text, sizeof m.text, fmt, ap);
+  send_msg(&m, NULL, 0);
+}
+
+static void fail_setup(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(m.text, sizeof m.text, fmt, ap);
+  send_text(INIT_MSG_FAILED, 0, 0, fmt, ap);
   va_end(ap);
-  send_msg(&m, NULL, 0);
   _exit(1);
 }
 
@@ -245,16 +252,10 @@ struct child_err { int step, err; };
 enum { STEP_TTY = 1, STEP_IDS, STEP_CHDIR, STEP_EXEC };
 
 static void spawn_reply(uint32_t seq, int code, const char *fmt, ...) {
-  init_msg m;
-  memset(&m, 0, sizeof m);
-  m.type = INIT_MSG_SPAWNED;
-  m.seq = seq;
-  m.code = code;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(m.text, sizeof m.text, fmt, ap);
+  send_text(INIT_MSG_SPAWNED, seq, code, fmt, ap);
   va_end(ap);
-  send_msg(&m, NULL, 0);
 }
 
 static void do_spawn(const init_req *rq, const char *str, size_t slen) {

@@ -633,6 +633,16 @@ fail:
   return -1;
 }
 
+/* The last of discard and sbx_destroy, once init is gone: root fd, cgroup, directory, the struct. */
+static void release(sbx_t *s) {
+  if (s->root_fd >= 0) close(s->root_fd);
+  cg_remove(s);
+  if (tpl_rm_tree(s->dir) != 0)
+    fprintf(stderr, "sandboxd: sandbox %s: removing %s: %s\n", s->id, s->dir, strerror(errno));
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
 /* A booted sandbox that never got its process table (a spare, or a create that failed late). */
 static void discard(sbx_t *s) {
   if (s->init_pid > 0) {
@@ -640,12 +650,7 @@ static void discard(sbx_t *s) {
     while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR) {}
   }
   if (s->ctl >= 0) close(s->ctl);
-  if (s->root_fd >= 0) close(s->root_fd);
-  cg_remove(s);
-  if (tpl_rm_tree(s->dir) != 0)
-    fprintf(stderr, "sandboxd: sandbox %s: removing %s: %s\n", s->id, s->dir, strerror(errno));
-  pthread_mutex_destroy(&s->mu);
-  free(s);
+  release(s);
 }
 
 /* The init sets the host name (= sandbox id) and answers; the channel is still ours alone. */
@@ -896,12 +901,7 @@ void sbx_destroy(sbx_t *s) {
   if (!s) return;
   process_kill_all(s);   /* kills init, ends every stream with its end event, joins the pump */
   ptab_free(s->pt);
-  if (s->root_fd >= 0) close(s->root_fd);
-  cg_remove(s);
-  if (tpl_rm_tree(s->dir) != 0)
-    fprintf(stderr, "sandboxd: sandbox %s: removing %s: %s\n", s->id, s->dir, strerror(errno));
-  pthread_mutex_destroy(&s->mu);
-  free(s);
+  release(s);
 }
 
 /* ---- leftovers of a crashed run ---- */

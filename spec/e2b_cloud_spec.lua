@@ -17,6 +17,32 @@ describe("e2b providers on E2B's cloud #cloud", function()
     return os.getenv(name)
   end
 
+  -- The README's demo, unchanged, on the cloud: only E2B_API_KEY is set. The same lines as
+  -- spec/demo_spec.lua except the epilogue, which there reports the sandbox deleted in the cloud.
+  it("runs the demo composition unchanged", function()
+    local build = os.getenv("MB_BUILD_DIR") or "build"
+    local cmd = "env -u E2B_API_URL -u E2B_SANDBOX_URL -u E2B_DOMAIN -u MOONBOX_SANDBOXD "
+      .. build .. "/bin/moonbox run examples/demo/compose.lua examples/demo/demo.lua 2>&1; echo \"exit=$?\""
+    local p = assert(io.popen(cmd))
+    local out = p:read("a")
+    p:close()
+    assert.matches("exit=0\n$", out)
+    local id = out:match("sandbox (%w+) ready")
+    assert.truthy(id, out)
+    if out:find("no C compiler in this sandbox template", 1, true) then
+      assert.matches("inspect: exit 0", out)           -- the demo's fallback for a template without cc
+    else
+      assert.matches("compile: exit 0", out)
+      assert.matches("| hello 3 from the sandbox", out, 1, true)
+      assert.matches("| goodbye 1 ($& stays literal) from the sandbox", out, 1, true)
+    end
+    assert.matches("terminal said: hi moonbox, 6%*7=42", out)
+    assert.matches("TERM%-ignoring tree %(pgid %d+%): SIGKILL after %d+ ms; tree empty: true", out)
+    assert.matches("'sleep 600' processes left in the sandbox: 0", out, 1, true)
+    assert.truthy(out:find("sandbox " .. id .. " deleted in the cloud\n", 1, true), out)
+    assert.is_nil(out:find("local sandboxd", 1, true))
+  end)
+
   it("creates, writes, runs, terminates and deletes", function()
     local mb = require "moonbox"
     mb.run(function()

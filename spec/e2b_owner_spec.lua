@@ -49,6 +49,15 @@ describe("moonbox.e2b owner (scripted transport)", function()
     return e2b.new({ policies = policies or compose.policies(nil) }, cfg)
   end
   local function urls() local out = {} for i, r in ipairs(fake.log) do out[i] = r.method .. " " .. r.url:gsub("^https?://[^/]+", "") end return out end
+  -- A setup expected to fail: returns its error, after a dispose that must succeed.
+  local function failed_setup()
+    return mb.run(function()
+      local o = owner()
+      local _, e = o:sandbox()
+      assert(o:dispose())
+      return e
+    end)
+  end
 
   it("sets up in four requests (mbwrap installed by root) and hands out the handle", function()
     fake.push(created("ia")); fake.push{ status = 200, body = '[{"path":"x"}]' }; fake.push(install_ok()); fake.push(prepare_ok())
@@ -120,12 +129,7 @@ describe("moonbox.e2b owner (scripted transport)", function()
       { event = { data = { stderr = core.b64encode("mbwrap must be a root-owned 0755 regular file: /opt/x/mbwrap\n") } } },
       { event = { ["end"] = { exitCode = 3, status = "exit status 3" } } } })
     fake.push{ status = 204 }
-    local err = mb.run(function()
-      local o = owner()
-      local _, e = o:sandbox()
-      assert(o:dispose())
-      return e
-    end)
+    local err = failed_setup()
     assert.are.equal("E2B_SETUP", err.code)
     assert.truthy(err.message:find("root-owned", 1, true), err.message)
     assert.are.equal("DELETE /sandboxes/iw", urls()[4])
@@ -186,12 +190,7 @@ describe("moonbox.e2b owner (scripted transport)", function()
 
   it("does not delete when creation itself failed", function()
     fake.push{ status = 401, body = '{"code":401,"message":"bad key"}' }
-    local err = mb.run(function()
-      local o = owner()
-      local _, e = o:sandbox()
-      assert(o:dispose())
-      return e
-    end)
+    local err = failed_setup()
     assert.are.equal("E2B_UNAUTHORIZED", err.code)
     assert.are.equal(1, #fake.log)
   end)
@@ -393,5 +392,97 @@ require("moonbox").sleep(600000)
       assert.is_true(gone, "sandboxd " .. pid .. " outlived its moonbox")
     end)
     os.remove(script)
+  end)
+end)
+
+describe("moonbox.e2b endpoints (getenv table)", function()
+  local e2b = require "moonbox.e2b"
+  local function env(t) return function(name) return t[name] end end
+
+  it("starts a local sandboxd only when no key, URL or domain is given (empty counts as unset)", function()
+    local ep = e2b.endpoints({}, env{})
+    assert.is_true(ep.local_sandboxd)
+    assert.is_nil(ep.api_key)
+    ep = e2b.endpoints({}, env{ E2B_API_KEY = "", E2B_API_URL = "", E2B_SANDBOX_URL = "", E2B_DOMAIN = "" })
+    assert.is_true(ep.local_sandboxd)
+    for _, name in ipairs({ "E2B_API_KEY", "E2B_API_URL", "E2B_SANDBOX_URL", "E2B_DOMAIN" }) do
+      assert.is_false(e2b.endpoints({}, env{ [name] = "x" }).local_sandboxd, name)
+    end
+    assert.is_false(e2b.endpoints({ apiKey = "e2b_cfg" }, env{}).local_sandboxd)
+  end)
+
+  it("takes the key from config, else E2B_API_KEY", function()
+    assert.are.equal("e2b_env", e2b.endpoints({}, env{ E2B_API_KEY = "e2b_env" }).api_key)
+    assert.are.equal("e2b_cfg", e2b.endpoints({ apiKey = "e2b_cfg" }, env{ E2B_API_KEY = "e2b_env" }).api_key)
+  end)
+
+  it("derives the API and sandbox URLs from E2B_DOMAIN like the SDK", function()
+    local ep = e2b.endpoints({}, env{ E2B_API_KEY = "k" })
+    assert.are.equal("https://api.e2b.app", ep.api_url)
+    assert.are.equal("https://sandbox.e2b.app", e2b.sandbox_url(ep, "iabc"))
+    ep = e2b.endpoints({}, env{ E2B_API_KEY = "k", E2B_DOMAIN = "example.org" })
+    assert.are.equal("https://api.example.org", ep.api_url)
+    assert.are.equal("https://49983-iabc.example.org", e2b.sandbox_url(ep, "iabc"))
+    ep = e2b.endpoints({}, env{ E2B_API_KEY = "k", E2B_DOMAIN = "e2b.dev" })
+    assert.are.equal("https://api.e2b.dev", ep.api_url)
+    assert.are.equal("https://sandbox.e2b.dev", e2b.sandbox_url(ep, "iabc"))
+    -- the domain the control plane reports for the sandbox wins over the configured one
+    assert.are.equal("https://49983-iabc.other.net", e2b.sandbox_url(ep, "iabc", "other.net"))
+  end)
+
+  it("lets E2B_API_URL and E2B_SANDBOX_URL override the domain", function()
+    local ep = e2b.endpoints({}, env{ E2B_API_KEY = "k", E2B_DOMAIN = "example.org",
+      E2B_API_URL = "http://127.0.0.1:1", E2B_SANDBOX_URL = "http://127.0.0.1:2" })
+    assert.are.equal("http://127.0.0.1:1", ep.api_url)
+    assert.are.equal("http://127.0.0.1:2", e2b.sandbox_url(ep, "iabc"))
+    assert.are.equal("http://127.0.0.1:2", e2b.sandbox_url(ep, "iabc", "other.net"))
+    ep = e2b.endpoints({}, env{ E2B_API_KEY = "k", E2B_API_URL = "http://127.0.0.1:1" })
+    assert.are.equal("http://127.0.0.1:1", ep.api_url)
+    assert.are.equal("https://sandbox.e2b.app", e2b.sandbox_url(ep, "iabc"))
+  end)
+end)
+
+describe("moonbox.e2b preparation script on sandboxd #sandboxd", function()
+  local P = require "seam.provider"
+  local e2b = require "moonbox.e2b"
+  local function q(x) return "'" .. x:gsub("'", "'\"'\"'") .. "'" end
+
+  it("refuses a runtime root that is a symlink and creates a missing cwd", function()
+    local sb = P.open().sandbox
+    P.run(function()
+      local base = P.scratch("prep")
+      local victim, root = base .. "/victim", base .. "/root"
+      local _, code, err = P.sh("mkdir -p " .. q(victim) .. " && chmod 755 " .. q(victim) .. " && ln -s " .. q(victim) .. " " .. q(root))
+      assert(code == 0, err)
+      local cwd = base .. "/new/cwd"
+      -- a symlink planted where the runtime root goes: mkdir refuses it
+      local r = assert(sb:exec_raw({ "/bin/sh", "-c", e2b.PREPARE, "moonbox-prepare", root, cwd }))
+      assert.are.equal(3, r.exit_code)
+      assert.truthy(r.stderr:find("cannot make the runtime root: " .. root, 1, true), r.stderr)
+      assert.are.equal("", r.stdout)
+      -- a symlink swapped in after mkdir (a mkdir that reports success without making anything):
+      -- the verification refuses it with the "real directory" error
+      local fake = base .. "/fakebin"
+      _, code, err = P.sh("mkdir -p " .. q(fake) .. " && printf '#!/bin/sh\\nexit 0\\n' > " .. q(fake .. "/mkdir")
+        .. " && chmod 755 " .. q(fake .. "/mkdir"))
+      assert(code == 0, err)
+      r = assert(sb:exec_raw({ "/bin/sh", "-c", e2b.PREPARE, "moonbox-prepare", root, cwd },
+        { envs = { PATH = fake .. ":/usr/bin:/bin" } }))
+      assert.are.equal(3, r.exit_code)
+      assert.truthy(r.stderr:find("runtime root must be a real directory: " .. root, 1, true), r.stderr)
+      -- neither run touched the symlink's target or made cwd
+      assert.are.equal("755 directory\nabsent\n", (P.sh("stat -c '%a %F' " .. q(victim) .. "; [ -e " .. q(cwd) .. " ] || echo absent")))
+      -- a fresh root and a cwd that does not exist yet: both made, home and environment reported
+      local root2 = base .. "/root2"
+      r = assert(sb:exec_raw({ "/bin/sh", "-c", e2b.PREPARE, "moonbox-prepare", root2, cwd }))
+      assert.are.equal(0, r.exit_code, r.stderr)
+      local home, ambient = e2b.parse_prepare(r.stdout)
+      assert.are.equal(sb.home, home)
+      assert.is_string(ambient.PATH)
+      assert.are.equal("700 directory\n", (P.sh("stat -c '%a %F' " .. q(root2))))
+      assert.are.equal("directory\n", (P.sh("stat -c '%F' " .. q(cwd))))
+      P.sh("rm -rf " .. q(base))
+    end)
+    P.close()
   end)
 end)

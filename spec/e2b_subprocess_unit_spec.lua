@@ -372,6 +372,42 @@ describe("moonbox.subprocess (unit, scripted sandbox)", function()
     assert.are.equal(1, #log)
   end)
 
+  it("rejects an empty executable name with a coded error and no request", function()
+    local sp, _, log = make{ tool = function() return "/bin/x" end }
+    for _, name in ipairs({ "", 42 }) do
+      local r, err = mb.run(function() return sp:resolveExecutable(name) end)
+      assert.is_nil(r); assert.are.equal("SUBPROCESS_INVALID_ARGUMENT", err.code)
+      assert.is_true(errors.is(err))
+    end
+    assert.are.equal(0, #log)
+  end)
+
+  local bad_terminals = {
+    { "empty argv", { argv = {} }, "terminal argv must contain a program" },
+    { "zero grace", { argv = { "/bin/sh" }, graceMs = 0 }, "terminal graceMs" },
+  }
+  for _, c in ipairs(bad_terminals) do
+    it("spawnTerminal raises before launch: " .. c[1], function()
+      local sp, _, log = make{}
+      local ok, err = pcall(mb.run, function() return sp:spawnTerminal(c[2]) end)
+      assert.is_false(ok); assert.truthy(tostring(err):find(c[3], 1, true), tostring(err))
+      assert.are.equal(0, #log)
+    end)
+  end
+
+  it("refuses spawn and spawnTerminal after dispose()", function()
+    local sp, _, log = make{}
+    local r = mb.run(function()
+      assert(sp:dispose())
+      local ok1, e1 = pcall(sp.spawn, sp, spec())
+      local ok2, e2 = pcall(sp.spawnTerminal, sp, { argv = { "/bin/sh" }, cwd = "/w" })
+      return { ok1, e1, ok2, e2 }
+    end)
+    assert.is_false(r[1]); assert.truthy(tostring(r[2]):find("disposing", 1, true), tostring(r[2]))
+    assert.is_false(r[3]); assert.truthy(tostring(r[4]):find("disposing", 1, true), tostring(r[4]))
+    assert.are.equal(0, #log)
+  end)
+
   describe("terminals", function()
     local function term_sandbox(extra)
       local core

@@ -8,6 +8,21 @@ describe("http", function()
   setup(function() srv = H.start_server() end)
   teardown(function() H.stop_server(srv) end)
   local function url(p) return srv.url .. p end
+  -- Reads s to its end: the bytes delivered and the error that ended it (nil when clean).
+  local function drain(s)
+    local n = 0
+    while true do
+      local c, e = s:read(5000)
+      if not c then return n, e end
+      n = n + #c
+    end
+  end
+  -- A stream on /hang (one chunk "hello", then nothing), its first chunk already read.
+  local function hanging_stream()
+    local s = assert(http.stream{ url = url("/hang"), timeout_ms = 5000 })
+    assert.equal("hello", s:read(5000))
+    return s
+  end
 
   it("unary request: status, lower-case headers, body", function()
     local res = H.run(function()
@@ -46,12 +61,7 @@ describe("http", function()
   it("a stream over its max_bytes total fails with E2B_TOO_LARGE", function()
     H.run(function()
       local s = assert(http.stream{ url = url("/stream?chunks=10&size=1000"), max_bytes = 4000, timeout_ms = 5000 })
-      local n, err = 0, nil
-      while true do
-        local c, e = s:read(5000)
-        if not c then err = e; break end
-        n = n + #c
-      end
+      local n, err = drain(s)
       s:close()
       assert.is_true(n <= 4000, "delivered " .. n)
       assert.is_not_nil(err, "stream ended cleanly")
@@ -118,8 +128,7 @@ describe("http", function()
   it("closing a stream mid-body cancels it", function()
     H.run(function()
       local before = http.stats().active
-      local s = assert(http.stream{ url = url("/hang"), timeout_ms = 5000 })
-      assert.equal("hello", s:read(5000))
+      local s = hanging_stream()
       assert.equal(before + 1, http.stats().active)
       s:close()
       s:close() -- idempotent
@@ -132,8 +141,7 @@ describe("http", function()
 
   it("closing a stream wakes a reader blocked in another task", function()
     H.run(function()
-      local s = assert(http.stream{ url = url("/hang"), timeout_ms = 5000 })
-      assert.equal("hello", s:read(5000))
+      local s = hanging_stream()
       local reader = mb.spawn(function() return s:read(30000) end)
       mb.sleep(1)
       s:close()
@@ -147,8 +155,7 @@ describe("http", function()
   it("a stream dropped without close is collected and its transfer canceled", function()
     H.run(function()
       local before = http.stats().active
-      local s = assert(http.stream{ url = url("/hang"), timeout_ms = 5000 })
-      assert.equal("hello", s:read(5000))
+      local s = hanging_stream()
       assert.equal(before + 1, http.stats().active)
       local probe = setmetatable({ s }, { __mode = "v" })
       s = nil -- luacheck: ignore
@@ -161,8 +168,7 @@ describe("http", function()
 
   it("a read deadline does not kill the stream", function()
     H.run(function()
-      local s = assert(http.stream{ url = url("/hang"), timeout_ms = 5000 })
-      assert.equal("hello", s:read(5000))
+      local s = hanging_stream()
       local c, err = s:read(20)
       assert.is_nil(c)
       assert.equal("MB_TIMEOUT", err.code)
@@ -177,12 +183,7 @@ describe("http", function()
   it("the server closing mid-body is an E2B_IO error", function()
     H.run(function()
       local s = assert(http.stream{ url = url("/close?after=100&promise=100000"), timeout_ms = 5000 })
-      local n, err = 0, nil
-      while true do
-        local c, e = s:read(5000)
-        if not c then err = e; break end
-        n = n + #c
-      end
+      local n, err = drain(s)
       assert.equal(100, n)
       assert.is_not_nil(err, "stream ended cleanly")
       assert.equal("E2B_IO", err.code)

@@ -310,6 +310,7 @@ home=$(getent passwd "$(id -u)" 2>/dev/null | cut -d: -f6) || home=
 printf '%s\0' "$home"
 env -0
 ]]
+M.PREPARE = PREPARE         -- exported for specs: args are (runtime root, cwd)
 
 local function parse_prepare(out)
   local home, rest = out:match("^([^%z]*)%z(.*)$")

@@ -250,3 +250,48 @@ test('signed URLs of a sandbox created without secure: true → 401 naming the r
     assert.match(body.message, /signed URLs need a sandbox created with secure: true/)
   }
 })
+
+test('create fields sandboxd cannot enforce → 400 whose message names the field', T, async () => {
+  const cases = [
+    ['network', { network: { denyOut: ['0.0.0.0/0'] } }],
+    ['mcp', { mcp: { 'some-server': {} } }],
+    ['autoResume.enabled', { autoPause: true, autoResume: { enabled: true } }],
+    ['noSuchField', { noSuchField: 1 }],
+  ]
+  for (const [field, extra] of cases) {
+    const res = await postJson('/sandboxes', JSON.stringify({ templateID: 'base', timeout: 30, ...extra }))
+    if (res.ok) {
+      const made = await res.json()
+      await apiFetch(`/sandboxes/${made.sandboxID}`, { method: 'DELETE' })
+      assert.fail(`'${field}' was silently accepted`)
+    }
+    const body = await assertError(res, 400, field)
+    assert.ok(body.message.includes(`'${field}'`), `${field}: message does not name the field: ${body.message}`)
+  }
+  // what the SDK itself sends by default (autoResume {enabled: false}, network/mcp undefined) is accepted
+  const ok = await postJson('/sandboxes', JSON.stringify({ templateID: 'base', timeout: 30, autoPause: false, autoResume: { enabled: false } }))
+  assert.equal(ok.status, 201)
+  await apiFetch(`/sandboxes/${(await ok.json()).sandboxID}`, { method: 'DELETE' })
+})
+
+test('unimplemented control-plane routes → 501 {code: 501, message}', T, async () => {
+  const id = 'nosuchsandbox' + uniq('')
+  const routes = [
+    ['GET', `/sandboxes/${id}/metrics`],
+    ['PUT', `/sandboxes/${id}/network`, '{}'],
+    ['POST', `/sandboxes/${id}/snapshots`, '{}'],
+    ['GET', '/snapshots'],
+    ['GET', '/templates'],
+    ['GET', '/v2/templates'],
+    ['POST', '/v3/templates', '{}'],
+    ['GET', '/volumes'],
+    ['GET', '/volumecontent/x'],
+  ]
+  for (const [method, p, body] of routes) {
+    const res = await apiFetch(p, { method, ...(body ? { body, headers: { 'Content-Type': 'application/json' } } : {}) })
+    const b = await assertError(res, 501, `${method} ${p}`)
+    assert.match(b.message, /not implemented/, `${method} ${p}: ${b.message}`)
+  }
+  // the API key is still checked first
+  await assertError(await apiFetch('/templates', { headers: { 'X-API-KEY': undefined } }), 401, 'unauthenticated /templates')
+})

@@ -299,3 +299,50 @@ export async function stopSandboxd(s) {
     await s.exited
   }
 }
+
+/**
+ * Starts a private sandboxd on `--listen 127.0.0.1:0`, optionally under a wrapper command (`wrap`,
+ * e.g. setpriv; the wrapper must exec sandboxd so that signals reach it) and without --api-key
+ * (`key: null`). The port is read from the "listening on" line of its stdout, a generated key from
+ * its "api key:" line. Returns what startSandboxd returns plus stdout() and stderr() (separately);
+ * stopSandboxd works on it.
+ */
+export async function startSandboxdArgs({ stateDir, key = ZERO_KEY, wrap = [], env = {} } = {}) {
+  const bin = sandboxdBinary()
+  if (!existsSync(bin)) throw new Error(`sandboxd binary not found at ${bin} (build it first)`)
+  stateDir ??= mkdtempSync(path.join(tmpdir(), 'mb-sdk-state-'))
+  const argv = [...wrap, bin, '--listen', '127.0.0.1:0', ...(key ? ['--api-key', key] : []), '--state-dir', stateDir]
+  const proc = spawn(argv[0], argv.slice(1), { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  let out = ''
+  let err = ''
+  proc.stdout.on('data', (d) => (out += d))
+  proc.stderr.on('data', (d) => (err += d))
+  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })))
+  const line = await settlesWithin(
+    Promise.race([
+      waitFor(() => out.match(/^sandboxd listening on http:\/\/127\.0\.0\.1:(\d+)$/m), { timeoutMs: 20_000, intervalMs: 20, what: 'sandboxd to listen' }),
+      exited.then(({ code, signal }) => {
+        throw new Error(`sandboxd exited early (code ${code}, signal ${signal}): ${out}${err}`)
+      }),
+    ]),
+    25_000,
+    'sandboxd start',
+  )
+  const port = Number(line[1])
+  const generated = out.match(/^sandboxd api key: (e2b_[0-9a-f]+) /m)?.[1] ?? null
+  const url = `http://127.0.0.1:${port}`
+  const k = key ?? generated
+  return {
+    proc,
+    port,
+    url,
+    stateDir,
+    key: k,
+    generatedKey: generated,
+    exited,
+    stdout: () => out,
+    stderr: () => err,
+    log: () => out + err,
+    opts: { apiUrl: url, sandboxUrl: url, apiKey: k },
+  }
+}

@@ -238,6 +238,20 @@ describe("subprocess seam contract #sandboxd", function()
       end)
     end)
 
+    it("resize reaches the terminal: stty size reports the new rows and columns", function()
+      P.run(function()
+        local t = assert(sp:spawnTerminal{ argv = { "/bin/sh", "-i" }, cwd = P.open().cwd, env = { PS1 = "$ ", TERM = "dumb" },
+          rows = 24, cols = 80, graceMs = 300 })
+        assert(t:resize(30, 100))
+        -- the marker is computed by the shell, so the echoed command line never matches it
+        assert(t:write("stty size; echo \"size-$((40+2))-done\"\n"))
+        local out = ""
+        while not out:find("size%-42%-done") do out = out .. assert(t.output:read(10000)) end
+        assert.truthy(out:find("%f[%d]30 100\r?\n"), out)
+        assert(t:terminate())
+      end)
+    end)
+
     it("cancels a terminal allocation", function()
       P.run(function()
         local fired = mb.event(); fired:set()

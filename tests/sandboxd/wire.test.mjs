@@ -1,67 +1,16 @@
 // Wire-level checks of sandboxd without the SDK: control plane, envd auth and routing, /files,
 // signing, filesystem RPCs, bad input. Uses E2B_API_URL/E2B_API_KEY when set, else starts
 // build/bin/sandboxd itself on a free port. Run: node --test tests/sandboxd/
-import { test, before, after } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
 import { createHash } from 'node:crypto'
-import { mkdtempSync, rmSync, existsSync } from 'node:fs'
 import { gzipSync, gunzipSync } from 'node:zlib'
-import { tmpdir } from 'node:os'
-import { join, dirname } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { useSandboxd, URL_, api, json, create, kill, envd, rpc, upload, envelope, envelopes } from './support.mjs'
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
-let URL_ = process.env.E2B_API_URL
-let KEY = process.env.E2B_API_KEY
-let child, stateDir
+useSandboxd('sbxd-wire-')
 
-before(async () => {
-  if (URL_ && KEY) return
-  const bin = process.env.SANDBOXD_BIN || join(ROOT, 'build', 'bin', 'sandboxd')
-  assert.ok(existsSync(bin), `no sandboxd binary at ${bin}`)
-  stateDir = mkdtempSync(join(tmpdir(), 'sbxd-wire-'))
-  KEY = 'e2b_' + '0'.repeat(40)
-  child = spawn(bin, ['--listen', '127.0.0.1:0', '--api-key', KEY, '--state-dir', stateDir], { stdio: ['ignore', 'pipe', 'inherit'] })
-  URL_ = await new Promise((resolve, reject) => {
-    let out = ''
-    child.stdout.on('data', (d) => {
-      out += d
-      const m = out.match(/sandboxd listening on (http:\/\/\S+)/)
-      if (m) resolve(m[1])
-    })
-    child.on('exit', (c) => reject(new Error(`sandboxd exited with ${c}`)))
-  })
-})
-
-after(async () => {
-  if (!child) return
-  const done = new Promise((r) => child.on('exit', (code) => r(code)))
-  child.kill('SIGTERM')
-  assert.equal(await done, 0, 'sandboxd exits 0 on SIGTERM')
-  rmSync(stateDir, { recursive: true, force: true })
-})
-
-const api = (path, init = {}) =>
-  fetch(URL_ + path, { ...init, headers: { 'X-API-KEY': KEY, 'Content-Type': 'application/json', ...(init.headers || {}) } })
-const json = async (res) => ({ status: res.status, body: await res.json(), headers: res.headers })
-const create = async (extra = {}) => {
-  const r = await json(await api('/sandboxes', { method: 'POST', body: JSON.stringify({ templateID: 'base', timeout: 120, ...extra }) }))
-  assert.equal(r.status, 201, JSON.stringify(r.body))
-  return r.body
-}
-const kill = (id) => api(`/sandboxes/${id}`, { method: 'DELETE' })
-const envd = (sbx, path, init = {}) =>
-  fetch(URL_ + path, {
-    ...init,
-    headers: { 'E2b-Sandbox-Id': sbx.sandboxID, ...(sbx.envdAccessToken ? { 'X-Access-Token': sbx.envdAccessToken } : {}), ...(init.headers || {}) },
-  })
-const rpc = async (sbx, method, msg, headers = {}) =>
-  json(await envd(sbx, `/filesystem.Filesystem/${method}`, { method: 'POST', body: JSON.stringify(msg), headers: { 'Content-Type': 'application/json', 'Connect-Protocol-Version': '1', ...headers } }))
 const sign = (path, op, user, token, exp) =>
   'v1_' + createHash('sha256').update(`${path}:${op}:${user}:${token}${exp ? ':' + exp : ''}`).digest('base64').replace(/=+$/, '')
-const upload = (sbx, path, data, headers = {}) =>
-  envd(sbx, `/files?path=${encodeURIComponent(path)}`, { method: 'POST', body: data, headers: { 'Content-Type': 'application/octet-stream', ...headers } })
 
 test('control plane: auth, validation and error bodies carry code == status', async () => {
   assert.equal((await fetch(URL_ + '/health')).status, 200)   // readiness without a key
@@ -244,18 +193,6 @@ test('filesystem RPCs: codes the SDK branches on, ListDir lexical pre-order', as
     assert.equal(r.body.code, 'invalid_argument')
   } finally { await kill(s.sandboxID) }
 })
-
-// One streamed response → its envelopes.
-function envelopes(buf) {
-  const out = []
-  for (let o = 0; o + 5 <= buf.length;) {
-    const len = buf.readUInt32BE(o + 1)
-    out.push({ flags: buf[o], msg: JSON.parse(buf.subarray(o + 5, o + 5 + len).toString()) })
-    o += 5 + len
-  }
-  return out
-}
-const envelope = (obj) => { const b = Buffer.from(JSON.stringify(obj)); const h = Buffer.alloc(5); h.writeUInt32BE(b.length, 1); return Buffer.concat([h, b]) }
 
 test('WatchDir: start first, events with relative names, lifetime from Connect-Timeout-Ms', async () => {
   const s = await create()

@@ -1,0 +1,48 @@
+/* lua_util.c — helpers shared by the binding files (declared in lua_moonbox.h): the two ways a
+ * binding reports an operational failure, and class metatables. */
+#include "lua_moonbox.h"
+
+#define MB_ERROR_MT "moonbox.error"
+
+static int mb_err_tostring(lua_State *L) {
+  lua_getfield(L, 1, "code");
+  lua_getfield(L, 1, "message");
+  lua_pushfstring(L, "%s: %s", luaL_optstring(L, -2, "?"), luaL_optstring(L, -1, ""));
+  return 1;
+}
+
+int mb_lua_push_error(lua_State *L, const char *code, const char *message) {
+  lua_pushnil(L);
+  lua_createtable(L, 0, 2);
+  lua_pushstring(L, code);
+  lua_setfield(L, -2, "code");
+  lua_pushstring(L, message);
+  lua_setfield(L, -2, "message");
+  if (luaL_newmetatable(L, MB_ERROR_MT)) { /* shared with other modules that use the name */
+    lua_pushcfunction(L, mb_err_tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_setmetatable(L, -2);
+  return 2;
+}
+
+int mb_lua_push_mberror(lua_State *L, const struct mb_error *e) {
+  return mb_lua_push_error(L, mb_errcode(e->code), e->message[0] ? e->message : mb_strerror(e->code));
+}
+
+int mb_lua_push_fail(lua_State *L, int code, const char *message) {
+  lua_pushnil(L);
+  lua_pushstring(L, message);
+  lua_pushstring(L, mb_errcode(code));
+  return 3;
+}
+
+void mb_lua_new_class(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta) {
+  if (luaL_newmetatable(L, name)) { /* also sets __name */
+    lua_newtable(L);
+    luaL_setfuncs(L, methods, 0);
+    lua_setfield(L, -2, "__index");
+    luaL_setfuncs(L, meta, 0);
+  }
+  lua_pop(L, 1);
+}
