@@ -460,7 +460,11 @@ local function stat_block(core, s)
   for _, f in ipairs(frames) do
     if f.kind == "stdout" then out[#out + 1] = f.data elseif f.kind == "exit" then code = f.value end
   end
-  if code ~= 0 then return nil end
+  if code ~= 0 then
+    -- A tool failure is one line "err <CODE> <detail>": hand it on as TOOL_<CODE>.
+    local c, detail = table.concat(out):match("^err (%S+) ?([^\n]*)")
+    return nil, c and errors.new("TOOL_" .. c, detail) or nil
+  end
   local info = M.parse_stat(table.concat(out))
   if info == nil then return nil end
   return info, s:sub(stop + 6)
@@ -478,6 +482,7 @@ function FS:_read_versioned(sb, target, max, op)
         r.exit_code, r.stderr:sub(1, 200)))
     end
     local info, rest = stat_block(core, r.stdout)
+    if info == nil and rest then return nil, map_err(op, target.displayPath, rest) end
     if info == nil then return nil, fs_err("FS_IO_ERROR", "versioned read: malformed output") end
     if info == false or info.type ~= "file" then return info end
     if info.size > max then return info end

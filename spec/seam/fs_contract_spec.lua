@@ -258,6 +258,20 @@ int main(int argc, char **argv) {
         P.sh("chmod 755 locked", { cwd = dir })
       end)
     end)
+    it("reports an edit or read in a directory it may not enter as FS_PERMISSION_DENIED", function()
+      P.run(function()
+        assert.are.equal(0, select(2, P.sh("mkdir -p sealed && printf keep > sealed/f", { cwd = dir })))
+        local t = T("sealed/f")   -- resolved while it can be, then sealed
+        assert.are.equal(0, select(2, P.sh("chmod 000 sealed", { cwd = dir })))
+        local _, e1 = fs:editText(t, { oldString = "keep", newString = "x" })
+        local _, e2 = fs:readText(t)
+        P.sh("chmod 755 sealed", { cwd = dir })
+        assert.are.equal("FS_PERMISSION_DENIED", e1 and e1.code)
+        assert.matches("sealed/f", e1.message, 1, true)
+        assert.are.equal("FS_PERMISSION_DENIED", e2 and e2.code)
+        assert.are.equal("keep", fs:readText(t))
+      end)
+    end)
     -- Cancellation at every point of a write (k loop iterations after it starts): the outcome is
     -- either FS_ABORTED with the old content or success with the new content, never "aborted"
     -- with the new content, and no staging directory is ever left.
