@@ -293,7 +293,9 @@ export async function startSandboxd({ stateDir, port, env = {}, key = ZERO_KEY }
 export async function stopSandboxd(s) {
   if (!s || s.proc.exitCode !== null || s.proc.signalCode !== null) return
   s.proc.kill('SIGTERM')
-  const r = await Promise.race([s.exited, sleep(15_000).then(() => null)])
+  let timer
+  const r = await Promise.race([s.exited, new Promise((ok) => { timer = setTimeout(() => ok(null), 15_000) })])
+  clearTimeout(timer)   // an armed timer would keep the test file's process alive
   if (!r) {
     s.proc.kill('SIGKILL')
     await s.exited

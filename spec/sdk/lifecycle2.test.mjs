@@ -131,19 +131,24 @@ test('pause freezes processes: a counter does not advance while paused, and adva
 
 test('autoPause: on timeout the sandbox is paused (not deleted), and connect resumes it intact', T, async (t) => {
   const tag = uniq('ap')
-  const sbx = await Sandbox.create('base', { lifecycle: { onTimeout: 'pause' }, timeoutMs: 2000, metadata: { moonboxTest: tag } })
+  const sbx = await Sandbox.create('base', { lifecycle: { onTimeout: 'pause' }, timeoutMs: 60_000, metadata: { moonboxTest: tag } })
   t.after(() => killQuietly(sbx))
-  const info0 = await sbx.getInfo()
-  assert.equal(info0.lifecycle?.onTimeout, 'pause')
+  assert.equal((await sbx.getInfo()).lifecycle?.onTimeout, 'pause')
   await sbx.files.write('kept.txt', 'survives the pause')
+  const m = marker(6)
+  await sbx.commands.run(`sleep ${m}`, { background: true, timeoutMs: 0 })
+  const p = await waitFor(() => hostProcessesWith(`sleep ${m}`)[0], { what: 'the sandbox sleep on the host' })
+  await sbx.setTimeout(2000) // a 2 s timeout from now (set after the writes, so that they cannot race it)
   await waitFor(async () => (await Sandbox.getInfo(sbx.sandboxId)).state === 'paused', { what: 'the sandbox to be paused at its timeout' })
   const listed = await Sandbox.list({ query: { metadata: { moonboxTest: tag }, state: ['paused'] } }).nextItems()
   assert.deepEqual(listed.map((s) => s.sandboxId), [sbx.sandboxId])
+  assert.equal(await sbx.isRunning(), false)
 
   const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 120_000 })
   assert.equal((await again.getInfo()).state, 'running')
   assert.equal(await again.files.read('kept.txt'), 'survives the pause')
   assert.equal((await again.commands.run('echo resumed')).stdout, 'resumed\n')
+  assert.deepEqual(hostProcessesWith(`sleep ${m}`).map((x) => x.pid), [p.pid], 'the same process lives on')
 })
 
 test('uts and ipc namespaces: host name = sandbox id; host SysV IPC objects are not visible (and vice versa)', T, async (t) => {
