@@ -348,3 +348,14 @@ export async function startSandboxdArgs({ stateDir, key = ZERO_KEY, wrap = [], e
     opts: { apiUrl: url, sandboxUrl: url, apiKey: k },
   }
 }
+
+/** Runs a command and returns {code, out} without throwing on a non-zero exit. */
+export async function sh(sbx, cmd, opts = {}) {
+  try {
+    const r = await sbx.commands.run(cmd, opts)
+    return { code: 0, out: r.stdout + r.stderr }
+  } catch (e) {
+    if (e.exitCode === undefined) throw e
+    return { code: e.exitCode, out: (e.stdout ?? '') + (e.stderr ?? '') }
+  }
+}

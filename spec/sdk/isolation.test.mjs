@@ -17,18 +17,8 @@ import {
   stopSandboxd,
   killQuietly,
   marker,
+  sh,
 } from './helpers.mjs'
-
-/** Runs a command and returns {code, out} without throwing on a non-zero exit. */
-async function sh(sbx, cmd, opts = {}) {
-  try {
-    const r = await sbx.commands.run(cmd, opts)
-    return { code: 0, out: r.stdout + r.stderr }
-  } catch (e) {
-    if (e.exitCode === undefined) throw e
-    return { code: e.exitCode, out: (e.stdout ?? '') + (e.stderr ?? '') }
-  }
-}
 
 /** Host files with a unique secret, removed after the test. */
 function hostSecrets(t) {

@@ -24,18 +24,8 @@ import {
   hostProcessesWith,
   hostMountsWith,
   pathsUnder,
+  sh,
 } from './helpers.mjs'
-
-/** Runs a command and returns {code, out} without throwing on a non-zero exit. */
-async function sh(sbx, cmd, opts = {}) {
-  try {
-    const r = await sbx.commands.run(cmd, opts)
-    return { code: 0, out: r.stdout + r.stderr }
-  } catch (e) {
-    if (e.exitCode === undefined) throw e
-    return { code: e.exitCode, out: (e.stdout ?? '') + (e.stderr ?? '') }
-  }
-}
 
 /** Sends `sig` and waits (bounded) for the exit; resolves with {code, signal}. */
 async function signalAndWait(srv, sig) {
