@@ -22,6 +22,7 @@ struct mb_loop {
   uv_timer_t timer;       /* curl's timeout */
   uv_idle_t idle;         /* flushes notifications queued outside a curl action */
   mb_sock *socks;
+  mb_xfer *unwatched;     /* transfers to fail with CURLE_OUT_OF_MEMORY after the action */
   mb_pending *head, *tail;
   int open_handles;       /* our uv handles not yet closed; freed when it reaches 0 */
   int freeing;
@@ -79,8 +80,25 @@ static void check_done(mb_loop *l) {
   }
 }
 
+/* Fails the transfers whose socket could not be watched (on_socket ran out of memory); they
+ * would otherwise wait for events that never come. Runs outside libcurl calls. */
+static void fail_unwatched(mb_loop *l) {
+  while (l->unwatched) {
+    mb_xfer *x = l->unwatched;
+    l->unwatched = x->unwatched_next;
+    x->unwatched = 0;
+    x->unwatched_next = NULL;
+    if (!x->added) continue;
+    curl_multi_remove_handle(l->multi, x->easy);
+    x->added = 0;
+    if (l->stats.active) l->stats.active--;
+    if (x->done) x->done(x, CURLE_OUT_OF_MEMORY);
+  }
+}
+
 static void after_action(mb_loop *l) {
   check_done(l);
+  fail_unwatched(l);
   mb_loop_flush(l);
 }
 
@@ -98,11 +116,29 @@ static void on_poll(uv_poll_t *h, int status, int events) {
   after_action(l);
 }
 
+static void on_idle(uv_idle_t *h);
+
 static void on_timer(uv_timer_t *t) {
   mb_loop *l = t->data;
   int running;
   curl_multi_socket_action(l->multi, CURL_SOCKET_TIMEOUT, 0, &running);
   after_action(l);
+}
+
+/* A socket of easy cannot be watched: fail that transfer once the current libcurl call has
+ * returned. Returning -1 instead would make libcurl abort every transfer of the multi handle,
+ * for good. */
+static int sock_unwatched(mb_loop *l, CURL *easy) {
+  mb_xfer *x = NULL;
+  if (easy) curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
+  if (!x) return -1;
+  if (!x->unwatched) {
+    x->unwatched = 1;
+    x->unwatched_next = l->unwatched;
+    l->unwatched = x;
+    uv_idle_start(&l->idle, on_idle); /* in case no action follows */
+  }
+  return 0;
 }
 
 static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp) {
@@ -118,8 +154,8 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *
   }
   if (!s) {
     s = calloc(1, sizeof *s);
-    if (!s) return -1;
-    if (uv_poll_init_socket(l->uv, &s->poll, fd) != 0) { free(s); return -1; }
+    if (!s) return sock_unwatched(l, easy);
+    if (uv_poll_init_socket(l->uv, &s->poll, fd) != 0) { free(s); return sock_unwatched(l, easy); }
     s->loop = l;
     s->fd = fd;
     s->next = l->socks;
@@ -144,6 +180,7 @@ static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp) {
 }
 
 static void on_idle(uv_idle_t *h) {
+  fail_unwatched(h->data);
   mb_loop_flush(h->data);
 }
 
@@ -224,6 +261,13 @@ int mb_loop_add(mb_loop *l, mb_xfer *x) {
 }
 
 void mb_loop_remove(mb_loop *l, mb_xfer *x) {
+  if (x->unwatched) { /* unlink: its owner may free it now */
+    mb_xfer **pp = &l->unwatched;
+    while (*pp && *pp != x) pp = &(*pp)->unwatched_next;
+    if (*pp) *pp = x->unwatched_next;
+    x->unwatched = 0;
+    x->unwatched_next = NULL;
+  }
   if (!x->added) return;
   x->added = 0;
   if (l->multi) curl_multi_remove_handle(l->multi, x->easy);

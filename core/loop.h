@@ -26,6 +26,8 @@ typedef struct mb_xfer {
   CURL *easy;
   void (*done)(struct mb_xfer *x, CURLcode rc);
   int added;
+  int unwatched;                 /* loop-internal: a socket of it could not be watched (OOM) */
+  struct mb_xfer *unwatched_next;
 } mb_xfer;
 
 /* uv may be an embedder's loop (borrowed, never closed by us) or NULL (a private loop is made). */

@@ -1,8 +1,11 @@
 /* test_http.c — the transport without Lua (so the sanitizer build covers it): error mapping,
  * argument checks, cancellation, freeing from the callback, a borrowed uv loop, and against
  * spec/support/server.py: unary, size limit, streaming with backpressure, uploads from a file,
- * oversized headers, a server closing mid-body, the header timeout of streams. */
+ * oversized headers, a server closing mid-body, the header timeout of streams, the C-level
+ * body size checks (also when resuming a paused stream), upload read errors. */
 #include "http.h"
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -303,6 +306,112 @@ static void test_backpressure(mb_loop *l) {
   mb_http_free(r);
 }
 
+/* The C-level size checks of on_write (chunked bodies: libcurl's own MAXFILESIZE check only sees
+ * a Content-Length): our message, not libcurl's. */
+static void test_too_large_in_write(mb_loop *l) {
+  char u[128];
+  struct seen s;
+  mb_http_req *r;
+  mb_http_opts o = sopts("/stream?chunks=10&size=1000", u, sizeof u);
+  o.stream = 1;
+  o.max_bytes = 2500;
+  struct mb_error err;
+  memset(&s, 0, sizeof s);
+  CHECK(mb_http_start(l, &o, on_change, &s, &r, &err) == MB_OK);
+  size_t total = 0;
+  for (int i = 0; i < 100000 && !s.done; i++) { /* a consumer that keeps up */
+    uv_run(mb_loop_uv(l), UV_RUN_ONCE);
+    size_t n;
+    mb_http_peek(r, &n);
+    total += n;
+    mb_http_consume(r, n);
+  }
+  CHECK(s.code == MB_E_TOO_LARGE);
+  CHECK(strstr(s.msg, "exceeds max_bytes (2500)") != NULL);
+  CHECK(total <= 2500);
+  mb_http_free(r);
+
+  o = sopts("/stream?chunks=10&size=1000", u, sizeof u); /* unary: the same check */
+  o.max_bytes = 2500;
+  CHECK(run_req(l, &o, &s, &r) == MB_OK);
+  CHECK(s.code == MB_E_TOO_LARGE);
+  CHECK(strstr(s.msg, "exceeds max_bytes (2500)") != NULL);
+  mb_http_free(r);
+}
+
+/* Resuming a paused stream re-delivers the held chunk; when that chunk breaks max_bytes,
+ * curl_easy_pause fails inside mb_http_consume, which finishes the request right there. */
+static void test_resume_fails(mb_loop *l) {
+  char u[128];
+  struct seen s = {0};
+  struct mb_error err;
+  mb_http_req *r;
+  mb_http_opts o = sopts("/stream?chunks=10&size=1000", u, sizeof u);
+  o.stream = 1;
+  o.max_bytes = 2500;
+  o.high_water = 1000;
+  CHECK(mb_http_start(l, &o, on_change, &s, &r, &err) == MB_OK);
+  int done_in_consume = 0;
+  for (int i = 0; i < 100000 && !s.done && !done_in_consume; i++) {
+    uv_run(mb_loop_uv(l), UV_RUN_ONCE);
+    mb_http_info inf;
+    mb_http_get_info(r, &inf);
+    if (inf.paused) { /* consume only once paused: every chunk after the first is held */
+      size_t n;
+      mb_http_peek(r, &n);
+      mb_http_consume(r, n);
+      if (mb_http_done(r, NULL)) done_in_consume = 1;
+    }
+  }
+  const struct mb_error *e;
+  CHECK(done_in_consume);
+  CHECK(mb_http_done(r, &e) && e->code == MB_E_TOO_LARGE);
+  CHECK(strstr(e->message, "exceeds max_bytes") != NULL);
+  run_until(l, &s); /* the notification still arrives, once */
+  CHECK(s.done && s.code == MB_E_TOO_LARGE);
+  mb_http_free(r);
+  CHECK(mb_loop_stats_of(l)->active == 0);
+}
+
+/* Upload read errors: a directory is refused at the start; an fd that turns into a directory
+ * after the start (read → EISDIR) aborts the transfer with MB_E_IO and errno's text. */
+static void test_upload_read_error(mb_loop *l) {
+  char u[128];
+  struct seen s;
+  mb_http_req *r;
+  struct mb_error err;
+  int dir = open("/tmp", O_RDONLY | O_DIRECTORY);
+  CHECK(dir >= 0);
+  if (dir < 0) return;
+  mb_http_opts o = sopts("/echo?raw=1", u, sizeof u);
+  o.method = "PUT";
+  o.body_fd = dir;
+  CHECK(mb_http_start(l, &o, on_change, &s, &r, &err) == MB_E_INVALID && r == NULL);
+  CHECK(strstr(err.message, "regular file") != NULL);
+
+  char path[] = "/tmp/mb_test_http_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  if (fd < 0) { close(dir); return; }
+  unlink(path);
+  CHECK(write(fd, "0123456789", 10) == 10);
+  lseek(fd, 0, SEEK_SET);
+  o = sopts("/echo?raw=1", u, sizeof u);
+  o.method = "PUT";
+  o.body_fd = fd;
+  o.own_body_fd = 1;
+  memset(&s, 0, sizeof s);
+  CHECK(mb_http_start(l, &o, on_change, &s, &r, &err) == MB_OK);
+  CHECK(dup2(dir, fd) == fd); /* the same descriptor number is now the directory */
+  run_until(l, &s);
+  CHECK(s.code == MB_E_IO);
+  CHECK(strstr(s.msg, "reading the upload body") != NULL);
+  CHECK(strstr(s.msg, strerror(EISDIR)) != NULL);
+  mb_http_free(r); /* closes fd (the dup) */
+  close(dir);
+  CHECK(mb_loop_stats_of(l)->active == 0);
+}
+
 int main(void) {
   test_map();
   mb_loop *l;
@@ -318,6 +427,9 @@ int main(void) {
     test_unary(l);
     test_upload(l);
     test_backpressure(l);
+    test_too_large_in_write(l);
+    test_resume_fails(l);
+    test_upload_read_error(l);
   }
   if (server_pid > 0) { kill(server_pid, SIGKILL); waitpid(server_pid, NULL, 0); }
   mb_loop_free(l);

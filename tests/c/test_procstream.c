@@ -5,6 +5,11 @@
 #include "frames.h"
 #include "mbtest.h"
 #include "procstream.h"
+/* White box: the fact table's overflow guard cannot be reached through the public API (each fact
+ * kind occurs at most once per stream, sink errors once per stream: at most 9 of 16), so one
+ * case calls the static callbacks directly. This executable therefore compiles its own copy of
+ * procstream.c (the library's object is then not linked in). */
+#include "procstream.c"
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -387,11 +392,84 @@ static void test_slow_json_and_errors(void) {
   free(j.s);
 }
 
+static void test_second_end(void) {
+  struct mb_ps_config c = cfg_tail(100, 100);
+  struct mb_error err;
+  struct body b = {0};
+  const char *end = "{\"event\":{\"end\":{\"exitCode\":0,\"exited\":true,\"status\":\"exit status 0\"}}}";
+  body_envelope(&b, 0, end);
+  /* in one push, and in two: the second end event is rejected and the error is sticky */
+  for (int split = 0; split < 2; split++) {
+    struct mb_procstream *ps = mb_procstream_new(&c);
+    if (split) {
+      CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), 0);
+      const struct mb_ps_fact *f;
+      CHECK_INT(mb_procstream_facts(ps, &f), 1);
+      CHECK_INT(f[0].kind, MB_PS_END);
+      CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), MB_E_PROTOCOL);
+    } else {
+      struct body two = {0};
+      body_add(&two, b.s, b.n);
+      body_add(&two, b.s, b.n);
+      CHECK_INT(mb_procstream_push(ps, two.s, two.n, &err), MB_E_PROTOCOL);
+      free(two.s);
+    }
+    CHECK_HAS(err.message, "second end event");
+    CHECK_INT(mb_procstream_push(ps, "", 0, &err), MB_E_PROTOCOL);
+    CHECK_INT(mb_procstream_finish(ps, &err), MB_E_PROTOCOL);
+    CHECK_HAS(err.message, "second end event");
+    mb_procstream_free(ps);
+  }
+  free(b.s);
+}
+
+/* The guard of mb_ps_fact (white box, see the include above): with the table full, every
+ * producer of a fact (frame, start/end event, end-of-stream, fd sink error) fails with
+ * MB_E_PROTOCOL "too many control facts" instead of writing past it. */
+static void test_too_many_facts(void) {
+  struct mb_ps_config c = cfg_tail(100, 100);
+  int p[2];
+  CHECK_INT(pipe(p), 0);
+  close(p[0]);
+  signal(SIGPIPE, SIG_IGN);
+  c.sink[1] = (struct mb_ps_sink){MB_PS_FD, 0, p[1]};
+  for (int producer = 0; producer < 5; producer++) {
+    struct mb_procstream *ps = mb_procstream_new(&c);
+    ps->nfacts = MB_PS_FACTS_MAX;
+    int rc = -1;
+    if (producer == 0) {
+      struct mb_frame fr = {MB_FRAME_PGID, NULL, 0, 7};
+      rc = mb_ps_on_frame(ps, &fr);
+    } else if (producer == 1 || producer == 2) {
+      json_t *ev = json_loads(producer == 1 ? "{\"event\":{\"start\":{\"pid\":1}}}"
+                                            : "{\"event\":{\"end\":{\"exitCode\":0}}}", 0, NULL);
+      rc = mb_ps_event(ps, ev);
+      json_decref(ev);
+    } else if (producer == 3) {
+      struct mb_envelope env;
+      memset(&env, 0, sizeof env);
+      env.end_stream = 1;
+      rc = mb_ps_on_envelope(ps, &env);
+    } else {
+      rc = mb_ps_sink_data(ps, MB_PS_STDERR, (const unsigned char *)"x", 1); /* EPIPE */
+    }
+    CHECK_INT(rc, MB_E_PROTOCOL);
+    CHECK_INT(ps->nfacts, MB_PS_FACTS_MAX);
+    struct mb_error err;
+    CHECK_INT(mb_procstream_push(ps, "", 0, &err), MB_E_PROTOCOL); /* sticky */
+    CHECK_HAS(err.message, "too many control facts");
+    mb_procstream_free(ps);
+  }
+  close(p[1]);
+}
+
 int main(void) {
   MBT_RUN(test_every_split);
   MBT_RUN(test_tail);
   MBT_RUN(test_tail_growth);
   MBT_RUN(test_fd_sink);
   MBT_RUN(test_slow_json_and_errors);
+  MBT_RUN(test_second_end);
+  MBT_RUN(test_too_many_facts);
   return mbt_report();
 }
