@@ -181,8 +181,12 @@ void mb_envelope_decoder_free(struct mb_envelope_decoder *d) {
   free(d);
 }
 
-static int mb_env_fail(struct mb_envelope_decoder *d, struct mb_error *err) {
-  if (err) *err = d->err;
+/* The decoder's sticky failure, copied to err; a push whose callback never returned (a Lua error
+ * that escaped it) leaves in_push set and the buffers in an unknown state, so that fails too. */
+static int mb_env_sticky(struct mb_envelope_decoder *d, struct mb_error *err) {
+  if (d->in_push && !d->err.code)
+    mb_error_set(&d->err, MB_E_INVALID, "envelope decoder unusable: a callback did not return");
+  if (d->err.code && err) *err = d->err;
   return d->err.code;
 }
 
@@ -233,13 +237,11 @@ static int mb_env_header(struct mb_envelope_decoder *d, const unsigned char *h) 
 
 int mb_envelope_decoder_push(struct mb_envelope_decoder *d, const void *data, size_t len,
                              mb_envelope_cb cb, void *ud, struct mb_error *err) {
-  if (d->in_push && !d->err.code)
-    mb_error_set(&d->err, MB_E_INVALID, "envelope decoder unusable: a callback did not return");
-  if (d->err.code) return mb_env_fail(d, err);
+  if (mb_env_sticky(d, err)) return d->err.code;
   d->in_push = 1;
   const unsigned char *p = data;
   while (len > 0) {
-    if (d->ended && len > 0) {
+    if (d->ended) {
       mb_error_set(&d->err, MB_E_PROTOCOL, "data after the end-of-stream envelope");
       break;
     }
@@ -289,13 +291,11 @@ int mb_envelope_decoder_push(struct mb_envelope_decoder *d, const void *data, si
     if (d->have == d->need && mb_env_deliver(d, d->buf, cb, ud)) break;
   }
   d->in_push = 0;
-  return d->err.code ? mb_env_fail(d, err) : MB_OK;
+  return mb_env_sticky(d, err);
 }
 
 int mb_envelope_decoder_finish(struct mb_envelope_decoder *d, struct mb_error *err) {
-  if (d->in_push && !d->err.code)
-    mb_error_set(&d->err, MB_E_INVALID, "envelope decoder unusable: a callback did not return");
-  if (d->err.code) return mb_env_fail(d, err);
+  if (mb_env_sticky(d, err)) return d->err.code;
   if (d->in_body)
     return mb_error_set(err, MB_E_TRUNCATED, "truncated envelope: %zu of %zu payload bytes",
                         d->have, d->need);

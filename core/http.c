@@ -120,33 +120,22 @@ static int append(mb_http_req *r, const char *p, size_t n, size_t cap) {
 static size_t on_write(char *p, size_t size, size_t nmemb, void *ud) {
   mb_http_req *r = ud;
   size_t n = size * nmemb;
-  if (r->stream) {
-    if (unread(r) >= r->high_water) {
-      r->paused = 1;
-      r->pauses++;
-      return CURL_WRITEFUNC_PAUSE; /* libcurl keeps this chunk and delivers it again on resume */
-    }
-    if (r->max_bytes && r->received + n > r->max_bytes) {
-      mb_error_set(&r->err, MB_E_TOO_LARGE, "response body exceeds max_bytes (%zu)", r->max_bytes);
-      return 0;
-    }
-    if (append(r, p, n, 0) != MB_OK) {
-      mb_error_set(&r->err, MB_E_NOMEM, "out of memory buffering the response");
-      return 0;
-    }
-    r->received += n;
-    notify(r);
-    return n;
+  if (r->stream && unread(r) >= r->high_water) {
+    r->paused = 1;
+    r->pauses++;
+    return CURL_WRITEFUNC_PAUSE; /* libcurl keeps this chunk and delivers it again on resume */
   }
-  if (r->received + n > r->max_bytes) {
+  /* max_bytes is optional only for streams (mb_http_start), which also buffer without a cap. */
+  if (r->max_bytes && r->received + n > r->max_bytes) {
     mb_error_set(&r->err, MB_E_TOO_LARGE, "response body exceeds max_bytes (%zu)", r->max_bytes);
     return 0;
   }
-  if (append(r, p, n, r->max_bytes) != MB_OK) {
+  if (append(r, p, n, r->stream ? 0 : r->max_bytes) != MB_OK) {
     mb_error_set(&r->err, MB_E_NOMEM, "out of memory buffering the response");
     return 0;
   }
   r->received += n;
+  if (r->stream) notify(r);
   return n;
 }
 
@@ -258,8 +247,7 @@ int mb_http_start(mb_loop *l, const mb_http_opts *o, mb_http_cb cb, void *ud,
   curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
   curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
-  if (!o->stream) curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)o->max_bytes);
-  else if (o->max_bytes) curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)o->max_bytes);
+  if (o->max_bytes) curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)o->max_bytes);
   if (o->timeout_ms > 0 && !o->stream) curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, o->timeout_ms);
   if (o->connect_timeout_ms > 0) curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, o->connect_timeout_ms);
   if (o->ca_file) curl_easy_setopt(e, CURLOPT_CAINFO, o->ca_file);

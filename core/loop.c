@@ -89,9 +89,7 @@ static void fail_unwatched(mb_loop *l) {
     x->unwatched = 0;
     x->unwatched_next = NULL;
     if (!x->added) continue;
-    curl_multi_remove_handle(l->multi, x->easy);
-    x->added = 0;
-    if (l->stats.active) l->stats.active--;
+    mb_loop_remove(l, x);
     if (x->done) x->done(x, CURLE_OUT_OF_MEMORY);
   }
 }
@@ -142,7 +140,6 @@ static int sock_unwatched(mb_loop *l, CURL *easy) {
 }
 
 static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp) {
-  (void)easy;
   mb_loop *l = userp;
   mb_sock *s = socketp;
   if (what == CURL_POLL_REMOVE) {

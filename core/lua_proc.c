@@ -57,33 +57,36 @@ static void pipe_close(lpipe *pp) {
   uv_close((uv_handle_t *)&pp->pipe, free_handle);
 }
 
+static void pipe_pause(lpipe *pp) {
+  uv_read_stop((uv_stream_t *)&pp->pipe);
+  pp->reading = 0;
+}
+
+/* Room for n more bytes in pp->buf; 0 when out of memory. */
+static int pipe_reserve(lpipe *pp, size_t n) {
+  if (pp->len + n <= pp->cap) return 1;
+  size_t want = pp->cap ? pp->cap * 2 : 16384;
+  while (want < pp->len + n) want *= 2;
+  char *nb = realloc(pp->buf, want);
+  if (!nb) return 0;
+  pp->buf = nb;
+  pp->cap = want;
+  return 1;
+}
+
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
   (void)b;
   lpipe *pp = (lpipe *)s;
   if (n == 0) return;
-  if (n < 0) { /* EOF or error: the stream is over either way */
+  /* EOF or error, or no memory (keep what we have): the stream is over either way. */
+  if (n < 0 || !pipe_reserve(pp, (size_t)n)) {
     pp->eof = 1;
-    uv_read_stop(s);
-    pp->reading = 0;
+    pipe_pause(pp);
   } else {
-    if (pp->len + (size_t)n > pp->cap) {
-      size_t want = pp->cap ? pp->cap * 2 : 16384;
-      while (want < pp->len + (size_t)n) want *= 2;
-      char *nb = realloc(pp->buf, want);
-      if (!nb) { /* keep what we have; report the end */
-        pp->eof = 1;
-        uv_read_stop(s);
-        pp->reading = 0;
-        goto out;
-      }
-      pp->buf = nb;
-      pp->cap = want;
-    }
     memcpy(pp->buf + pp->len, pp->scratch, (size_t)n);
     pp->len += (size_t)n;
-    if (pp->len >= pp->max) { uv_read_stop(s); pp->reading = 0; }
+    if (pp->len >= pp->max) pipe_pause(pp); /* backpressure until Lua drains */
   }
-out:
   if (pp->owner) notify(pp->owner);
 }
 

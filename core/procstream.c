@@ -173,7 +173,8 @@ static int mb_ps_sink_data(struct mb_procstream *ps, int stream, const unsigned 
       if (!f) return ps->err.code;
       f->stream = stream;
       f->value = e;
-      mb_copy_text(f->text, sizeof f->text, strerror(e), strlen(strerror(e)));
+      const char *why = strerror(e);
+      mb_copy_text(f->text, sizeof f->text, why, strlen(why));
     }
     return MB_OK;
   }
@@ -298,14 +299,20 @@ static int mb_ps_on_envelope(void *ud, const struct mb_envelope *e) {
 
 /* ---- public ---- */
 
-int mb_procstream_push(struct mb_procstream *ps, const void *data, size_t len,
-                       struct mb_error *err) {
+/* The sticky failure, else a fresh round: facts and BUFFER bytes describe one call only. */
+static int mb_ps_begin(struct mb_procstream *ps, struct mb_error *err) {
   if (ps->err.code) {
     if (err) *err = ps->err;
     return ps->err.code;
   }
   ps->nfacts = 0;
   ps->out[0].blen = ps->out[1].blen = 0;
+  return MB_OK;
+}
+
+int mb_procstream_push(struct mb_procstream *ps, const void *data, size_t len,
+                       struct mb_error *err) {
+  if (mb_ps_begin(ps, err)) return ps->err.code;
   struct mb_error eerr;
   if (mb_envelope_decoder_push(ps->env, data, len, mb_ps_on_envelope, ps, &eerr)) {
     /* A callback failure is in ps->err with its own message; the decoder's wraps it. */
@@ -317,12 +324,7 @@ int mb_procstream_push(struct mb_procstream *ps, const void *data, size_t len,
 }
 
 int mb_procstream_finish(struct mb_procstream *ps, struct mb_error *err) {
-  if (ps->err.code) {
-    if (err) *err = ps->err;
-    return ps->err.code;
-  }
-  ps->nfacts = 0;
-  ps->out[0].blen = ps->out[1].blen = 0;
+  if (mb_ps_begin(ps, err)) return ps->err.code;
   int rc = mb_envelope_decoder_finish(ps->env, err);
   if (!rc) rc = mb_frame_decoder_finish(ps->frames, err);
   return rc;

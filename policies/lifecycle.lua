@@ -4,9 +4,9 @@ local M = {}
 M.default_timeout_ms = 300000   -- lease asked for at create/connect (E2B counts whole seconds)
 M.default_cwd = "/home/user/workspace"
 -- The private runtime root lives outside cwd so it never shows up in the user's listings.
--- "%s" is replaced by a random id per sandbox owner.
+-- "%s" is replaced by a random id per sandbox owner. It is always made 0700 and verified to be
+-- a real directory (not a symlink) before use; that part is not a policy.
 M.runtime_root = "/tmp/.moonbox-%s"
-M.runtime_mode = "0700"
 
 -- Lease renewal: while the owner is open, renew once less than this fraction of the lease is
 -- left. Set `renew = false` to let the sandbox expire after timeoutMs like E2B's default.

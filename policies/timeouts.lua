@@ -15,7 +15,6 @@ M.stream_idle_ms = 3 * M.keepalive_interval_s * 1000
 M.sandboxd_start_ms = 10000     -- local sandboxd: until it reports listening
 M.sandboxd_stop_grace_ms = 3000 -- local sandboxd: TERM → KILL
 M.terminal_grace_ms = 3000      -- default TERM → KILL grace for terminals when none is given
-M.dispose_grace_ms = 3000       -- grace used when disposal terminates live processes
 M.tool_ms = 30000               -- mbwrap tool calls (realpath, stat, publish, which, fg, …)
 
 -- The grace a caller passes must be positive, finite and representable as a timer.

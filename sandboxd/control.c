@@ -356,13 +356,6 @@ static void list_sandboxes(sd_request *r) {
   sd_reply_json(r, 200, out);
 }
 
-static bool valid_id(const char *id) {
-  if (!*id || strlen(id) > 64) return false;
-  for (const char *p = id; *p; p++)
-    if (!islower((unsigned char)*p) && !isdigit((unsigned char)*p)) return false;
-  return true;
-}
-
 bool control_key_ok(const char *key, const char *api_key) {
   if (!key) return false;
   size_t lk = strlen(key), la = strlen(api_key);
@@ -397,7 +390,7 @@ void control_handle(sd_request *r, const char *api_key) {
     memcpy(id, rest, n);
     id[n] = '\0';
     const char *sub = slash ? slash + 1 : "";
-    if (!valid_id(id)) { sd_reply_error(r, 404, "sandbox '%s' not found", id); return; }
+    if (!sbx_valid_id(id)) { sd_reply_error(r, 404, "sandbox '%s' not found", id); return; }
     if (!*sub) {
       if (!strcmp(m, "GET")) get_sandbox(r, id);
       else if (!strcmp(m, "DELETE")) {

@@ -24,17 +24,10 @@ typedef struct {
   int64_t exp;
 } sig_req;
 
-static bool const_eq(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  unsigned char d = la != lb;
-  for (size_t i = 0; i < la && i < lb; i++) d |= (unsigned char)(a[i] ^ b[i]);
-  return d == 0;
-}
-
 static bool sig_matches(const char *token, void *cls) {
   sig_req *s = cls;
   char want[MB_SIGN_V1_LEN + 1];
-  return mb_sign_v1(s->path, s->op, s->user, token, s->exp, want) == MB_OK && const_eq(want, s->signature);
+  return mb_sign_v1(s->path, s->op, s->user, token, s->exp, want) == MB_OK && sd_const_eq(want, s->signature);
 }
 
 /* Fills s from the query; 0, or the status (401) with the reason in msg. */
@@ -87,7 +80,7 @@ int files_auth(sd_request *r, reg_entry *e, char *msg, size_t len) {
   const char *tok = reg_token(e);
   if (!tok) return 0;
   const char *hdr = sd_header(r, "X-Access-Token");
-  if (hdr && const_eq(hdr, tok)) return 0;
+  if (hdr && sd_const_eq(hdr, tok)) return 0;
   sig_req s;
   int st = sig_from_query(r, &s, msg, len);
   if (st) return st;

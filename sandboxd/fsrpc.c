@@ -134,8 +134,6 @@ static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const
 
 /* Names of dirfd's entries, sorted; NULL + errno on failure (E2BIG beyond the entry limit
  * unless partial, which returns the first FSRPC_MAX_LIST_ENTRIES names). */
-static char **read_names_p(int dirfd, size_t *n, bool partial);
-static char **read_names(int dirfd, size_t *n) { return read_names_p(dirfd, n, false); }
 static char **read_names_p(int dirfd, size_t *n, bool partial) {
   *n = 0;
   int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -168,6 +166,8 @@ static char **read_names_p(int dirfd, size_t *n, bool partial) {
   if (v) qsort(v, *n, sizeof *v, cmp_names);
   return v;
 }
+
+static char **read_names(int dirfd, size_t *n) { return read_names_p(dirfd, n, false); }
 
 static void free_names(char **v, size_t n) {
   for (size_t i = 0; i < n; i++) free(v[i]);

@@ -175,15 +175,6 @@ void paths_cred_leave(const paths_cred *save) {
   setfsgid((gid_t)save->gid);
 }
 
-static int mkdir_p(const fs_ctx *c, const char *abs, bool *created);
-int paths_mkdir_p(const fs_ctx *c, const char *abs, bool *created) {
-  paths_cred cr;
-  paths_cred_enter(c, &cr);
-  int rc = mkdir_p(c, abs, created);
-  paths_cred_leave(&cr);
-  return rc;
-}
-
 static int mkdir_p(const fs_ctx *c, const char *abs, bool *created) {
   *created = false;
   char prefix[PATHS_MAX];
@@ -214,6 +205,14 @@ static int mkdir_p(const fs_ctx *c, const char *abs, bool *created) {
     if (rc) return rc;
   }
   return 0;
+}
+
+int paths_mkdir_p(const fs_ctx *c, const char *abs, bool *created) {
+  paths_cred cr;
+  paths_cred_enter(c, &cr);
+  int rc = mkdir_p(c, abs, created);
+  paths_cred_leave(&cr);
+  return rc;
 }
 
 int paths_realpath(const fs_ctx *c, const char *abs, char *out, size_t outlen) {

@@ -1,6 +1,7 @@
 /* process.c — envd's process.Process service for one sandbox (wire reference §5.3), on top of
  * the init channel (init.h). See process.h for the threading and backpressure model. */
 #include "process.h"
+#include "b64.h"
 
 #include "init.h"
 #include "server.h"
@@ -102,29 +103,8 @@ static void wake_pump(ptab *t) {
   if (write(t->wake, &one, sizeof one) < 0) { /* counter saturated: the pump is awake anyway */ }
 }
 
-/* ---- base64 (standard alphabet out; standard or URL-safe, padded or not, in) ---- */
-static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static char *b64_encode(const unsigned char *in, size_t len) {
-  size_t olen = (len + 2) / 3 * 4;
-  char *o = malloc(olen + 1), *q = o;
-  if (!o) return NULL;
-  size_t i = 0;
-  for (; i + 2 < len; i += 3) {
-    uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
-    *q++ = B64[v >> 18]; *q++ = B64[(v >> 12) & 63]; *q++ = B64[(v >> 6) & 63]; *q++ = B64[v & 63];
-  }
-  if (i < len) {
-    uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < len ? (uint32_t)in[i + 1] << 8 : 0);
-    *q++ = B64[v >> 18];
-    *q++ = B64[(v >> 12) & 63];
-    *q++ = i + 1 < len ? B64[(v >> 6) & 63] : '=';
-    *q++ = '=';
-  }
-  *q = 0;
-  return o;
-}
-
+/* ---- base64 in: standard or URL-safe, padded or not, any trailing '=' (encoding is core's
+ * mb_b64_encode) ---- */
 static int b64_val(unsigned char c) {
   if (c >= 'A' && c <= 'Z') return c - 'A';
   if (c >= 'a' && c <= 'z') return c - 'a' + 26;
@@ -598,13 +578,14 @@ static void status_string(int st, char *out, size_t cap) {
   else snprintf(out, cap, "signal: signal %d%s", sig, WCOREDUMP(st) ? " (core dumped)" : "");
 }
 
-static json_t *event_json(const ev *e, bool pty) {
+static json_t *event_json(const ev *e) {
   json_t *inner = NULL;
   if (e->kind == EV_START) {
     inner = json_pack("{s:{s:I}}", "start", "pid", (json_int_t)e->pid);
   } else if (e->kind == EV_DATA) {
-    char *b = b64_encode((const unsigned char *)e->data, e->len);
+    char *b = malloc(mb_b64_encoded_len(e->len) + 1);
     if (!b) return NULL;
+    mb_b64_encode(e->data, e->len, b);
     inner = json_pack("{s:{s:s}}", "data", e->stream == ST_PTY ? "pty" : e->stream == ST_STDERR ? "stderr" : "stdout", b);
     free(b);
   } else if (e->kind == EV_END) {
@@ -619,7 +600,6 @@ static json_t *event_json(const ev *e, bool pty) {
     if (code) json_object_set_new(end, "error", json_string(st));
     inner = json_pack("{s:o}", "end", end);
   }
-  (void)pty;
   return inner ? json_pack("{s:o}", "event", inner) : NULL;
 }
 
@@ -667,7 +647,7 @@ static void serve_stream(ptab *t, sub *sb, sd_stream *st, int64_t deadline, int6
       free(e);
       break;
     } else {
-      json_t *j = event_json(e, false);
+      json_t *j = event_json(e);
       int kind = e->kind;
       if (kind == EV_START) started = true;
       free(e);

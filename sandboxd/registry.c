@@ -99,12 +99,6 @@ static void info_locked(reg_entry *e, reg_info *in) {
   in->metadata = json_incref(e->metadata);
 }
 
-void reg_info_of(reg_entry *e, reg_info *info) {
-  pthread_mutex_lock(&mu);
-  info_locked(e, info);
-  pthread_mutex_unlock(&mu);
-}
-
 int reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errlen) {
   reg_entry *e = calloc(1, sizeof *e);
   if (!e) { snprintf(err, errlen, "out of memory"); return -1; }

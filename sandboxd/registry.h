@@ -36,7 +36,6 @@ int  reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errl
 reg_entry *reg_get(const char *id);             /* new reference or NULL (unknown or dying) */
 void reg_put(reg_entry *e);
 int  reg_kill(const char *id);                  /* 0 killed, -1 unknown */
-void reg_info_of(reg_entry *e, reg_info *info);
 /* Until its destruction completed a killed sandbox is still reported (GET, /health): */
 bool reg_exists(const char *id);               /* known and not paused, dying included */
 int  reg_lookup_info(const char *id, reg_info *info);   /* 0, or -1 unknown; dying included */
@@ -57,9 +56,9 @@ const char *reg_id(const reg_entry *e);
 const char *reg_token(const reg_entry *e);      /* NULL when the sandbox is not secure */
 bool reg_paused(reg_entry *e);
 bool reg_dying(reg_entry *e);                   /* set once a kill started: long handlers stop */
-int  reg_kill_fd(reg_entry *e);
+int  reg_kill_fd(reg_entry *e);                 /* eventfd that becomes readable when a kill starts (poll it) */
 /* Per-sandbox WatchDir slots: +1 takes one (-1 when `max` are taken), -1 gives one back. */
-int  reg_watch_slot(reg_entry *e, int delta, int max);                 /* eventfd that becomes readable when a kill starts (poll it) */
+int  reg_watch_slot(reg_entry *e, int delta, int max);
 
 /* Find the secure sandbox whose token makes `match(token, cls)` true; new reference or NULL. */
 reg_entry *reg_find_by_token(bool (*match)(const char *token, void *cls), void *cls);

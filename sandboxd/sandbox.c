@@ -390,7 +390,7 @@ static int mkdir_owned(const char *p, mode_t mode, uid_t u, gid_t g) {
   return 0;
 }
 
-static bool valid_id(const char *id) {
+bool sbx_valid_id(const char *id) {
   size_t n = id ? strlen(id) : 0;
   if (n == 0 || n > 64) return false;
   for (size_t i = 0; i < n; i++)
@@ -866,7 +866,7 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
   clock_gettime(CLOCK_MONOTONIC, &t0);
   step_trace tr = {.text = "", .last = t0};
   *out = NULL;
-  if (!cfg || !valid_id(cfg->id)) { seterr(err, errlen, "invalid sandbox id"); return -1; }
+  if (!cfg || !sbx_valid_id(cfg->id)) { seterr(err, errlen, "invalid sandbox id"); return -1; }
   if (!cfg->state_dir || cfg->state_dir[0] != '/' || strlen(cfg->state_dir) > 3000) {
     seterr(err, errlen, "state dir must be an absolute path shorter than 3000 bytes");
     return -1;

@@ -19,6 +19,7 @@ typedef struct {
 } sbx_config;
 #define SBX_DEFAULT_MEMORY_MB 2048
 #define SBX_DEFAULT_PIDS_MAX 4096
+bool  sbx_valid_id(const char *id);    /* 1..64 of [a-z0-9]: what sbx_config.id accepts */
 
 /* Capabilities probed once at start-up; `why` says what is missing and why. */
 typedef struct { bool userns, overlay, pidns, netns, cgroup_pids, cgroup_memory, freezer; char why[512]; } sbx_host_caps;

@@ -524,7 +524,7 @@ static int basic_user(const char *auth, char *out, size_t outlen, const char **w
   return 0;
 }
 
-static bool const_eq(const char *a, const char *b) {
+bool sd_const_eq(const char *a, const char *b) {
   size_t la = strlen(a), lb = strlen(b);
   unsigned char d = la != lb;
   for (size_t i = 0; i < la && i < lb; i++) d |= (unsigned char)(a[i] ^ b[i]);
@@ -535,7 +535,7 @@ static void route_rpc(sd_request *r, reg_entry *e) {
   const char *tok = reg_token(e);
   if (tok) {
     const char *got = sd_header(r, "X-Access-Token");
-    if (!got || !const_eq(got, tok)) {
+    if (!got || !sd_const_eq(got, tok)) {
       sd_reply_error(r, 401, "unauthorized access, please provide a valid access token or method signing if supported");
       return;
     }
@@ -653,7 +653,7 @@ static int preauth(sd_request *r, char **out) {
     else if (strcmp(r->path, "/files") == 0) status = files_auth(r, e, msg, sizeof msg);
     else if (reg_token(e)) {
       const char *got = sd_header(r, "X-Access-Token");
-      if (!got || !const_eq(got, reg_token(e))) {
+      if (!got || !sd_const_eq(got, reg_token(e))) {
         status = 401;
         snprintf(msg, sizeof msg, "unauthorized access, please provide a valid access token or method signing if supported");
       }

@@ -3,6 +3,7 @@
  * queue that the handler (or any other thread) fills and the connection thread drains. */
 #ifndef SANDBOXD_SERVER_H
 #define SANDBOXD_SERVER_H
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
@@ -41,6 +42,7 @@ void sd_streams_abort(const void *group);
 void sd_streams_release(const void *group);
 
 /* Added for the router and the envd handlers. */
+bool sd_const_eq(const char *a, const char *b);     /* secret comparison in time independent of where they differ */
 const char *sd_user(const sd_request *r);           /* envd: authenticated user ("user" by default), else NULL */
 void sd_reply_header(sd_request *r, const char *name, const char *value); /* extra header on the reply or stream */
 int  sd_header_each(const sd_request *r, int (*cb)(void *cls, const char *name, const char *value), void *cls);

@@ -9,11 +9,11 @@ local cjson = require "cjson"
 
 -- A scripted Process/Start stream as the provider reads it: the raw HTTP body (Connect
 -- envelopes of the messages, then an end-of-stream envelope unless the script ends in { err })
--- through `.s:read`, and message by message through `:next` (terminals).
+-- through `:read_raw`, and message by message through `:next` (terminals).
 local function stream(items)
   local s = fake_sandbox.stream(items)
   local core, i, ended = require("moonbox.core"), 0, false
-  s.s = { read = function()
+  function s.read_raw()
     while true do
       i = i + 1
       local it = items[i]
@@ -27,7 +27,7 @@ local function stream(items)
       elseif it.raw then return it.raw
       else return core.envelope(0, cjson.encode(it)) end
     end
-  end, close = function() end }
+  end
   return s
 end
 

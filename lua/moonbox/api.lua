@@ -91,6 +91,15 @@ local function sandbox_info(v)
   }
 end
 
+-- A request answered by one Sandbox / SandboxDetail → info | nil, err
+function api:_sandbox_request(method, path, body, timeout_ms)
+  local res, err = self:_request(method, path, body, timeout_ms)
+  if not res then return nil, err end
+  local v, jerr = json_body(res)
+  if not v then return nil, jerr end
+  return sandbox_info(v)
+end
+
 local function seconds(ms) return math.ceil(ms / 1000) end
 
 -- POST /sandboxes. opts: { template="base", timeout_ms=300000, metadata, env_vars, secure=true,
@@ -107,30 +116,18 @@ function api:create(opts)
     autoPause = opts.auto_pause == true,
     autoResume = { enabled = false },
   }
-  local res, err = self:_request("POST", "/sandboxes", body, self.create_timeout_ms)
-  if not res then return nil, err end
-  local v, jerr = json_body(res)
-  if not v then return nil, jerr end
-  return sandbox_info(v)
+  return self:_sandbox_request("POST", "/sandboxes", body, self.create_timeout_ms)
 end
 
 -- POST /sandboxes/{id}/connect {"timeout": s}: attach to a running (or paused) sandbox.
 function api:connect(id, timeout_ms)
-  local res, err = self:_request("POST", "/sandboxes/" .. urlencode(id) .. "/connect",
+  return self:_sandbox_request("POST", "/sandboxes/" .. urlencode(id) .. "/connect",
     { timeout = seconds(timeout_ms or 300000) })
-  if not res then return nil, err end
-  local v, jerr = json_body(res)
-  if not v then return nil, jerr end
-  return sandbox_info(v)
 end
 
 -- GET /sandboxes/{id}
 function api:get(id)
-  local res, err = self:_request("GET", "/sandboxes/" .. urlencode(id))
-  if not res then return nil, err end
-  local v, jerr = json_body(res)
-  if not v then return nil, jerr end
-  return sandbox_info(v)
+  return self:_sandbox_request("GET", "/sandboxes/" .. urlencode(id))
 end
 
 -- DELETE /sandboxes/{id} → true (deleted) | false (not found: already gone) | nil, err

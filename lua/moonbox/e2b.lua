@@ -56,15 +56,18 @@ M.random_hex = random_hex
 
 local function shell_quote(s) return "'" .. s:gsub("'", "'\"'\"'") .. "'" end
 
+-- getenv(name), with an empty value counting as unset.
+local function env_value(getenv, name)
+  local v = getenv(name)
+  if v == nil or v == "" then return nil end
+  return v
+end
+
 -- Where the endpoints are; local = true when moonbox must start its own sandboxd.
 -- `getenv` (default os.getenv) lets an embedder or a spec supply the environment.
 function M.endpoints(config, getenv)
   getenv = getenv or os.getenv
-  local function get(name)
-    local v = getenv(name)
-    if v == nil or v == "" then return nil end
-    return v
-  end
+  local function get(name) return env_value(getenv, name) end
   local e = {
     api_key = config.apiKey or get("E2B_API_KEY"),
     api_url = get("E2B_API_URL"),
@@ -109,13 +112,12 @@ end
 -- else <source>/build/bin. `getenv` and `exe` (the moonbox executable, or false) are for specs.
 local function find_binary(env_name, name, getenv, exe)
   getenv = getenv or os.getenv
-  local function get(n) local v = getenv(n) if v == nil or v == "" then return nil end return v end
-  local v = get(env_name)
+  local v = env_value(getenv, env_name)
   if v then return v end
   local dirs = {}
   if exe == nil then exe = moonbox_exe() end
   if exe then dirs[#dirs + 1] = exe:match("^(.*)/[^/]*$") end
-  local build = get("MB_BUILD_DIR")
+  local build = env_value(getenv, "MB_BUILD_DIR")
   if build then dirs[#dirs + 1] = build .. "/bin" end
   local so = package.searchpath and package.searchpath("moonbox.core", package.cpath)
   local sobuild = so and so:match("^(.*)/lib/moonbox/core%.so$")
@@ -202,8 +204,6 @@ end
 local Sandbox = {}
 Sandbox.__index = Sandbox
 
-local function event_bytes(self, b64) return self.core.b64decode(b64) end
-
 -- Run a program directly (no shell) and collect its raw stdout/stderr (for setup only).
 -- opts: envs, cwd, timeout_ms, user (default: the sandbox user). → { stdout, stderr, exit_code } | nil, err
 function Sandbox:exec_raw(argv, opts)
@@ -222,8 +222,8 @@ function Sandbox:exec_raw(argv, opts)
     end
     local ev = m.event or {}
     if ev.data then
-      if ev.data.stdout then out[#out + 1] = event_bytes(self, ev.data.stdout) end
-      if ev.data.stderr then errb[#errb + 1] = event_bytes(self, ev.data.stderr) end
+      if ev.data.stdout then out[#out + 1] = self.core.b64decode(ev.data.stdout) end
+      if ev.data.stderr then errb[#errb + 1] = self.core.b64decode(ev.data.stderr) end
     elseif ev["end"] then
       code = math.tointeger(ev["end"].exitCode) or 0
     end

@@ -74,6 +74,11 @@ local function rpc_error(method, ccode, message, status)
 end
 envd.rpc_error = rpc_error
 
+-- An error known only by its HTTP status.
+local function status_error(method, status, message)
+  return rpc_error(method, CODE_FOR_STATUS[status] or "unknown", message, status)
+end
+
 local function is_json(ct)
   return ct ~= nil and ct:lower():match("^application/json") ~= nil
 end
@@ -97,9 +102,9 @@ function envd:unary(method, msg, opts)
         return nil, rpc_error(method, v.code, type(v.message) == "string" and v.message or "", res.status)
       end
       local m = ok and type(v) == "table" and type(v.message) == "string" and v.message or ("HTTP " .. res.status)
-      return nil, rpc_error(method, CODE_FOR_STATUS[res.status] or "unknown", m, res.status)
+      return nil, status_error(method, res.status, m)
     end
-    return nil, rpc_error(method, CODE_FOR_STATUS[res.status] or "unknown", "HTTP " .. res.status, res.status)
+    return nil, status_error(method, res.status, "HTTP " .. res.status)
   end
   if not is_json(ct) then
     return nil, rpc_error(method, "unknown", "unsupported content type " .. tostring(ct), res.status)
@@ -115,6 +120,18 @@ end
 local Stream = {}
 Stream.__index = Stream
 
+-- The response body as it arrives, not decoded (for callers that decode it themselves, like
+-- core.procstream): → chunk | nil (end) | nil, err; a stream silent for timeout_ms (default:
+-- the idle limit) is E2B_TIMEOUT. Use either this or :next on one stream, never both.
+function Stream:read_raw(timeout_ms)
+  timeout_ms = timeout_ms or self.idle_ms
+  local chunk, err = self.s:read(timeout_ms)
+  if err and err.code == "MB_TIMEOUT" then
+    err = errors.new("E2B_TIMEOUT", self.method .. ": stream silent for " .. timeout_ms .. " ms")
+  end
+  return chunk, err
+end
+
 function Stream:next(timeout_ms)
   while true do
     local m = table.remove(self.pending, 1)
@@ -123,14 +140,11 @@ function Stream:next(timeout_ms)
       if self.err then return nil, self.err end
       return nil
     end
-    local chunk, err = self.s:read(timeout_ms or self.idle_ms)
+    local chunk, err = self:read_raw(timeout_ms)
     if chunk == nil then
       self.finished = true
       self.s:close()
       if err then
-        if err.code == "MB_TIMEOUT" then
-          err = errors.new("E2B_TIMEOUT", self.method .. ": stream silent for " .. (timeout_ms or self.idle_ms) .. " ms")
-        end
         self.err = err
         return nil, err
       end
@@ -198,7 +212,7 @@ function envd:stream(method, msg, opts)
   if not s then return nil, err end
   if s.status ~= 200 then
     s:close()
-    return nil, rpc_error(method, CODE_FOR_STATUS[s.status] or "unknown", "HTTP " .. s.status, s.status)
+    return nil, status_error(method, s.status, "HTTP " .. s.status)
   end
   return setmetatable({ s = s, method = method, pending = {}, idle_ms = opts.idle_ms or self.stream_idle_ms,
     dec = core.envelope_decoder(opts.max_message or MAX_MESSAGE) }, Stream)

@@ -29,11 +29,6 @@ function M.new(code, message, fields)
   return setmetatable(e, fallback_mt)
 end
 
--- `return errors.fail(code, msg)` → nil, err
-function M.fail(code, message, fields)
-  return nil, M.new(code, message, fields)
-end
-
 function M.is(x, code)
   if type(x) ~= "table" or type(x.code) ~= "string" then return false end
   return code == nil or x.code == code

@@ -71,12 +71,11 @@ end
 -- cancellation is consumed (rearm() gives it back).
 local function cancel_requested()
   local t = mb().current()
-  if t and t.cancel_pending then t.cancel_pending = false return true end
-  return false
+  return t ~= nil and t:take_cancel()
 end
 local function rearm(canceled)
   local t = canceled and mb().current()
-  if t then t.cancel_pending = true end
+  if t then t:cancel() end
 end
 
 -- Runs fn in a task of its own, so cancelling the caller cannot interrupt it, and waits for it.
@@ -93,6 +92,14 @@ local function shielded(fn)
   end
 end
 M.shielded = shielded
+
+-- shielded() for a call returning `value | nil, err`: → value, err, canceled; a raise becomes
+-- E2B_PROTOCOL "<what> raised: …".
+local function shielded_call(what, fn)
+  local r, canceled = shielded(fn)
+  if not r[1] then return nil, errors.new("E2B_PROTOCOL", what .. " raised: " .. tostring(r[2])), canceled end
+  return r[2], r[3], canceled
+end
 
 ------------------------------------------------------------------------------------------------
 -- Pure path helpers (POSIX, the execution world's syntax).
@@ -378,9 +385,7 @@ function FS:_publish(sb, target, content, args, op)
   local sdir = staging:match("^(.*)/content$")
   -- The upload is shielded too: an interrupted upload may still be completed by the server
   -- after a Remove sent at once, which would leave the staging dir behind.
-  local u, ucanceled = shielded(function() return sb.envd:upload(staging, content) end)
-  local up, uerr = u[2], u[3]
-  if not u[1] then up, uerr = nil, errors.new("E2B_PROTOCOL", "upload raised: " .. tostring(u[2])) end
+  local up, uerr, ucanceled = shielded_call("upload", function() return sb.envd:upload(staging, content) end)
   if not up then
     remove_staging(sb, sdir)
     if ucanceled then return nil, fs_err("FS_ABORTED", op .. " aborted") end
@@ -395,9 +400,7 @@ function FS:_publish(sb, target, content, args, op)
   for _, a in ipairs(args) do cmd[#cmd + 1] = a end
   cmd[#cmd + 1] = staging
   cmd[#cmd + 1] = target.targetKey
-  local r, canceled = shielded(function() return sb:tool(cmd) end)
-  local out, perr = r[2], r[3]
-  if not r[1] then out, perr = nil, errors.new("E2B_PROTOCOL", "mbwrap publish raised: " .. tostring(r[2])) end
+  local out, perr, canceled = shielded_call("mbwrap publish", function() return sb:tool(cmd) end)
   if not out then
     remove_staging(sb, sdir)
     rearm(canceled)

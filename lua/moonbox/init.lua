@@ -93,6 +93,16 @@ local function timeout_err(what, ms)
   return M.error("MB_TIMEOUT", string.format("%s timed out after %s ms", what, tostring(ms)))
 end
 
+-- Blocks t on `key` as one of the waiters in `list` (whoever wakes them takes them off or
+-- replaces the list). → nil when woken, or the MB_TIMEOUT / MB_CANCELED error.
+local function wait_on(key, list, t, timeout_ms, what)
+  list[#list + 1] = t
+  local r = block(t, timeout_ms, key)
+  for i = #list, 1, -1 do if list[i] == t then table.remove(list, i) end end
+  if r == TIMEOUT then return timeout_err(what, timeout_ms) end
+  if r == CANCEL then return canceled_err(what) end
+end
+
 local function on_error(e)
   if M.is_error(e) then
     if e.traceback == nil then e.traceback = debug.traceback(tostring(e), 2) end
@@ -174,9 +184,7 @@ function M.run(fn, ...)
   end
   driving = false
   if t.ok then return unpack(t.results, 1, t.results.n) end
-  local e = t.raw_err
-  if M.is_error(e) then error(e, 0) end
-  error(e, 0)
+  error(t.raw_err, 0)
 end
 
 function Task:join(timeout_ms)
@@ -185,12 +193,8 @@ function Task:join(timeout_ms)
     local me = need_task("task:join", 2)
     if me == self then error("task:join: a task cannot join itself", 2) end
     self.joiners = self.joiners or {}
-    local js = self.joiners
-    js[#js + 1] = me
-    local r = block(me, timeout_ms, self)
-    for i = #js, 1, -1 do if js[i] == me then table.remove(js, i) end end
-    if r == TIMEOUT then return nil, timeout_err("join", timeout_ms) end
-    if r == CANCEL then return nil, canceled_err("join") end
+    local err = wait_on(self, self.joiners, me, timeout_ms, "join")
+    if err then return nil, err end
   end
   if self.ok then return true, unpack(self.results, 1, self.results.n) end
   return nil, self.err
@@ -208,6 +212,14 @@ function Task:cancel()
 end
 
 function Task:done() return self.status == "dead" end
+
+-- true (once) when cancel() reached this task while it was not blocked: the cancellation is
+-- consumed, so its next yielding call proceeds (a later t:cancel() gives it back).
+function Task:take_cancel()
+  if not self.cancel_pending then return false end
+  self.cancel_pending = false
+  return true
+end
 
 function M.sleep(ms)
   if type(ms) ~= "number" or ms ~= ms or ms < 0 then error("mb.sleep: ms must be a number >= 0", 2) end
@@ -235,13 +247,8 @@ end
 function Event:wait(timeout_ms)
   check_timeout(timeout_ms, 2)
   if not self.is_set then
-    local t = need_task("event:wait", 2)
-    local ws = self.waiters
-    ws[#ws + 1] = t
-    local r = block(t, timeout_ms, self)
-    for i = #ws, 1, -1 do if ws[i] == t then table.remove(ws, i) end end
-    if r == TIMEOUT then return nil, timeout_err("event wait", timeout_ms) end
-    if r == CANCEL then return nil, canceled_err("event wait") end
+    local err = wait_on(self, self.waiters, need_task("event:wait", 2), timeout_ms, "event wait")
+    if err then return nil, err end
   end
   if self.vals.n == 0 then return true end
   return unpack(self.vals, 1, self.vals.n)
@@ -262,14 +269,6 @@ local function wake_one(list, key)
     local w = table.remove(list, 1)
     if wake(w, key, true) then return end
   end
-end
-
-local function wait_on(self, list, t, timeout_ms, what)
-  list[#list + 1] = t
-  local r = block(t, timeout_ms, self)
-  for i = #list, 1, -1 do if list[i] == t then table.remove(list, i) end end
-  if r == TIMEOUT then return timeout_err(what, timeout_ms) end
-  if r == CANCEL then return canceled_err(what) end
 end
 
 function Queue:count() return self.tail - self.head + 1 end
@@ -447,15 +446,6 @@ function proc.spawn(opts)
   return p
 end
 
-local function proc_wait(p, t, timeout_ms, what)
-  local ws = p.waiters
-  ws[#ws + 1] = t
-  local r = block(t, timeout_ms, p)
-  for i = #ws, 1, -1 do if ws[i] == t then table.remove(ws, i) end end
-  if r == TIMEOUT then return timeout_err(what, timeout_ms) end
-  if r == CANCEL then return canceled_err(what) end
-end
-
 -- p:read("stdout"|"stderr", timeout_ms) → data | nil (end) | nil, err
 local function closed_err() return M.error("MB_CLOSED", "process object is closed") end
 
@@ -469,7 +459,7 @@ function Process:read(which, timeout_ms)
     local data, eof = self.h:read(which or "stdout")
     if data then return data end
     if eof then return nil end
-    local err = proc_wait(self, need_task("process:read", 2), timeout_ms, "process read")
+    local err = wait_on(self, self.waiters, need_task("process:read", 2), timeout_ms, "process read")
     if err then return nil, err end
   end
 end
@@ -481,7 +471,7 @@ function Process:wait(timeout_ms)
     if self.closed then return nil, closed_err() end
     local code, sig = self.h:exit_status()
     if code then return code, sig end
-    local err = proc_wait(self, need_task("process:wait", 2), timeout_ms, "process wait")
+    local err = wait_on(self, self.waiters, need_task("process:wait", 2), timeout_ms, "process wait")
     if err then return nil, err end
   end
 end

@@ -123,6 +123,16 @@ local function watch_cancel(token, fn)
   end)
 end
 
+-- Whole milliseconds for mbwrap's command line (a fractional grace rounds up).
+local function whole_ms(ms) return math.tointeger(ms) or math.ceil(ms) end
+
+-- mbwrap killsession: TERM every process of session `pid`, KILL after the grace, return once
+-- the session is empty (inside the sandbox, one request).
+local function killsession(sb, pid, grace_ms, tool_ms)
+  local grace = whole_ms(grace_ms)
+  return sb:tool({ "killsession", tostring(pid), tostring(grace) }, { timeout_ms = grace + 10000 + tool_ms })
+end
+
 local function check_cancel(token, what)
   if token == nil then return end
   if type(token) ~= "table" or type(token.wait) ~= "function" then
@@ -190,8 +200,6 @@ local function validate_output(mode, name)
   error(name .. ": expected 'pipe', 'inherit' or { maxBytes = n [, spill = { maxBytes = n }] }", 4)
 end
 
-local function b64(core, s) return core.b64encode(s) end
-
 -- Pipe endpoint readable by the caller: :read(timeout) → chunk | nil (EOF) | nil, err
 local function pipe_reader(p)
   return { read = function(_, timeout_ms) return p:read(timeout_ms) end }
@@ -232,12 +240,11 @@ function Handle:_fact(f)
     end
   elseif k == "pgid" then
     self.pid = f.value
-    self.pid_ev_set = true
     self.pid_ev:set(true)
   elseif k == "spawn_error" then
     self.spawn_error = errors.new("SPAWN_FAILED", ("cannot start %q: %s"):format(self.spec.argv[1], f.message),
       { errno = f.errno })
-    if not self.pid_ev_set then self.pid_ev_set = true; self.pid_ev:set(false) end
+    self.pid_ev:set(false)                 -- no-op once the group id arrived
   elseif k == "exit" or k == "signal" then
     local fact = k == "exit" and { exitCode = f.value } or { signal = M.signal_name(f.value) }
     self.exit_fact = fact
@@ -274,26 +281,21 @@ end
 -- The stream's raw HTTP body goes chunk by chunk into the C process stream (envelopes, event
 -- JSON, base64, frames and the output sinks are all decoded there): one call per chunk.
 function Handle:_run(s)
-  local ps, raw = self.ps, s.s
+  local ps = self.ps
   local idle = self.sp.timeouts.stream_idle_ms
   local function fail(err)
     s:close()
     self.transport_error = err
     if self.stdin_pipe and not self.wrapper_pid then self.stdin_ready:set(false) end
-    if not self.pid_ev_set then self.pid_ev_set = true; self.pid_ev:set(false) end
+    self.pid_ev:set(false)                 -- no-op once the group id arrived
     self.empty_ev:set(false)          -- waitForExit must not wait for a fact that cannot come
     self:_eof()
     self:_settle(nil, err)
   end
   while true do
-    local chunk, err = raw:read(idle)
+    local chunk, err = s:read_raw(idle)
     if chunk == nil then
-      if err then
-        if err.code == "MB_TIMEOUT" then
-          err = errors.new("E2B_TIMEOUT", "process.Process/Start: stream silent for " .. idle .. " ms")
-        end
-        return fail(err)
-      end
+      if err then return fail(err) end
       break
     end
     local r, perr = ps:push(chunk)
@@ -331,12 +333,23 @@ function Handle:wait(timeout_ms)
 end
 Handle.done = Handle.wait
 
+-- The service stops tracking this handle (and watching its cancel token).
+function Handle:_untrack()
+  self.sp.live[self] = nil
+  if self.cancel_task then self.cancel_task:cancel() end
+end
+
 -- The tree is known to be gone without the stream saying so (sandbox gone, session killed).
 function Handle:_gone()
   self.tree_empty = true
   self.empty_ev:set(true)
-  if self.cancel_task then self.cancel_task:cancel() end
-  self.sp.live[self] = nil
+  self:_untrack()
+end
+
+-- SIGTERM to the wrapper (one SendSignal): it TERMs the whole tree and KILLs it after graceMs.
+function Handle:_term_wrapper()
+  return self.sb.envd:unary("process.Process/SendSignal",
+    { process = { pid = self.wrapper_pid }, signal = "SIGNAL_SIGTERM" })
 end
 
 -- The stream carrying the facts broke while the tree may still run: TERM the wrapper (it
@@ -345,17 +358,14 @@ end
 function Handle:_kill_detached()
   if self.tree_empty then return true end
   if self.wrapper_pid then
-    local _, err = self.sb.envd:unary("process.Process/SendSignal",
-      { process = { pid = self.wrapper_pid }, signal = "SIGNAL_SIGTERM" })
+    local _, err = self:_term_wrapper()
     if err and M.sandbox_gone(err) then self:_gone() return true end
   end
   if (self.pid or -1) <= 1 then                   -- the program never got a group id
     self:_gone()
     return true
   end
-  local grace = math.tointeger(self.spec.graceMs) or math.ceil(self.spec.graceMs)
-  local _, err = self.sb:tool({ "killsession", tostring(self.pid), tostring(grace) },
-    { timeout_ms = grace + 10000 + self.sp.timeouts.tool_ms })
+  local _, err = killsession(self.sb, self.pid, self.spec.graceMs, self.sp.timeouts.tool_ms)
   if err and not M.sandbox_gone(err) then return nil, err end
   self:_gone()
   return true
@@ -373,8 +383,7 @@ function Handle:terminate()
     if self.spec.stdio[kind] == "inherit" then self.ps:discard(kind) end
   end
   if not self.wrapper_pid then return true end     -- sent when the start event arrives
-  local _, err = self.sb.envd:unary("process.Process/SendSignal",
-    { process = { pid = self.wrapper_pid }, signal = "SIGNAL_SIGTERM" })
+  local _, err = self:_term_wrapper()
   if err and M.sandbox_gone(err) then self:_gone() return true end
   if err and err.code ~= "E2B_NOT_FOUND" then
     self.terminating = false
@@ -402,7 +411,7 @@ local function stdin_writer(self)
       self.stdin_ready:wait(FOREVER)
       if not self.wrapper_pid then return nil, self.error or errors.new("SPAWN_FAILED", "process did not start") end
       local r, err = self.sb.envd:unary("process.Process/SendInput",
-        { process = { pid = self.wrapper_pid }, input = { stdin = b64(core, data) } })
+        { process = { pid = self.wrapper_pid }, input = { stdin = core.b64encode(data) } })
       if not r then return nil, err end
       return true
     end,
@@ -499,7 +508,7 @@ function SP:spawn(spec)
     done_ev = m.event(), pid_ev = m.event(), empty_ev = m.event(), stdin_ready = m.event() }, Handle)
 
   self.seq = self.seq + 1
-  local args = { "run", "-g", tostring(math.tointeger(spec.graceMs) or math.ceil(spec.graceMs)) }
+  local args = { "run", "-g", tostring(whole_ms(spec.graceMs)) }
   local sinks = {}
   for _, kind in ipairs({ "stdout", "stderr" }) do
     local mode = stdio[kind]
@@ -556,10 +565,7 @@ function SP:spawn(spec)
   h.reader = m.spawn(function()
     h:_run(s)
     -- auto-release once the tree is gone; a broken stream leaves it tracked (dispose kills it)
-    if h.tree_empty then
-      self.live[h] = nil
-      if h.cancel_task then h.cancel_task:cancel() end
-    end
+    if h.tree_empty then h:_untrack() end
   end)
   h.cancel_task = watch_cancel(spec.cancel, function()
     if not h.tree_empty then h:terminate() end
@@ -573,16 +579,12 @@ function SP:spawn(spec)
       return nil, werr
     end
     -- without a start event there is no wrapper to kill; after it, a broken stream stays tracked
-    if not (h.transport_error and h.wrapper_pid) then
-      self.live[h] = nil
-      if h.cancel_task then h.cancel_task:cancel() end
-    end
+    if not (h.transport_error and h.wrapper_pid) then h:_untrack() end
     return nil, M.start_error(h.spawn_error or h.error or errors.new("SPAWN_FAILED", "process did not start"), spec)
   end
   -- An exec failure usually arrives with the group id; later ones fail `wait` instead.
   if h.spawn_error then
-    self.live[h] = nil
-    if h.cancel_task then h.cancel_task:cancel() end
+    h:_untrack()
     return nil, h.spawn_error
   end
   if stdin_data then                             -- too large for an argument: SendInput
@@ -677,6 +679,14 @@ function Term:wait(timeout_ms)
 end
 Term.done = Term.wait
 
+-- A failed terminate(): callers waiting on this attempt get err; a later call tries again.
+function Term:_terminate_failed(err)
+  self.terminating, self.closing = false, false
+  self.term_error = err
+  self.term_ev:set(true); self.term_ev = mb().event()
+  return nil, err
+end
+
 -- TERM every process of the session, KILL after the grace, until it is empty (inside the
 -- sandbox, one request), then wait for the top level. Idempotent; in-flight calls finish first.
 function Term:terminate()
@@ -693,23 +703,13 @@ function Term:terminate()
     self.idle_ev = mb().event()
     self.idle_ev:wait(FOREVER)
   end
-  local _, err = self.sb:tool({ "killsession", tostring(self.pid), tostring(math.tointeger(self.graceMs)) },
-    { timeout_ms = self.graceMs + 10000 + self.sp.timeouts.tool_ms })
-  if err and not M.sandbox_gone(err) then
-    self.terminating, self.closing = false, false
-    self.term_error = err
-    self.term_ev:set(true); self.term_ev = mb().event()
-    return nil, err
-  end
+  local _, err = killsession(self.sb, self.pid, self.graceMs, self.sp.timeouts.tool_ms)
+  if err and not M.sandbox_gone(err) then return self:_terminate_failed(err) end
   -- quiescence includes the top level: its exit must be observed on the stream
   local seen, werr = self.done_ev:wait(self.sp.timeouts.request_ms)
   if seen == nil and not self.exited then
-    local e = errors.new("TERMINAL_TEARDOWN", "terminal session killed but its exit was not observed: "
-      .. tostring(werr), { cause = werr })
-    self.terminating, self.closing = false, false
-    self.term_error = e
-    self.term_ev:set(true); self.term_ev = mb().event()
-    return nil, e
+    return self:_terminate_failed(errors.new("TERMINAL_TEARDOWN",
+      "terminal session killed but its exit was not observed: " .. tostring(werr), { cause = werr }))
   end
   self.terminated = true
   self.term_ev:set(true)
@@ -791,8 +791,7 @@ function SP:spawnTerminal(spec)
         t.q:drop(true)
         t.start_seen:wait(limit)
         if t.pid and not t.exited then
-          t.sb:tool({ "killsession", tostring(t.pid), tostring(math.tointeger(grace) or math.ceil(grace)) },
-            { timeout_ms = grace + 10000 + self.timeouts.tool_ms })
+          killsession(t.sb, t.pid, grace, self.timeouts.tool_ms)
         end
         s:close()
       end)
@@ -828,8 +827,7 @@ function SP:dispose()
         first = first or err or errors.new("SUBPROCESS_TEARDOWN", "a process tree survived disposal")
       end
     end
-    self.live[h] = nil
-    if h.cancel_task then h.cancel_task:cancel() end
+    h:_untrack()
   end
   for t in pairs(self.terminals) do
     local ok, err = t:terminate()

@@ -54,6 +54,11 @@ local function new()
   function Task:cancel()
     if self.parked then wake(self.parked, nil, mb.error("MB_CANCELED", "task canceled")) else self.cancel_pending = true end
   end
+  function Task:take_cancel()
+    if not self.cancel_pending then return false end
+    self.cancel_pending = false
+    return true
+  end
   function mb.sleep(ms)
     local _, a, b = park(ms, function() return true end)
     return a, b
