@@ -1,7 +1,9 @@
 /* lua_procstream.c — core.procstream{...}: an mbwrap process stream decoded in C (procstream.h).
  *
- *   local ps = core.procstream{ max_message = n, max_line = n,
+ *   local ps = core.procstream{ max_message = n, max_line = n, pty = bool,
  *     stdout = "buffer" | "discard" | { tail = maxBytes } | { fd = n },  stderr = (same) }
+ *   pty = true: a terminal's stream (no mbwrap frames): event.data.pty bytes go to the stdout
+ *   sink (r.stdout for "buffer"); facts are start, end, stream_end, stream_error, sink_error.
  *   ps:push(chunk)   → r | nil, err    r = { <facts...>, stdout = bytes?, stderr = bytes? }
  *   ps:finish()      → true | nil, err
  *   ps:read_from(stream, offset) → text, next_offset, lossy      (stream "stdout"|"stderr")
@@ -84,6 +86,10 @@ static int l_procstream(lua_State *L) {
   cfg.max_message = mb_opt_limit(L, "max_message", 4 * 1024 * 1024);
   cfg.max_line = mb_opt_limit(L, "max_line", 40000);
   if (cfg.max_message > UINT32_MAX) luaL_error(L, "procstream: max_message must be <= 4294967295");
+  lua_getfield(L, 1, "pty");
+  if (!lua_isnil(L, -1) && !lua_isboolean(L, -1)) luaL_error(L, "procstream: pty must be a boolean");
+  cfg.pty = lua_toboolean(L, -1);
+  lua_pop(L, 1);
   mb_sink_spec(L, "stdout", &cfg.sink[0]);
   mb_sink_spec(L, "stderr", &cfg.sink[1]);
   struct mb_lua_ps *u = lua_newuserdatauv(L, sizeof *u, 0);

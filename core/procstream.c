@@ -24,6 +24,7 @@ struct mb_ps_out {
 
 struct mb_procstream {
   size_t max_message;
+  int pty; /* PTY mode: data.pty/stdout raw to out[0], data.stderr raw to out[1] */
   struct mb_envelope_decoder *env;
   struct mb_frame_decoder *frames;
   unsigned char *scratch; /* decoded event.data.* bytes of one message */
@@ -49,6 +50,7 @@ struct mb_procstream *mb_procstream_new(const struct mb_ps_config *cfg) {
   struct mb_procstream *ps = calloc(1, sizeof *ps);
   if (!ps) return NULL;
   ps->max_message = cfg->max_message;
+  ps->pty = cfg->pty != 0;
   ps->env = mb_envelope_decoder_new(cfg->max_message);
   ps->frames = mb_frame_decoder_new(cfg->max_line);
   if (!ps->env || !ps->frames) {
@@ -270,16 +272,18 @@ static int mb_ps_on_envelope(void *ud, const struct mb_envelope *e) {
     ps->scratch_cap = need;
   }
   static const char *const path[] = {"event", "data"};
-  static const char *const leaves[] = {"stdout", "stderr"};
+  static const char *const leaves[] = {"stdout", "stderr", "pty"};
   size_t n = 0;
   int leaf = -1;
   json_t *root = NULL;
   struct mb_error jerr;
-  if (mb_connect_json_bytes(e->data, e->len, path, 2, leaves, 2, 0, ps->scratch, ps->scratch_cap,
-                            &n, &leaf, &root, &jerr)) {
+  if (mb_connect_json_bytes(e->data, e->len, path, 2, leaves, ps->pty ? 3 : 2, 0, ps->scratch,
+                            ps->scratch_cap, &n, &leaf, &root, &jerr)) {
     ps->err = jerr;
     return jerr.code;
   }
+  if (ps->pty && leaf >= 0) /* raw terminal bytes: no frames inside */
+    return mb_ps_sink_data(ps, leaf == 1 ? MB_PS_STDERR : MB_PS_STDOUT, ps->scratch, n);
   if (leaf == 0) {
     struct mb_error ferr;
     if (mb_frame_decoder_push(ps->frames, ps->scratch, n, mb_ps_on_frame, ps, &ferr)) {
@@ -326,7 +330,7 @@ int mb_procstream_push(struct mb_procstream *ps, const void *data, size_t len,
 int mb_procstream_finish(struct mb_procstream *ps, struct mb_error *err) {
   if (mb_ps_begin(ps, err)) return ps->err.code;
   int rc = mb_envelope_decoder_finish(ps->env, err);
-  if (!rc) rc = mb_frame_decoder_finish(ps->frames, err);
+  if (!rc && !ps->pty) rc = mb_frame_decoder_finish(ps->frames, err);
   return rc;
 }
 

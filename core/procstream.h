@@ -12,6 +12,11 @@
  * stream) are returned as a short list per push. The wrapper's own stderr (event.data.stderr) is
  * kept as a bounded diagnostic text.
  *
+ * PTY mode (cfg.pty): the stream of a process started with a PTY (a terminal). The bytes of
+ * event.data.pty (and of data.stdout, should envd send any) are raw program output — no mbwrap
+ * frames — and go to the STDOUT sink; data.stderr bytes go to the STDERR sink. Facts: START,
+ * END, STREAM_END, STREAM_ERROR, SINK_ERROR only; finish checks the envelope stream only.
+ *
  * Memory: every allocation is bounded by the configuration: the envelope decoder and the JSON
  * scratch by max_message, the frame decoder by max_line, each TAIL ring by its max, a BUFFER by
  * the data of one push (≤ max_message + the pushed length). No I/O except FD sinks. */
@@ -33,6 +38,7 @@ struct mb_ps_sink {
 struct mb_ps_config {
   size_t max_message;     /* largest Connect envelope payload (≥ 1) */
   size_t max_line;        /* longest mbwrap frame line (≥ MB_FRAME_LINE_MIN_LIMIT to admit all) */
+  int pty;                /* PTY mode: a terminal's stream, no mbwrap inside (see below) */
   struct mb_ps_sink sink[2];
 };
 

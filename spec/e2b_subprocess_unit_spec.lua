@@ -444,6 +444,75 @@ describe("moonbox.subprocess (unit, scripted sandbox)", function()
       assert.are.equal(300, out.pid); assert.are.equal("$ ", out.first)
     end)
 
+    it("decodes PTY output in C: exact bytes in order, several events per chunk, end after the output", function()
+      local core
+      local sp, sb = make{
+        stream = function()
+          local function env(t) return core.envelope(0, cjson.encode(t)) end
+          return stream{ ev{ start = { pid = 300 } },
+            { raw = env(ev{ data = { pty = core.b64encode("h\xc3") } })
+                 .. env(ev{ data = { pty = core.b64encode("\xa9llo \xe2\x9c") } })
+                 .. env(ev{ keepalive = {} }) },
+            { raw = env(ev{ data = { pty = core.b64encode("\x93\r\n!exit 3\r\n") } })
+                 .. env(ev{ ["end"] = { exitCode = 0, exited = true, status = "exit status 0" } }) } }
+        end,
+      }
+      core = sb.core
+      local r = mb.run(function()
+        local t = assert(sp:spawnTerminal{ argv = { "/bin/sh" }, cwd = "/w" })
+        local parts = {}
+        while true do
+          local c, err = t:read(1000)
+          if c == nil then assert(err == nil, tostring(err)) break end
+          parts[#parts + 1] = c
+        end
+        return { out = table.concat(parts), outcome = assert(t:wait()), n = #parts }
+      end)
+      assert.are.equal("h\xc3\xa9llo \xe2\x9c\x93\r\n!exit 3\r\n", r.out)
+      assert.are.equal(2, r.n)                           -- one hand-off per chunk
+      assert.are.same({ exitCode = 0 }, r.outcome)
+    end)
+
+    it("a terminal stream ending in a Connect error reports it after the queued output", function()
+      local core
+      local sp, sb = make{
+        stream = function()
+          return stream{ ev{ start = { pid = 300 } }, ev{ data = { pty = core.b64encode("bye") } },
+            { raw = core.envelope(2, cjson.encode{ error = { code = "unavailable", message = "gone" } }) } }
+        end,
+      }
+      core = sb.core
+      local r = mb.run(function()
+        local t = assert(sp:spawnTerminal{ argv = { "/bin/sh" }, cwd = "/w" })
+        local first = t:read(1000)
+        local eof, rerr = t:read(1000)
+        local _, werr = t:wait()
+        return { first = first, eof = eof, rerr = rerr, werr = werr }
+      end)
+      assert.are.equal("bye", r.first)
+      assert.is_nil(r.eof)
+      assert.are.equal("E2B_UNAVAILABLE", r.rerr.code)
+      assert.are.equal("E2B_UNAVAILABLE", r.werr.code)
+    end)
+
+    it("a terminal stream ending without an end event is a protocol error", function()
+      local core
+      local sp, sb = make{
+        stream = function()
+          return stream{ ev{ start = { pid = 300 } }, ev{ data = { pty = core.b64encode("x") } } }
+        end,
+      }
+      core = sb.core
+      local r = mb.run(function()
+        local t = assert(sp:spawnTerminal{ argv = { "/bin/sh" }, cwd = "/w" })
+        local o, werr = t:wait()
+        return { o = o, werr = werr, out = t:read(0) }
+      end)
+      assert.is_nil(r.o)
+      assert.are.equal("E2B_PROTOCOL", r.werr.code)
+      assert.are.equal("x", r.out)
+    end)
+
     it("writes, resizes, inspects and signals the foreground group", function()
       local sp, sb, log = term_sandbox()
       local r = mb.run(function()

@@ -11,7 +11,8 @@
 -- `-i BASE64` (still one request). terminate() = one SendSignal(SIGTERM) to
 -- the wrapper, which TERMs the whole tree (double-forked descendants included: it is a child
 -- subreaper) and KILLs it after graceMs; `done` reports SIGKILL only once the leader is dead.
--- Terminals: one Start with a PTY; inspect/signal/terminate use mbwrap fg/signal/killsession.
+-- Terminals: one Start with a PTY, its stream decoded in C too (core.procstream in PTY mode);
+-- inspect/signal/terminate use mbwrap fg/signal/killsession.
 --
 -- Cancellation (the seam's `signal`): spec.cancel is an mb.event(); setting it (ev:set()) starts
 -- terminate() of a spawned process, or abandons a terminal's allocation (a terminal that started
@@ -717,25 +718,44 @@ function Term:terminate()
   return true
 end
 
+-- The stream's raw HTTP body goes chunk by chunk into a PTY-mode process stream (envelopes,
+-- event JSON and the base64 of data.pty decoded in C): one output hand-off per chunk.
 function Term:_run(s)
-  local core = self.sb.core
+  local ps = self.ps
+  local idle = self.sp.timeouts.stream_idle_ms
   while true do
-    local msg, err = s:next(self.sp.timeouts.stream_idle_ms)
-    if not msg then
-      if err then self.error = err end
+    local chunk, err = s:read_raw(idle)
+    if chunk == nil then
+      if err then self.error = err
+      else
+        local ok, ferr = ps:finish()
+        if not ok then self.error = ferr end
+      end
       break
     end
-    local ev = msg.event or {}
-    if ev.start then
-      self.pid = math.tointeger(ev.start.pid)
-      self.started:set(true)
-      self.start_seen:set(true)
-    elseif ev.data and ev.data.pty then
-      self.q:put(core.b64decode(ev.data.pty))
-    elseif ev["end"] then
-      self.outcome = M.outcome_from_end(ev["end"])
+    local r, perr = ps:push(chunk)
+    if not r then self.error = perr; break end
+    for i = 1, #r do
+      if r[i].kind == "start" then
+        self.pid = math.tointeger(r[i].pid)
+        self.started:set(true)
+        self.start_seen:set(true)
+      end
     end
+    if r.stdout then self.q:put(r.stdout) end
+    local stop = false
+    for i = 1, #r do
+      local f = r[i]
+      if f.kind == "end" then
+        self.outcome = M.outcome_from_end{ exitCode = f.exit_code, status = f.status }
+      elseif f.kind == "stream_error" then
+        self.error = require("moonbox.envd").rpc_error("process.Process/Start", f.code, f.message, 200)
+        stop = true
+      end
+    end
+    if stop then break end
   end
+  s:close()
   if not self.outcome and not self.error then
     self.error = errors.new("E2B_PROTOCOL", "terminal stream ended without an end event")
   end
@@ -772,7 +792,8 @@ function SP:spawnTerminal(spec)
   for _, a in ipairs(spec.argv) do args[#args + 1] = a end
   local m = mb()
   local t = setmetatable({ sp = self, sb = sb, graceMs = grace, inflight = 0, q = M.pipe(self.config.pipeQueue),
-    done_ev = m.event(), started = m.event(), start_seen = m.event(), term_ev = m.event() }, Term)
+    done_ev = m.event(), started = m.event(), start_seen = m.event(), term_ev = m.event(),
+    ps = sb.core.procstream{ max_message = M.MAX_MESSAGE, pty = true, stdout = "buffer" } }, Term)
   local cwd = spec.cwd or sb.cwd
   local s, serr = sb.envd:stream("process.Process/Start", {
     process = { cmd = "/usr/bin/env", args = args, cwd = cwd },

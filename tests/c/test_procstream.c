@@ -463,6 +463,93 @@ static void test_too_many_facts(void) {
   close(p[1]);
 }
 
+/* PTY mode: data.pty bytes are raw terminal output (frame-like text included) into the stdout
+ * sink, exact under every split and through jansson too (an escaped "\/" in the base64);
+ * start/end/stream_end facts as usual; finish needs no !done. Without pty mode the same body
+ * delivers no bytes (the leaf is not recognised), and frames-mode finish still wants !done. */
+static void test_pty(void) {
+  const char raw1[] = "$ echo h\xc3\xa9llo\r\n!exit 3\r\n";
+  const char raw2[] = "h\xc3\xa9llo \xe2\x9c\x93\r\n\x1b[0m$ ";
+  unsigned char bin[300];
+  for (size_t i = 0; i < sizeof bin; i++) bin[i] = (unsigned char)(255 - i);
+  struct body b = {0}, want = {0};
+  body_envelope(&b, 0, "{\"event\":{\"start\":{\"pid\":300}}}");
+  body_data(&b, "pty", raw1, sizeof raw1 - 1);
+  body_envelope(&b, 0, "{\"event\":{\"keepalive\":{}}}");
+  body_data(&b, "pty", raw2, sizeof raw2 - 1);
+  body_data(&b, "pty", (const char *)bin, sizeof bin);
+  /* "/w==" is the base64 of 0xff; "\/" makes jansson decode it */
+  body_envelope(&b, 0, "{\"event\":{\"data\":{\"pty\":\"\\/w==\"}}}");
+  body_envelope(&b, 0, "{\"event\":{\"end\":{\"exitCode\":-1,\"status\":\"signal: hangup\"}}}");
+  body_envelope(&b, MB_ENVELOPE_END_STREAM, "{}");
+  body_add(&want, raw1, sizeof raw1 - 1);
+  body_add(&want, raw2, sizeof raw2 - 1);
+  body_add(&want, bin, sizeof bin);
+  body_add(&want, "\xff", 1);
+  for (size_t cut = 0; cut < b.n; cut += cut < 64 ? 1 : 23) {
+    struct mb_ps_config c = cfg_tail(0, 0);
+    c.pty = 1;
+    c.max_line = 1; /* no frame decoding: a line limit cannot matter */
+    c.sink[0].kind = MB_PS_BUFFER;
+    struct mb_procstream *ps = mb_procstream_new(&c);
+    struct seen w;
+    struct mb_error err = {0};
+    int rc = feed(ps, &b, cut, &w, &err);
+    if (!CHECK(rc == 0)) fprintf(stderr, "     cut %zu: %s\n", cut, err.message);
+    CHECK_STR(w.s, "start:300 end:-1/signal: hangup stream_end:0 ");
+    CHECK_MEM(w.out.s, w.out.n, want.s, want.n);
+    CHECK_INT(w.err.n, 0);
+    CHECK_INT(mb_procstream_total(ps, MB_PS_STDOUT), want.n);
+    seen_free(&w);
+    mb_procstream_free(ps);
+    if (mbt_failures) break;
+  }
+  /* the same body in frames mode: no output bytes, and finish reports the missing !done */
+  {
+    struct mb_ps_config c = cfg_tail(0, 0);
+    c.sink[0].kind = MB_PS_BUFFER;
+    struct mb_procstream *ps = mb_procstream_new(&c);
+    struct seen w;
+    struct mb_error err = {0};
+    CHECK(feed(ps, &b, 0, &w, &err) != 0);
+    CHECK_INT(w.out.n, 0);
+    CHECK_INT(mb_procstream_total(ps, MB_PS_STDOUT), 0);
+    seen_free(&w);
+    mb_procstream_free(ps);
+  }
+  /* PTY mode: a tail sink, a stream error, and a truncated body */
+  {
+    struct mb_ps_config c = cfg_tail(4, 0);
+    c.pty = 1;
+    struct body e = {0};
+    body_data(&e, "pty", raw2, sizeof raw2 - 1);
+    body_envelope(&e, MB_ENVELOPE_END_STREAM,
+                  "{\"error\":{\"code\":\"unavailable\",\"message\":\"gone\"}}");
+    struct mb_procstream *ps = mb_procstream_new(&c);
+    struct seen w;
+    struct mb_error err = {0};
+    CHECK_INT(feed(ps, &e, 0, &w, &err), 0);
+    CHECK_STR(w.s, "stream_error:0/unavailable/gone ");
+    const unsigned char *a, *bb;
+    size_t al, bl;
+    uint64_t next;
+    int lossy;
+    mb_procstream_read_from(ps, MB_PS_STDOUT, 0, &a, &al, &bb, &bl, &next, &lossy);
+    CHECK_INT(al + bl, 4);
+    CHECK_INT(next, sizeof raw2 - 1);
+    CHECK_INT(lossy, 1);
+    seen_free(&w);
+    mb_procstream_free(ps);
+    ps = mb_procstream_new(&c);
+    CHECK_INT(mb_procstream_push(ps, e.s, 7, &err), 0);
+    CHECK_INT(mb_procstream_finish(ps, &err), MB_E_TRUNCATED);
+    mb_procstream_free(ps);
+    free(e.s);
+  }
+  free(b.s);
+  free(want.s);
+}
+
 int main(void) {
   MBT_RUN(test_every_split);
   MBT_RUN(test_tail);
@@ -471,5 +558,6 @@ int main(void) {
   MBT_RUN(test_slow_json_and_errors);
   MBT_RUN(test_second_end);
   MBT_RUN(test_too_many_facts);
+  MBT_RUN(test_pty);
   return mbt_report();
 }
