@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -229,9 +230,11 @@ typedef struct {
   const fs_ctx *c;
   const char *qpath;
   json_t *md, *results;
-  int fd;
-  bool in_part;
-  uint64_t part_bytes;
+  int fd;                            /* the private temporary file of the current part, or -1 */
+  int dirfd;                         /* O_PATH of its directory */
+  char tmp[256], base[256];          /* its name there, and the target's */
+  bool in_part, gz;
+  uint64_t part_bytes, written, limit;
   char part_name[PATHS_MAX], cur_fn[PATHS_MAX];
   int status;
   char msg[PATHS_MAX + 256];
@@ -249,18 +252,58 @@ static int fail_fd(up_ctx *u, int status, const char *fmt, const char *a) {
   return -1;
 }
 
-static int finish_file(up_ctx *u) {
-  if (u->fd < 0) return 0;
-  int rc = 0;
-  int mr = paths_set_metadata(u->fd, u->md);
-  if (mr) rc = fail(u, mr == -ENOSPC ? 507 : 500, "cannot set metadata on '%s'", u->part_name);
+/* Drops the current part's temporary file: the target was never touched. */
+static void abort_file(up_ctx *u) {
+  if (u->fd < 0) return;
   close(u->fd);
   u->fd = -1;
-  return rc;
+  paths_cred cr;
+  paths_cred_enter(u->c, &cr);
+  unlinkat(u->dirfd, u->tmp, 0);
+  paths_cred_leave(&cr);
+  close(u->dirfd);
+  u->dirfd = -1;
 }
 
-/* Opens the target of a new file: parents made (owned by the user), 0644, owned by the user. */
-/* Parents (0755, the user's), then the file itself (0644, the user's); fd or -1 after fail(). */
+/* The part arrived whole: metadata on the temporary file, then it replaces the target at once. */
+static int finish_file(up_ctx *u) {
+  if (u->fd < 0) return 0;
+  int mr = paths_set_metadata(u->fd, u->md);
+  if (mr) { abort_file(u); return fail(u, mr == -ENOSPC ? 507 : 500, "cannot set metadata on '%s'", u->part_name); }
+  paths_cred cr;
+  paths_cred_enter(u->c, &cr);
+  int rc = renameat(u->dirfd, u->tmp, u->dirfd, u->base) != 0 ? errno : 0;
+  paths_cred_leave(&cr);
+  if (rc) { abort_file(u); return fail(u, rc == ENOSPC || rc == EDQUOT ? 507 : 500, "cannot write '%s'", u->part_name); }
+  /* Watchers see the target created (moved in) and then written, as with envd's in-place write:
+   * a same-size truncate through the renamed file raises IN_MODIFY under the target's name. */
+  struct stat st;
+  if (fstat(u->fd, &st) == 0 && ftruncate(u->fd, st.st_size) != 0) { /* only a notification is lost */ }
+  close(u->fd);
+  close(u->dirfd);
+  u->fd = u->dirfd = -1;
+  return 0;
+}
+
+/* The reasons today's messages give for a target that cannot be written; -1. */
+static int open_fail(up_ctx *u, const char *abs, int err, const char *fsname) {
+  if (err == -EISDIR) return fail_fd(u, 400, "path '%s' is a directory", abs);
+  if (err == -PATHS_ENOTREG) return fail_fd(u, 400, "path '%s' is not a regular file", abs);
+  if (err == -PATHS_EFOREIGN) {
+    u->status = 403;
+    snprintf(u->msg, sizeof u->msg, "path '%.4000s' is on the sandbox's %s file system: /files reads and writes "
+             "only the sandbox's own files", abs, fsname[0] ? fsname : "foreign");
+    return -1;
+  }
+  if (err == -ENOSPC || err == -EDQUOT) return fail_fd(u, 507, "not enough disk space for '%s'", abs);
+  char m[PATHS_MAX + 64];
+  snprintf(m, sizeof m, "%.4000s: %s", abs, strerror(-err));
+  return fail_fd(u, 500, "cannot open for writing: %s", m);
+}
+
+/* Parents made (0755, the user's) as before; then a private temporary file (O_EXCL, 0644 or the
+ * target's mode, the user's) in the target's directory (a symlinked target: its real path's).
+ * 0, or -1 after fail(). */
 static int open_target(up_ctx *u, const char *abs, const char *slash) {
   if (slash != abs) {
     char parent[PATHS_MAX];
@@ -273,27 +316,50 @@ static int open_target(up_ctx *u, const char *abs, const char *slash) {
                      "cgroup and similar are refused)", abs);
     if (rc) return fail_fd(u, rc == -ENOSPC ? 507 : 500, "cannot create the parents of '%s'", abs);
   }
+  char real[PATHS_MAX], fsname[32] = "";
+  snprintf(real, sizeof real, "%s", abs);
+  mode_t mode = 0644;
+  int p = paths_open(u->c, abs, O_PATH, 0, 0);
+  if (p >= 0) {                                        /* an existing target: checked like today */
+    struct stat st;
+    int rc = fstat(p, &st) != 0 ? -errno : paths_fs_check(p);
+    if (rc == -PATHS_EFOREIGN) snprintf(fsname, sizeof fsname, "%s", paths_fs_name(p));
+    if (!rc && S_ISDIR(st.st_mode)) rc = -EISDIR;
+    else if (!rc && !S_ISREG(st.st_mode)) rc = -PATHS_ENOTREG;
+    close(p);
+    if (rc) return open_fail(u, abs, rc, fsname);
+    mode = st.st_mode & 0777;
+    if (paths_realpath(u->c, abs, real, sizeof real) != 0) snprintf(real, sizeof real, "%s", abs);
+  } else if (p != -ENOENT) {
+    return open_fail(u, abs, p, fsname);
+  }
+  int dfd = paths_open_parent(u->c, real, u->base, sizeof u->base);
+  if (dfd < 0) return open_fail(u, abs, dfd, fsname);
+  int rc = paths_fs_check(dfd);
+  if (rc) {
+    if (rc == -PATHS_EFOREIGN) snprintf(fsname, sizeof fsname, "%s", paths_fs_name(dfd));
+    close(dfd);
+    return open_fail(u, abs, rc, fsname);
+  }
   paths_cred cr;
   paths_cred_enter(u->c, &cr);
-  char fsname[32];
-  int fd = paths_open_file(u->c, abs, O_WRONLY | O_CREAT | O_TRUNC, fsname, sizeof fsname);
+  int fd = -EEXIST;
+  for (int i = 0; i < 16 && fd == -EEXIST; i++) {
+    uint64_t rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) rnd = (uint64_t)time(NULL) * 2654435761u + (uint64_t)i;
+    snprintf(u->tmp, sizeof u->tmp, ".%.200s.upload-%016llx", u->base, (unsigned long long)rnd);
+    fd = openat(dfd, u->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) fd = -errno;
+  }
   paths_cred_leave(&cr);
-  if (fd == -EISDIR) return fail_fd(u, 400, "path '%s' is a directory", abs);
-  if (fd == -PATHS_ENOTREG) return fail_fd(u, 400, "path '%s' is not a regular file", abs);
-  if (fd == -PATHS_EFOREIGN) {
-    u->status = 403;
-    snprintf(u->msg, sizeof u->msg, "path '%.4000s' is on the sandbox's %s file system: /files reads and writes "
-             "only the sandbox's own files", abs, fsname[0] ? fsname : "foreign");
-    return -1;
+  if (fd < 0) { close(dfd); return open_fail(u, abs, fd, fsname); }
+  u->fd = fd;
+  u->dirfd = dfd;
+  if (fchown(fd, u->c->host_uid, u->c->host_gid) != 0 || fchmod(fd, mode) != 0) {
+    abort_file(u);
+    return fail_fd(u, 500, "cannot chown '%s'", abs);
   }
-  if (fd == -ENOSPC) return fail_fd(u, 507, "not enough disk space for '%s'", abs);
-  if (fd < 0) {
-    char m[PATHS_MAX + 64];
-    snprintf(m, sizeof m, "%.4000s: %s", abs, strerror(-fd));
-    return fail_fd(u, 500, "cannot open for writing: %s", m);
-  }
-  if (fchown(fd, u->c->host_uid, u->c->host_gid) != 0) { close(fd); return fail_fd(u, 500, "cannot chown '%s'", abs); }
-  return fd;
+  return 0;
 }
 
 static int begin_file(up_ctx *u, const char *target) {
@@ -313,9 +379,7 @@ static int begin_file(up_ctx *u, const char *target) {
   if (!slash[1]) return fail(u, 400, "path '%s' is a directory", abs);
   json_t *res = json_pack("{s:s,s:s,s:s}", "path", abs, "name", slash + 1, "type", "file");
   if (!res) return fail(u, 400, "%s", "the path is not valid UTF-8");   /* checked before anything is created */
-  int fd = open_target(u, abs, slash);
-  if (fd < 0) { json_decref(res); return 1; }
-  u->fd = fd;
+  if (open_target(u, abs, slash) < 0) { json_decref(res); return 1; }
   snprintf(u->part_name, sizeof u->part_name, "%s", abs);
   if (json_object_size(u->md)) json_object_set(res, "metadata", u->md);
   json_array_append_new(u->results, res);
@@ -324,6 +388,17 @@ static int begin_file(up_ctx *u, const char *target) {
 }
 
 static int write_all(up_ctx *u, const char *data, size_t len) {
+  if (len > u->limit - u->written) {                   /* counted in bytes written: bounds gzip bombs too */
+    if (u->gz) {
+      u->status = 413;
+      snprintf(u->msg, sizeof u->msg, "gzip body expands beyond the limit of %llu bytes", (unsigned long long)u->limit);
+    } else {
+      u->status = 413;
+      snprintf(u->msg, sizeof u->msg, "request body exceeds the limit of %llu bytes", (unsigned long long)u->limit);
+    }
+    return 1;
+  }
+  u->written += len;
   while (len) {
     ssize_t n = write(u->fd, data, len);
     if (n < 0) {
@@ -344,7 +419,7 @@ static int on_part(void *cls, const char *name, const char *filename, const char
   bool continuing = u->in_part && u->part_bytes == 0 && strcmp(fn, u->cur_fn) == 0;
   bool new_part = !u->in_part || (off == 0 && !continuing);
   if (new_part) {
-    if (finish_file(u)) return 1;
+    if (finish_file(u)) return 1;                   /* the previous part ended with its boundary */
     const char *target = u->qpath && *u->qpath ? u->qpath : filename;
     if (begin_file(u, target)) return 1;
     u->in_part = true;
@@ -355,68 +430,71 @@ static int on_part(void *cls, const char *name, const char *filename, const char
   return size ? write_all(u, data, size) : 0;
 }
 
-/* gzip Content-Encoding → the decoded bytes (bounded); replies and returns NULL on failure. */
-static uint8_t *gunzip(sd_request *r, const uint8_t *in, size_t len, size_t *out_len) {
-  z_stream z = { 0 };
-  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) { sd_reply_error(r, 500, "cannot start gzip"); return NULL; }
-  size_t cap = len * 4 + 1024, n = 0;
-  if (cap > FILES_MAX_INFLATED) cap = FILES_MAX_INFLATED;
-  uint8_t *out = malloc(cap);
-  z.next_in = (Bytef *)in;
-  int rc = Z_OK;
-  size_t fed = 0;
-  while (out) {
-    if (z.avail_in == 0 && fed < len) {
-      size_t chunk = len - fed > (1u << 30) ? (1u << 30) : len - fed;
-      z.next_in = (Bytef *)in + fed; z.avail_in = (uInt)chunk; fed += chunk;
+/* The request body as it arrives, gzip-decoded when asked (incrementally, 64 KiB at a time). */
+typedef struct {
+  sd_request *r;
+  bool gz, in_eof, z_end;
+  z_stream z;
+  unsigned char in[64 * 1024];
+} body_src;
+
+/* Decoded bytes (> 0), 0 at the end, -1 the client went away / the body passed the limit,
+ * -2 not valid gzip. */
+static ssize_t src_read(body_src *b, void *out, size_t max) {
+  if (!b->gz) return sd_body_read(b->r, out, max);
+  for (;;) {
+    if (b->z_end) return 0;                        /* bytes after the gzip stream are ignored, as before */
+    if (b->z.avail_in == 0 && !b->in_eof) {
+      ssize_t n = sd_body_read(b->r, b->in, sizeof b->in);
+      if (n < 0) return -1;
+      if (n == 0) b->in_eof = true;
+      b->z.next_in = b->in;
+      b->z.avail_in = (uInt)n;
     }
-    if (n == cap) {
-      if (cap >= FILES_MAX_INFLATED) {
-        free(out); inflateEnd(&z);
-        sd_reply_error(r, 413, "gzip body expands beyond the limit of %u bytes", FILES_MAX_INFLATED);
-        return NULL;
-      }
-      size_t nc = cap * 2 > FILES_MAX_INFLATED ? FILES_MAX_INFLATED : cap * 2;
-      uint8_t *no = realloc(out, nc);
-      if (!no) { free(out); out = NULL; break; }
-      out = no; cap = nc;
-    }
-    size_t room = cap - n > (1u << 30) ? (1u << 30) : cap - n;
-    z.next_out = out + n; z.avail_out = (uInt)room;
-    rc = inflate(&z, Z_NO_FLUSH);
-    n += room - z.avail_out;
-    if (rc == Z_STREAM_END) break;
-    if (rc != Z_OK && rc != Z_BUF_ERROR) break;
-    if (rc == Z_BUF_ERROR && z.avail_in == 0 && fed == len) break;   /* input ended early */
+    b->z.next_out = out;
+    b->z.avail_out = (uInt)max;
+    int rc = inflate(&b->z, Z_NO_FLUSH);
+    size_t got = max - b->z.avail_out;
+    if (rc == Z_STREAM_END) b->z_end = true;
+    else if (rc != Z_OK && rc != Z_BUF_ERROR) return -2;
+    if (got) return (ssize_t)got;
+    if (b->z_end) return 0;
+    if (b->in_eof && b->z.avail_in == 0) return -2;   /* input ended early */
   }
-  inflateEnd(&z);
-  if (!out) { sd_reply_error(r, 500, "out of memory"); return NULL; }
-  if (rc != Z_STREAM_END) { free(out); sd_reply_error(r, 400, "request body is not valid gzip"); return NULL; }
-  *out_len = n;
-  return out;
 }
 
 static void upload(sd_request *r, const fs_ctx *c) {
   md_ctx m = { .md = json_object() };
   if (sd_header_each(r, collect_metadata, &m)) { sd_reply_error(r, 400, "%s", m.err); json_decref(m.md); return; }
-  size_t len;
-  const uint8_t *body = sd_body(r, &len);
-  uint8_t *decoded = NULL;
+  body_src *b = calloc(1, sizeof *b);
+  char *buf = malloc(64 * 1024);
+  if (!b || !buf) { free(b); free(buf); json_decref(m.md); sd_reply_error(r, 500, "out of memory"); return; }
+  b->r = r;
   const char *ce = sd_header(r, "Content-Encoding");
   if (ce && *ce && strcasecmp(ce, "identity") != 0) {
     if (strcasecmp(ce, "gzip") != 0) {
       sd_reply_error(r, 400, "unsupported Content-Encoding '%s' (gzip or identity)", ce);
-      json_decref(m.md);
+      json_decref(m.md); free(b); free(buf);
       return;
     }
-    if (!(decoded = gunzip(r, body, len, &len))) { json_decref(m.md); return; }
-    body = decoded;
+    if (inflateInit2(&b->z, 16 + MAX_WBITS) != Z_OK) {
+      sd_reply_error(r, 500, "cannot start gzip");
+      json_decref(m.md); free(b); free(buf);
+      return;
+    }
+    b->gz = true;
   }
-  up_ctx u = { .r = r, .c = c, .qpath = sd_query(r, "path"), .md = m.md, .results = json_array(), .fd = -1 };
+  up_ctx u = { .r = r, .c = c, .qpath = sd_query(r, "path"), .md = m.md, .results = json_array(), .fd = -1,
+               .dirfd = -1, .gz = b->gz, .limit = sd_upload_limit() };
   const char *ct = sd_header(r, "Content-Type");
   int rc;
+  ssize_t n = 0;
   if (ct && strncasecmp(ct, "multipart/form-data", 19) == 0) {
-    rc = sd_multipart(r, body, len, on_part, &u);
+    sd_mp *mp = sd_multipart_begin(r, on_part, &u);
+    rc = mp ? 0 : -1;
+    while (mp && rc == 0 && (n = src_read(b, buf, 64 * 1024)) > 0) rc = sd_multipart_feed(mp, buf, (size_t)n);
+    if (mp) { int fin = sd_multipart_end(mp); if (rc == 0 && n == 0) rc = fin; }
+    if (rc == 0 && n < 0) rc = 1;
     if (rc == 0 && finish_file(&u)) rc = 1;
     if (rc == -1) { u.status = 400; snprintf(u.msg, sizeof u.msg, "malformed multipart/form-data body"); }
     if (rc == 0 && json_array_size(u.results) == 0) {
@@ -427,18 +505,22 @@ static void upload(sd_request *r, const fs_ctx *c) {
     if (!u.qpath || !*u.qpath) { rc = fail(&u, 400, "%s", "the 'path' query parameter is required for application/octet-stream"); }
     else {
       rc = begin_file(&u, u.qpath);
-      if (!rc) rc = write_all(&u, (const char *)body, len);
+      while (!rc && (n = src_read(b, buf, 64 * 1024)) > 0) rc = write_all(&u, buf, (size_t)n);
+      if (!rc && n < 0) rc = 1;
       if (!rc) rc = finish_file(&u);
     }
   } else {
     rc = fail(&u, 400, "unsupported Content-Type '%s' (multipart/form-data or application/octet-stream)", ct ? ct : "");
   }
-  if (u.fd >= 0) close(u.fd);
+  if (n == -2 && (u.status == 0 || rc == 1)) { u.status = 400; snprintf(u.msg, sizeof u.msg, "request body is not valid gzip"); }
+  else if (n == -1) { u.status = 400; snprintf(u.msg, sizeof u.msg, "the request body ended early"); }   /* nobody reads it */
+  abort_file(&u);                                    /* nothing half-written stays behind */
   if (rc) sd_reply_error(r, u.status ? u.status : 500, "%s", u.msg[0] ? u.msg : "upload failed");
   else sd_reply_json(r, 200, json_incref(u.results));
+  if (b->gz) inflateEnd(&b->z);
+  free(b); free(buf);
   json_decref(u.results);
   json_decref(m.md);
-  free(decoded);
 }
 
 void files_handle(sd_request *r, reg_entry *e) {

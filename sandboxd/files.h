@@ -5,7 +5,6 @@
 #include "registry.h"
 #include "server.h"
 
-#define FILES_MAX_INFLATED (512u << 20)   /* a gzip upload may not expand beyond this */
 #define FILES_INLINE_MAX (4u << 20)       /* smaller downloads go out with Content-Length */
 
 void files_handle(sd_request *r, reg_entry *e);

@@ -32,7 +32,8 @@
 #include "sandbox.h"
 
 #define SD_MAX_BODY       (8u << 20)      /* JSON and RPC bodies */
-#define SD_MAX_UPLOAD     (512u << 20)    /* POST /files */
+#define SD_MAX_UPLOAD     (512u << 20)    /* POST /files, default (SANDBOXD_MAX_UPLOAD overrides) */
+#define SD_UPLOAD_QUEUE   (1u << 20)      /* upload bytes handed to the handler, pending at most */
 #define SD_STREAM_QUEUE   (1u << 20)      /* pending bytes before sd_stream_send blocks */
 #define SD_MAX_KV         256             /* headers or query arguments kept per request */
 #define SD_MAX_INFLIGHT   (1u << 30)      /* request body bytes buffered over all requests */
@@ -65,6 +66,13 @@ struct sd_request {
   kv query[SD_MAX_KV]; size_t nquery;
   uint8_t *body; size_t len, cap, limit;
   bool too_large, busy, started;
+  /* Streamed upload (POST /files): the handler runs while the body arrives; body[off .. off+len)
+   * is pending, at most SD_UPLOAD_QUEUE; `total` counts every byte received. */
+  bool streaming, eof, aborted, nothread;
+  size_t off;
+  uint64_t total;
+  pthread_mutex_t conn_mu;       /* held while the handler uses conn (post processor); conn_gone once MHD let go */
+  bool conn_gone;
   /* reply */
   enum { R_PENDING, R_UNARY, R_STREAM } state;
   int status;
@@ -78,6 +86,7 @@ struct sd_request {
 
 static struct MHD_Daemon *daemon_;
 static atomic_size_t inflight;        /* sum of every request's body buffer capacity */
+static size_t g_upload_limit = SD_MAX_UPLOAD;
 static char *g_api_key;
 
 /* ---------- request accessors ---------- */
@@ -107,8 +116,34 @@ const char *sd_query(const sd_request *r, const char *name) {
 }
 
 const uint8_t *sd_body(const sd_request *r, size_t *len) {
-  *len = r->len;
-  return r->body ? r->body : (const uint8_t *)"";
+  *len = r->streaming ? 0 : r->len;
+  return r->body && !r->streaming ? r->body : (const uint8_t *)"";
+}
+
+size_t sd_upload_limit(void) { return g_upload_limit; }
+
+ssize_t sd_body_read(sd_request *r, void *buf, size_t max) {
+  if (!r->streaming) {                       /* a buffered body: hand it out once */
+    size_t k = r->len - r->off < max ? r->len - r->off : max;
+    if (k) memcpy(buf, r->body + r->off, k);
+    r->off += k;
+    return (ssize_t)k;
+  }
+  pthread_mutex_lock(&r->mu);
+  while (!r->aborted && r->len == 0 && !r->eof) pthread_cond_wait(&r->cv, &r->mu);
+  ssize_t n;
+  if (r->aborted) n = -1;
+  else if (r->len == 0) n = 0;
+  else {
+    size_t k = r->len < max ? r->len : max;
+    memcpy(buf, r->body + r->off, k);
+    r->off += k; r->len -= k;
+    if (r->len == 0) r->off = 0;
+    pthread_cond_broadcast(&r->cv);
+    n = (ssize_t)k;
+  }
+  pthread_mutex_unlock(&r->mu);
+  return n;
 }
 
 int sd_is_streaming(const sd_request *r) {
@@ -453,18 +488,49 @@ static enum MHD_Result mp_iter(void *cls, enum MHD_ValueKind kind, const char *k
   return m->rc ? MHD_NO : MHD_YES;
 }
 
+struct sd_mp { sd_request *r; struct MHD_PostProcessor *pp; mp_ctx m; bool failed; };
+
+sd_mp *sd_multipart_begin(sd_request *r, sd_part_cb cb, void *cls) {
+  sd_mp *mp = calloc(1, sizeof *mp);
+  if (!mp) return NULL;
+  mp->r = r;
+  mp->m = (mp_ctx){ cb, cls, 0 };
+  pthread_mutex_lock(&r->conn_mu);           /* the connection is alive while conn_mu is held */
+  if (!r->conn_gone) mp->pp = MHD_create_post_processor(r->conn, 64 * 1024, mp_iter, &mp->m);
+  pthread_mutex_unlock(&r->conn_mu);
+  if (!mp->pp) { free(mp); return NULL; }
+  return mp;
+}
+
+int sd_multipart_feed(sd_mp *mp, const void *data, size_t len) {
+  if (mp->failed) return mp->m.rc ? mp->m.rc : -1;
+  pthread_mutex_lock(&mp->r->conn_mu);
+  enum MHD_Result ok = mp->r->conn_gone ? MHD_NO : MHD_post_process(mp->pp, data, len);
+  pthread_mutex_unlock(&mp->r->conn_mu);
+  if (ok != MHD_YES) mp->failed = true;
+  if (mp->m.rc) return mp->m.rc;
+  return ok == MHD_YES ? 0 : -1;
+}
+
+int sd_multipart_end(sd_mp *mp) {
+  pthread_mutex_lock(&mp->r->conn_mu);
+  enum MHD_Result fin = MHD_destroy_post_processor(mp->pp);
+  pthread_mutex_unlock(&mp->r->conn_mu);
+  int rc = mp->m.rc ? mp->m.rc : (!mp->failed && fin == MHD_YES ? 0 : -1);
+  free(mp);
+  return rc;
+}
+
 int sd_multipart(sd_request *r, const uint8_t *body, size_t len, sd_part_cb cb, void *cls) {
-  mp_ctx m = { cb, cls, 0 };
-  struct MHD_PostProcessor *pp = MHD_create_post_processor(r->conn, 64 * 1024, mp_iter, &m);
-  if (!pp) return -1;
-  enum MHD_Result ok = MHD_YES;
-  for (size_t off = 0; off < len && ok == MHD_YES; off += 65536) {
+  sd_mp *mp = sd_multipart_begin(r, cb, cls);
+  if (!mp) return -1;
+  int rc = 0;
+  for (size_t off = 0; off < len && rc == 0; off += 65536) {
     size_t n = len - off < 65536 ? len - off : 65536;
-    ok = MHD_post_process(pp, (const char *)body + off, n);
+    rc = sd_multipart_feed(mp, body + off, n);
   }
-  enum MHD_Result fin = MHD_destroy_post_processor(pp);
-  if (m.rc) return m.rc;
-  return ok == MHD_YES && fin == MHD_YES ? 0 : -1;
+  int fin = sd_multipart_end(mp);
+  return rc ? rc : fin;
 }
 
 /* ---------- request lifetime ---------- */
@@ -484,6 +550,7 @@ static void req_unref(sd_request *r) {
   atomic_fetch_sub(&inflight, r->cap);
   free(r->method); free(r->path); free(r->body); free(r->ctype); free(r->rbody);
   pthread_mutex_destroy(&r->mu);
+  pthread_mutex_destroy(&r->conn_mu);
   pthread_cond_destroy(&r->cv);
   free(r);
 }
@@ -677,6 +744,21 @@ static int preauth(sd_request *r, char **out) {
   return status;
 }
 
+/* Runs route() on a detached worker thread holding its own reference; 0 or -1. */
+static int start_worker(sd_request *r) {
+  pthread_mutex_lock(&r->mu);
+  r->refs++;                                            /* the worker's reference */
+  pthread_mutex_unlock(&r->mu);
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&t, &attr, worker, r);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) { req_unref(r); return -1; }
+  return 0;
+}
+
 static bool is_upload(const char *method, const char *url) {
   return strcmp(method, "POST") == 0 && strcmp(url, "/files") == 0;
 }
@@ -690,6 +772,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     r = calloc(1, sizeof *r);
     if (!r) return MHD_NO;
     pthread_mutex_init(&r->mu, NULL);
+    pthread_mutex_init(&r->conn_mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->refs = 1;
     r->conn = c;
@@ -699,7 +782,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     if (!r->method || !r->path) return MHD_NO;
     MHD_get_connection_values(c, MHD_HEADER_KIND, collect, r);
     MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect, r);
-    r->limit = is_upload(method, url) ? SD_MAX_UPLOAD : SD_MAX_BODY;
+    r->limit = is_upload(method, url) ? g_upload_limit : SD_MAX_BODY;
     char *early = NULL;
     int st = preauth(r, &early);
     if (st) {                                            /* answered before the body is read */
@@ -712,12 +795,54 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
      * HTTP client reads (an early answer would reach most of them as a reset connection). */
     const char *cl = sd_header(r, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > r->limit) r->too_large = true;
+    if (!r->too_large && is_upload(method, url)) {
+      /* Uploads are not buffered: the handler starts now and reads the body as it arrives. Its
+       * queue counts against the in-flight total like a buffered body (503 beyond it). */
+      if (atomic_fetch_add(&inflight, SD_UPLOAD_QUEUE) + SD_UPLOAD_QUEUE > SD_MAX_INFLIGHT) {
+        atomic_fetch_sub(&inflight, SD_UPLOAD_QUEUE);
+        r->busy = true;
+        return MHD_YES;
+      }
+      r->cap = SD_UPLOAD_QUEUE;                          /* released in req_unref */
+      r->body = malloc(SD_UPLOAD_QUEUE);
+      if (!r->body) return MHD_NO;
+      r->streaming = true;
+      if (start_worker(r) != 0) { r->streaming = false; r->nothread = true; }   /* 503 at the end */
+    }
+    return MHD_YES;
+  }
+  if (*upload_size && r->streaming) {
+    size_t n = *upload_size;
+    pthread_mutex_lock(&r->mu);
+    if (!r->too_large && n > r->limit - r->total) {
+      r->too_large = true;                               /* the handler stops; nothing becomes visible */
+      r->aborted = true;
+      pthread_cond_broadcast(&r->cv);
+    }
+    /* Backpressure: wait for room while the handler still reads (it has not replied). */
+    size_t need = n < SD_UPLOAD_QUEUE ? n : SD_UPLOAD_QUEUE;   /* MHD's pieces are far smaller: taken whole */
+    while (!r->aborted && r->state == R_PENDING && r->len + need > SD_UPLOAD_QUEUE) pthread_cond_wait(&r->cv, &r->mu);
+    if (r->aborted || r->state != R_PENDING) {
+      *upload_size = 0;                                  /* drain: the reply is queued at the end */
+    } else {
+      if (r->off && r->off + r->len + n > SD_UPLOAD_QUEUE) {
+        memmove(r->body, r->body + r->off, r->len);
+        r->off = 0;
+      }
+      size_t room = SD_UPLOAD_QUEUE - r->off - r->len, k = n < room ? n : room;
+      memcpy(r->body + r->off + r->len, upload_data, k);
+      r->len += k;
+      r->total += k;
+      *upload_size = n - k;                              /* MHD hands the rest in again */
+      pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
     return MHD_YES;
   }
   if (*upload_size) {
     size_t n = *upload_size;
     *upload_size = 0;
-    if (r->too_large || r->busy) return MHD_YES;      /* drain and answer 413/503 at the end */
+    if (r->too_large || r->busy || r->nothread) return MHD_YES;   /* drain and answer 413/503 at the end */
     if (n > r->limit - r->len) {
       r->too_large = true;
       atomic_fetch_sub(&inflight, r->cap);
@@ -752,17 +877,12 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     snprintf(msg, sizeof msg, "{\"code\":413,\"message\":\"request body exceeds the limit of %zu bytes\"}", r->limit);
     return queue_simple(c, 413, msg);
   }
-  pthread_mutex_lock(&r->mu);
-  r->refs++;                                            /* the worker's reference */
-  pthread_mutex_unlock(&r->mu);
-  pthread_t t;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  int rc = pthread_create(&t, &attr, worker, r);
-  pthread_attr_destroy(&attr);
-  if (rc != 0) {
-    req_unref(r);
+  if (r->streaming) {
+    pthread_mutex_lock(&r->mu);
+    r->eof = true;                                      /* the whole body arrived */
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+  } else if (r->nothread || start_worker(r) != 0) {
     return queue_simple(c, 503, "{\"code\":503,\"message\":\"cannot start a handler thread\"}");
   }
   pthread_mutex_lock(&r->mu);
@@ -803,7 +923,15 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
   (void)cls; (void)c; (void)toe;
   sd_request *r = *con_cls;
   *con_cls = NULL;
-  if (r) req_unref(r);
+  if (!r) return;
+  pthread_mutex_lock(&r->conn_mu);
+  r->conn_gone = true;                    /* the handler may not touch the connection any more */
+  pthread_mutex_unlock(&r->conn_mu);
+  pthread_mutex_lock(&r->mu);
+  if (!r->eof || r->too_large) r->aborted = true;   /* the client went away mid-body: the handler stops */
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+  req_unref(r);
 }
 
 /* MHD's own log, minus the line it writes whenever a client hangs up on a stream (normal here). */
@@ -817,6 +945,17 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 
 int sd_server_start(const char *host, int port, const char *api_key, char *err, size_t errlen) {
   g_api_key = strdup(api_key);
+  const char *ul = getenv("SANDBOXD_MAX_UPLOAD");
+  if (ul && *ul) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(ul, &end, 10);
+    if (*end || errno || v == 0 || v > SIZE_MAX / 2) {
+      snprintf(err, errlen, "SANDBOXD_MAX_UPLOAD: '%s' is not a byte count", ul);
+      return -1;
+    }
+    g_upload_limit = (size_t)v;
+  }
   struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
   if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
     snprintf(err, errlen, "--listen: '%s' is not an IPv4 address", host);

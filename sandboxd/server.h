@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <jansson.h>
 
 typedef struct sd_request sd_request;   /* one HTTP request, alive until the handler returns */
@@ -15,7 +16,14 @@ const char *sd_method(const sd_request *r);
 const char *sd_path(const sd_request *r);                         /* without the query */
 const char *sd_header(const sd_request *r, const char *name);     /* case-insensitive, NULL if absent */
 const char *sd_query(const sd_request *r, const char *name);      /* decoded once, NULL if absent */
-const uint8_t *sd_body(const sd_request *r, size_t *len);         /* whole body (bounded by the server limit) */
+const uint8_t *sd_body(const sd_request *r, size_t *len);         /* whole body (bounded by the server limit);
+                                                                    empty for POST /files: use sd_body_read */
+/* POST /files bodies are not buffered: the handler starts once the headers are authenticated and
+ * reads the body as it arrives (at most 1 MiB is pending). Returns bytes (> 0), 0 at the end of
+ * the body, or -1 when the client went away or the body passed sd_upload_limit() (the server
+ * answers 413 itself then). Other requests: their buffered body, once. */
+ssize_t sd_body_read(sd_request *r, void *buf, size_t max);
+size_t sd_upload_limit(void);   /* per-request upload cap: 512 MiB, or SANDBOXD_MAX_UPLOAD (bytes) */
 
 /* Unary replies; every function takes ownership of `body`. */
 int sd_reply_json(sd_request *r, int status, json_t *body);
@@ -55,6 +63,12 @@ json_t *sd_connect_request(sd_request *r, char *err, size_t errlen);
 typedef int (*sd_part_cb)(void *cls, const char *name, const char *filename,
                           const char *data, uint64_t off, size_t size);
 int sd_multipart(sd_request *r, const uint8_t *body, size_t len, sd_part_cb cb, void *cls);
+/* The same, incrementally: begin (NULL if it cannot start, or the client is gone), feed pieces
+ * (0, -1 malformed, or the cb's non-zero; stays failed), end (the final result; frees). */
+typedef struct sd_mp sd_mp;
+sd_mp *sd_multipart_begin(sd_request *r, sd_part_cb cb, void *cls);
+int sd_multipart_feed(sd_mp *mp, const void *data, size_t len);
+int sd_multipart_end(sd_mp *mp);
 
 /* Connect helpers over a stream: one envelope per call. */
 int sd_stream_send_message(sd_stream *s, json_t *msg);                 /* flags 0x00, takes ownership */
