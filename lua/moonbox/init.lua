@@ -194,7 +194,13 @@ function Task:join(timeout_ms)
     if me == self then error("task:join: a task cannot join itself", 2) end
     self.joiners = self.joiners or {}
     local err = wait_on(self, self.joiners, me, timeout_ms, "join")
-    if err then return nil, err end
+    if err then
+      -- Where the joined task is stuck is what a caller needs to debug a timeout.
+      if err.code == "MB_TIMEOUT" and self.status == "waiting" then
+        err.message = err.message .. "; the task is blocked at: " .. debug.traceback(self.co, nil, 0)
+      end
+      return nil, err
+    end
   end
   if self.ok then return true, unpack(self.results, 1, self.results.n) end
   return nil, self.err
