@@ -11,6 +11,7 @@
 #include "frames.h"
 #include "http.h"
 #include "mbtest.h"
+#include "mbtest_support.h"
 #include "procstream.h"
 #include <fcntl.h>
 #include <openssl/crypto.h>
@@ -19,7 +20,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-extern char **environ;
 
 /* ---- the failing allocator ---- */
 void *__real_malloc(size_t n);
@@ -118,19 +118,6 @@ static void exhaust(const char *what, op_fn op, void *ud, long min_allocs) {
 }
 
 /* ---- bodies (built unarmed) ---- */
-struct body { char *s; size_t n, cap; };
-
-static void body_add(struct body *b, const void *p, size_t n) {
-  if (b->n + n + 1 > b->cap) {
-    b->cap = (b->n + n + 1) * 2;
-    char *ns = realloc(b->s, b->cap);
-    if (!ns) abort();
-    b->s = ns;
-  }
-  memcpy(b->s + b->n, p, n);
-  b->n += n;
-  b->s[b->n] = 0;
-}
 
 static void body_envelope(struct body *b, int flags, const char *json, size_t len) {
   unsigned char hdr[MB_ENVELOPE_HDR];
@@ -435,26 +422,7 @@ static void test_http_start(void) {
 static pid_t server_pid = -1;
 static char base[64];
 
-static int start_server(void) {
-  int p[2];
-  if (pipe(p) != 0) return 0;
-  char *argv[] = {"python3", MB_SOURCE_DIR "/spec/support/server.py", NULL};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-  posix_spawn_file_actions_addclose(&fa, p[0]);
-  int rc = posix_spawnp(&server_pid, "python3", &fa, NULL, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(p[1]);
-  if (rc != 0) { close(p[0]); return 0; }
-  char line[64];
-  size_t n = 0;
-  while (n + 1 < sizeof line && read(p[0], line + n, 1) == 1 && line[n] != '\n') n++;
-  line[n] = '\0';
-  close(p[0]);
-  int port = 0;
-  return sscanf(line, "listening %d", &port) == 1 ? port : 0;
-}
+static int start_server(void) { return mbt_start_server(&server_pid); }
 
 struct xfer { const char *path; int stream; size_t max_bytes, expect; };
 

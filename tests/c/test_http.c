@@ -4,6 +4,7 @@
  * oversized headers, a server closing mid-body, the header timeout of streams, the C-level
  * body size checks (also when resuming a paused stream), upload read errors. */
 #include "http.h"
+#include "mbtest_support.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -15,7 +16,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-extern char **environ;
 
 static int failures;
 #define CHECK(c) do { if (!(c)) { fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c); failures++; } } while (0)
@@ -153,26 +153,7 @@ static void test_borrowed_loop(void) {
 /* ---- against the test server ---- */
 static pid_t server_pid = -1;
 
-static int start_server(void) {
-  int p[2];
-  if (pipe(p) != 0) return 0;
-  char *argv[] = {"python3", MB_SOURCE_DIR "/spec/support/server.py", NULL};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-  posix_spawn_file_actions_addclose(&fa, p[0]);
-  int rc = posix_spawnp(&server_pid, "python3", &fa, NULL, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(p[1]);
-  if (rc != 0) { close(p[0]); return 0; }
-  char line[64];
-  size_t n = 0;
-  while (n + 1 < sizeof line && read(p[0], line + n, 1) == 1 && line[n] != '\n') n++;
-  line[n] = '\0';
-  close(p[0]);
-  int port = 0;
-  return sscanf(line, "listening %d", &port) == 1 ? port : 0;
-}
+static int start_server(void) { return mbt_start_server(&server_pid); }
 
 static char base[64];
 

@@ -4,6 +4,7 @@
 #include "connect.h"
 #include "frames.h"
 #include "mbtest.h"
+#include "mbtest_support.h"
 #include "procstream.h"
 /* White box: the fact table's overflow guard cannot be reached through the public API (each fact
  * kind occurs at most once per stream, sink errors once per stream: at most 9 of 16), so one
@@ -15,19 +16,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-struct body { char *s; size_t n, cap; };
-
-static void body_add(struct body *b, const void *p, size_t n) {
-  if (b->n + n + 1 > b->cap) {
-    b->cap = (b->n + n + 1) * 2;
-    char *ns = realloc(b->s, b->cap);
-    if (!ns) abort();
-    b->s = ns;
-  }
-  memcpy(b->s + b->n, p, n);
-  b->n += n;
-  b->s[b->n] = 0;
-}
 
 static void body_envelope(struct body *b, int flags, const char *json) {
   unsigned char hdr[MB_ENVELOPE_HDR];
