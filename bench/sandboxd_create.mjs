@@ -175,7 +175,7 @@ async function startCold() {
   const dir = mkdtempSync(path.join(base, 'cold-'))
   const log = path.join(dir, 'sandboxd.log')
   const fd = openSync(log, 'w')
-  const proc = spawn(bin, ['--listen', '127.0.0.1:0', '--api-key', KEY, '--state-dir', path.join(dir, 'state')], {
+  const proc = spawn(bin, ['--listen', '127.0.0.1:0', '--api-key', KEY, '--state-dir', path.join(dir, 'state'), '--exit-with-parent'], {
     env: { ...process.env, SANDBOXD_WARM_POOL: '0', SANDBOXD_TRACE_CREATE: '1' },
     stdio: ['ignore', 'pipe', fd],
   })

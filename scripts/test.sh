@@ -48,7 +48,7 @@ if [ -f build-asan/lib/moonbox/core.so ] && [ -f "$ASAN_RT" ]; then
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 MB_BUILD_DIR=$ROOT/build-asan \
     LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;$ROOT/?.lua;$ROOT/spec/?.lua;;" \
     LUA_CPATH="$ROOT/build-asan/lib/?.so;;" \
-    busted -o TAP spec/codec_spec.lua spec/scheduler_spec.lua spec/http_spec.lua 2>&1)
+    timeout -k 10 600 busted -o TAP spec/codec_spec.lua spec/scheduler_spec.lua spec/http_spec.lua 2>&1)
   rc=$?; echo "$out" >"$LOG/busted-asan.log"
   p=$(grep -c '^ok ' <<<"$out"); f=$(grep -c '^not ok ' <<<"$out")
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; tail -30 <<<"$out"; fi
@@ -62,7 +62,7 @@ SBXD_PID=
 if [ -x build/bin/sandboxd ]; then
   note "starting sandboxd on 127.0.0.1:$SBXD_PORT"
   build/bin/sandboxd --listen "127.0.0.1:$SBXD_PORT" --api-key "e2b_$(printf '%040d' 0)" \
-    --state-dir "$SBXD_STATE" >"$LOG/sandboxd.log" 2>&1 &
+    --state-dir "$SBXD_STATE" --exit-with-parent >"$LOG/sandboxd.log" 2>&1 &
   SBXD_PID=$!
   for _ in $(seq 1 100); do grep -q 'sandboxd listening on' "$LOG/sandboxd.log" && break; sleep 0.1; done
   export E2B_API_URL="http://127.0.0.1:$SBXD_PORT" E2B_SANDBOX_URL="http://127.0.0.1:$SBXD_PORT"
@@ -83,7 +83,7 @@ busted_counts() { # TAP text → sets p, f, s (pending specs print "ok N # SKIP"
   skipped=$((skipped + s))
 }
 if ls spec/*_spec.lua spec/**/*_spec.lua >/dev/null 2>&1; then
-  out=$(busted -o TAP "${tags[@]}" spec 2>&1); echo "$out" >"$LOG/busted.log"
+  out=$(timeout -k 10 1500 busted -o TAP "${tags[@]}" spec 2>&1); echo "$out" >"$LOG/busted.log"
   busted_counts "$out"
   [ "$f" -gt 0 ] && grep -A8 '^not ok ' <<<"$out" | head -80
   if ! grep -qE '^1\.\.[0-9]+' <<<"$out"; then echo "$out" | tail -20; f=$((f + 1)); fi
@@ -91,7 +91,7 @@ if ls spec/*_spec.lua spec/**/*_spec.lua >/dev/null 2>&1; then
 fi
 if [ -n "$CLOUD_KEY" ] && [ -z "$CLOUD_URL" ]; then
   note "busted #cloud specs against E2B's cloud"
-  out=$(env -u E2B_API_URL -u E2B_SANDBOX_URL E2B_API_KEY="$CLOUD_KEY" busted -o TAP --tags=cloud spec 2>&1)
+  out=$(env -u E2B_API_URL -u E2B_SANDBOX_URL E2B_API_KEY="$CLOUD_KEY" timeout -k 10 1500 busted -o TAP --tags=cloud spec 2>&1)
   echo "$out" >"$LOG/busted-cloud.log"; busted_counts "$out"
   [ "$f" -gt 0 ] && grep -A8 '^not ok ' <<<"$out" | head -40
   add "$p" "$f" "busted #cloud"
@@ -102,7 +102,7 @@ if [ ! -d spec/sdk/node_modules/e2b ] || [ -z "$SBXD_PID" ]; then
   add 0 1 "SDK conformance"
 elif ls spec/sdk/*.test.mjs >/dev/null 2>&1; then
   note "E2B SDK conformance (e2b@2.29.1)"
-  out=$(cd spec/sdk && node --test --test-reporter=tap --test-concurrency=2 ./*.test.mjs 2>&1); echo "$out" >"$LOG/sdk.log"
+  out=$(cd spec/sdk && timeout -k 10 1200 node --test --test-reporter=tap --test-concurrency=2 --test-timeout=240000 ./*.test.mjs 2>&1); echo "$out" >"$LOG/sdk.log"
   p=$(sed -n 's/^# pass \([0-9]*\)/\1/p' <<<"$out" | tail -1); f=$(sed -n 's/^# fail \([0-9]*\)/\1/p' <<<"$out" | tail -1)
   [ "${f:-1}" != 0 ] && grep -B2 -A15 '^not ok\|^    not ok' <<<"$out" | head -120
   add "${p:-0}" "${f:-1}" "SDK conformance"
@@ -110,7 +110,7 @@ fi
 
 if [ -n "$SBXD_PID" ] && ls tests/sandboxd/*.test.mjs >/dev/null 2>&1; then
   note "sandboxd wire checks"
-  out=$(node --test --test-reporter=tap tests/sandboxd/*.test.mjs 2>&1); echo "$out" >"$LOG/wire.log"
+  out=$(timeout -k 10 900 node --test --test-reporter=tap --test-timeout=240000 tests/sandboxd/*.test.mjs 2>&1); echo "$out" >"$LOG/wire.log"
   p=$(sed -n 's/^# pass \([0-9]*\)/\1/p' <<<"$out" | tail -1); f=$(sed -n 's/^# fail \([0-9]*\)/\1/p' <<<"$out" | tail -1)
   [ "${f:-1}" != 0 ] && grep -B2 -A15 '^not ok\|^    not ok' <<<"$out" | head -80
   add "${p:-0}" "${f:-1}" "sandboxd wire checks"

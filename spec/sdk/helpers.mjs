@@ -258,7 +258,7 @@ export async function startSandboxd({ stateDir, port, env = {}, key = ZERO_KEY }
   if (!existsSync(bin)) throw new Error(`sandboxd binary not found at ${bin} (build it first)`)
   stateDir ??= mkdtempSync(path.join(tmpdir(), 'mb-sdk-state-'))
   port ??= await freePort()
-  const proc = spawn(bin, ['--listen', `127.0.0.1:${port}`, '--api-key', key, '--state-dir', stateDir], {
+  const proc = spawn(bin, ['--listen', `127.0.0.1:${port}`, '--api-key', key, '--state-dir', stateDir, '--exit-with-parent'], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
@@ -313,7 +313,7 @@ export async function startSandboxdArgs({ stateDir, key = ZERO_KEY, wrap = [], e
   const bin = sandboxdBinary()
   if (!existsSync(bin)) throw new Error(`sandboxd binary not found at ${bin} (build it first)`)
   stateDir ??= mkdtempSync(path.join(tmpdir(), 'mb-sdk-state-'))
-  const argv = [...wrap, bin, '--listen', '127.0.0.1:0', ...(key ? ['--api-key', key] : []), '--state-dir', stateDir]
+  const argv = [...wrap, bin, '--listen', '127.0.0.1:0', ...(key ? ['--api-key', key] : []), '--state-dir', stateDir, '--exit-with-parent']
   const proc = spawn(argv[0], argv.slice(1), { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
   let out = ''
   let err = ''

@@ -25,7 +25,7 @@ export function useSandboxd(prefix) {
     assert.ok(existsSync(bin), `no sandboxd binary at ${bin}`)
     stateDir = mkdtempSync(join(tmpdir(), prefix))
     KEY = 'e2b_' + '0'.repeat(40)
-    child = spawn(bin, ['--listen', '127.0.0.1:0', '--api-key', KEY, '--state-dir', stateDir], { stdio: ['ignore', 'pipe', 'inherit'] })
+    child = spawn(bin, ['--listen', '127.0.0.1:0', '--api-key', KEY, '--state-dir', stateDir, '--exit-with-parent'], { stdio: ['ignore', 'pipe', 'inherit'] })
     URL_ = await new Promise((resolve, reject) => {
       let out = ''
       child.stdout.on('data', (d) => {
