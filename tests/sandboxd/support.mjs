@@ -16,34 +16,45 @@ export const sandboxdBin = () => process.env.SANDBOXD_BIN || join(ROOT, 'build',
 export let URL_ = process.env.E2B_API_URL
 export let KEY = process.env.E2B_API_KEY
 
+// Starts a private sandboxd on a free loopback port with its own state directory (under `cwd`
+// when given, which also becomes its working directory, so `stateDir` may be relative).
+// → { child, url, stateDir, stop() }; stop() asserts the SIGTERM exit status 0 and removes the
+// state directory.
+export async function startSandboxd({ bin = sandboxdBin(), prefix = 'sbxd-', key = 'e2b_' + '0'.repeat(40),
+  env = process.env, cwd, stateDir } = {}) {
+  assert.ok(existsSync(bin), `no sandboxd binary at ${bin}`)
+  const top = mkdtempSync(join(tmpdir(), prefix))
+  const dir = stateDir ?? top
+  const child = spawn(bin, ['--listen', '127.0.0.1:0', '--api-key', key, '--state-dir', dir, '--exit-with-parent'],
+    { stdio: ['ignore', 'pipe', 'inherit'], env, cwd: cwd ?? top })
+  const exited = new Promise((r) => child.on('exit', (code, sig) => r(code ?? sig)))
+  const url = await new Promise((resolve, reject) => {
+    let out = ''
+    child.stdout.on('data', (d) => {
+      out += d
+      const m = out.match(/sandboxd listening on (http:\/\/\S+)/)
+      if (m) resolve(m[1])
+    })
+    child.on('exit', (c) => reject(new Error(`sandboxd exited with ${c}: ${out}`)))
+  })
+  const stop = async () => {
+    child.kill('SIGTERM')
+    assert.equal(await exited, 0, 'sandboxd exits 0 on SIGTERM')
+    rmSync(top, { recursive: true, force: true })
+  }
+  return { child, url, key, stateDir: dir, stop }
+}
+
 // Registers the before/after hooks; `prefix` names the state directory of a sandboxd started here.
 export function useSandboxd(prefix) {
-  let child, stateDir
+  let srv
   before(async () => {
     if (URL_ && KEY) return
-    const bin = sandboxdBin()
-    assert.ok(existsSync(bin), `no sandboxd binary at ${bin}`)
-    stateDir = mkdtempSync(join(tmpdir(), prefix))
-    KEY = 'e2b_' + '0'.repeat(40)
-    child = spawn(bin, ['--listen', '127.0.0.1:0', '--api-key', KEY, '--state-dir', stateDir, '--exit-with-parent'], { stdio: ['ignore', 'pipe', 'inherit'] })
-    URL_ = await new Promise((resolve, reject) => {
-      let out = ''
-      child.stdout.on('data', (d) => {
-        out += d
-        const m = out.match(/sandboxd listening on (http:\/\/\S+)/)
-        if (m) resolve(m[1])
-      })
-      child.on('exit', (c) => reject(new Error(`sandboxd exited with ${c}`)))
-    })
+    srv = await startSandboxd({ prefix })
+    URL_ = srv.url
+    KEY = srv.key
   })
-
-  after(async () => {
-    if (!child) return
-    const done = new Promise((r) => child.on('exit', (code, sig) => r(code ?? sig)))
-    child.kill('SIGTERM')
-    assert.equal(await done, 0, 'sandboxd exits 0 on SIGTERM')
-    rmSync(stateDir, { recursive: true, force: true })
-  })
+  after(async () => { if (srv) await srv.stop() })
 }
 
 export const api = (path, init = {}) =>

@@ -4,40 +4,27 @@
 // SANDBOXD_BIN / build) with SANDBOXD_MAX_UPLOAD set. Run: node --test tests/sandboxd/
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
-import { mkdtempSync, rmSync, existsSync, readFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join, resolve } from 'node:path'
+import { readFileSync } from 'node:fs'
+import { resolve } from 'node:path'
 import { createHash } from 'node:crypto'
 import { createGzip } from 'node:zlib'
 import http from 'node:http'
-import { sandboxdBin } from './support.mjs'
+import { sandboxdBin, startSandboxd } from './support.mjs'
 
 const MiB = 1 << 20
 const LIMIT = 320 * MiB
 const BIN = process.env.MB_BUILD_DIR ? resolve(process.env.MB_BUILD_DIR, 'bin/sandboxd') : sandboxdBin()
 const KEY = 'e2b_' + '0'.repeat(40)
-let child, stateDir, base
+let srv, child, base
 
 before(async () => {
-  assert.ok(existsSync(BIN), `no sandboxd binary at ${BIN}`)
-  stateDir = mkdtempSync(join(tmpdir(), 'sbxd-upload-'))
-  child = spawn(BIN, ['--listen', '127.0.0.1:0', '--api-key', KEY, '--state-dir', stateDir],
-    { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, SANDBOXD_MAX_UPLOAD: String(LIMIT) } })
-  base = await new Promise((res, rej) => {
-    let out = ''
-    child.stdout.on('data', (d) => { out += d; const m = out.match(/sandboxd listening on (http:\/\/\S+)/); if (m) res(m[1]) })
-    child.on('exit', (c) => rej(new Error(`sandboxd exited with ${c}`)))
-  })
+  srv = await startSandboxd({ bin: BIN, prefix: 'sbxd-upload-', key: KEY,
+    env: { ...process.env, SANDBOXD_MAX_UPLOAD: String(LIMIT) } })
+  child = srv.child
+  base = srv.url
 })
 
-after(async () => {
-  if (!child) return
-  const done = new Promise((r) => child.on('exit', (code, sig) => r(code ?? sig)))
-  child.kill('SIGTERM')
-  assert.equal(await done, 0, 'sandboxd exits 0 on SIGTERM')
-  rmSync(stateDir, { recursive: true, force: true })
-})
+after(async () => { if (srv) await srv.stop() })
 
 const hwm = () => Number(readFileSync(`/proc/${child.pid}/status`, 'utf8').match(/VmHWM:\s+(\d+) kB/)[1]) * 1024
 
