@@ -330,4 +330,26 @@ describe("http", function()
       assert.equal("E2B_INVALID", err.code)
     end)
   end)
+  -- The cause of the "occasional hang": a task blocked on a stream is reachable only from C
+  -- (weakly, through the stream's wake-up callback); without the scheduler's own strong set the
+  -- task, its coroutine and the stream were collected together and the task never finished.
+  it("tasks blocked on transfers that nothing in Lua references survive collection", function()
+    local N = 50
+    local done = 0
+    H.run(function()
+      for _ = 1, N do
+        mb.spawn(function()               -- deliberately not kept anywhere
+          local s = assert(http.stream{ url = url("/stream?chunks=3&size=10&delay_ms=30"), timeout_ms = 5000 })
+          while s:read(5000) do end
+          s:close()
+          done = done + 1
+        end)
+      end
+      local gc = mb.spawn(function() while true do collectgarbage() mb.sleep(2) end end)
+      local t0 = mb.now()
+      while done < N and mb.now() - t0 < 8000 do mb.sleep(20) end
+      gc:cancel()
+    end, 15000)
+    assert.equal(N, done)
+  end)
 end)

@@ -34,6 +34,9 @@ local current            -- running task
 local driving = false    -- inside mb.run
 local in_loop = false    -- inside core.run: callbacks are waking tasks
 local rq, rargs, rhead, rtail = {}, {}, 1, 0
+-- Every task that has not finished, held strongly: a task blocked on something only C holds
+-- (a transfer's callback, a timer) is otherwise reachable from nowhere and would be collected.
+local live = {}
 
 -- Distinct wake values for a timer and for cancel.
 local TIMEOUT, CANCEL = {}, {}
@@ -115,6 +118,7 @@ end
 local function finish(t, r)
   -- r = resume results: true, xpcall_ok, values... (the body never raises past xpcall)
   t.status = "dead"
+  live[t] = nil
   if r[1] and r[2] then
     t.ok, t.results = true, pack(unpack(r, 3, r.n))
   else
@@ -157,6 +161,7 @@ function M.spawn(fn, ...)
   if type(fn) ~= "function" then error("mb.spawn: fn must be a function", 2) end
   local t = setmetatable({ status = "ready" }, Task)
   t.co = co_create(function(...) return xpcall(fn, on_error, ...) end)
+  live[t] = true
   enqueue(t, pack(...))
   return t
 end

@@ -275,13 +275,7 @@ int main(int argc, char **argv) {
     -- Cancellation at every point of a write (k loop iterations after it starts): the outcome is
     -- either FS_ABORTED with the old content or success with the new content, never "aborted"
     -- with the new content, and no staging directory is ever left.
-    -- KNOWN BUG (open): in the full suite (after the other specs ran in the same Lua state) a
-    -- write in this spec occasionally never completes (2 of 9 full runs; never in 50 runs of this
-    -- file alone). Until it is found, this spec runs only with MOONBOX_KNOWN_HANG=1
-    -- (`MOONBOX_KNOWN_HANG=1 busted spec` reproduces it); README lists it.
-    local known_hang = os.getenv("MOONBOX_KNOWN_HANG") == "1"
-    local it_or_pending = known_hang and it or function(name) pending(name .. " (known hang, MOONBOX_KNOWN_HANG=1 runs it)") end
-    it_or_pending("never reports a committed write as aborted, and an aborted write leaves nothing", function()
+    it("never reports a committed write as aborted, and an aborted write leaves nothing", function()
       P.run(function()
         local mb = require "moonbox"
         local t = T("cancel.txt")
