@@ -5,8 +5,7 @@
 #include "errors.h"
 #include <stddef.h>
 
-#define MB_FRAME_DATA_MAX 24576                 /* raw bytes per o/e frame */
-#define MB_FRAME_LINE_MIN_LIMIT (1 + 32768)     /* a max_line that admits every data frame */
+#include "moonbox_protocol.h" /* MB_FRAME_DATA_MAX, MB_FRAME_LINE_MIN_LIMIT */
 
 enum mb_frame_kind {
   MB_FRAME_STDOUT = 1, /* o<base64>: data/len */

@@ -33,6 +33,9 @@ struct mb_http_req {
   int done;
   struct mb_error err;    /* set by our callbacks before aborting, or at completion */
   int upload_fd, own_fd;
+  struct mb_http_sink sink;  /* sink.data == NULL: the body goes to `body` */
+  const struct mb_http_part *parts; /* upload from memory pieces: current part and offset */
+  size_t nparts, part, part_off;
   uv_timer_t *hdr_timer;  /* streams: deadline for the response headers */
   char errbuf[CURL_ERROR_SIZE];
 };
@@ -83,6 +86,11 @@ static void fire(mb_pending *p) {
 
 static size_t unread(const mb_http_req *r) { return r->blen - r->boff; }
 
+/* What is held and not yet delivered: the own buffer's unread bytes, or the sink's backlog. */
+static size_t held(const mb_http_req *r) {
+  return r->sink.data ? r->sink.backlog(r->sink.ud) : unread(r);
+}
+
 static void free_handle(uv_handle_t *h) { free(h); }
 
 static void close_hdr_timer(mb_http_req *r) {
@@ -120,7 +128,7 @@ static int append(mb_http_req *r, const char *p, size_t n, size_t cap) {
 static size_t on_write(char *p, size_t size, size_t nmemb, void *ud) {
   mb_http_req *r = ud;
   size_t n = size * nmemb;
-  if (r->stream && unread(r) >= r->high_water) {
+  if (r->stream && held(r) >= r->high_water) {
     r->paused = 1;
     r->pauses++;
     return CURL_WRITEFUNC_PAUSE; /* libcurl keeps this chunk and delivers it again on resume */
@@ -129,6 +137,16 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *ud) {
   if (r->max_bytes && r->received + n > r->max_bytes) {
     mb_error_set(&r->err, MB_E_TOO_LARGE, "response body exceeds max_bytes (%zu)", r->max_bytes);
     return 0;
+  }
+  if (r->sink.data) {
+    r->received += n;
+    if (r->sink.data(r->sink.ud, r, p, n, &r->err) != MB_OK) {
+      if (r->err.code == MB_OK) mb_error_set(&r->err, MB_E_PROTOCOL, "the body consumer failed");
+      return 0;
+    }
+    size_t h = held(r);
+    if (h > r->max_buffered) r->max_buffered = h;
+    return n;
   }
   if (append(r, p, n, r->stream ? 0 : r->max_bytes) != MB_OK) {
     mb_error_set(&r->err, MB_E_NOMEM, "out of memory buffering the response");
@@ -174,6 +192,19 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *ud) {
 
 static size_t on_read(char *buf, size_t size, size_t nmemb, void *ud) {
   mb_http_req *r = ud;
+  if (r->parts) {
+    size_t cap = size * nmemb, out = 0;
+    while (out < cap && r->part < r->nparts) {
+      const struct mb_http_part *pt = &r->parts[r->part];
+      size_t k = pt->len - r->part_off;
+      if (k > cap - out) k = cap - out;
+      memcpy(buf + out, (const char *)pt->p + r->part_off, k);
+      out += k;
+      r->part_off += k;
+      if (r->part_off == pt->len) { r->part++; r->part_off = 0; }
+    }
+    return out;
+  }
   for (;;) {
     ssize_t got = read(r->upload_fd, buf, size * nmemb);
     if (got >= 0) return (size_t)got;
@@ -222,7 +253,10 @@ int mb_http_start(mb_loop *l, const mb_http_opts *o, mb_http_cb cb, void *ud,
   *out = NULL;
   if (!o->url || !*o->url) return mb_error_set(err, MB_E_INVALID, "url is required");
   if (!o->stream && o->max_bytes == 0) return mb_error_set(err, MB_E_INVALID, "max_bytes is required");
-  if (o->body && o->body_fd >= 0) return mb_error_set(err, MB_E_INVALID, "body and body_fd are exclusive");
+  if ((o->body != NULL) + (o->body_fd >= 0) + (o->body_parts != NULL) > 1)
+    return mb_error_set(err, MB_E_INVALID, "body, body_parts and body_fd are exclusive");
+  if (o->sink && (!o->stream || !o->sink->data || !o->sink->backlog))
+    return mb_error_set(err, MB_E_INVALID, "a body sink needs a stream and both functions");
   mb_http_req *r = calloc(1, sizeof *r);
   if (!r) return mb_error_set(err, MB_E_NOMEM, "out of memory");
   r->loop = l;
@@ -234,6 +268,7 @@ int mb_http_start(mb_loop *l, const mb_http_opts *o, mb_http_cb cb, void *ud,
   r->high_water = o->high_water ? o->high_water : MB_HTTP_DEFAULT_HIGH_WATER;
   r->upload_fd = -1;
   r->x.done = on_done;
+  if (o->sink) r->sink = *o->sink;
   int rc = MB_OK;
   CURL *e = r->x.easy = mb_loop_get_easy(l);
   if (!e) { rc = mb_error_set(err, MB_E_NOMEM, "out of memory"); goto fail; }
@@ -250,10 +285,14 @@ int mb_http_start(mb_loop *l, const mb_http_opts *o, mb_http_cb cb, void *ud,
   if (o->max_bytes) curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)o->max_bytes);
   if (o->timeout_ms > 0 && !o->stream) curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, o->timeout_ms);
   if (o->connect_timeout_ms > 0) curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, o->connect_timeout_ms);
+  if (o->idle_timeout_ms > 0) { /* under 1 byte/s for that long: the peer is gone */
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (o->idle_timeout_ms + 999) / 1000);
+  }
   if (o->ca_file) curl_easy_setopt(e, CURLOPT_CAINFO, o->ca_file);
 
   const char *method = o->method;
-  int has_body = o->body != NULL || o->body_fd >= 0;
+  int has_body = o->body != NULL || o->body_fd >= 0 || o->body_parts != NULL;
   if (!method) method = has_body ? "POST" : "GET";
   if (o->body) {
     curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)o->body_len);
@@ -261,6 +300,15 @@ int mb_http_start(mb_loop *l, const mb_http_opts *o, mb_http_cb cb, void *ud,
       rc = mb_error_set(err, MB_E_NOMEM, "out of memory copying the body");
       goto fail;
     }
+  } else if (o->body_parts) {
+    curl_off_t size = 0;
+    for (size_t i = 0; i < o->n_body_parts; i++) size += (curl_off_t)o->body_parts[i].len;
+    r->parts = o->body_parts;
+    r->nparts = o->n_body_parts;
+    curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
+    curl_easy_setopt(e, CURLOPT_READDATA, r);
+    curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, size);
   } else if (o->body_fd >= 0) {
     r->upload_fd = o->body_fd;
     r->own_fd = o->own_body_fd;
@@ -363,7 +411,11 @@ void mb_http_consume(mb_http_req *r, size_t n) {
   if (n > unread(r)) n = unread(r);
   r->boff += n;
   if (r->boff == r->blen) r->boff = r->blen = 0;
-  if (r->paused && !r->done && unread(r) <= r->high_water / 2) {
+  mb_http_resume(r);
+}
+
+void mb_http_resume(mb_http_req *r) {
+  if (r->paused && !r->done && held(r) <= r->high_water / 2) {
     r->paused = 0;
     /* May deliver the held chunk right here through on_write. */
     CURLcode rc = curl_easy_pause(r->x.easy, CURLPAUSE_CONT);

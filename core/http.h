@@ -18,6 +18,24 @@
 typedef struct mb_http_req mb_http_req;
 typedef void (*mb_http_cb)(mb_http_req *r, void *ud);
 
+/* A body consumer for streams: the bytes go to it as they arrive instead of into the request's
+ * own buffer (mb_http_peek then has nothing). data() runs inside libcurl's write callback: it
+ * may decode and queue notifications (mb_loop_defer) but must not call back into the transport
+ * or Lua. It takes all n bytes (MB_OK) or fails the transfer with its error. backlog() is what
+ * the consumer holds undelivered downstream: at or above high_water the transfer pauses, and
+ * mb_http_resume() continues it once the backlog is at or below half of it. */
+struct mb_http_sink {
+  int (*data)(void *ud, mb_http_req *r, const char *p, size_t n, struct mb_error *err);
+  size_t (*backlog)(void *ud);
+  void *ud;
+};
+
+/* A request body from pieces of memory that stay valid until the request is freed (not copied). */
+struct mb_http_part {
+  const void *p;
+  size_t len;
+};
+
 typedef struct {
   const char *method;          /* NULL → GET, or POST when a body is given */
   const char *url;
@@ -25,6 +43,8 @@ typedef struct {
   size_t n_headers;
   const void *body;            /* request body from memory (copied) */
   size_t body_len;
+  const struct mb_http_part *body_parts; /* or from these pieces, in order (not copied) */
+  size_t n_body_parts;
   int body_fd;                 /* or streamed from this fd (regular file; read at its offset), -1 none */
   int own_body_fd;             /* close body_fd when the request is freed */
   int stream;                  /* 1: streaming response */
@@ -32,7 +52,12 @@ typedef struct {
   size_t high_water;           /* stream: unread bytes that pause the transfer (0 → 256 KiB) */
   long timeout_ms;             /* unary: whole request; stream: until headers; 0 = none */
   long connect_timeout_ms;     /* 0 → libcurl's default */
+  long idle_timeout_ms;        /* a transfer that receives nothing for this long fails with
+                                  MB_E_TIMEOUT (libcurl's low-speed check: whole seconds,
+                                  noticed up to ~5 s late; 0 = none); time paused by
+                                  backpressure does not count */
   const char *ca_file;         /* optional CA bundle for TLS */
+  const struct mb_http_sink *sink; /* stream: body consumer (copied; see mb_http_sink) */
 } mb_http_opts;
 
 /* Starts a request. On failure returns an mb_err with err filled and *out = NULL. */
@@ -55,6 +80,8 @@ int mb_http_done(const mb_http_req *r, const struct mb_error **err);
 const char *mb_http_peek(const mb_http_req *r, size_t *len);
 /* Marks n bytes consumed; resumes a paused stream once below half the high-water mark. */
 void mb_http_consume(mb_http_req *r, size_t n);
+/* A sink's backlog went down: resumes a paused stream once it is at most half the high water. */
+void mb_http_resume(mb_http_req *r);
 
 typedef struct {
   uint64_t received;     /* body bytes accepted so far */

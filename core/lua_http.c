@@ -12,12 +12,12 @@
 #include <unistd.h>
 
 #define MB_HTTP_MT "moonbox.http_request"
-#define MB_HTTP_MAX_REQ_HEADERS 256
 
 typedef struct {
   mb_http_req *r;
   mb_lua_host *h;
   int cb_ref;
+  struct mb_lua_http_bufs bufs; /* header lines (during start) and body pieces (request's life) */
 } lreq;
 
 static void on_change(mb_http_req *r, void *ud) {
@@ -52,33 +52,46 @@ static const char *opt_str(lua_State *L, int t, const char *k, size_t *len) {
   return lua_tolstring(L, -1, len);
 }
 
-/* core.http_request({url=, method=, headers=, body= | body_file= | body_fd=, stream=,
- *                   max_bytes=, buffer_bytes=, timeout_ms=, connect_timeout_ms=, ca_file=}, fn [, stream])
- * → request | nil, message, code. Bad arguments raise. */
-static int l_request(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checktype(L, 2, LUA_TFUNCTION);
-  mb_lua_host *h = mb_lua_host_of(L);
-  mb_http_opts o;
-  memset(&o, 0, sizeof o);
-  o.body_fd = -1;
-  o.url = opt_str(L, 1, "url", NULL);
-  if (!o.url) return luaL_error(L, "http: url is required");
-  o.method = opt_str(L, 1, "method", NULL);
-  o.body = opt_str(L, 1, "body", &o.body_len);
-  /* The stream flag is the third argument, else opts.stream. */
-  if (lua_isnoneornil(L, 3)) lua_getfield(L, 1, "stream"); else lua_pushvalue(L, 3);
-  o.stream = lua_toboolean(L, -1);
+/* See lua_moonbox.h. Strings pushed here stay on the stack until the caller pops them. */
+int mb_lua_http_opts(lua_State *L, int t, mb_http_opts *o, struct mb_lua_http_bufs *b) {
+  memset(o, 0, sizeof *o);
+  o->body_fd = -1;
+  o->url = opt_str(L, t, "url", NULL);
+  if (!o->url) return luaL_error(L, "http: url is required");
+  o->method = opt_str(L, t, "method", NULL);
+  lua_getfield(L, t, "body");
+  int bt = lua_type(L, -1);
+  if (bt == LUA_TSTRING) {
+    o->body = lua_tolstring(L, -1, &o->body_len);  /* stays on the stack */
+  } else if (bt == LUA_TTABLE) {
+    /* pieces sent as they are, not joined or copied: the caller anchors the table */
+    lua_Integer n = luaL_len(L, -1);
+    if (n < 0 || n > MB_LUA_HTTP_MAX_PARTS) return luaL_error(L, "http: body may have at most %d pieces", MB_LUA_HTTP_MAX_PARTS);
+    for (lua_Integer i = 1; i <= n; i++) {
+      lua_rawgeti(L, -1, i);
+      if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "http: body[%d] must be a string", (int)i);
+      b->parts[i - 1].p = lua_tolstring(L, -1, &b->parts[i - 1].len);
+      lua_pop(L, 1);
+    }
+    o->body_parts = b->parts;
+    o->n_body_parts = (size_t)n;
+    b->body_table = 1;
+  } else if (bt != LUA_TNIL) {
+    return luaL_error(L, "http: body must be a string or a list of strings");
+  } else {
+    lua_pop(L, 1);
+  }
+  lua_getfield(L, t, "stream");
+  o->stream = lua_toboolean(L, -1);
   lua_pop(L, 1);
-  o.max_bytes = (size_t)opt_int(L, 1, "max_bytes", 0);
-  if (!o.stream && o.max_bytes == 0) return luaL_error(L, "http: max_bytes is required (> 0)");
-  o.high_water = (size_t)opt_int(L, 1, "buffer_bytes", 0);
-  o.timeout_ms = (long)opt_int(L, 1, "timeout_ms", 0);
-  o.connect_timeout_ms = (long)opt_int(L, 1, "connect_timeout_ms", 0);
-  o.ca_file = opt_str(L, 1, "ca_file", NULL);
+  o->max_bytes = (size_t)opt_int(L, t, "max_bytes", 0);
+  o->high_water = (size_t)opt_int(L, t, "buffer_bytes", 0);
+  o->timeout_ms = (long)opt_int(L, t, "timeout_ms", 0);
+  o->connect_timeout_ms = (long)opt_int(L, t, "connect_timeout_ms", 0);
+  o->idle_timeout_ms = (long)opt_int(L, t, "idle_timeout_ms", 0);
+  o->ca_file = opt_str(L, t, "ca_file", NULL);
 
-  const char *lines[MB_HTTP_MAX_REQ_HEADERS];
-  lua_getfield(L, 1, "headers");
+  lua_getfield(L, t, "headers");
   if (!lua_isnil(L, -1)) {
     if (!lua_istable(L, -1)) return luaL_error(L, "http: headers must be a table");
     int ht = lua_gettop(L);
@@ -89,49 +102,71 @@ static int l_request(lua_State *L) {
       const char *k = lua_tostring(L, -2), *v = lua_tostring(L, -1);
       if (strpbrk(k, "\r\n:") || strpbrk(v, "\r\n"))
         return luaL_error(L, "http: header %s contains CR, LF or ':'", k);
-      if (o.n_headers == MB_HTTP_MAX_REQ_HEADERS) return luaL_error(L, "http: too many headers");
+      if (o->n_headers == MB_HTTP_MAX_REQ_HEADERS) return luaL_error(L, "http: too many headers");
       lua_pop(L, 1);
       /* Keep each line on the stack below the iteration key so it stays alive. */
       const char *line = lua_pushfstring(L, "%s: %s", k, v);
       lua_insert(L, -2);
-      lines[o.n_headers++] = line;
+      b->lines[o->n_headers++] = line;
       if (!lua_checkstack(L, 4)) return luaL_error(L, "http: too many headers");
     }
   }
-  o.headers = lines;
+  o->headers = b->lines;
 
-  const char *file = opt_str(L, 1, "body_file", NULL);
-  lua_Integer fd = opt_int(L, 1, "body_fd", -1);
-  if ((o.body != NULL) + (file != NULL) + (fd >= 0) > 1)
+  const char *file = opt_str(L, t, "body_file", NULL);
+  lua_Integer fd = opt_int(L, t, "body_fd", -1);
+  if ((o->body != NULL) + (o->body_parts != NULL) + (file != NULL) + (fd >= 0) > 1)
     return luaL_error(L, "http: body, body_file and body_fd are exclusive");
   if (file) {
     int f = open(file, O_RDONLY | O_CLOEXEC);
     if (f < 0) {
       char msg[512];
       snprintf(msg, sizeof msg, "cannot open body_file %s: %s", file, strerror(errno));
-      return mb_lua_push_fail(L, MB_E_IO, msg);
+      mb_lua_push_error(L, mb_errcode(MB_E_IO), msg);
+      return -1;
     }
-    o.body_fd = f;
-    o.own_body_fd = 1;
+    o->body_fd = f;
+    o->own_body_fd = 1;
   } else if (fd >= 0) {
     if (fd > 0x7fffffff) return luaL_error(L, "http: body_fd out of range");
-    o.body_fd = (int)fd;
+    o->body_fd = (int)fd;
   }
+  return 0;
+}
 
-  lreq *q = lua_newuserdatauv(L, sizeof *q, 0);
-  q->r = NULL;
+/* core.http_request({url=, method=, headers=, body= (string or list of strings) | body_file= |
+ *                   body_fd=, stream=, max_bytes=, buffer_bytes=, timeout_ms=,
+ *                   connect_timeout_ms=, ca_file=}, fn [, stream])
+ * → request | nil, err. Bad arguments raise. */
+static int l_request(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  mb_lua_host *h = mb_lua_host_of(L);
+  lreq *q = lua_newuserdatauv(L, sizeof *q, 1);
+  memset(q, 0, sizeof *q);
   q->h = h;
   q->cb_ref = LUA_NOREF;
   luaL_setmetatable(L, MB_HTTP_MT);
+  int qi = lua_gettop(L);
+  mb_http_opts o;
+  if (mb_lua_http_opts(L, 1, &o, &q->bufs) < 0) return 2;
+  if (q->bufs.body_table) { /* the pieces live as long as the request */
+    lua_getfield(L, 1, "body");
+    lua_setiuservalue(L, qi, 1);
+  }
+  /* The stream flag is the third argument, else opts.stream. */
+  if (!lua_isnoneornil(L, 3)) o.stream = lua_toboolean(L, 3);
+  if (!o.stream && o.max_bytes == 0) return luaL_error(L, "http: max_bytes is required (> 0)");
   struct mb_error err;
   mb_error_clear(&err);
   int rc = mb_http_start(mb_lua_host_loop(h), &o, on_change, q, &q->r, &err);
   if (rc != MB_OK) {
     if (o.own_body_fd) close(o.body_fd);
-    return mb_lua_push_fail(L, rc, err.message);
+    return mb_lua_push_error(L, mb_errcode(rc), err.message);
   }
   lua_pushvalue(L, 2);
   q->cb_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pushvalue(L, qi);
   return 1;
 }
 
@@ -174,14 +209,13 @@ static int r_done(lua_State *L) {
   return 1;
 }
 
-/* → nil (running or succeeded) | message, code */
+/* → nil (running or succeeded) | err */
 static int r_error(lua_State *L) {
   lreq *q = check_req(L);
   const struct mb_error *e;
   if (!mb_http_done(q->r, &e) || e->code == MB_OK) return 0;
-  lua_pushstring(L, e->message);
-  lua_pushstring(L, mb_errcode(e->code));
-  return 2;
+  mb_lua_push_mberror(L, e);
+  return 1;
 }
 
 /* → every unread byte as one string, or nil when none is buffered */
@@ -195,12 +229,12 @@ static int r_read(lua_State *L) {
   return 1;
 }
 
-/* Unary result in one call: → status, headers, body | nil, message, code. Raises if running. */
+/* Unary result in one call: → status, headers, body | nil, err. Raises if running. */
 static int r_result(lua_State *L) {
   lreq *q = check_req(L);
   const struct mb_error *e;
   if (!mb_http_done(q->r, &e)) return luaL_error(L, "http request is still running");
-  if (e->code != MB_OK) return mb_lua_push_fail(L, e->code, e->message);
+  if (e->code != MB_OK) return mb_lua_push_mberror(L, e);
   lua_pushinteger(L, mb_http_status(q->r));
   r_headers(L);
   size_t n;
@@ -250,16 +284,12 @@ static int l_stats(lua_State *L) {
 }
 
 void mb_lua_open_http(lua_State *L) {
-  if (luaL_newmetatable(L, MB_HTTP_MT)) {
-    static const luaL_Reg m[] = {
-      {"status", r_status}, {"headers", r_headers}, {"done", r_done}, {"error", r_error},
-      {"read", r_read}, {"result", r_result}, {"info", r_info}, {"cancel", r_cancel}, {"close", r_close},
-      {"__gc", r_close}, {NULL, NULL}};
-    luaL_setfuncs(L, m, 0);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -2, "__index");
-  }
-  lua_pop(L, 1);
+  static const luaL_Reg m[] = {
+    {"status", r_status}, {"headers", r_headers}, {"done", r_done}, {"error", r_error},
+    {"read", r_read}, {"result", r_result}, {"info", r_info}, {"cancel", r_cancel}, {"close", r_close},
+    {NULL, NULL}};
+  static const luaL_Reg meta[] = {{"__gc", r_close}, {NULL, NULL}};
+  mb_lua_new_class(L, MB_HTTP_MT, m, meta);
   static const luaL_Reg f[] = {{"http_request", l_request}, {"http_stats", l_stats}, {NULL, NULL}};
   luaL_setfuncs(L, f, 0);
 }

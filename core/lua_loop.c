@@ -194,14 +194,9 @@ static int t_close(lua_State *L) {
 
 void mb_lua_open_loop(lua_State *L) {
   mb_lua_host_of(L);
-  if (luaL_newmetatable(L, MB_TIMER_MT)) {
-    static const luaL_Reg m[] = {{"start", t_start}, {"stop", t_stop}, {"close", t_close},
-                                 {"__gc", t_close}, {NULL, NULL}};
-    luaL_setfuncs(L, m, 0);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -2, "__index");
-  }
-  lua_pop(L, 1);
+  static const luaL_Reg m[] = {{"start", t_start}, {"stop", t_stop}, {"close", t_close}, {NULL, NULL}};
+  static const luaL_Reg meta[] = {{"__gc", t_close}, {NULL, NULL}};
+  mb_lua_new_class(L, MB_TIMER_MT, m, meta);
   static const luaL_Reg f[] = {{"now", l_now}, {"run", l_run}, {"stop", l_stop},
                                {"timer", l_timer}, {NULL, NULL}};
   luaL_setfuncs(L, f, 0);

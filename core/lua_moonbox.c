@@ -9,6 +9,7 @@ int luaopen_moonbox_core(lua_State *L) {
   mb_lua_open_http(L);
   mb_lua_open_proc(L);
   mb_lua_open_procstream(L);
+  mb_lua_open_host(L);
   return 1;
 }
 

@@ -12,16 +12,33 @@ void mb_lua_open_codec(lua_State *L);   /* lua_codec.c: envelopes, frames, base6
 void mb_lua_open_loop(lua_State *L);    /* lua_loop.c: now, timers, run */
 void mb_lua_open_http(lua_State *L);    /* lua_http.c: requests and streams */
 void mb_lua_open_proc(lua_State *L);    /* lua_proc.c: host child processes (uv_spawn) */
-void mb_lua_open_procstream(lua_State *L); /* lua_procstream.c: mbwrap process streams in C */
+void mb_lua_open_procstream(lua_State *L); /* lua_procstream.c: process streams decoded in C */
+void mb_lua_open_host(lua_State *L);    /* lua_host.c: pid, executable, memory, signals, locks */
 int luaopen_moonbox_core(lua_State *L);
 
-/* lua_util.c: helpers for the binding files. Operational failures are reported either as
- * nil, err (err = {code=, message=} with the shared "moonbox.error" metatable, whose __tostring
- * gives "code: message") or as nil, message, code; each returns how many values it pushed. */
+/* lua_util.c: helpers for the binding files.
+ * Every operational failure is `nil, err`: err is a table {code=, message=, ...} with the one
+ * error metatable of moonbox ("moonbox.error", shared with lua/moonbox/errors.lua: __tostring
+ * gives "CODE: message"). Each push function returns how many values it pushed. */
+void mb_lua_error_mt(lua_State *L);                                          /* pushes it */
 int mb_lua_push_error(lua_State *L, const char *code, const char *message); /* nil, err */
 int mb_lua_push_mberror(lua_State *L, const struct mb_error *e); /* nil, err (mb_errcode, message) */
-int mb_lua_push_fail(lua_State *L, int code, const char *message); /* nil, message, mb_errcode(code) */
 /* Registers metatable `name` once: a table of `methods` as its __index, `meta` (__gc, __close...)
  * set on it directly. Leaves the stack as it found it. */
 void mb_lua_new_class(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta);
+
+/* lua_http.c: an HTTP options table (url, method, headers, body, body_file, body_fd, stream,
+ * max_bytes, buffer_bytes, timeout_ms, connect_timeout_ms, idle_timeout_ms, ca_file) read into *o. Strings stay
+ * on the Lua stack (the caller keeps them there until the request has started; `body` as a
+ * list of strings must be anchored for the request's whole life when b->body_table is set).
+ * Bad arguments raise; → 0, or -1 with nil, err pushed (a body_file that cannot be opened). */
+#include "http.h"
+#define MB_LUA_HTTP_MAX_PARTS 64
+#define MB_HTTP_MAX_REQ_HEADERS 256
+struct mb_lua_http_bufs {
+  const char *lines[MB_HTTP_MAX_REQ_HEADERS];
+  struct mb_http_part parts[MB_LUA_HTTP_MAX_PARTS];
+  int body_table;
+};
+int mb_lua_http_opts(lua_State *L, int t, mb_http_opts *o, struct mb_lua_http_bufs *b);
 #endif

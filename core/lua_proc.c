@@ -1,5 +1,5 @@
-/* lua_proc.c — host child processes: core.spawn{argv=, env=, cwd=, max_buffer=}, on_change
- * → process object (:pid, :read(which), :exit_status, :kill(sig), :close) | nil, msg, code.
+/* lua_proc.c — host child processes: core.spawn{argv=, env=, cwd=, max_buffer=, inherit_fds=}, on_change
+ * → process object (:pid, :read(which), :exit_status, :kill(sig), :close) | nil, err.
  * stdout/stderr are pipes buffered up to max_buffer bytes each; past that, reading stops until
  * Lua drains (backpressure on the child). on_change() fires, outside libuv callbacks' critical
  * sections, whenever output arrives, a pipe ends or the child exits. */
@@ -12,6 +12,7 @@
 
 #define MB_PROC_MT "moonbox.process"
 #define MB_PROC_MAX_ARGS 4096
+#define MB_PROC_MAX_INHERIT 8
 
 typedef struct lproc lproc;
 
@@ -104,8 +105,7 @@ static void on_proc_exit(uv_process_t *pr, int64_t status, int sig) {
 static lproc *check_proc(lua_State *L) { return luaL_checkudata(L, 1, MB_PROC_MT); }
 
 static int push_err(lua_State *L, int uverr, const char *what) {
-  /* the results are the top three values: nil, a copy of this message, the code */
-  return mb_lua_push_fail(L, MB_E_IO, lua_pushfstring(L, "%s: %s", what, uv_strerror(uverr)));
+  return mb_lua_push_error(L, mb_errcode(MB_E_IO), lua_pushfstring(L, "%s: %s", what, uv_strerror(uverr)));
 }
 
 static int l_spawn(lua_State *L) {
@@ -168,7 +168,26 @@ static int l_spawn(lua_State *L) {
   luaL_setmetatable(L, MB_PROC_MT);
   int pidx = lua_gettop(L);
 
-  uv_stdio_container_t stdio[3];
+  /* inherit_fds = {fd, ...}: the child gets them as its descriptors 3, 4, ... */
+  uv_stdio_container_t stdio[3 + MB_PROC_MAX_INHERIT];
+  int nstdio = 3;
+  lua_getfield(L, 1, "inherit_fds");
+  if (!lua_isnil(L, -1)) {
+    if (!lua_istable(L, -1)) return luaL_error(L, "spawn: inherit_fds must be a list of descriptors");
+    lua_Integer n = luaL_len(L, -1);
+    if (n > MB_PROC_MAX_INHERIT) return luaL_error(L, "spawn: at most %d inherit_fds", MB_PROC_MAX_INHERIT);
+    for (lua_Integer i = 1; i <= n; i++) {
+      lua_rawgeti(L, -1, i);
+      int ok;
+      lua_Integer fd = lua_tointegerx(L, -1, &ok);
+      if (!ok || fd < 0 || fd > 0x7fffffff) return luaL_error(L, "spawn: inherit_fds[%d] must be a descriptor", (int)i);
+      lua_pop(L, 1);
+      stdio[nstdio].flags = UV_INHERIT_FD;
+      stdio[nstdio].data.fd = (int)fd;
+      nstdio++;
+    }
+  }
+  lua_pop(L, 1);
   stdio[0].flags = UV_IGNORE;
   for (int k = 0; k < 2; k++) {
     lpipe *pp = calloc(1, sizeof *pp);
@@ -188,7 +207,7 @@ static int l_spawn(lua_State *L) {
   po.env = env;
   po.cwd = cwd;
   po.stdio = stdio;
-  po.stdio_count = 3;
+  po.stdio_count = nstdio;
   po.exit_cb = on_proc_exit;
   p->proc = malloc(sizeof *p->proc);
   if (!p->proc) return luaL_error(L, "out of memory");
@@ -220,12 +239,12 @@ static int p_pid(lua_State *L) {
   return 1;
 }
 
-/* p:read("stdout"|"stderr") → data | nil, eof(boolean) */
+/* p:read("stdout"|"stderr") → data | nil (end of the stream) | false (nothing yet) */
 static int p_read(lua_State *L) {
   lproc *p = check_proc(L);
   int k = luaL_checkoption(L, 2, "stdout", (const char *const[]){"stdout", "stderr", NULL});
   lpipe *pp = p->out[k];
-  if (!pp) { lua_pushnil(L); lua_pushboolean(L, 1); return 2; }
+  if (!pp) { lua_pushnil(L); return 1; }
   if (pp->len) {
     lua_pushlstring(L, pp->buf, pp->len);
     pp->len = 0;
@@ -234,9 +253,9 @@ static int p_read(lua_State *L) {
     }
     return 1;
   }
-  lua_pushnil(L);
-  lua_pushboolean(L, pp->eof);
-  return 2;
+  if (pp->eof) lua_pushnil(L);
+  else lua_pushboolean(L, 0);
+  return 1;
 }
 
 /* → nil (running) | exit_code, signal */
@@ -259,11 +278,11 @@ static int signum(lua_State *L, int idx) {
   return luaL_argerror(L, idx, "unknown signal name");
 }
 
-/* p:kill([sig]) → true | nil, msg, code (e.g. already exited) */
+/* p:kill([sig]) → true | nil, err (MB_EXITED: already exited) */
 static int p_kill(lua_State *L) {
   lproc *p = check_proc(L);
   int sig = signum(L, 2);
-  if (!p->proc) { lua_pushnil(L); lua_pushliteral(L, "process has exited"); lua_pushliteral(L, "ESRCH"); return 3; }
+  if (!p->proc) return mb_lua_push_error(L, "MB_EXITED", "process has exited");
   int rc = uv_process_kill(p->proc, sig);
   if (rc != 0) return push_err(L, rc, "kill");
   lua_pushboolean(L, 1);
@@ -295,14 +314,10 @@ static int p_close(lua_State *L) {
 }
 
 void mb_lua_open_proc(lua_State *L) {
-  if (luaL_newmetatable(L, MB_PROC_MT)) {
-    static const luaL_Reg m[] = {{"pid", p_pid}, {"read", p_read}, {"exit_status", p_exit_status},
-                                 {"kill", p_kill}, {"close", p_close}, {"__gc", p_close}, {NULL, NULL}};
-    luaL_setfuncs(L, m, 0);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -2, "__index");
-  }
-  lua_pop(L, 1);
+  static const luaL_Reg m[] = {{"pid", p_pid}, {"read", p_read}, {"exit_status", p_exit_status},
+                               {"kill", p_kill}, {"close", p_close}, {NULL, NULL}};
+  static const luaL_Reg meta[] = {{"__gc", p_close}, {NULL, NULL}};
+  mb_lua_new_class(L, MB_PROC_MT, m, meta);
   lua_pushcfunction(L, l_spawn);
   lua_setfield(L, -2, "spawn");
 }

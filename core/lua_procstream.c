@@ -1,111 +1,107 @@
-/* lua_procstream.c — core.procstream{...}: an mbwrap process stream decoded in C (procstream.h).
+/* lua_procstream.c — process streams decoded in C: the loop-driven stream of a running process
+ * (core.pstream, pstream.h) and the bare decoder (core.procstream, procstream.h) that specs and
+ * scripted fakes feed by hand. Both hand out the same facts.
  *
- *   local ps = core.procstream{ max_message = n, max_line = n, pty = bool,
- *     stdout = "buffer" | "discard" | { tail = maxBytes } | { fd = n },  stderr = (same) }
- *   pty = true: a terminal's stream (no mbwrap frames): event.data.pty bytes go to the stdout
- *   sink (r.stdout for "buffer"); facts are start, end, stream_end, stream_error, sink_error.
- *   ps:push(chunk)   → r | nil, err    r = { <facts...>, stdout = bytes?, stderr = bytes? }
- *   ps:finish()      → true | nil, err
- *   ps:read_from(stream, offset) → text, next_offset, lossy      (stream "stdout"|"stderr")
- *   ps:total(stream) → bytes so far;  ps:discard(stream);  ps:diag() → wrapper stderr text
+ *   local s = core.pstream(http_opts, cfg, on_change)  → stream | nil, err
+ *     http_opts: as core.http_request (url, headers, body, timeouts...); cfg: { max_message=,
+ *     max_line=, raw = bool, high_water=, stdout = sink, stderr = sink } with sink one of
+ *     "discard" | "pipe" | { tail = maxBytes } | { fd = n }. on_change() is called (no
+ *     arguments, protected, never inside libcurl) when facts arrive, when a stream a reader
+ *     asked for (s:want) has bytes or ended, and when the stream closes.
+ *   s:facts()          → list of facts not taken yet (possibly empty)
+ *   s:closed()         → false | true (complete) | true, err (how it failed)
+ *   s:status()         → HTTP status | nil (no headers yet);  s:error_body() → bytes
+ *   s:read(stream [, max]) → bytes | nil (end of the stream) | false (nothing yet: s:want it)
+ *   s:want(stream);  s:discard(stream);  s:seal(stream) (takes no more, keeps what it holds);
+ *   s:cancel();  s:close() (frees; also __gc/__close)
+ *   s:read_from(stream, offset) → text, next_offset, lossy;  s:total(stream);  s:diag()
+ *   s:info() → { received=, pauses=, max_buffered=, paused= }
  *
- * Facts, in stream order: {kind="start", pid=} {kind="pgid", value=} {kind="spawn_error",
- * errno=, message=} {kind="exit", value=} {kind="signal", value=} {kind="empty"} {kind="done"}
+ *   local d = core.procstream{ max_message=, max_line=, raw=, stdout = sink, stderr = sink }
+ *     (sinks "discard" | "queue" | { tail = n }) d:push(chunk) → true | nil, err;
+ *     d:finish() → true | nil, err; d:facts(); d:read(stream) → bytes | false; d:discard;
+ *     d:read_from; d:total; d:diag — the same meanings.
+ *
+ * Facts: {kind="start", pid=} {kind="pgid", value=} {kind="spawn_error", errno=, message=}
+ * {kind="exit", value=} {kind="signal", value=} {kind="empty"} {kind="done"}
  * {kind="end", exit_code=, exited=, status=, error=} {kind="stream_end"}
- * {kind="stream_error", code=, message=} {kind="sink_error", stream=, errno=, message=}.
- * r.stdout / r.stderr carry the BUFFER sink's bytes of this push (absent when none). FD sinks on
- * 1 and 2 flush Lua's io.stdout / io.stderr (the C stdio streams) first, so output stays ordered. */
+ * {kind="stream_error", code=, message=} {kind="sink_error", stream=, errno=, message=}. */
 #include "lua_moonbox.h"
-#include "procstream.h"
+#include "moonbox.h"
+#include "pstream.h"
+#include "moonbox_protocol.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#define MB_PST_MT "moonbox.pstream"
 #define MB_PS_MT "moonbox.procstream"
-
-struct mb_lua_ps {
-  struct mb_procstream *ps;
-  int fds[2]; /* FD sink descriptors, -1 otherwise */
-};
-
-static struct mb_lua_ps *mb_check_ps(lua_State *L) {
-  struct mb_lua_ps *u = luaL_checkudata(L, 1, MB_PS_MT);
-  if (!u->ps) luaL_error(L, "procstream is closed");
-  return u;
-}
+#define MB_READ_MAX_DEFAULT (1 << 20)
 
 static int mb_check_stream(lua_State *L, int arg) {
   static const char *const names[] = {"stdout", "stderr", NULL};
   return luaL_checkoption(L, arg, NULL, names);
 }
 
-static size_t mb_opt_limit(lua_State *L, const char *field, lua_Integer def) {
-  lua_getfield(L, 1, field);
-  lua_Integer v = lua_isnil(L, -1) ? def : luaL_checkinteger(L, -1);
+static size_t mb_opt_limit(lua_State *L, int t, const char *field, lua_Integer def, lua_Integer max) {
+  lua_getfield(L, t, field);
+  lua_Integer v = def;
+  if (!lua_isnil(L, -1)) {
+    int ok;
+    v = lua_tointegerx(L, -1, &ok);
+    if (!ok) luaL_error(L, "procstream: %s must be an integer", field);
+  }
   lua_pop(L, 1);
-  if (v < 1 || (lua_Unsigned)v > SIZE_MAX) luaL_error(L, "procstream: %s must be a positive integer", field);
+  if (v < 1 || v > max) luaL_error(L, "procstream: %s must be between 1 and %I", field, max);
   return (size_t)v;
 }
 
-/* Reads the sink spec in field `name` of the options table (argument 1). */
-static void mb_sink_spec(lua_State *L, const char *name, struct mb_ps_sink *s) {
-  memset(s, 0, sizeof *s);
-  s->kind = MB_PS_DISCARD;
-  s->fd = -1;
-  lua_getfield(L, 1, name);
-  if (lua_isnil(L, -1) || (lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "discard") == 0)) {
-  } else if (lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "buffer") == 0) {
-    s->kind = MB_PS_BUFFER;
+static int mb_opt_bool(lua_State *L, int t, const char *field) {
+  lua_getfield(L, t, field);
+  if (!lua_isnil(L, -1) && !lua_isboolean(L, -1)) luaL_error(L, "procstream: %s must be a boolean", field);
+  int v = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+/* A sink spec in field `name` of table t: "discard" | queue_name | {tail=n} | {fd=n} (fd only
+ * when fd_ok). → kind: 0 discard, 1 queue, 2 tail (*max), 3 fd (*fd). */
+static int mb_sink_spec(lua_State *L, int t, const char *name, const char *queue_name, int fd_ok,
+                        size_t *max, int *fd) {
+  int kind = 0;
+  lua_getfield(L, t, name);
+  if (lua_isnil(L, -1)) {
+  } else if (lua_type(L, -1) == LUA_TSTRING) {
+    const char *v = lua_tostring(L, -1);
+    if (strcmp(v, queue_name) == 0) kind = 1;
+    else if (strcmp(v, "discard") != 0)
+      luaL_error(L, "procstream: %s must be 'discard', '%s', {tail=n}%s", name, queue_name, fd_ok ? " or {fd=n}" : "");
   } else if (lua_istable(L, -1)) {
     lua_getfield(L, -1, "tail");
     lua_getfield(L, -2, "fd");
-    if (!lua_isnil(L, -2) && lua_isnil(L, -1)) {
-      lua_Integer m = luaL_checkinteger(L, -2);
-      if (m < 0 || (lua_Unsigned)m > SIZE_MAX) luaL_error(L, "procstream: %s.tail must be >= 0", name);
-      s->kind = MB_PS_TAIL;
-      s->max = (size_t)m;
-    } else if (lua_isnil(L, -2) && !lua_isnil(L, -1)) {
-      lua_Integer fd = luaL_checkinteger(L, -1);
-      if (fd < 0 || fd > INT32_MAX) luaL_error(L, "procstream: %s.fd must be a descriptor", name);
-      s->kind = MB_PS_FD;
-      s->fd = (int)fd;
+    int has_tail = !lua_isnil(L, -2), has_fd = !lua_isnil(L, -1);
+    if (has_tail && !has_fd) {
+      int ok;
+      lua_Integer m = lua_tointegerx(L, -2, &ok);
+      if (!ok || m < 0 || (lua_Unsigned)m > SIZE_MAX / 2)
+        luaL_error(L, "procstream: %s.tail must be a non-negative integer", name);
+      kind = 2;
+      *max = (size_t)m;
+    } else if (has_fd && !has_tail && fd_ok) {
+      int ok;
+      lua_Integer f = lua_tointegerx(L, -1, &ok);
+      if (!ok || f < 0 || f > INT32_MAX) luaL_error(L, "procstream: %s.fd must be a descriptor", name);
+      kind = 3;
+      *fd = (int)f;
     } else {
-      luaL_error(L, "procstream: %s must have exactly one of tail= or fd=", name);
+      luaL_error(L, "procstream: %s must have exactly one of tail=%s", name, fd_ok ? " or fd=" : "");
     }
     lua_pop(L, 2);
   } else {
-    luaL_error(L, "procstream: %s must be 'buffer', 'discard', {tail=n} or {fd=n}", name);
+    luaL_error(L, "procstream: %s must be a string or a table", name);
   }
   lua_pop(L, 1);
-}
-
-static int l_procstream(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  struct mb_ps_config cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.max_message = mb_opt_limit(L, "max_message", 4 * 1024 * 1024);
-  cfg.max_line = mb_opt_limit(L, "max_line", 40000);
-  if (cfg.max_message > UINT32_MAX) luaL_error(L, "procstream: max_message must be <= 4294967295");
-  lua_getfield(L, 1, "pty");
-  if (!lua_isnil(L, -1) && !lua_isboolean(L, -1)) luaL_error(L, "procstream: pty must be a boolean");
-  cfg.pty = lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  mb_sink_spec(L, "stdout", &cfg.sink[0]);
-  mb_sink_spec(L, "stderr", &cfg.sink[1]);
-  struct mb_lua_ps *u = lua_newuserdatauv(L, sizeof *u, 0);
-  u->ps = NULL;
-  luaL_setmetatable(L, MB_PS_MT);
-  for (int i = 0; i < 2; i++) u->fds[i] = cfg.sink[i].kind == MB_PS_FD ? cfg.sink[i].fd : -1;
-  u->ps = mb_procstream_new(&cfg);
-  if (!u->ps) return luaL_error(L, "out of memory");
-  return 1;
-}
-
-static void mb_flush_for(const struct mb_lua_ps *u) {
-  for (int i = 0; i < 2; i++) {
-    if (u->fds[i] == 1) fflush(stdout);
-    else if (u->fds[i] == 2) fflush(stderr);
-  }
+  return kind;
 }
 
 static void mb_set_str(lua_State *L, const char *k, const char *v) {
@@ -118,82 +114,51 @@ static void mb_set_int(lua_State *L, const char *k, lua_Integer v) {
   lua_setfield(L, -2, k);
 }
 
-static void mb_push_facts(lua_State *L, struct mb_procstream *ps) {
+static void mb_push_fact(lua_State *L, const struct mb_ps_fact *f) {
   static const char *const names[] = {
     NULL, "start", "pgid", "spawn_error", "exit", "signal", "empty", "done", "end",
     "stream_end", "stream_error", "sink_error"};
-  const struct mb_ps_fact *f;
-  size_t n = mb_procstream_facts(ps, &f);
-  lua_createtable(L, (int)n, 2);
-  for (size_t i = 0; i < n; i++, f++) {
-    lua_createtable(L, 0, 4);
-    mb_set_str(L, "kind", names[f->kind]);
-    switch (f->kind) {
-    case MB_PS_START: mb_set_int(L, "pid", f->value); break;
-    case MB_PS_PGID: case MB_PS_EXIT: case MB_PS_SIGNAL: mb_set_int(L, "value", f->value); break;
-    case MB_PS_SPAWN_ERROR:
-      mb_set_int(L, "errno", f->value);
-      mb_set_str(L, "message", f->text);
-      break;
-    case MB_PS_END:
-      mb_set_int(L, "exit_code", f->value);
-      lua_pushboolean(L, f->flag);
-      lua_setfield(L, -2, "exited");
-      mb_set_str(L, "status", f->text);
-      if (f->code[0]) mb_set_str(L, "error", f->code);
-      break;
-    case MB_PS_STREAM_ERROR:
-      mb_set_str(L, "code", f->code);
-      mb_set_str(L, "message", f->text);
-      break;
-    case MB_PS_SINK_ERROR:
-      mb_set_str(L, "stream", f->stream ? "stderr" : "stdout");
-      mb_set_int(L, "errno", f->value);
-      mb_set_str(L, "message", f->text);
-      break;
-    default: break;
-    }
+  lua_createtable(L, 0, 4);
+  mb_set_str(L, "kind", f->kind > 0 && f->kind <= MB_PS_SINK_ERROR ? names[f->kind] : "unknown");
+  switch (f->kind) {
+  case MB_PS_START: mb_set_int(L, "pid", f->value); break;
+  case MB_PS_PGID: case MB_PS_EXIT: case MB_PS_SIGNAL: mb_set_int(L, "value", f->value); break;
+  case MB_PS_SPAWN_ERROR:
+    mb_set_int(L, "errno", f->value);
+    mb_set_str(L, "message", f->text);
+    break;
+  case MB_PS_END:
+    mb_set_int(L, "exit_code", f->value);
+    lua_pushboolean(L, f->flag);
+    lua_setfield(L, -2, "exited");
+    mb_set_str(L, "status", f->text);
+    if (f->code[0]) mb_set_str(L, "error", f->code);
+    break;
+  case MB_PS_STREAM_ERROR:
+    mb_set_str(L, "code", f->code);
+    mb_set_str(L, "message", f->text);
+    break;
+  case MB_PS_SINK_ERROR:
+    mb_set_str(L, "stream", f->stream ? "stderr" : "stdout");
+    mb_set_int(L, "errno", f->value);
+    mb_set_str(L, "message", f->text);
+    break;
+  default: break;
+  }
+}
+
+/* The facts a take function hands out, as a Lua list. */
+static int mb_push_facts(lua_State *L, const struct mb_ps_fact *f, size_t n) {
+  lua_createtable(L, (int)n, 0);
+  for (size_t i = 0; i < n; i++) {
+    mb_push_fact(L, &f[i]);
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
-  for (int s = 0; s < 2; s++) {
-    size_t len;
-    const unsigned char *p = mb_procstream_buffered(ps, s, &len);
-    if (len) {
-      lua_pushlstring(L, (const char *)p, len);
-      lua_setfield(L, -2, s ? "stderr" : "stdout");
-    }
-  }
-}
-
-static int l_ps_push(lua_State *L) {
-  struct mb_lua_ps *u = mb_check_ps(L);
-  size_t len;
-  const char *s = luaL_checklstring(L, 2, &len);
-  mb_flush_for(u);
-  struct mb_error err;
-  if (mb_procstream_push(u->ps, s, len, &err)) return mb_lua_push_mberror(L, &err);
-  mb_push_facts(L, u->ps);
   return 1;
 }
 
-static int l_ps_finish(lua_State *L) {
-  struct mb_lua_ps *u = mb_check_ps(L);
-  struct mb_error err;
-  if (mb_procstream_finish(u->ps, &err)) return mb_lua_push_mberror(L, &err);
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-static int l_ps_read_from(lua_State *L) {
-  struct mb_lua_ps *u = mb_check_ps(L);
-  int stream = mb_check_stream(L, 2);
-  lua_Integer from = luaL_optinteger(L, 3, 0);
-  const unsigned char *a, *b;
-  size_t al, bl;
-  uint64_t next;
-  int lossy;
-  mb_procstream_read_from(u->ps, stream, from < 0 ? 0 : (uint64_t)from, &a, &al, &b, &bl, &next,
-                          &lossy);
+static int mb_push_tail(lua_State *L, const unsigned char *a, size_t al, const unsigned char *b,
+                        size_t bl, uint64_t next, int lossy) {
   luaL_Buffer buf;
   luaL_buffinit(L, &buf);
   if (al) luaL_addlstring(&buf, (const char *)a, al);
@@ -204,29 +169,292 @@ static int l_ps_read_from(lua_State *L) {
   return 3;
 }
 
-static int l_ps_total(lua_State *L) {
+/* ---------------------------------------------------------------- core.pstream */
+
+struct mb_lua_pst {
+  struct mb_pstream *s;
+  mb_lua_host *h;
+  int cb_ref;
+  int fds[2];                   /* FD sink descriptors, -1 otherwise (stdio flushed first) */
+  struct mb_lua_http_bufs bufs; /* body pieces live as long as the stream */
+};
+
+static struct mb_lua_pst *mb_check_pst(lua_State *L) {
+  struct mb_lua_pst *u = luaL_checkudata(L, 1, MB_PST_MT);
+  if (!u->s) luaL_error(L, "process stream is closed");
+  return u;
+}
+
+static void mb_pst_changed(struct mb_pstream *s, void *ud) {
+  (void)s;
+  struct mb_lua_pst *u = ud;
+  mb_lua_host_call(u->h, u->cb_ref); /* last: the callback may close u */
+}
+
+static int l_pstream(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  luaL_checktype(L, 3, LUA_TFUNCTION);
+  struct mb_pst_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.max_message = mb_opt_limit(L, 2, "max_message", MB_PROC_MAX_MESSAGE, UINT32_MAX);
+  cfg.max_line = mb_opt_limit(L, 2, "max_line", MB_FRAME_LINE_DEFAULT, 64 * 1024 * 1024);
+  cfg.high_water = mb_opt_limit(L, 2, "high_water", 256 * 1024, 1 << 30);
+  cfg.raw = mb_opt_bool(L, 2, "raw");
+  static const int kinds[] = {MB_PST_DISCARD, MB_PST_PIPE, MB_PST_TAIL, MB_PST_FD};
+  for (int i = 0; i < 2; i++) {
+    cfg.sink[i].fd = -1;
+    cfg.sink[i].kind = kinds[mb_sink_spec(L, 2, i ? "stderr" : "stdout", "pipe", 1, &cfg.sink[i].max, &cfg.sink[i].fd)];
+  }
+  mb_lua_host *h = mb_lua_host_of(L);
+  struct mb_lua_pst *u = lua_newuserdatauv(L, sizeof *u, 1);
+  memset(u, 0, sizeof *u);
+  u->h = h;
+  u->cb_ref = LUA_NOREF;
+  luaL_setmetatable(L, MB_PST_MT);
+  int ui = lua_gettop(L);
+  mb_http_opts o;
+  if (mb_lua_http_opts(L, 1, &o, &u->bufs) < 0) return 2;
+  if (u->bufs.body_table) {
+    lua_getfield(L, 1, "body");
+    lua_setiuservalue(L, ui, 1);
+  }
+  for (int i = 0; i < 2; i++) {
+    u->fds[i] = cfg.sink[i].kind == MB_PST_FD ? cfg.sink[i].fd : -1;
+    if (u->fds[i] == 1) fflush(stdout); /* what Lua's io wrote comes first */
+    else if (u->fds[i] == 2) fflush(stderr);
+  }
+  struct mb_error err;
+  mb_error_clear(&err);
+  int rc = mb_pstream_start(mb_lua_host_loop(h), &o, &cfg, mb_pst_changed, u, &u->s, &err);
+  if (o.own_body_fd && rc != MB_OK) close(o.body_fd);
+  if (rc != MB_OK) return mb_lua_push_error(L, mb_errcode(rc), err.message);
+  lua_pushvalue(L, 3);
+  u->cb_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pushvalue(L, ui);
+  return 1;
+}
+
+static int pst_facts(lua_State *L) {
+  struct mb_lua_pst *u = mb_check_pst(L);
+  struct mb_ps_fact f[MB_PS_FACTS_MAX + 2];
+  return mb_push_facts(L, f, mb_pstream_take_facts(u->s, f, MB_PS_FACTS_MAX + 2));
+}
+
+static int pst_closed(lua_State *L) {
+  struct mb_lua_pst *u = mb_check_pst(L);
+  const struct mb_error *e;
+  if (!mb_pstream_closed(u->s, &e)) { lua_pushboolean(L, 0); return 1; }
+  lua_pushboolean(L, 1);
+  if (e->code == MB_OK) return 1;
+  mb_lua_push_mberror(L, e);
+  lua_remove(L, -2); /* the nil */
+  return 2;
+}
+
+static int pst_status(lua_State *L) {
+  long st = mb_pstream_status(mb_check_pst(L)->s);
+  if (!st) return 0;
+  lua_pushinteger(L, st);
+  return 1;
+}
+
+static int pst_error_body(lua_State *L) {
+  size_t n;
+  const char *p = mb_pstream_error_body(mb_check_pst(L)->s, &n);
+  lua_pushlstring(L, p, n);
+  return 1;
+}
+
+static int pst_read(lua_State *L) {
+  struct mb_lua_pst *u = mb_check_pst(L);
+  int k = mb_check_stream(L, 2);
+  lua_Integer max = luaL_optinteger(L, 3, MB_READ_MAX_DEFAULT);
+  if (max < 1) return luaL_argerror(L, 3, "must be >= 1");
+  size_t n;
+  const unsigned char *p = mb_pstream_peek(u->s, k, &n);
+  if (n == 0) {
+    if (mb_pstream_eof(u->s, k)) lua_pushnil(L);
+    else lua_pushboolean(L, 0);
+    return 1;
+  }
+  if ((lua_Unsigned)max < n) n = (size_t)max;
+  lua_pushlstring(L, (const char *)p, n);
+  mb_pstream_consume(u->s, k, n); /* may resume the transfer: p is not used after this */
+  return 1;
+}
+
+static int pst_want(lua_State *L) {
+  mb_pstream_want(mb_check_pst(L)->s, mb_check_stream(L, 2));
+  return 0;
+}
+
+static int pst_discard(lua_State *L) {
+  struct mb_lua_pst *u = mb_check_pst(L);
+  int k = mb_check_stream(L, 2);
+  mb_pstream_discard(u->s, k);
+  u->fds[k] = -1;
+  return 0;
+}
+
+static int pst_seal(lua_State *L) {
+  mb_pstream_seal(mb_check_pst(L)->s, mb_check_stream(L, 2));
+  return 0;
+}
+
+static int pst_cancel(lua_State *L) {
+  mb_pstream_cancel(mb_check_pst(L)->s);
+  return 0;
+}
+
+static int pst_read_from(lua_State *L) {
+  struct mb_lua_pst *u = mb_check_pst(L);
+  int k = mb_check_stream(L, 2);
+  lua_Integer from = luaL_optinteger(L, 3, 0);
+  const unsigned char *a, *b;
+  size_t al, bl;
+  uint64_t next;
+  int lossy;
+  mb_pstream_read_from(u->s, k, from < 0 ? 0 : (uint64_t)from, &a, &al, &b, &bl, &next, &lossy);
+  return mb_push_tail(L, a, al, b, bl, next, lossy);
+}
+
+static int pst_total(lua_State *L) {
+  struct mb_lua_pst *u = mb_check_pst(L);
+  lua_pushinteger(L, (lua_Integer)mb_pstream_total(u->s, mb_check_stream(L, 2)));
+  return 1;
+}
+
+static int pst_diag(lua_State *L) {
+  size_t n;
+  const char *d = mb_pstream_diag(mb_check_pst(L)->s, &n);
+  lua_pushlstring(L, d, n);
+  return 1;
+}
+
+static int pst_info(lua_State *L) {
+  mb_http_info i;
+  mb_pstream_info(mb_check_pst(L)->s, &i);
+  lua_createtable(L, 0, 4);
+  mb_set_int(L, "received", (lua_Integer)i.received);
+  mb_set_int(L, "pauses", (lua_Integer)i.pauses);
+  mb_set_int(L, "max_buffered", (lua_Integer)i.max_buffered);
+  lua_pushboolean(L, i.paused);
+  lua_setfield(L, -2, "paused");
+  return 1;
+}
+
+static int pst_close(lua_State *L) {
+  struct mb_lua_pst *u = luaL_checkudata(L, 1, MB_PST_MT);
+  mb_pstream_free(u->s);
+  u->s = NULL;
+  if (u->cb_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, u->cb_ref);
+  u->cb_ref = LUA_NOREF;
+  return 0;
+}
+
+/* ---------------------------------------------------------------- core.procstream */
+
+struct mb_lua_ps {
+  struct mb_procstream *ps;
+};
+
+static struct mb_lua_ps *mb_check_ps(lua_State *L) {
+  struct mb_lua_ps *u = luaL_checkudata(L, 1, MB_PS_MT);
+  if (!u->ps) luaL_error(L, "procstream is closed");
+  return u;
+}
+
+static int l_procstream(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  struct mb_ps_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.max_message = mb_opt_limit(L, 1, "max_message", MB_PROC_MAX_MESSAGE, UINT32_MAX);
+  cfg.max_line = mb_opt_limit(L, 1, "max_line", MB_FRAME_LINE_DEFAULT, 64 * 1024 * 1024);
+  size_t qmax = mb_opt_limit(L, 1, "queue_max", 64 * 1024 * 1024, 1 << 30);
+  cfg.raw = mb_opt_bool(L, 1, "raw");
+  for (int i = 0; i < 2; i++) {
+    size_t max = 0;
+    int fd = -1;
+    int kind = mb_sink_spec(L, 1, i ? "stderr" : "stdout", "queue", 0, &max, &fd);
+    cfg.sink[i].kind = kind == 1 ? MB_PS_QUEUE : kind == 2 ? MB_PS_TAIL : MB_PS_DISCARD;
+    cfg.sink[i].max = kind == 1 ? qmax : max;
+  }
+  struct mb_lua_ps *u = lua_newuserdatauv(L, sizeof *u, 0);
+  u->ps = NULL;
+  luaL_setmetatable(L, MB_PS_MT);
+  u->ps = mb_procstream_new(&cfg);
+  if (!u->ps) return luaL_error(L, "out of memory");
+  return 1;
+}
+
+static int ps_push(lua_State *L) {
+  struct mb_lua_ps *u = mb_check_ps(L);
+  size_t len;
+  const char *s = luaL_checklstring(L, 2, &len);
+  struct mb_error err;
+  if (mb_procstream_push(u->ps, s, len, &err)) return mb_lua_push_mberror(L, &err);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int ps_finish(lua_State *L) {
+  struct mb_lua_ps *u = mb_check_ps(L);
+  struct mb_error err;
+  if (mb_procstream_finish(u->ps, &err)) return mb_lua_push_mberror(L, &err);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int ps_facts(lua_State *L) {
+  struct mb_lua_ps *u = mb_check_ps(L);
+  struct mb_ps_fact f[MB_PS_FACTS_MAX];
+  return mb_push_facts(L, f, mb_procstream_take_facts(u->ps, f, MB_PS_FACTS_MAX));
+}
+
+static int ps_read(lua_State *L) {
+  struct mb_lua_ps *u = mb_check_ps(L);
+  int k = mb_check_stream(L, 2);
+  size_t n;
+  const unsigned char *p = mb_procstream_peek(u->ps, k, &n);
+  if (n == 0) { lua_pushboolean(L, 0); return 1; }
+  lua_pushlstring(L, (const char *)p, n);
+  mb_procstream_consume(u->ps, k, n);
+  return 1;
+}
+
+static int ps_discard(lua_State *L) {
+  struct mb_lua_ps *u = mb_check_ps(L);
+  mb_procstream_discard(u->ps, mb_check_stream(L, 2));
+  return 0;
+}
+
+static int ps_read_from(lua_State *L) {
+  struct mb_lua_ps *u = mb_check_ps(L);
+  int k = mb_check_stream(L, 2);
+  lua_Integer from = luaL_optinteger(L, 3, 0);
+  const unsigned char *a, *b;
+  size_t al, bl;
+  uint64_t next;
+  int lossy;
+  mb_procstream_read_from(u->ps, k, from < 0 ? 0 : (uint64_t)from, &a, &al, &b, &bl, &next, &lossy);
+  return mb_push_tail(L, a, al, b, bl, next, lossy);
+}
+
+static int ps_total(lua_State *L) {
   struct mb_lua_ps *u = mb_check_ps(L);
   lua_pushinteger(L, (lua_Integer)mb_procstream_total(u->ps, mb_check_stream(L, 2)));
   return 1;
 }
 
-static int l_ps_discard(lua_State *L) {
-  struct mb_lua_ps *u = mb_check_ps(L);
-  int stream = mb_check_stream(L, 2);
-  mb_procstream_discard(u->ps, stream);
-  u->fds[stream] = -1;
-  return 0;
-}
-
-static int l_ps_diag(lua_State *L) {
-  struct mb_lua_ps *u = mb_check_ps(L);
-  size_t len;
-  const char *d = mb_procstream_diag(u->ps, &len);
-  lua_pushlstring(L, d, len);
+static int ps_diag(lua_State *L) {
+  size_t n;
+  const char *d = mb_procstream_diag(mb_check_ps(L)->ps, &n);
+  lua_pushlstring(L, d, n);
   return 1;
 }
 
-static int l_ps_gc(lua_State *L) {
+static int ps_gc(lua_State *L) {
   struct mb_lua_ps *u = luaL_checkudata(L, 1, MB_PS_MT);
   mb_procstream_free(u->ps);
   u->ps = NULL;
@@ -234,11 +462,35 @@ static int l_ps_gc(lua_State *L) {
 }
 
 void mb_lua_open_procstream(lua_State *L) {
-  static const luaL_Reg methods[] = {
-    {"push", l_ps_push}, {"finish", l_ps_finish}, {"read_from", l_ps_read_from},
-    {"total", l_ps_total}, {"discard", l_ps_discard}, {"diag", l_ps_diag}, {NULL, NULL}};
-  static const luaL_Reg meta[] = {{"__gc", l_ps_gc}, {"__close", l_ps_gc}, {NULL, NULL}};
-  mb_lua_new_class(L, MB_PS_MT, methods, meta);
+  static const luaL_Reg pst[] = {
+    {"facts", pst_facts}, {"closed", pst_closed}, {"status", pst_status},
+    {"error_body", pst_error_body}, {"read", pst_read}, {"want", pst_want},
+    {"discard", pst_discard}, {"seal", pst_seal}, {"cancel", pst_cancel}, {"read_from", pst_read_from},
+    {"total", pst_total}, {"diag", pst_diag}, {"info", pst_info}, {"close", pst_close},
+    {NULL, NULL}};
+  static const luaL_Reg pst_meta[] = {{"__gc", pst_close}, {"__close", pst_close}, {NULL, NULL}};
+  mb_lua_new_class(L, MB_PST_MT, pst, pst_meta);
+  static const luaL_Reg ps[] = {
+    {"push", ps_push}, {"finish", ps_finish}, {"facts", ps_facts}, {"read", ps_read},
+    {"discard", ps_discard}, {"read_from", ps_read_from}, {"total", ps_total}, {"diag", ps_diag},
+    {NULL, NULL}};
+  static const luaL_Reg ps_meta[] = {{"__gc", ps_gc}, {"__close", ps_gc}, {NULL, NULL}};
+  mb_lua_new_class(L, MB_PS_MT, ps, ps_meta);
+  lua_pushcfunction(L, l_pstream);
+  lua_setfield(L, -2, "pstream");
+  /* core.limits: the protocol constants (moonbox_protocol.h), for Lua to use rather than copy */
+  lua_createtable(L, 0, 5);
+  lua_pushinteger(L, MB_FRAME_DATA_MAX);
+  lua_setfield(L, -2, "frame_data_max");
+  lua_pushinteger(L, MB_FRAME_LINE_MIN_LIMIT);
+  lua_setfield(L, -2, "frame_line_min");
+  lua_pushinteger(L, MB_FRAME_LINE_DEFAULT);
+  lua_setfield(L, -2, "frame_line_default");
+  lua_pushinteger(L, MB_PROC_MAX_MESSAGE);
+  lua_setfield(L, -2, "max_message");
+  lua_pushinteger(L, MB_STDIN_ARG_MAX);
+  lua_setfield(L, -2, "stdin_arg_max");
+  lua_setfield(L, -2, "limits");
   lua_pushcfunction(L, l_procstream);
   lua_setfield(L, -2, "procstream");
 }

@@ -1,5 +1,5 @@
-/* lua_util.c — helpers shared by the binding files (declared in lua_moonbox.h): the two ways a
- * binding reports an operational failure, and class metatables. */
+/* lua_util.c — helpers shared by the binding files (declared in lua_moonbox.h): the one error
+ * type and class metatables. */
 #include "lua_moonbox.h"
 
 #define MB_ERROR_MT "moonbox.error"
@@ -11,6 +11,15 @@ static int mb_err_tostring(lua_State *L) {
   return 1;
 }
 
+/* The one error metatable. Whoever comes first makes it (lua/moonbox/errors.lua makes the same
+ * one under the same registry name when it is loaded before the core). */
+void mb_lua_error_mt(lua_State *L) {
+  if (luaL_newmetatable(L, MB_ERROR_MT)) {
+    lua_pushcfunction(L, mb_err_tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+}
+
 int mb_lua_push_error(lua_State *L, const char *code, const char *message) {
   lua_pushnil(L);
   lua_createtable(L, 0, 2);
@@ -18,23 +27,13 @@ int mb_lua_push_error(lua_State *L, const char *code, const char *message) {
   lua_setfield(L, -2, "code");
   lua_pushstring(L, message);
   lua_setfield(L, -2, "message");
-  if (luaL_newmetatable(L, MB_ERROR_MT)) { /* shared with other modules that use the name */
-    lua_pushcfunction(L, mb_err_tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
+  mb_lua_error_mt(L);
   lua_setmetatable(L, -2);
   return 2;
 }
 
 int mb_lua_push_mberror(lua_State *L, const struct mb_error *e) {
   return mb_lua_push_error(L, mb_errcode(e->code), e->message[0] ? e->message : mb_strerror(e->code));
-}
-
-int mb_lua_push_fail(lua_State *L, int code, const char *message) {
-  lua_pushnil(L);
-  lua_pushstring(L, message);
-  lua_pushstring(L, mb_errcode(code));
-  return 3;
 }
 
 void mb_lua_new_class(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta) {

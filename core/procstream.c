@@ -3,11 +3,8 @@
 #include "b64.h"
 #include "connect.h"
 #include "frames.h"
-#include <errno.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 struct mb_ps_ring {
   unsigned char *buf;
@@ -18,13 +15,14 @@ struct mb_ps_out {
   struct mb_ps_sink sink;
   uint64_t total;
   struct mb_ps_ring ring;     /* TAIL */
-  unsigned char *bbuf;        /* BUFFER: this push's bytes */
-  size_t blen, bcap;
+  unsigned char *qbuf;        /* QUEUE: [qoff, qlen) not consumed yet */
+  size_t qoff, qlen, qcap;
+  int sealed;                 /* QUEUE: takes no more bytes (they are counted and dropped) */
 };
 
 struct mb_procstream {
   size_t max_message;
-  int pty; /* PTY mode: data.pty/stdout raw to out[0], data.stderr raw to out[1] */
+  int raw; /* raw mode: data.pty/stdout raw to out[0], data.stderr raw to out[1] */
   struct mb_envelope_decoder *env;
   struct mb_frame_decoder *frames;
   unsigned char *scratch; /* decoded event.data.* bytes of one message */
@@ -39,8 +37,8 @@ struct mb_procstream {
 };
 
 static int mb_ps_sink_ok(const struct mb_ps_sink *s) {
-  if (s->kind < MB_PS_DISCARD || s->kind > MB_PS_FD) return 0;
-  return s->kind != MB_PS_FD || s->fd >= 0;
+  if (s->kind < MB_PS_DISCARD || s->kind > MB_PS_TAIL) return 0;
+  return s->kind != MB_PS_QUEUE || s->max > 0;
 }
 
 struct mb_procstream *mb_procstream_new(const struct mb_ps_config *cfg) {
@@ -50,7 +48,7 @@ struct mb_procstream *mb_procstream_new(const struct mb_ps_config *cfg) {
   struct mb_procstream *ps = calloc(1, sizeof *ps);
   if (!ps) return NULL;
   ps->max_message = cfg->max_message;
-  ps->pty = cfg->pty != 0;
+  ps->raw = cfg->raw != 0;
   ps->env = mb_envelope_decoder_new(cfg->max_message);
   ps->frames = mb_frame_decoder_new(cfg->max_line);
   if (!ps->env || !ps->frames) {
@@ -71,7 +69,7 @@ void mb_procstream_free(struct mb_procstream *ps) {
   free(ps->scratch);
   for (int i = 0; i < 2; i++) {
     free(ps->out[i].ring.buf);
-    free(ps->out[i].bbuf);
+    free(ps->out[i].qbuf);
   }
   free(ps);
 }
@@ -121,43 +119,28 @@ static int mb_ps_ring_add(struct mb_ps_ring *r, const unsigned char *p, size_t n
   return MB_OK;
 }
 
-static int mb_ps_buffer_add(struct mb_ps_out *o, const unsigned char *p, size_t n,
-                            struct mb_error *err) {
+static int mb_ps_queue_add(struct mb_ps_out *o, const unsigned char *p, size_t n,
+                           struct mb_error *err) {
   if (n == 0) return MB_OK;
-  if (o->bcap - o->blen < n) {
-    size_t want = o->bcap ? o->bcap : 16384;
-    while (want - o->blen < n) {
-      if (want > SIZE_MAX / 2) return mb_error_set(err, MB_E_NOMEM, "output buffer overflow");
-      want *= 2;
-    }
-    unsigned char *nb = realloc(o->bbuf, want);
-    if (!nb) return mb_error_set(err, MB_E_NOMEM, "cannot buffer %zu output bytes", want);
-    o->bbuf = nb;
-    o->bcap = want;
+  size_t held = o->qlen - o->qoff;
+  if (n > o->sink.max - held)
+    return mb_error_set(err, MB_E_TOO_LARGE, "output queue over its limit of %zu bytes", o->sink.max);
+  if (o->qcap - o->qlen < n && o->qoff) { /* slide the unread bytes down before growing */
+    memmove(o->qbuf, o->qbuf + o->qoff, held);
+    o->qlen = held;
+    o->qoff = 0;
   }
-  memcpy(o->bbuf + o->blen, p, n);
-  o->blen += n;
+  if (o->qcap - o->qlen < n) {
+    size_t want = o->qcap ? o->qcap : 16384;
+    while (want - o->qlen < n) want = want > o->sink.max / 2 ? o->sink.max : want * 2;
+    unsigned char *nb = realloc(o->qbuf, want);
+    if (!nb) return mb_error_set(err, MB_E_NOMEM, "cannot queue %zu output bytes", want);
+    o->qbuf = nb;
+    o->qcap = want;
+  }
+  memcpy(o->qbuf + o->qlen, p, n);
+  o->qlen += n;
   return MB_OK;
-}
-
-/* Blocking write of everything; returns 0 or an errno. */
-static int mb_ps_write_all(int fd, const unsigned char *p, size_t n) {
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        struct pollfd pf = {.fd = fd, .events = POLLOUT};
-        if (poll(&pf, 1, -1) < 0 && errno != EINTR) return errno;
-        continue;
-      }
-      return errno;
-    }
-    if (w == 0) return EIO;
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
 }
 
 static int mb_ps_sink_data(struct mb_procstream *ps, int stream, const unsigned char *p,
@@ -166,20 +149,7 @@ static int mb_ps_sink_data(struct mb_procstream *ps, int stream, const unsigned 
   o->total += n;
   switch (o->sink.kind) {
   case MB_PS_TAIL: return mb_ps_ring_add(&o->ring, p, n, &ps->err);
-  case MB_PS_BUFFER: return mb_ps_buffer_add(o, p, n, &ps->err);
-  case MB_PS_FD: {
-    int e = mb_ps_write_all(o->sink.fd, p, n);
-    if (e) {
-      o->sink.kind = MB_PS_DISCARD;
-      struct mb_ps_fact *f = mb_ps_fact(ps, MB_PS_SINK_ERROR);
-      if (!f) return ps->err.code;
-      f->stream = stream;
-      f->value = e;
-      const char *why = strerror(e);
-      mb_copy_text(f->text, sizeof f->text, why, strlen(why));
-    }
-    return MB_OK;
-  }
+  case MB_PS_QUEUE: return o->sealed ? MB_OK : mb_ps_queue_add(o, p, n, &ps->err);
   default: return MB_OK;
   }
 }
@@ -277,12 +247,12 @@ static int mb_ps_on_envelope(void *ud, const struct mb_envelope *e) {
   int leaf = -1;
   json_t *root = NULL;
   struct mb_error jerr;
-  if (mb_connect_json_bytes(e->data, e->len, path, 2, leaves, ps->pty ? 3 : 2, 0, ps->scratch,
+  if (mb_connect_json_bytes(e->data, e->len, path, 2, leaves, 3, 0, ps->scratch,
                             ps->scratch_cap, &n, &leaf, &root, &jerr)) {
     ps->err = jerr;
     return jerr.code;
   }
-  if (ps->pty && leaf >= 0) /* raw terminal bytes: no frames inside */
+  if (ps->raw && leaf >= 0) /* raw bytes: no frames inside */
     return mb_ps_sink_data(ps, leaf == 1 ? MB_PS_STDERR : MB_PS_STDOUT, ps->scratch, n);
   if (leaf == 0) {
     struct mb_error ferr;
@@ -296,6 +266,8 @@ static int mb_ps_on_envelope(void *ud, const struct mb_envelope *e) {
     mb_ps_diag_add(ps, ps->scratch, n);
     return MB_OK;
   }
+  if (leaf == 2) /* PTY bytes of a framed stream: never wrapper output */
+    return mb_error_set(&ps->err, MB_E_PROTOCOL, "process event: terminal output in a wrapper stream");
   int rc = mb_ps_event(ps, root);
   json_decref(root);
   return rc;
@@ -303,15 +275,9 @@ static int mb_ps_on_envelope(void *ud, const struct mb_envelope *e) {
 
 /* ---- public ---- */
 
-/* The sticky failure, else a fresh round: facts and BUFFER bytes describe one call only. */
 static int mb_ps_begin(struct mb_procstream *ps, struct mb_error *err) {
-  if (ps->err.code) {
-    if (err) *err = ps->err;
-    return ps->err.code;
-  }
-  ps->nfacts = 0;
-  ps->out[0].blen = ps->out[1].blen = 0;
-  return MB_OK;
+  if (ps->err.code && err) *err = ps->err;
+  return ps->err.code;
 }
 
 int mb_procstream_push(struct mb_procstream *ps, const void *data, size_t len,
@@ -330,26 +296,43 @@ int mb_procstream_push(struct mb_procstream *ps, const void *data, size_t len,
 int mb_procstream_finish(struct mb_procstream *ps, struct mb_error *err) {
   if (mb_ps_begin(ps, err)) return ps->err.code;
   int rc = mb_envelope_decoder_finish(ps->env, err);
-  if (!rc && !ps->pty) rc = mb_frame_decoder_finish(ps->frames, err);
+  if (!rc && !ps->raw) rc = mb_frame_decoder_finish(ps->frames, err);
   return rc;
 }
 
-size_t mb_procstream_facts(const struct mb_procstream *ps, const struct mb_ps_fact **out) {
-  *out = ps->facts;
-  return ps->nfacts;
+size_t mb_procstream_take_facts(struct mb_procstream *ps, struct mb_ps_fact *out, size_t max) {
+  size_t n = ps->nfacts < max ? ps->nfacts : max;
+  memcpy(out, ps->facts, n * sizeof *out);
+  memmove(ps->facts, ps->facts + n, (ps->nfacts - n) * sizeof *out);
+  ps->nfacts -= n;
+  return n;
 }
 
-const unsigned char *mb_procstream_buffered(const struct mb_procstream *ps, int stream,
-                                            size_t *len) {
+size_t mb_procstream_pending_facts(const struct mb_procstream *ps) { return ps->nfacts; }
+
+const unsigned char *mb_procstream_peek(const struct mb_procstream *ps, int stream, size_t *len) {
   const struct mb_ps_out *o = &ps->out[stream ? 1 : 0];
-  *len = o->blen;
-  return o->bbuf;
+  *len = o->qlen - o->qoff;
+  return o->qbuf ? o->qbuf + o->qoff : (const unsigned char *)"";
+}
+
+void mb_procstream_consume(struct mb_procstream *ps, int stream, size_t n) {
+  struct mb_ps_out *o = &ps->out[stream ? 1 : 0];
+  if (n > o->qlen - o->qoff) n = o->qlen - o->qoff;
+  o->qoff += n;
+  if (o->qoff == o->qlen) o->qoff = o->qlen = 0;
+}
+
+void mb_procstream_seal(struct mb_procstream *ps, int stream) {
+  struct mb_ps_out *o = &ps->out[stream ? 1 : 0];
+  if (o->sink.kind == MB_PS_QUEUE) o->sealed = 1;
 }
 
 void mb_procstream_discard(struct mb_procstream *ps, int stream) {
   struct mb_ps_out *o = &ps->out[stream ? 1 : 0];
-  if (o->sink.kind == MB_PS_BUFFER || o->sink.kind == MB_PS_FD) o->sink.kind = MB_PS_DISCARD;
-  if (o->sink.kind == MB_PS_DISCARD) o->blen = 0;
+  if (o->sink.kind != MB_PS_QUEUE) return;
+  o->sink.kind = MB_PS_DISCARD;
+  o->qoff = o->qlen = 0;
 }
 
 uint64_t mb_procstream_total(const struct mb_procstream *ps, int stream) {

@@ -1,44 +1,42 @@
-/* procstream.h — the host side of one `mbwrap run` process stream, decoded in C from the raw
- * HTTP body of a process.Process/Start (or Connect) response straight into per-stream sinks:
+/* procstream.h — the host side of one process stream, decoded in C from the raw HTTP body of a
+ * process.Process/Start (or Connect) response straight into per-stream sinks:
  *
  *   body bytes → Connect envelopes → event JSON → base64 of event.data.stdout → mbwrap frames
  *   → base64 → program bytes → sink (stdout and stderr each choose one)
  *
- * Sinks: DISCARD; BUFFER (bytes collected per push, for the caller to take in bulk: one hand-off
- * per HTTP chunk, not per frame); TAIL (a bounded ring with whole-stream byte offsets: the last
- * `max` bytes are kept, readers ask "everything from offset N"); FD (written here with write(2),
- * blocking until done; a failing fd becomes DISCARD and reports one SINK_ERROR fact).
- * Control facts (envd start/end events, the wrapper's control frames, the end of the Connect
- * stream) are returned as a short list per push. The wrapper's own stderr (event.data.stderr) is
- * kept as a bounded diagnostic text.
+ * Sinks: DISCARD; QUEUE (a byte queue the owner drains with peek/consume: a pipe reader, an fd
+ * writer); TAIL (a bounded ring with whole-stream byte offsets: the last `max` bytes are kept,
+ * readers ask "everything from offset N"). Control facts (envd start/end events, the wrapper's
+ * control frames, the end of the Connect stream) accumulate until the owner takes them; each
+ * kind occurs at most once per stream, so they are bounded. The wrapper's own stderr
+ * (event.data.stderr) is kept as a bounded diagnostic text.
  *
- * PTY mode (cfg.pty): the stream of a process started with a PTY (a terminal). The bytes of
- * event.data.pty (and of data.stdout, should envd send any) are raw program output — no mbwrap
- * frames — and go to the STDOUT sink; data.stderr bytes go to the STDERR sink. Facts: START,
- * END, STREAM_END, STREAM_ERROR, SINK_ERROR only; finish checks the envelope stream only.
+ * Raw mode (cfg.raw): a stream with no mbwrap inside — a terminal's PTY, or a plain program.
+ * The bytes of event.data.pty and data.stdout go to the STDOUT sink, data.stderr to the STDERR
+ * sink. Facts: START, END, STREAM_END, STREAM_ERROR only; finish checks the envelopes only.
  *
  * Memory: every allocation is bounded by the configuration: the envelope decoder and the JSON
- * scratch by max_message, the frame decoder by max_line, each TAIL ring by its max, a BUFFER by
- * the data of one push (≤ max_message + the pushed length). No I/O except FD sinks. */
+ * scratch by max_message, the frame decoder by max_line, each TAIL ring by its max, each QUEUE
+ * by its max (exceeding it fails the stream: its owner must stop feeding — pause the transfer —
+ * well before). No I/O. */
 #ifndef MB_PROCSTREAM_H
 #define MB_PROCSTREAM_H
 #include "errors.h"
 #include <stddef.h>
 #include <stdint.h>
 
-enum mb_ps_sink_kind { MB_PS_DISCARD = 0, MB_PS_BUFFER, MB_PS_TAIL, MB_PS_FD };
+enum mb_ps_sink_kind { MB_PS_DISCARD = 0, MB_PS_QUEUE, MB_PS_TAIL };
 enum mb_ps_stream { MB_PS_STDOUT = 0, MB_PS_STDERR = 1 };
 
 struct mb_ps_sink {
   int kind;   /* enum mb_ps_sink_kind */
-  size_t max; /* TAIL: bytes kept (0 keeps none but still counts) */
-  int fd;     /* FD: the descriptor (not owned: never closed) */
+  size_t max; /* TAIL: bytes kept (0 keeps none but still counts); QUEUE: most bytes held (>= 1) */
 };
 
 struct mb_ps_config {
   size_t max_message;     /* largest Connect envelope payload (≥ 1) */
   size_t max_line;        /* longest mbwrap frame line (≥ MB_FRAME_LINE_MIN_LIMIT to admit all) */
-  int pty;                /* PTY mode: a terminal's stream, no mbwrap inside (see below) */
+  int raw;                /* raw mode: no mbwrap frames inside (a terminal, a plain program) */
   struct mb_ps_sink sink[2];
 };
 
@@ -53,13 +51,12 @@ enum mb_ps_fact_kind {
   MB_PS_END,          /* envd end event: value = exitCode, flag = exited, text = status,
                          code = its error string (cut to fit) */
   MB_PS_STREAM_END,   /* end-of-stream envelope without error */
-  MB_PS_STREAM_ERROR, /* end-of-stream envelope with an error: code = Connect code name, text */
-  MB_PS_SINK_ERROR    /* an FD sink failed: stream, value = errno; the stream is discarded now */
+  MB_PS_STREAM_ERROR  /* end-of-stream envelope with an error: code = Connect code name, text */
 };
 
 #define MB_PS_TEXT_MAX 1100
 #define MB_PS_CODE_MAX 64
-#define MB_PS_FACTS_MAX 16 /* each kind occurs at most once per stream (twice: sink errors) */
+#define MB_PS_FACTS_MAX 16 /* each kind occurs at most once per stream */
 #define MB_PS_DIAG_MAX 4096
 
 struct mb_ps_fact {
@@ -74,26 +71,28 @@ struct mb_ps_fact {
 struct mb_procstream;
 
 /* NULL on allocation failure or an invalid configuration (max_message or max_line 0, a sink
- * kind out of range, an FD sink with fd < 0). */
+ * kind out of range, a QUEUE with max 0). */
 struct mb_procstream *mb_procstream_new(const struct mb_ps_config *cfg);
 void mb_procstream_free(struct mb_procstream *ps);
 
-/* Feeds raw body bytes (any split). Before decoding, the facts and BUFFER contents of the
- * previous push are cleared. Errors (MB_E_PROTOCOL, MB_E_TOO_LARGE, MB_E_TRUNCATED, MB_E_NOMEM)
- * are sticky. Rejected: invalid envelopes or JSON, a second start or end event, anything the
- * frame decoder rejects. */
+/* Feeds raw body bytes (any split). Errors (MB_E_PROTOCOL, MB_E_TOO_LARGE, MB_E_TRUNCATED,
+ * MB_E_NOMEM) are sticky. Rejected: invalid envelopes or JSON, a second start or end event,
+ * anything the frame decoder rejects, a QUEUE over its max. */
 int mb_procstream_push(struct mb_procstream *ps, const void *data, size_t len,
                        struct mb_error *err);
 /* End of the body: the envelope decoder's and then the frame decoder's finish (a truncated or
  * missing end-of-stream, a frame stream without !done). */
 int mb_procstream_finish(struct mb_procstream *ps, struct mb_error *err);
 
-/* The facts of the last push (valid until the next push). */
-size_t mb_procstream_facts(const struct mb_procstream *ps, const struct mb_ps_fact **out);
-/* The BUFFER sink's bytes of the last push (len 0 if none or not a BUFFER). */
-const unsigned char *mb_procstream_buffered(const struct mb_procstream *ps, int stream,
-                                            size_t *len);
-/* Replaces a stream's sink by DISCARD (e.g. output after termination is not wanted). */
+/* Facts not taken yet, in stream order; taking them empties the list. */
+size_t mb_procstream_take_facts(struct mb_procstream *ps, struct mb_ps_fact *out, size_t max);
+size_t mb_procstream_pending_facts(const struct mb_procstream *ps);
+/* QUEUE: the bytes not consumed yet (len 0 if none or not a QUEUE), and consuming them. */
+const unsigned char *mb_procstream_peek(const struct mb_procstream *ps, int stream, size_t *len);
+void mb_procstream_consume(struct mb_procstream *ps, int stream, size_t n);
+/* A QUEUE takes no more bytes (they are counted and dropped); what it holds stays readable. */
+void mb_procstream_seal(struct mb_procstream *ps, int stream);
+/* Replaces a stream's QUEUE by DISCARD, dropping what it holds (output nobody wants any more). */
 void mb_procstream_discard(struct mb_procstream *ps, int stream);
 
 /* Whole-stream byte count of a stream (every sink counts). */

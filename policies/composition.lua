@@ -5,8 +5,8 @@ local M = {}
 -- Plugin name (as written in a composition) → Lua module.
 M.plugins = {
   e2b = "moonbox.e2b",
-  fs = "moonbox.fs",
-  subprocess = "moonbox.subprocess",
+  fs = "moonbox.fs.e2b",
+  subprocess = "moonbox.subprocess.e2b",
 }
 
 -- Tie-break among plugins whose dependencies are all loaded: lower rank loads first; unranked

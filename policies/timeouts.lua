@@ -16,6 +16,8 @@ M.sandboxd_start_ms = 10000     -- local sandboxd: until it reports listening
 M.sandboxd_stop_grace_ms = 3000 -- local sandboxd: TERM → KILL
 M.terminal_grace_ms = 3000      -- default TERM → KILL grace for terminals when none is given
 M.tool_ms = 30000               -- mbwrap tool calls (realpath, stat, publish, which, fg, …)
+M.signal_grace_ms = 2000        -- `moonbox run` after SIGTERM/SIGINT/SIGHUP: the script's time to
+                                -- wind down before the composition is disposed anyway
 
 -- The grace a caller passes must be positive, finite and representable as a timer.
 function M.check_grace(ms, what)

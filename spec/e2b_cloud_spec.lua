@@ -48,8 +48,8 @@ describe("e2b providers on E2B's cloud #cloud", function()
     mb.run(function()
       local ctx = { policies = compose.policies(nil), getenv = getenv }
       ctx.e2b = require("moonbox.e2b").new(ctx, { cwd = "/home/user/workspace", timeoutMs = 120000 })
-      ctx.fs = require("moonbox.fs").new(ctx, { maxReadBytes = 1 << 20, diffBasisMaxBytes = 1 << 20 })
-      ctx.subprocess = require("moonbox.subprocess").new(ctx, { frameLineMax = 40000, pipeQueue = 64 })
+      ctx.fs = require("moonbox.fs.e2b").new(ctx, { maxReadBytes = 1 << 20, diffBasisMaxBytes = 1 << 20 })
+      ctx.subprocess = require("moonbox.subprocess.e2b").new(ctx, { frameLineMax = 40000, pipeBufferBytes = 262144 })
       local sb = assert(ctx.e2b:sandbox(180000))
       local t = assert(ctx.fs:resolve("cloud.txt"))
       assert(ctx.fs:writeText(t, "a\r\nb\r\n", { kind = "createIfAbsent" }))
@@ -69,7 +69,7 @@ describe("e2b providers on E2B's cloud #cloud", function()
       local id = sb.id
       assert(ctx.e2b:dispose())
       local ep = require("moonbox.e2b").endpoints({}, getenv)
-      local api = require("moonbox.api").new{ url = ep.api_url, api_key = key, http = mb.http }
+      local api = require("moonbox.e2b.api").new{ url = ep.api_url, api_key = key, http = mb.http }
       local _, err = api:get(id)
       assert.are.equal("E2B_NOT_FOUND", err and err.code)
     end)

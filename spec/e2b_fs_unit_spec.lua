@@ -9,20 +9,25 @@ local function tool_err(code, detail)
   return nil, errors.new("TOOL_" .. code, "mbwrap x: " .. detail, { tool_code = code, exit_code = 1 })
 end
 
+-- handlers.read (mbwrap read) is split out of handlers.tool: tool(args) gets every other tool.
 local function make(handlers, config)
-  local sb, owner, log = fake_sandbox.new(handlers)
-  function sb:exec_raw(argv, opts)                 -- scripted like the other requests
-    log[#log + 1] = { kind = "exec_raw", args = table.pack(argv, opts) }
-    return assert(handlers.exec_raw, "fake sandbox: unexpected exec_raw")(argv, opts)
+  if handlers.read then
+    local read, other = handlers.read, handlers.tool
+    handlers.tool = function(args, opts)
+      if args[1] == "read" then return read(args, opts) end
+      return assert(other, "fake sandbox: unexpected tool " .. tostring(args[1]))(args, opts)
+    end
   end
+  local sb, owner, log = fake_sandbox.new(handlers)
   local fs = fsmod.new({ e2b = owner }, config or { maxReadBytes = 1024, diffBasisMaxBytes = 100 })
   return fs, sb, log
 end
--- Output of the versioned read (stat frames, content, stat frames) as a raw process result.
 local b64 = require("support.fake_http").core().b64encode
-local function stat_frames(line) return "o" .. b64(line) .. "\n!exit 0\n!empty\n!done\n" end
+-- mbwrap read's answer: the stat line, then (a regular file within the limit) the content and
+-- "\nend <n> <version after>\n".
 local function vread(stat1, content, stat2)
-  return { stdout = stat_frames(stat1) .. (content or "") .. (stat2 and stat_frames(stat2) or ""), stderr = "", exit_code = 0 }
+  if not content then return stat1 end
+  return stat1 .. content .. ("\nend %d %s\n"):format(#content, stat2 and stat2:match("(%S+)\n$") or "0:0:0:0:0")
 end
 local function count(log, kind)
   local n = 0
@@ -31,7 +36,7 @@ local function count(log, kind)
 end
 
 describe("moonbox.fs (unit, scripted sandbox)", function()
-  setup(function() mb = fake_mb.install(); fsmod = require "moonbox.fs" end)
+  setup(function() mb = fake_mb.install(); fsmod = require "moonbox.fs.e2b" end)
   teardown(function() fake_mb.uninstall() end)
 
   describe("pure helpers", function()
@@ -268,7 +273,7 @@ describe("moonbox.fs (unit, scripted sandbox)", function()
     local f3 = "file 3 0644 1:1:3:1:1\n"
     local reads = { vread(f3, "a\0b", f3), vread("absent\n"), vread("file 3 0644 2:2:3:3:3\n", "xyz", "file 3 0644 2:2:3:3:3\n") }
     local fs = make{ tool = function() return f3 end, download = function() return "a\0b" end,
-      exec_raw = function() return table.remove(reads, 1) end }
+      read = function() return table.remove(reads, 1) end }
     mb.run(function()
       local _, e1 = fs:readText(target)
       local _, e2 = fs:editText(target, { oldString = "a", newString = "b" })
@@ -310,25 +315,23 @@ describe("moonbox.fs (unit, scripted sandbox)", function()
   it("edits literally in three requests (versioned read, upload, publish), keeping CRLF", function()
     local st = "file 14 0644 1:1:e:5:5\n"
     local fs, _, log = make{
-      exec_raw = function(argv) return vread(st, "price: X\r\nok\r\n", st) end,
+      read = function() return vread(st, "price: X\r\nok\r\n", st) end,
       tool = function() return "ok update 1:1:11:6:6\n" end,
       upload = function(path) return { { path = path } } end,
     }
     local out = mb.run(function() return assert(fs:editText(target, { oldString = "X", newString = "$&5" })) end)
     assert.are.equal(3, count(log))
-    local argv = log[1].args[1]
-    assert.are.same({ "/bin/sh", "-c" }, { argv[1], argv[2] })
-    assert.are.same({ "/tmp/.moonbox-x/mbwrap", "/w/a.txt", "1025" }, { table.unpack(argv, 5, 7) })   -- maxReadBytes + 1
+    assert.are.same({ "read", "/w/a.txt", "1024" }, log[1].args[1])   -- at most maxReadBytes
     assert.are.equal("price: $&5\r\nok\r\n", log[2].args[2])
     assert.are.same({ "publish", "--expect", "1:1:e:5:5" }, { table.unpack(log[3].args[1], 1, 3) })
     assert.are.equal("price: X\nok\n", out.before); assert.are.equal("price: $&5\nok\n", out.after)
     assert.are.equal("e2b:1:1:11:6:6", out.version)
   end)
 
-  it("edit: content that looks like frames is taken by size, not by pattern", function()
-    local body = "o" .. b64("file 1 0644 9:9:9:9:9\n") .. "\n!exit 0\n!empty\n!done\nX"
+  it("edit: content that looks like the answer's own lines is taken by size, not by pattern", function()
+    local body = "file 1 0644 9:9:9:9:9\n\nend 3 9:9:9:9:9\nX"
     local st = ("file %d 0644 1:1:1:1:1\n"):format(#body)
-    local fs = make{ exec_raw = function() return vread(st, body, st) end,
+    local fs = make{ read = function() return vread(st, body, st) end,
       tool = function() return "ok update 2:2\n" end, upload = function(path) return { { path = path } } end }
     local out = mb.run(function() return assert(fs:editText(target, { oldString = "X", newString = "Y" })) end)
     assert.are.equal(body:sub(1, -2) .. "Y", out.after)
@@ -337,32 +340,32 @@ describe("moonbox.fs (unit, scripted sandbox)", function()
   it("edit: a file that changes while it is read is read again, then given up", function()
     local a, b = "file 3 0644 1:1:3:1:1\n", "file 3 0644 1:1:3:2:2\n"
     local reads = { vread(a, "abc", b), vread(b, "xbc", b) }
-    local fs, _, log = make{ exec_raw = function() return table.remove(reads, 1) end,
+    local fs, _, log = make{ read = function() return table.remove(reads, 1) end,
       tool = function() return "ok update 3:3\n" end, upload = function(path) return { { path = path } } end }
     local out = mb.run(function() return assert(fs:editText(target, { oldString = "x", newString = "y" })) end)
     assert.are.equal("ybc", out.after)
     assert.are.equal("--expect", log[4].args[1][2]); assert.are.equal("1:1:3:2:2", log[4].args[1][3])
-    local fs2 = make{ exec_raw = function() return vread(a, "abc", b) end }
+    local fs2 = make{ read = function() return vread(a, "abc", b) end }
     local _, err = mb.run(function() return fs2:editText(target, { oldString = "a", newString = "b" }) end)
     assert.are.equal("FS_IO_ERROR", err.code)
   end)
 
   it("edit: a file over maxReadBytes is FS_TOO_LARGE in one request", function()
-    local fs, _, log = make{ exec_raw = function() return vread("file 5000 0644 1:1:1:1:1\n", string.rep("a", 1025)) end }
+    local fs, _, log = make{ read = function() return vread("file 5000 0644 1:1:1:1:1\n") end }
     local _, err = mb.run(function() return fs:editText(target, { oldString = "a", newString = "b" }) end)
     assert.are.equal("FS_TOO_LARGE", err.code); assert.are.equal(1, count(log))
   end)
 
   it("edit: a stale guard fails in one request", function()
     local st = "file 3 0644 2:2:3:3:3\n"
-    local fs, _, log = make{ exec_raw = function() return vread(st, "abc", st) end }
+    local fs, _, log = make{ read = function() return vread(st, "abc", st) end }
     local _, err = mb.run(function() return fs:editText(target, { oldString = "a", newString = "b" }, { version = "e2b:1:1:1:1:1" }) end)
     assert.are.equal("FS_STALE_VERSION", err.code); assert.are.equal(1, count(log))
   end)
 
   it("edit: a missing target is stale, a directory is not regular", function()
-    local answers = { vread("absent\n"), vread("directory 4096 0755 1:1:1:1:1\n", "", "directory 4096 0755 1:1:1:1:1\n") }
-    local fs = make{ exec_raw = function() return table.remove(answers, 1) end }
+    local answers = { vread("absent\n"), vread("directory 4096 0755 1:1:1:1:1\n") }
+    local fs = make{ read = function() return table.remove(answers, 1) end }
     mb.run(function()
       local _, e1 = fs:editText(target, { oldString = "a", newString = "b" })
       local _, e2 = fs:editText(target, { oldString = "a", newString = "b" })

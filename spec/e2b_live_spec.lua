@@ -14,8 +14,8 @@ describe("e2b owner with its own sandboxd #sandboxd", function()
     local policies = compose.policies(nil)
     local ctx = { policies = policies, getenv = no_env }
     ctx.e2b = require("moonbox.e2b").new(ctx, { cwd = "/home/user/workspace", timeoutMs = 60000 })
-    ctx.fs = require("moonbox.fs").new(ctx, { maxReadBytes = 1 << 20, diffBasisMaxBytes = 1 << 20 })
-    ctx.subprocess = require("moonbox.subprocess").new(ctx, { frameLineMax = 40000, pipeQueue = 64 })
+    ctx.fs = require("moonbox.fs.e2b").new(ctx, { maxReadBytes = 1 << 20, diffBasisMaxBytes = 1 << 20 })
+    ctx.subprocess = require("moonbox.subprocess.e2b").new(ctx, { frameLineMax = 40000, pipeBufferBytes = 262144 })
     return ctx
   end
   -- Runs fn(ctx) and always disposes, so a failing assertion leaves no sandboxd behind.

@@ -31,14 +31,16 @@ describe("moonbox.e2b owner (scripted transport)", function()
     mb = fake_mb.install()
     fake = fake_http.new()
     mb.http = fake.http
+    mb.procstream = fake.procstream
     saved_core = package.loaded["moonbox.core"]
     package.loaded["moonbox.core"] = saved_core or core
     e2b = require "moonbox.e2b"
-    saved_find = e2b.find_binary
-    e2b.find_binary = function() return "/host/mbwrap" end
+    local endpoints = require "moonbox.e2b.endpoints"
+    saved_find = endpoints.find_binary
+    endpoints.find_binary = function() return "/host/mbwrap" end
   end)
   after_each(function()
-    e2b.find_binary = saved_find
+    require("moonbox.e2b.endpoints").find_binary = saved_find
     package.loaded["moonbox.core"] = saved_core
     fake_mb.uninstall()
   end)
@@ -367,7 +369,7 @@ require("moonbox").sleep(600000)
       -- the child runs the same Lua tree as this spec
       local lua_file = assert(package.searchpath("moonbox.e2b", package.path))
       if lua_file:sub(1, 1) ~= "/" then lua_file = assert(io.popen("pwd")):read("l") .. "/" .. lua_file end
-      local home = assert(lua_file:match("^(.*)/lua/moonbox/e2b%.lua$"), lua_file)
+      local home = assert(lua_file:match("^(.*)/lua/moonbox/e2b/init%.lua$"), lua_file)
       local p = assert(mb.proc.spawn{ argv = { build .. "/bin/moonbox", script },
         env = { PATH = os.getenv("PATH"), MB_BUILD_DIR = build, MOONBOX_HOME = home } })
       local buf = ""
@@ -456,7 +458,7 @@ describe("moonbox.e2b preparation script on sandboxd #sandboxd", function()
       assert(code == 0, err)
       local cwd = base .. "/new/cwd"
       -- a symlink planted where the runtime root goes: mkdir refuses it
-      local r = assert(sb:exec_raw({ "/bin/sh", "-c", e2b.PREPARE, "moonbox-prepare", root, cwd }))
+      local r = assert(sb:exec({ "/bin/sh", "-c", e2b.PREPARE, "moonbox-prepare", root, cwd }))
       assert.are.equal(3, r.exit_code)
       assert.truthy(r.stderr:find("cannot make the runtime root: " .. root, 1, true), r.stderr)
       assert.are.equal("", r.stdout)
@@ -466,7 +468,7 @@ describe("moonbox.e2b preparation script on sandboxd #sandboxd", function()
       _, code, err = P.sh("mkdir -p " .. q(fake) .. " && printf '#!/bin/sh\\nexit 0\\n' > " .. q(fake .. "/mkdir")
         .. " && chmod 755 " .. q(fake .. "/mkdir"))
       assert(code == 0, err)
-      r = assert(sb:exec_raw({ "/bin/sh", "-c", e2b.PREPARE, "moonbox-prepare", root, cwd },
+      r = assert(sb:exec({ "/bin/sh", "-c", e2b.PREPARE, "moonbox-prepare", root, cwd },
         { envs = { PATH = fake .. ":/usr/bin:/bin" } }))
       assert.are.equal(3, r.exit_code)
       assert.truthy(r.stderr:find("runtime root must be a real directory: " .. root, 1, true), r.stderr)
@@ -474,7 +476,7 @@ describe("moonbox.e2b preparation script on sandboxd #sandboxd", function()
       assert.are.equal("755 directory\nabsent\n", (P.sh("stat -c '%a %F' " .. q(victim) .. "; [ -e " .. q(cwd) .. " ] || echo absent")))
       -- a fresh root and a cwd that does not exist yet: both made, home and environment reported
       local root2 = base .. "/root2"
-      r = assert(sb:exec_raw({ "/bin/sh", "-c", e2b.PREPARE, "moonbox-prepare", root2, cwd }))
+      r = assert(sb:exec({ "/bin/sh", "-c", e2b.PREPARE, "moonbox-prepare", root2, cwd }))
       assert.are.equal(0, r.exit_code, r.stderr)
       local home, ambient = e2b.parse_prepare(r.stdout)
       assert.are.equal(sb.home, home)

@@ -2,8 +2,8 @@
 -- header names, JSON field names and the error rules of the protocol reference.
 local cjson = require "cjson"
 local fake_http = require "support.fake_http"
-local api = require "moonbox.api"
-local envd = require "moonbox.envd"
+local api = require "moonbox.e2b.api"
+local envd = require "moonbox.e2b.envd"
 
 local core = fake_http.core()
 
@@ -90,7 +90,7 @@ describe("moonbox.envd", function()
   before_each(function()
     fake = fake_http.new()
     client = envd.new{ url = "http://sbx.test", sandbox_id = "iabc", access_token = "tok",
-      http = fake.http, core = core }
+      http = fake.http, procstream = fake.procstream, core = core }
   end)
 
   it("sends unary calls with the Connect and routing headers", function()
@@ -136,63 +136,67 @@ describe("moonbox.envd", function()
 
   local function env(flags, t) return core.envelope(flags, cjson.encode(t)) end
 
-  it("opens streams with keepalive and without a Connect deadline", function()
-    local body = env(0, { event = { start = { pid = 7 } } }) .. env(0, { event = { data = { stdout = "aGkK" } } })
+  -- Process streams: the request shape; the body is decoded in C (moonbox.procstream), here by
+  -- the same decoder through support.fake_pstream.
+  local function run(fn) return require("moonbox").run(fn) end
+
+  it("opens process streams with keepalive, an idle limit and without a Connect deadline", function()
+    local frames = "!pgid 9\no" .. core.b64encode("hi\n") .. "\n!exit 0\n!empty\n!done\n"
+    local body = env(0, { event = { start = { pid = 7 } } }) .. env(0, { event = { data = { stdout = core.b64encode(frames) } } })
       .. env(0, { event = { ["end"] = { exited = true, status = "exit status 0" } } }) .. env(2, {})
     fake.push{ status = 200, headers = { ["content-type"] = "application/connect+json" },
       chunks = { body:sub(1, 3), body:sub(4, 40), body:sub(41) } }
-    local s = assert(client:stream("process.Process/Start", { process = { cmd = "/bin/true" }, stdin = false }))
+    local facts, out = run(function()
+      local s = assert(client:process_stream("process.Process/Start", { process = { cmd = "/bin/true" }, stdin = false },
+        { stdout = { tail = 100 } }))
+      assert(s:wait_closed(5000))
+      local all = {}
+      for _, f in ipairs(s:next_facts(0)) do all[#all + 1] = f.kind end
+      return all, s:read_from("stdout", 0)
+    end)
     local req = fake.log[1]
+    assert.are.equal("http://sbx.test/process.Process/Start", req.url)
     assert.are.equal("application/connect+json", req.headers["Content-Type"])
     assert.are.equal("50", req.headers["Keepalive-Ping-Interval"])
     assert.is_nil(req.headers["Connect-Timeout-Ms"])
+    assert.are.equal(150000, req.idle_timeout_ms)
     local flags, len = string.unpack(">B I4", req.body)
     assert.are.equal(0, flags)
     assert.are.same({ process = { cmd = "/bin/true" }, stdin = false }, cjson.decode(req.body:sub(6, 5 + len)))
-    assert.are.equal(7, s:next().event.start.pid)
-    assert.are.equal("aGkK", s:next().event.data.stdout)
-    assert.is_true(s:next().event["end"].exited)
-    local m, err = s:next()
-    assert.is_nil(m); assert.is_nil(err)
+    assert.are.same({ "start", "pgid", "exit", "empty", "done", "end", "stream_end" }, facts)
+    assert.are.equal("hi\n", out)
   end)
 
-  it("sends Connect-Timeout-Ms only when a deadline is asked for", function()
-    fake.push{ status = 200, chunks = { env(2, {}) } }
-    local s = assert(client:stream("filesystem.Filesystem/WatchDir", { path = "/" }, { deadline_ms = 5000 }))
-    assert.are.equal("5000", fake.log[1].headers["Connect-Timeout-Ms"])
-    assert.is_nil((s:next()))
-  end)
-
-  it("surfaces an end-stream error after the messages before it", function()
+  it("reports an end-stream error as a fact after the messages before it", function()
     fake.push{ status = 200, chunks = { env(0, { event = { start = { pid = 1 } } })
       .. env(2, { error = { code = "deadline_exceeded", message = "timed out" } }) } }
-    local s = assert(client:stream("process.Process/Start", {}))
-    assert.are.equal(1, s:next().event.start.pid)
-    local m, err = s:next()
-    assert.is_nil(m); assert.are.equal("E2B_DEADLINE_EXCEEDED", err.code)
+    local facts = run(function()
+      local s = assert(client:process_stream("process.Process/Start", {}, { raw = true }))
+      s:wait_closed(5000)
+      return s:next_facts(0)
+    end)
+    assert.are.equal("start", facts[1].kind)
+    assert.are.same({ "stream_error", "deadline_exceeded", "timed out" }, { facts[2].kind, facts[2].code, facts[2].message })
   end)
 
-  it("fails a stream that ends without an end-stream envelope", function()
+  it("fails a process stream that ends without an end-stream envelope", function()
     fake.push{ status = 200, chunks = { env(0, { event = { keepalive = {} } }) } }
-    local s = assert(client:stream("process.Process/Start", {}))
-    assert(s:next())
-    local m, err = s:next()
-    assert.is_nil(m); assert.truthy(err.message:find("missing EndStreamResponse", 1, true))
+    local ok, err = run(function()
+      local s = assert(client:process_stream("process.Process/Start", {}, { raw = true }))
+      return s:wait_closed(5000)
+    end)
+    assert.is_nil(ok); assert.truthy(err.message:find("EndStream", 1, true), err.message)
   end)
 
-  it("turns a silent stream into E2B_TIMEOUT", function()
-    fake.push{ status = 200, chunks = {}, err = { code = "MB_TIMEOUT", message = "timeout" } }
-    local s = assert(client:stream("process.Process/Start", {}))
-    local m, err = s:next(10)
-    assert.is_nil(m); assert.are.equal("E2B_TIMEOUT", err.code)
-    assert.is_true(fake.last_stream.closed)
-  end)
-
-  it("maps a non-200 stream response by status", function()
-    fake.push{ status = 502, chunks = {} }
-    local s, err = client:stream("process.Process/Start", {})
-    assert.is_nil(s); assert.are.equal("E2B_UNAVAILABLE", err.code)
-    assert.is_true(fake.last_stream.closed)
+  it("maps a non-200 process stream answer like a unary one", function()
+    fake.push{ status = 502, chunks = { '{"sandboxId":"iabc","message":"The sandbox was not found","code":502}' } }
+    local err = run(function()
+      local s = assert(client:process_stream("process.Process/Start", {}, { raw = true }))
+      local _, e = s:wait_closed(5000)
+      return client:stream_error("process.Process/Start", s, e)
+    end)
+    assert.are.equal("E2B_UNAVAILABLE", err.code)
+    assert.truthy(err.message:find("The sandbox was not found", 1, true))
   end)
 
   it("downloads with routing headers and a URL-encoded path", function()
@@ -239,10 +243,10 @@ describe("moonbox.envd", function()
     assert(client:upload("/opt/x/mbwrap", nil, { file = "/tmp/mbwrap", user = "root" }))
     assert.are.equal("http://sbx.test/files?path=/opt/x/mbwrap&username=root", fake.log[1].url)
     fake.push{ status = 200, chunks = { core.envelope(2, "{}") } }
-    assert(client:stream("process.Process/Start", {}, { user = "root" }))
+    run(function() assert(client:process_stream("process.Process/Start", {}, { raw = true }, { user = "root" })) end)
     assert.are.equal("Basic cm9vdDo=", fake.log[2].headers["Authorization"])
     fake.push{ status = 200, chunks = { core.envelope(2, "{}") } }
-    assert(client:stream("process.Process/Start", {}))
+    run(function() assert(client:process_stream("process.Process/Start", {}, { raw = true })) end)
     assert.is_nil(fake.log[3].headers["Authorization"])
   end)
 
@@ -262,9 +266,12 @@ describe("moonbox.envd", function()
     assert.are.equal("1", req.headers["X-Metadata-v"])
     local boundary = req.headers["Content-Type"]:match("^multipart/form%-data; boundary=(.+)$")
     assert.truthy(boundary)
+    -- the content is one piece of its own (never copied into a joined body)
+    assert.are.equal(3, #req.body)
+    assert.are.equal("x--y", req.body[2])
     assert.are.equal(table.concat{ "--", boundary, "\r\n",
       'Content-Disposition: form-data; name="file"; filename="/w/a"\r\n',
-      "Content-Type: application/octet-stream\r\n\r\nx--y\r\n--", boundary, "--\r\n" }, req.body)
+      "Content-Type: application/octet-stream\r\n\r\nx--y\r\n--", boundary, "--\r\n" }, table.concat(req.body))
   end)
 
   it("streams an upload from a host file as octet-stream", function()

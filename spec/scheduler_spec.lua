@@ -258,7 +258,7 @@ describe("scheduler", function()
       assert.equal(15, ks)
       local kok, kerr = k:kill("KILL") -- already exited
       assert.is_nil(kok)
-      assert.equal("ESRCH", kerr.code)
+      assert.equal("MB_EXITED", kerr.code)
       assert.has_error(function() k:kill("NOSUCHSIG") end)
 
       -- closing wakes a blocked reader with MB_CLOSED

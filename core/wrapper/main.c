@@ -8,8 +8,10 @@ static const char HELP[] =
     "mbwrap: moonbox's in-sandbox process-group wrapper (frames on stdout; see PROTOCOL.md)\n"
     "  mbwrap run [-g GRACE_MS] [-o SPILL:MAX] [-e SPILL:MAX] [-i BASE64] [-E NAME=VALUE]... [-K NAME]...\n"
     "             -- PROGRAM [ARG]...\n"
+    "  mbwrap exec [-K NAME]... -- PROGRAM [ARG]...\n"
     "  mbwrap realpath PATH [CWD]\n"
     "  mbwrap stat [-L] PATH\n"
+    "  mbwrap read PATH MAX\n"
     "  mbwrap publish [--create-only | --expect VERSION] [--mode OCTAL | --keep-mode] [--before MAX]\n"
     "                 STAGING_FILE TARGET\n"
     "  mbwrap which NAME PATHLIST\n"
@@ -26,13 +28,14 @@ int main(int argc, char **argv) {
     const char *name;
     int (*fn)(int, char **);
   } cmds[] = {
-      {"run", run_main},        {"realpath", tool_realpath}, {"stat", tool_stat},
+      {"run", run_main},        {"exec", exec_main},         {"realpath", tool_realpath},
+      {"stat", tool_stat},      {"read", tool_read},
       {"publish", tool_publish}, {"which", tool_which},       {"fg", tool_fg},
       {"killsession", tool_killsession}, {"signal", tool_signal},
   };
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
     if (strcmp(argv[1], cmds[i].name) == 0) {
-      if (cmds[i].fn != run_main) tool_init();
+      if (cmds[i].fn != run_main && cmds[i].fn != exec_main) tool_init();
       return cmds[i].fn(argc - 1, argv + 1);
     }
   fprintf(stderr, "mbwrap: unknown command '%s'\n%s", argv[1], HELP);

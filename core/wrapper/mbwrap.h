@@ -8,8 +8,9 @@
 #include <sys/types.h>
 
 /* Largest raw payload of one o/e frame, and its encoded line length ('o' + base64 + '\n'). */
-#define MB_FRAME_RAW 24576
-#define MB_FRAME_LINE (1 + 4 * ((MB_FRAME_RAW + 2) / 3) + 1)
+#include "../include/moonbox_protocol.h"
+#define MB_FRAME_RAW MB_FRAME_DATA_MAX
+#define MB_FRAME_LINE (MB_FRAME_LINE_MIN_LIMIT + 1) /* with its '\n' */
 
 /* ---- out.c: base64 encoder and frame output buffer ---- */
 size_t mb_b64_len(size_t n);
@@ -53,6 +54,9 @@ int64_t mb_now_ms(void);                              /* CLOCK_MONOTONIC */
 
 /* ---- entry points ---- */
 int run_main(int argc, char **argv);
+int exec_main(int argc, char **argv);
+void exec_program(char **argv, char **envp, int errw); /* never returns (run.c) */
+int tool_read(int argc, char **argv);
 int tool_realpath(int argc, char **argv);
 int tool_stat(int argc, char **argv);
 int tool_publish(int argc, char **argv);

@@ -275,6 +275,10 @@ static void on_signals(struct run *r) {
 /* ---- the child ---- */
 
 static void child_fail(int errw, int err, const char *what, const char *prog) {
+  if (errw < 0) { /* `mbwrap exec`: no frames, the message goes to the terminal */
+    fprintf(stderr, "mbwrap: %s '%s': %s\n", what, prog, strerror(err));
+    _exit(127);
+  }
   char buf[sizeof(int) + ERRMSG_MAX];
   memcpy(buf, &err, sizeof err);
   int n = snprintf(buf + sizeof err, ERRMSG_MAX, "%s '%s': %s", what, prog, strerror(err));
@@ -293,8 +297,9 @@ static const char *env_get(char **envp, const char *name) {
 }
 
 /* argv[0] with a '/' is used as is; a bare name is searched on the PATH of the *given* environment
- * (no PATH: not found). No shell fallback for ENOEXEC: that is reported as a spawn error. */
-static void exec_program(char **argv, char **envp, int errw) {
+ * (no PATH: not found). No shell fallback for ENOEXEC: that is reported as a spawn error (on
+ * errw, or on stderr with exit status 127 when errw < 0). */
+void exec_program(char **argv, char **envp, int errw) {
   const char *prog = argv[0];
   if (!*prog) child_fail(errw, ENOENT, "cannot execute", prog);
   if (strchr(prog, '/')) {

@@ -141,6 +141,63 @@ int tool_stat(int argc, char **argv) {
   return tool_finish(0);
 }
 
+/* ---- read: version, content and version again, in one answer ---- */
+
+int tool_read(int argc, char **argv) {
+  uint64_t max;
+  if (argc != 3 || parse_u64(argv[2], &max) < 0) return usage("read PATH MAX");
+  const char *path = argv[1];
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) {
+      tool_printf("absent\n");
+      return tool_finish(0);
+    }
+    return errno_fail(errno, "cannot open", path);
+  }
+  struct stat st;
+  if (fstat(fd, &st) < 0) {
+    int e = errno;
+    close(fd);
+    return errno_fail(e, "cannot stat", path);
+  }
+  char ver[128];
+  version_of(&st, ver, sizeof ver);
+  tool_printf("%s %llu %04o %s\n", kind_of(st.st_mode), (unsigned long long)st.st_size,
+              (unsigned)(st.st_mode & 07777), ver);
+  if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
+    close(fd);
+    return tool_finish(0);
+  }
+  /* At most max bytes follow, then a last line "end <n> <version now>": the content is that
+   * version's when both versions agree. */
+  static char buf[65536];
+  uint64_t n = 0;
+  for (;;) {
+    size_t want = max - n < sizeof buf ? (size_t)(max - n) : sizeof buf;
+    if (want == 0) break;
+    ssize_t r = read(fd, buf, want);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int e = errno;
+      close(fd);
+      return errno_fail(e, "cannot read", path);
+    }
+    if (r == 0) break;
+    tool_data(buf, (size_t)r);
+    n += (uint64_t)r;
+  }
+  if (fstat(fd, &st) < 0) {
+    int e = errno;
+    close(fd);
+    return errno_fail(e, "cannot stat", path);
+  }
+  close(fd);
+  version_of(&st, ver, sizeof ver);
+  tool_printf("\nend %llu %s\n", (unsigned long long)n, ver);
+  return tool_finish(0);
+}
+
 /* ---- publish ---- */
 
 static const char *fs_code(int e) {

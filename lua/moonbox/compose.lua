@@ -205,15 +205,53 @@ function compose.stop(ctx, loaded)
   return true
 end
 
+local SIGNALS = { SIGHUP = 1, SIGINT = 2, SIGTERM = 15 }
+
+-- The script runs in a task of its own so that SIGTERM, SIGINT or SIGHUP can end it: the
+-- script is canceled (its next yielding call returns MB_CANCELED), gets the timeouts policy's
+-- signal_grace_ms to wind down, and then the composition is disposed whatever it does (the
+-- sandbox deleted, a local sandboxd stopped with its state directory). The result is then
+-- 128 + the signal's number. A second signal while disposing exits at once.
 local function run_in_task(comp, script_file, ...)
+  local mb = require "moonbox"
+  local core = require "moonbox.core"
   local env = setmetatable({}, { __index = _G })
   local sfn, serr = loadfile(script_file, "t", env)
   if not sfn then error(serr, 0) end
+  local signaled, disposing
+  local wake = mb.event()
+  local watches = {}
+  for name in pairs(SIGNALS) do
+    watches[#watches + 1] = core.signal(name, function()
+      if disposing then os.exit(128 + SIGNALS[name], false) end
+      signaled = signaled or name
+      wake:set()
+    end)
+  end
+  local function unwatch() for _, w in ipairs(watches) do w:close() end end
   local ctx, loaded = compose.start(comp)
-  if not ctx then error(loaded, 0) end
+  if not ctx then unwatch() error(loaded, 0) end
   env.ctx = ctx
-  local res = table.pack(xpcall(sfn, debug.traceback, ctx, ...))
+  local args = table.pack(...)
+  local res
+  local script = mb.spawn(function()
+    res = table.pack(xpcall(sfn, debug.traceback, ctx, table.unpack(args, 1, args.n)))
+    wake:set()
+  end)
+  wake:wait()
+  if signaled and not res then
+    script:cancel()
+    local grace = comp.policies.timeouts.signal_grace_ms
+    script:join(grace)
+  end
+  disposing = true
   local dok, derr = compose.stop(ctx, loaded)
+  unwatch()
+  if signaled then
+    io.stderr:write(("moonbox: %s: the composition was disposed%s\n"):format(signaled,
+      dok and "" or (" with an error: " .. tostring(derr))))
+    return 128 + SIGNALS[signaled]
+  end
   if not res[1] then error(res[2], 0) end
   if not dok then error(derr, 0) end
   -- A script may return an epilogue: it runs after disposal (e.g. to show nothing is left).
@@ -224,6 +262,7 @@ end
 -- `moonbox run compose.lua script.lua [args]`: the script is called with (ctx, args...) and also
 -- sees `ctx` as a global. Plugins are disposed in reverse order whether or not it fails. When
 -- the script returns a function, it is called after disposal and its results are returned.
+-- After SIGTERM, SIGINT or SIGHUP the result is 128 + the signal's number (see run_in_task).
 function compose.run(compose_file, script_file, ...)
   local comp, err = compose.load(compose_file)
   if not comp then error(err, 0) end

@@ -1,40 +1,38 @@
--- moonbox.errors — seam error helpers. Errors are mb.error tables when the core is loaded
--- (so mb.is_error recognizes them); pure modules (text, compose loader) work without the core.
+-- moonbox.errors — the one error type of moonbox, made by C and Lua alike.
+--
+-- An error is a table { code = "FS_NOT_FOUND", message = "...", <optional fields> } whose
+-- metatable is the registry's "moonbox.error" (the C core registers the same one under the
+-- same name: whoever is loaded first makes it). tostring(err) is "CODE: message". Every
+-- operational failure in moonbox is `nil, err` of this type; programming mistakes raise.
+-- The codes are listed in lua/README.md ("Error codes").
 local M = {}
 
-local fallback_mt = {
-  __tostring = function(e) return tostring(e.code) .. ": " .. tostring(e.message) end,
-}
-
--- The core is loaded once on first use when it is available (then mb.is_error holds for every
--- error made here); without it (pure specs) errors are plain tables with the same shape.
-local core_missing = false
-local function mb_module()
-  local mb = package.loaded["moonbox"]
-  if mb == nil and not core_missing then
-    local ok, m = pcall(require, "moonbox")
-    if ok then mb = m else core_missing = true end
-  end
-  if type(mb) == "table" and mb.error then return mb end
-  return nil
+local REGISTRY_NAME = "moonbox.error"
+local registry = debug.getregistry()
+local mt = registry[REGISTRY_NAME]
+if mt == nil then
+  mt = { __name = REGISTRY_NAME,
+    __tostring = function(e) return tostring(e.code) .. ": " .. tostring(e.message) end }
+  registry[REGISTRY_NAME] = mt
 end
+M.mt = mt
 
--- err table {code=, message=, ...fields}; `__tostring` gives "CODE: message".
+-- → err. `fields` are copied in (code and message always win).
 function M.new(code, message, fields)
-  assert(type(code) == "string", "error code must be a string")
-  local mb = mb_module()
-  if mb then return mb.error(code, message, fields) end
-  local e = { code = code, message = message or code }
-  for k, v in pairs(fields or {}) do if e[k] == nil then e[k] = v end end
-  return setmetatable(e, fallback_mt)
+  if type(code) ~= "string" or code == "" then error("errors.new: code must be a non-empty string", 2) end
+  local e = {}
+  if fields then for k, v in pairs(fields) do e[k] = v end end
+  e.code = code
+  e.message = message ~= nil and tostring(message) or code
+  return setmetatable(e, mt)
 end
 
+-- true when x is a moonbox error (of `code`, when given).
 function M.is(x, code)
-  if type(x) ~= "table" or type(x.code) ~= "string" then return false end
-  return code == nil or x.code == code
+  return getmetatable(x) == mt and (code == nil or x.code == code)
 end
 
--- The seam's filesystem codes and the transport codes this family produces.
+-- The seam's filesystem codes.
 M.FS = {
   "FS_NOT_FOUND", "FS_NOT_DIRECTORY", "FS_NOT_TEXT", "FS_NOT_REGULAR_FILE", "FS_PERMISSION_DENIED",
   "FS_SANDBOX_DENIED", "FS_IO_ERROR", "FS_STALE_VERSION", "FS_NOT_OBSERVED", "FS_AMBIGUOUS_EDIT",

@@ -262,14 +262,14 @@ describe("subprocess seam contract #sandboxd", function()
   end)
 
   describe("E2B provider #e2b", function()
-    local spmod = require "moonbox.subprocess"
+    local spmod = require "moonbox.subprocess.e2b"
     local function exists(path) return P.sh("[ -e '" .. path .. "' ] && echo yes || echo no") == "yes\n" end
 
     it("keeps only the spills that are needed and sweeps them at disposal (regression: never swept)", function()
       if P.open().name ~= "e2b" then return end
       P.run(function()
         local s = P.open()
-        local sp2 = spmod.new(s.ctx, { frameLineMax = 40000, pipeQueue = 64 })
+        local sp2 = spmod.new(s.ctx, { frameLineMax = 40000, pipeBufferBytes = 262144 })
         local small = assert(sp2:spawn(spec({ "echo", "hi" }, { stdio = { stdin = "ignore",
           stdout = { maxBytes = 100, spill = { maxBytes = 1000 } }, stderr = { maxBytes = 100, spill = { maxBytes = 1000 } } } })))
         local big = assert(sp2:spawn(spec({ "/bin/sh", "-c", "i=0; while [ $i -lt 200 ]; do echo line-$i; i=$((i+1)); done" },
@@ -290,7 +290,7 @@ describe("subprocess seam contract #sandboxd", function()
       P.run(function()
         local marker = "mbunread" .. os.time()
         local bin = named("yes", marker)
-        local sp2 = spmod.new(P.open().ctx, { frameLineMax = 40000, pipeQueue = 4 })
+        local sp2 = spmod.new(P.open().ctx, { frameLineMax = 40000, pipeBufferBytes = 4096 })
         assert(sp2:spawn(spec({ "/bin/sh", "-c", "trap '' TERM; exec " .. bin },
           { graceMs = 200, stdio = { stdin = "ignore", stdout = "pipe", stderr = "pipe" } })))
         mb.sleep(300)                                   -- let it fill every buffer up to the host pipe

@@ -1,6 +1,7 @@
--- A scripted stand-in for mb.http: records every request and answers from a queue.
--- Responses: { status=, headers=, body= } for request; { status=, headers=, chunks={...}, err= }
--- for stream (err is returned by read after the chunks).
+-- A scripted stand-in for mb.http (and mb.procstream): records every request and answers from
+-- a queue. Responses: { status=, headers=, body= } for request; { status=, headers=,
+-- chunks={...}, err= } for stream and for a process stream (err ends the body after the
+-- chunks; a process stream's chunks are decoded by the real C decoder, support.fake_pstream).
 local cjson = require "cjson"
 
 local M = {}
@@ -37,6 +38,22 @@ function M.new()
         return nil
       end
       function s:close() self.closed = true end
+      fake.last_stream = s
+      return s
+    end,
+  }
+  fake.procstream = {
+    open = function(req, cfg)
+      local r = next_resp(req)
+      if r.fail then return nil, r.fail end
+      local items = {}
+      if (r.status or 200) ~= 200 then
+        items[1] = { status = r.status, body = table.concat(r.chunks or {}) }
+      else
+        for _, c in ipairs(r.chunks or {}) do items[#items + 1] = { raw = c } end
+        items[#items + 1] = r.err and { err = r.err } or { no_end = true }
+      end
+      local s = require("support.fake_pstream").open(items, cfg)
       fake.last_stream = s
       return s
     end,

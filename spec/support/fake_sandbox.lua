@@ -1,6 +1,7 @@
 -- A scripted sandbox handle (what owner:sandbox() returns) for unit specs of fs/subprocess:
 -- every tool call and envd request is logged; answers come from handler functions.
 local fake_http = require "support.fake_http"
+local fake_pstream = require "support.fake_pstream"
 
 local M = {}
 
@@ -17,9 +18,18 @@ function M.new(handlers)
     return h(...)
   end
   function sb:tool(args, opts) return call("tool", args, opts) end
+  function sb:explain(err) return err end
   sb.envd = {
     unary = function(_, method, msg) return call("unary", method, msg) end,
-    stream = function(_, method, msg, opts) return call("stream", method, msg, opts) end,
+    -- handlers.stream returns a script for support.fake_pstream (or nil, err)
+    process_stream = function(_, method, msg, cfg, opts)
+      local items, err = call("stream", method, msg, opts, cfg)
+      if not items then return nil, err end
+      local s = fake_pstream.open(items, cfg)
+      sb.last_stream = s
+      return s
+    end,
+    stream_error = function(_, _, _, err) return err end,
     upload = function(_, path, data, opts) return call("upload", path, data, opts) end,
     download = function(_, path, opts) return call("download", path, opts) end,
     open_download = function(_, path, opts) return call("open_download", path, opts) end,
@@ -36,24 +46,6 @@ function M.frames(core, lines)
     else out[#out + 1] = l .. "\n" end
   end
   return core.b64encode(table.concat(out))
-end
-
--- A scripted envd stream: items are messages, { sleep = ms }, or { err = e }.
-function M.stream(items)
-  local i = 0
-  local s = { closed = false }
-  function s:next()
-    while true do
-      i = i + 1
-      local it = items[i]
-      if it == nil then return nil end
-      if it.sleep then require("moonbox").sleep(it.sleep)
-      elseif it.err then return nil, it.err
-      else return it end
-    end
-  end
-  function s:close() self.closed = true end
-  return s
 end
 
 return M

@@ -12,6 +12,9 @@ Endpoints (query parameters in brackets):
   /hang                      headers and one chunk, then holds the connection open (60 s)
   /status [code]             empty body with that status
   /headers [n]               n extra 100-byte response headers
+  /replay [status,chunk,delay_ms,cut,repeat]  the request body sent back chunked (`chunk` bytes
+                             per chunk, `delay_ms` between them, `repeat` times over); `cut`:
+                             close the connection after that many body bytes, mid-stream
 """
 import json
 import os
@@ -105,6 +108,31 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "2")
             self.end_headers()
             self.wfile.write(b"ok")
+        elif p == "/replay":
+            status, chunk = self.q("status", 200), max(1, self.q("chunk", 65536))
+            delay, cut, repeat = self.q("delay_ms", 0), self.q("cut", -1), self.q("repeat", 1)
+            self.send_response(status)
+            self.send_header("Content-Type", "application/connect+json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            sent = 0
+            for _ in range(repeat):
+                for off in range(0, len(body), chunk):
+                    data = body[off:off + chunk]
+                    if cut >= 0 and sent + len(data) > cut:
+                        data = data[:cut - sent]
+                        if data:
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                        self.wfile.flush()
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        return
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
+                    sent += len(data)
+                    if delay:
+                        time.sleep(delay / 1000)
+            self.wfile.write(b"0\r\n\r\n")
         elif p == "/status":
             self.send_body(self.q("code", 200), b"")
         else:

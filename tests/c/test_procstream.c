@@ -1,13 +1,15 @@
 /* test_procstream.c — a process stream decoded in C: envelopes → event JSON → base64 → frames
- * → sinks, under every split of the body; tails with whole-stream offsets; fd sinks; rejections. */
+ * → sinks, under every split of the body; tails with whole-stream offsets; queues and their
+ * limit; facts kept until taken; rejections. */
 #include "b64.h"
 #include "connect.h"
 #include "frames.h"
 #include "mbtest.h"
 #include "mbtest_support.h"
+#include "mbtest_envd.h"
 #include "procstream.h"
 /* White box: the fact table's overflow guard cannot be reached through the public API (each fact
- * kind occurs at most once per stream, sink errors once per stream: at most 9 of 16), so one
+ * kind occurs at most once per stream: at most 9 of 16), so one
  * case calls the static callbacks directly. This executable therefore compiles its own copy of
  * procstream.c (the library's object is then not linked in). */
 #include "procstream.c"
@@ -17,42 +19,16 @@
 #include <unistd.h>
 
 
-static void body_envelope(struct body *b, int flags, const char *json) {
-  unsigned char hdr[MB_ENVELOPE_HDR];
-  mb_envelope_header(hdr, (uint8_t)flags, strlen(json));
-  body_add(b, hdr, sizeof hdr);
-  body_add(b, json, strlen(json));
-}
 
-/* One envd data event whose stdout (or stderr) is `raw` (the wrapper's own output bytes). */
-static void body_data(struct body *b, const char *leaf, const char *raw, size_t n) {
-  char *enc = malloc(mb_b64_encoded_len(n) + 1);
-  mb_b64_encode(raw, n, enc);
-  size_t cap = strlen(enc) + 64;
-  char *json = malloc(cap);
-  snprintf(json, cap, "{\"event\":{\"data\":{\"%s\":\"%s\"}}}", leaf, enc);
-  body_envelope(b, 0, json);
-  free(json);
-  free(enc);
-}
 
-/* Wrapper frames for `n` bytes of program output. */
-static void frames_data(struct body *f, int kind, const char *p, size_t n) {
-  size_t cap = mb_frame_data_encoded_len(n) + 1;
-  char *out = malloc(cap);
-  size_t len;
-  if (mb_frame_encode_data(kind, p, n, out, cap, &len)) abort();
-  body_add(f, out, len);
-  free(out);
-}
 
 static struct mb_ps_config cfg_tail(size_t out_max, size_t err_max) {
   struct mb_ps_config c;
   memset(&c, 0, sizeof c);
   c.max_message = 1 << 20;
   c.max_line = MB_FRAME_LINE_MIN_LIMIT;
-  c.sink[0] = (struct mb_ps_sink){MB_PS_TAIL, out_max, -1};
-  c.sink[1] = (struct mb_ps_sink){MB_PS_TAIL, err_max, -1};
+  c.sink[0] = (struct mb_ps_sink){MB_PS_TAIL, out_max};
+  c.sink[1] = (struct mb_ps_sink){MB_PS_TAIL, err_max};
   return c;
 }
 
@@ -60,8 +36,8 @@ static struct mb_ps_config cfg_tail(size_t out_max, size_t err_max) {
 struct seen { char s[2048]; size_t n; struct body out, err; };
 
 static void seen_take(struct seen *w, struct mb_procstream *ps) {
-  const struct mb_ps_fact *f;
-  size_t n = mb_procstream_facts(ps, &f);
+  struct mb_ps_fact f[MB_PS_FACTS_MAX];
+  size_t n = mb_procstream_take_facts(ps, f, MB_PS_FACTS_MAX);
   static const char *const names[] = {"?", "start", "pgid", "spawn_error", "exit", "signal", "empty",
                                       "done", "end", "stream_end", "stream_error", "sink_error"};
   for (size_t i = 0; i < n; i++) {
@@ -71,10 +47,12 @@ static void seen_take(struct seen *w, struct mb_procstream *ps) {
     if (k > 0 && (size_t)k < sizeof w->s - w->n) w->n += (size_t)k;
   }
   size_t len;
-  const unsigned char *p = mb_procstream_buffered(ps, MB_PS_STDOUT, &len);
+  const unsigned char *p = mb_procstream_peek(ps, MB_PS_STDOUT, &len);
   if (len) body_add(&w->out, p, len);
-  p = mb_procstream_buffered(ps, MB_PS_STDERR, &len);
+  mb_procstream_consume(ps, MB_PS_STDOUT, len);
+  p = mb_procstream_peek(ps, MB_PS_STDERR, &len);
   if (len) body_add(&w->err, p, len);
+  mb_procstream_consume(ps, MB_PS_STDERR, len);
 }
 
 static void seen_free(struct seen *w) {
@@ -117,7 +95,7 @@ static void test_every_split(void) {
   const char *want = "start:41 pgid:77 exit:3 empty:0 done:0 end:0/exit status 0 stream_end:0 ";
   for (size_t cut = 0; cut < b.n; cut += cut < 64 ? 1 : 37) {
     struct mb_ps_config c = cfg_tail(1000, 1000);
-    c.sink[0].kind = MB_PS_BUFFER;
+    c.sink[0] = (struct mb_ps_sink){MB_PS_QUEUE, 1 << 20};
     struct mb_procstream *ps = mb_procstream_new(&c);
     struct seen w;
     struct mb_error err = {0};
@@ -254,11 +232,11 @@ static void test_tail_growth(void) {
   mb_procstream_free(ps);
 }
 
-static void test_fd_sink(void) {
-  int p[2];
-  CHECK_INT(pipe(p), 0);
+/* A queue keeps what is not consumed across pushes, up to its limit (then the stream fails:
+ * its owner must have paused the transfer long before); facts wait until taken. */
+static void test_queue(void) {
   struct mb_ps_config c = cfg_tail(10, 10);
-  c.sink[0] = (struct mb_ps_sink){MB_PS_FD, 0, p[1]};
+  c.sink[0] = (struct mb_ps_sink){MB_PS_QUEUE, 20};
   struct mb_procstream *ps = mb_procstream_new(&c);
   struct body fr = {0}, b = {0};
   body_add(&fr, "!pgid 2\n", 8);
@@ -267,24 +245,41 @@ static void test_fd_sink(void) {
   body_data(&b, "stdout", fr.s, fr.n);
   struct mb_error err;
   CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), 0);
-  char got[64] = {0};
-  CHECK_INT(read(p[0], got, sizeof got - 1), 12);
-  CHECK_STR(got, "hello world\n");
-  /* a failing fd: one sink_error fact, then the stream is discarded (still counted) */
-  close(p[0]);
-  CHECK_INT(mb_procstream_push(ps, b.s, 0, &err), 0);
+  CHECK_INT(mb_procstream_pending_facts(ps), 1);
+  size_t n;
+  const unsigned char *p = mb_procstream_peek(ps, MB_PS_STDOUT, &n);
+  CHECK_MEM(p, n, "hello world\n", 12);
+  mb_procstream_consume(ps, MB_PS_STDOUT, 6);
   fr.n = b.n = 0;
-  frames_data(&fr, MB_FRAME_STDOUT, "x", 1);
-  frames_data(&fr, MB_FRAME_STDOUT, "y", 1);
+  frames_data(&fr, MB_FRAME_STDOUT, "again", 5);
   body_data(&b, "stdout", fr.s, fr.n);
-  signal(SIGPIPE, SIG_IGN);
   CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), 0);
-  const struct mb_ps_fact *f;
-  CHECK_INT(mb_procstream_facts(ps, &f), 1);
-  CHECK_INT(f[0].kind, MB_PS_SINK_ERROR);
-  CHECK_INT(f[0].value, EPIPE);
-  CHECK_INT(mb_procstream_total(ps, MB_PS_STDOUT), 14);
-  close(p[1]);
+  p = mb_procstream_peek(ps, MB_PS_STDOUT, &n);
+  CHECK_MEM(p, n, "world\nagain", 11);
+  struct mb_ps_fact f[4];
+  CHECK_INT(mb_procstream_take_facts(ps, f, 4), 1);
+  CHECK_INT(f[0].kind, MB_PS_PGID);
+  CHECK_INT(mb_procstream_take_facts(ps, f, 4), 0);
+  /* over the limit: 11 held + 10 more > 20 */
+  fr.n = b.n = 0;
+  frames_data(&fr, MB_FRAME_STDOUT, "0123456789", 10);
+  body_data(&b, "stdout", fr.s, fr.n);
+  CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), MB_E_TOO_LARGE);
+  CHECK_HAS(err.message, "limit of 20 bytes");
+  mb_procstream_free(ps);
+  /* discard: what is held goes, later output is only counted */
+  ps = mb_procstream_new(&c);
+  fr.n = b.n = 0;
+  frames_data(&fr, MB_FRAME_STDOUT, "abc", 3);
+  body_data(&b, "stdout", fr.s, fr.n);
+  CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), 0);
+  mb_procstream_discard(ps, MB_PS_STDOUT);
+  mb_procstream_peek(ps, MB_PS_STDOUT, &n);
+  CHECK_INT(n, 0);
+  CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), 0);
+  mb_procstream_peek(ps, MB_PS_STDOUT, &n);
+  CHECK_INT(n, 0);
+  CHECK_INT(mb_procstream_total(ps, MB_PS_STDOUT), 6);
   free(fr.s);
   free(b.s);
   mb_procstream_free(ps);
@@ -315,8 +310,8 @@ static void test_slow_json_and_errors(void) {
   b.n = 0;
   body_envelope(&b, MB_ENVELOPE_END_STREAM, "{\"error\":{\"code\":\"not_found\",\"message\":\"gone\"}}");
   CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), 0);
-  const struct mb_ps_fact *f;
-  CHECK_INT(mb_procstream_facts(ps, &f), 1);
+  struct mb_ps_fact f[MB_PS_FACTS_MAX];
+  CHECK_INT(mb_procstream_take_facts(ps, f, MB_PS_FACTS_MAX), 1);
   CHECK_INT(f[0].kind, MB_PS_STREAM_ERROR);
   CHECK_STR(f[0].code, "not_found");
   CHECK_STR(f[0].text, "gone");
@@ -374,7 +369,9 @@ static void test_slow_json_and_errors(void) {
   c.max_line = 0;
   CHECK(mb_procstream_new(&c) == NULL);
   c = cfg_tail(1, 1);
-  c.sink[1] = (struct mb_ps_sink){MB_PS_FD, 0, -1};
+  c.sink[1] = (struct mb_ps_sink){MB_PS_QUEUE, 0};
+  CHECK(mb_procstream_new(&c) == NULL);
+  c.sink[1] = (struct mb_ps_sink){7, 0};
   CHECK(mb_procstream_new(&c) == NULL);
   free(b.s);
   free(j.s);
@@ -391,8 +388,8 @@ static void test_second_end(void) {
     struct mb_procstream *ps = mb_procstream_new(&c);
     if (split) {
       CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), 0);
-      const struct mb_ps_fact *f;
-      CHECK_INT(mb_procstream_facts(ps, &f), 1);
+      struct mb_ps_fact f[MB_PS_FACTS_MAX];
+      CHECK_INT(mb_procstream_take_facts(ps, f, MB_PS_FACTS_MAX), 1);
       CHECK_INT(f[0].kind, MB_PS_END);
       CHECK_INT(mb_procstream_push(ps, b.s, b.n, &err), MB_E_PROTOCOL);
     } else {
@@ -412,16 +409,11 @@ static void test_second_end(void) {
 }
 
 /* The guard of mb_ps_fact (white box, see the include above): with the table full, every
- * producer of a fact (frame, start/end event, end-of-stream, fd sink error) fails with
- * MB_E_PROTOCOL "too many control facts" instead of writing past it. */
+ * producer of a fact (frame, start/end event, end-of-stream) fails with MB_E_PROTOCOL "too
+ * many control facts" instead of writing past it. */
 static void test_too_many_facts(void) {
   struct mb_ps_config c = cfg_tail(100, 100);
-  int p[2];
-  CHECK_INT(pipe(p), 0);
-  close(p[0]);
-  signal(SIGPIPE, SIG_IGN);
-  c.sink[1] = (struct mb_ps_sink){MB_PS_FD, 0, p[1]};
-  for (int producer = 0; producer < 5; producer++) {
+  for (int producer = 0; producer < 4; producer++) {
     struct mb_procstream *ps = mb_procstream_new(&c);
     ps->nfacts = MB_PS_FACTS_MAX;
     int rc = -1;
@@ -433,13 +425,11 @@ static void test_too_many_facts(void) {
                                             : "{\"event\":{\"end\":{\"exitCode\":0}}}", 0, NULL);
       rc = mb_ps_event(ps, ev);
       json_decref(ev);
-    } else if (producer == 3) {
+    } else {
       struct mb_envelope env;
       memset(&env, 0, sizeof env);
       env.end_stream = 1;
       rc = mb_ps_on_envelope(ps, &env);
-    } else {
-      rc = mb_ps_sink_data(ps, MB_PS_STDERR, (const unsigned char *)"x", 1); /* EPIPE */
     }
     CHECK_INT(rc, MB_E_PROTOCOL);
     CHECK_INT(ps->nfacts, MB_PS_FACTS_MAX);
@@ -448,14 +438,13 @@ static void test_too_many_facts(void) {
     CHECK_HAS(err.message, "too many control facts");
     mb_procstream_free(ps);
   }
-  close(p[1]);
 }
 
-/* PTY mode: data.pty bytes are raw terminal output (frame-like text included) into the stdout
+/* Raw mode: data.pty bytes are raw terminal output (frame-like text included) into the stdout
  * sink, exact under every split and through jansson too (an escaped "\/" in the base64);
- * start/end/stream_end facts as usual; finish needs no !done. Without pty mode the same body
- * delivers no bytes (the leaf is not recognised), and frames-mode finish still wants !done. */
-static void test_pty(void) {
+ * start/end/stream_end facts as usual; finish needs no !done. In a wrapper stream the same
+ * body is a protocol error (terminal bytes never come from mbwrap) and delivers no bytes. */
+static void test_raw(void) {
   const char raw1[] = "$ echo h\xc3\xa9llo\r\n!exit 3\r\n";
   const char raw2[] = "h\xc3\xa9llo \xe2\x9c\x93\r\n\x1b[0m$ ";
   unsigned char bin[300];
@@ -476,9 +465,9 @@ static void test_pty(void) {
   body_add(&want, "\xff", 1);
   for (size_t cut = 0; cut < b.n; cut += cut < 64 ? 1 : 23) {
     struct mb_ps_config c = cfg_tail(0, 0);
-    c.pty = 1;
+    c.raw = 1;
     c.max_line = 1; /* no frame decoding: a line limit cannot matter */
-    c.sink[0].kind = MB_PS_BUFFER;
+    c.sink[0] = (struct mb_ps_sink){MB_PS_QUEUE, 1 << 20};
     struct mb_procstream *ps = mb_procstream_new(&c);
     struct seen w;
     struct mb_error err = {0};
@@ -492,10 +481,10 @@ static void test_pty(void) {
     mb_procstream_free(ps);
     if (mbt_failures) break;
   }
-  /* the same body in frames mode: no output bytes, and finish reports the missing !done */
+  /* the same body in frames mode: rejected, no output bytes */
   {
     struct mb_ps_config c = cfg_tail(0, 0);
-    c.sink[0].kind = MB_PS_BUFFER;
+    c.sink[0] = (struct mb_ps_sink){MB_PS_QUEUE, 1 << 20};
     struct mb_procstream *ps = mb_procstream_new(&c);
     struct seen w;
     struct mb_error err = {0};
@@ -505,10 +494,10 @@ static void test_pty(void) {
     seen_free(&w);
     mb_procstream_free(ps);
   }
-  /* PTY mode: a tail sink, a stream error, and a truncated body */
+  /* raw mode: a tail sink, a stream error, and a truncated body */
   {
     struct mb_ps_config c = cfg_tail(4, 0);
-    c.pty = 1;
+    c.raw = 1;
     struct body e = {0};
     body_data(&e, "pty", raw2, sizeof raw2 - 1);
     body_envelope(&e, MB_ENVELOPE_END_STREAM,
@@ -542,10 +531,10 @@ int main(void) {
   MBT_RUN(test_every_split);
   MBT_RUN(test_tail);
   MBT_RUN(test_tail_growth);
-  MBT_RUN(test_fd_sink);
+  MBT_RUN(test_queue);
   MBT_RUN(test_slow_json_and_errors);
   MBT_RUN(test_second_end);
   MBT_RUN(test_too_many_facts);
-  MBT_RUN(test_pty);
+  MBT_RUN(test_raw);
   return mbt_report();
 }

@@ -1,4 +1,4 @@
--- moonbox.fs — the filesystem seam over an E2B sandbox (`ctx.fs`).
+-- moonbox.fs.e2b — the filesystem seam over an E2B sandbox (`ctx.fs`, plugin "fs").
 --
 -- Targets are { targetKey = canonical path, displayPath = lexical absolute path }. Requests per
 -- operation: resolve 1 (mbwrap realpath), stat/lstat 1 (mbwrap stat), readText/readBytes 2
@@ -18,6 +18,9 @@
 -- unbounded: it holds one chunk at a time and byte ceilings are the consumer's.
 local errors = require "moonbox.errors"
 local text = require "moonbox.text"
+local ids = require "moonbox.ids"
+local paths = require "moonbox.fs.paths"
+local locks = require "moonbox.fs.lock"
 
 local M = { name = "fs", provides = "fs", inject = { "e2b" } }
 
@@ -48,6 +51,7 @@ local BY_CODE = {
   MB_CANCELED = "FS_ABORTED", E2B_CANCELED = "FS_ABORTED",
   E2B_TOO_LARGE = "FS_TOO_LARGE",
 }
+PASS.E2B_SANDBOX_GONE = true     -- not a filesystem condition: said as it is
 local function map_err(op, path, err)
   if type(err) ~= "table" then return fs_err("FS_IO_ERROR", ("cannot %s %q: %s"):format(op, path, tostring(err))) end
   if PASS[err.code] then return err end
@@ -101,32 +105,7 @@ local function shielded_call(what, fn)
   return r[2], r[3], canceled
 end
 
-------------------------------------------------------------------------------------------------
--- Pure path helpers (POSIX, the execution world's syntax).
-
--- Lexical absolute path: cwd-joined, "." and ".." and duplicate slashes removed.
-function M.lexical(path, cwd)
-  local full = path:sub(1, 1) == "/" and path or (cwd .. "/" .. path)
-  local parts = {}
-  for seg in full:gmatch("[^/]+") do
-    if seg == ".." then parts[#parts] = nil
-    elseif seg ~= "." then parts[#parts + 1] = seg end
-  end
-  return "/" .. table.concat(parts, "/")
-end
-
--- file: URI with every byte outside the unreserved set percent-encoded, per segment.
-function M.file_url(path)
-  if path:sub(1, 1) ~= "/" then error("fileUrl: target path is not absolute: " .. path, 2) end
-  local enc = path:gsub("[^%w%-%._~!%*'%(%)/]", function(c) return ("%%%02X"):format(c:byte()) end)
-  return "file://" .. enc
-end
-
-function M.contains(parent, child)
-  if child == parent then return true end
-  local p = parent:sub(-1) == "/" and parent or (parent .. "/")
-  return child:sub(1, #p) == p
-end
+M.lexical, M.file_url, M.contains = paths.lexical, paths.file_url, paths.contains
 
 -- mbwrap stat output → info table | false (absent) | nil (malformed)
 function M.parse_stat(out)
@@ -171,28 +150,17 @@ function FS:_sandbox(op, path)
   return sb
 end
 
+-- A failed envd request: the sandbox may be what is gone (sb:explain), else the seam's code.
+local function fail(sb, op, path, err)
+  if sb and sb.explain then err = sb:explain(err, op .. " " .. path) end
+  return map_err(op, path, err)
+end
+
 -- Per-target critical section (host side): callers run fn one at a time per key, FIFO.
 function FS:_locked(key, fn)
-  local m = mb()
-  local prev = self.locks[key]
-  local mine = m.event()
-  self.locks[key] = mine
-  if prev then
-    while true do
-      local ok, err = prev:wait(self.timeouts.MAX_TIMER_DELAY_MS)
-      if ok then break end
-      if err and err.code ~= "MB_TIMEOUT" then
-        -- keep the chain intact: the next waiter still waits for `prev` through us
-        m.spawn(function() prev:wait(self.timeouts.MAX_TIMER_DELAY_MS) mine:set(true) end)
-        return nil, map_err("lock", key, err)
-      end
-    end
-  end
-  local res = table.pack(pcall(fn))
-  if self.locks[key] == mine then self.locks[key] = nil end
-  mine:set(true)
-  if not res[1] then error(res[2], 0) end
-  return table.unpack(res, 2, res.n)
+  local r = table.pack(self.locks:run(key, fn))
+  if r[1] == nil and errors.is(r[2], "MB_CANCELED") then return nil, map_err("lock", key, r[2]) end
+  return table.unpack(r, 1, r.n)
 end
 
 function FS:_stat(sb, path, follow)
@@ -219,7 +187,7 @@ function FS:resolve(path, opts)
   local sb, err = self:_sandbox("resolve", path)
   if not sb then return nil, err end
   local cwd = opts.cwd or sb.cwd
-  local display = M.lexical(path, cwd)
+  local display = paths.lexical(path, cwd)
   local out, terr = sb:tool({ "realpath", path, cwd })
   if not out then
     if terr.code == "TOOL_ENOTDIR" then
@@ -233,11 +201,16 @@ function FS:resolve(path, opts)
   return { targetKey = out, displayPath = display }
 end
 
-function FS:processPath(target) return target.targetKey end
-function FS:fileUrl(target) return M.file_url(target.targetKey) end
-function FS:contains(parent, child) return M.contains(parent.targetKey, child.targetKey) end
+function FS:processPath(target) return paths.check_target(target, "fs:processPath").targetKey end
+function FS:fileUrl(target) return paths.file_url(paths.check_target(target, "fs:fileUrl").targetKey) end
+function FS:contains(parent, child)
+  paths.check_target(parent, "fs:contains (parent)")
+  paths.check_target(child, "fs:contains (child)")
+  return paths.contains(parent.targetKey, child.targetKey)
+end
 
 function FS:stat(target)
+  paths.check_target(target, "fs:stat")
   local sb, err = self:_sandbox("stat", target.displayPath)
   if not sb then return nil, err end
   local info, serr = self:_stat(sb, target.targetKey, true)
@@ -251,7 +224,7 @@ function FS:lstat(path, opts)
   if type(path) ~= "string" or path == "" then return nil, fs_err("FS_NOT_FOUND", "file_path must be a non-empty string") end
   local sb, err = self:_sandbox("lstat", path)
   if not sb then return nil, err end
-  local display = M.lexical(path, opts.cwd or sb.cwd)
+  local display = paths.lexical(path, opts.cwd or sb.cwd)
   local info, serr = self:_stat(sb, display, false)
   if info == nil then return nil, map_err("lstat", display, serr) end
   if info == false then return false end
@@ -274,11 +247,12 @@ function FS:_read(sb, target, info, max, op)
     return nil, fs_err("FS_TOO_LARGE", ("%q is %d bytes, over the %d byte limit"):format(target.displayPath, info.size, max))
   end
   local body, err = sb.envd:download(target.targetKey, { max_bytes = max })
-  if not body then return nil, map_err(op, target.displayPath, err) end
+  if not body then return nil, fail(sb, op, target.displayPath, err) end
   return body
 end
 
 function FS:readBytes(target, maxBytes)
+  paths.check_target(target, "fs:readBytes")
   if type(maxBytes) ~= "number" or maxBytes < 0 or maxBytes ~= math.floor(maxBytes) then
     error("readBytes: maxBytes must be a non-negative integer", 2)
   end
@@ -290,6 +264,7 @@ function FS:readBytes(target, maxBytes)
 end
 
 function FS:readText(target)
+  paths.check_target(target, "fs:readText")
   local body, err = self:readBytes(target, self.config.maxReadBytes)
   if not body then return nil, err end
   local terr = text.check_text(body, text.NUL_SAMPLE)
@@ -301,12 +276,13 @@ end
 -- UTF-8 is carried across chunk boundaries; a NUL in the first 8192 bytes fails. No byte
 -- ceiling (the seam leaves that to consumers): one transport chunk is held at a time.
 function FS:streamText(target)
+  paths.check_target(target, "fs:streamText")
   local sb, err = self:_sandbox("read", target.displayPath)
   if not sb then return nil, err end
   local info, ierr = self:_require_regular(sb, target, "read")
   if not info then return nil, ierr end
   local d, derr = sb.envd:open_download(target.targetKey, { max_bytes = false })
-  if not d then return nil, map_err("read", target.displayPath, derr) end
+  if not d then return nil, fail(sb, "read", target.displayPath, derr) end
   local dec, finished = text.decoder(text.NUL_SAMPLE), false
   local it = {}
   function it.next()
@@ -314,7 +290,7 @@ function FS:streamText(target)
       local c, rerr = d.read()
       if c == nil then
         finished = true
-        if rerr then return nil, map_err("read", target.displayPath, rerr) end
+        if rerr then return nil, fail(sb, "read", target.displayPath, rerr) end
         local ok, ferr = dec:finish()
         if not ok then return nil, text_err("read", target.displayPath, ferr) end
         return nil
@@ -332,6 +308,7 @@ end
 local ENTRY_TYPES = { FILE_TYPE_FILE = "file", FILE_TYPE_DIRECTORY = "directory", [1] = "file", [2] = "directory" }
 
 function FS:listDir(target)
+  paths.check_target(target, "fs:listDir")
   local sb, err = self:_sandbox("list", target.displayPath)
   if not sb then return nil, err end
   local info, serr = self:_stat(sb, target.targetKey, true)
@@ -341,7 +318,7 @@ function FS:listDir(target)
     return nil, fs_err("FS_NOT_DIRECTORY", ("cannot list %q: not a directory"):format(target.displayPath))
   end
   local r, lerr = sb.envd:unary("filesystem.Filesystem/ListDir", { path = target.targetKey, depth = 1 })
-  if not r then return nil, map_err("list", target.displayPath, lerr) end
+  if not r then return nil, fail(sb, "list", target.displayPath, lerr) end
   local out = {}
   local base = target.targetKey == "/" and "" or target.targetKey
   local dbase = target.displayPath == "/" and "" or target.displayPath
@@ -370,7 +347,7 @@ function FS:_staging(key)
   local dir = key:match("^(.*)/[^/]*$")
   if dir == "" then dir = "/" end
   local base = dir == "/" and "" or dir
-  return base .. "/.moonbox-" .. require("moonbox.e2b").random_hex(8) .. ".tmp/content"
+  return base .. "/.moonbox-" .. ids.hex(8) .. ".tmp/content"
 end
 
 -- Removes a staging directory, shielded from cancellation (best effort: a failure to clean up
@@ -389,7 +366,7 @@ function FS:_publish(sb, target, content, args, op)
   if not up then
     remove_staging(sb, sdir)
     if ucanceled then return nil, fs_err("FS_ABORTED", op .. " aborted") end
-    return nil, map_err(op, target.displayPath, uerr)
+    return nil, fail(sb, op, target.displayPath, uerr)
   end
   -- The last abort check: nothing after this point can turn a committed write into "aborted".
   if ucanceled or cancel_requested() then
@@ -400,7 +377,9 @@ function FS:_publish(sb, target, content, args, op)
   for _, a in ipairs(args) do cmd[#cmd + 1] = a end
   cmd[#cmd + 1] = staging
   cmd[#cmd + 1] = target.targetKey
-  local out, perr, canceled = shielded_call("mbwrap publish", function() return sb:tool(cmd) end)
+  -- the answer carries the diff basis (up to diffBasisMaxBytes)
+  local max = math.tointeger(self.config.diffBasisMaxBytes) + 4096
+  local out, perr, canceled = shielded_call("mbwrap publish", function() return sb:tool(cmd, { max_bytes = max }) end)
   if not out then
     remove_staging(sb, sdir)
     rearm(canceled)
@@ -419,7 +398,15 @@ local function diff_basis(res)
 end
 
 -- expected: nil (unconditional), { kind = "createIfAbsent" } or { kind = "replaceIfVersion", version = v }
+-- LF-normalized text without a copy when there is no CR to remove (a 200 MB write must not
+-- cost another 200 MB for `after`).
+local function lf(s)
+  if not s:find("\r", 1, true) then return s end
+  return text.normalize_lf(s)
+end
+
 function FS:writeText(target, content, expected)
+  paths.check_target(target, "fs:writeText")
   if type(content) ~= "string" then error("writeText: content must be a string", 2) end
   local sb, err = self:_sandbox("write", target.displayPath)
   if not sb then return nil, err end
@@ -436,61 +423,38 @@ function FS:writeText(target, content, expected)
     local res, perr = self:_publish(sb, target, content, args)
     if not res then return nil, perr end
     return { operation = res.operation, version = res.version,
-      before = res.operation == "update" and diff_basis(res) or nil, after = text.normalize_lf(content) }
+      before = res.operation == "update" and diff_basis(res) or nil, after = lf(content) }
   end)
 end
 
--- Version and content in one request: a shell runs `mbwrap stat -L`, `head -c max+1` and
--- `mbwrap stat -L` again; stdout is stat frames, the raw bytes, stat frames. The content is
--- exactly `size` bytes when both stats agree (then it is the content of that version); a file
--- that changed meanwhile is read again (EDIT_READ_TRIES), then reported FS_IO_ERROR.
-local READ_VERSIONED = [[
-w=$1 p=$2 n=$3
-"$w" stat -L "$p" || exit 9
-head -c "$n" -- "$p" 2>/dev/null || :
-"$w" stat -L "$p" || exit 9
-]]
-local EDIT_READ_TRIES = 3
-
--- One tool block (frames up to and including "!done\n") at the start of s → stat info|false, rest
-local function stat_block(core, s)
-  local stop = s:find("!done\n", 1, true)
-  if not stop then return nil end
-  local dec = core.frame_decoder(64 * 1024)
-  local frames = dec:push(s:sub(1, stop + 5))
-  if not frames or not dec:finish() then return nil end
-  local out, code = {}, nil
-  for _, f in ipairs(frames) do
-    if f.kind == "stdout" then out[#out + 1] = f.data elseif f.kind == "exit" then code = f.value end
-  end
-  if code ~= 0 then
-    -- A tool failure is one line "err <CODE> <detail>": hand it on as TOOL_<CODE>.
-    local c, detail = table.concat(out):match("^err (%S+) ?([^\n]*)")
-    return nil, c and errors.new("TOOL_" .. c, detail) or nil
-  end
-  local info = M.parse_stat(table.concat(out))
-  if info == nil then return nil end
-  return info, s:sub(stop + 6)
+-- mbwrap read output → info | false (absent), content (nil unless a regular file within max),
+-- after (the version once read) | nil (malformed)
+function M.parse_read(out)
+  local head, rest = out:match("^([^\n]*\n)(.*)$")
+  if not head then return nil end
+  local info = M.parse_stat(head)
+  if not info then return info end
+  if info.type ~= "file" or rest == "" then return info end
+  local body, n, ver = rest:match("^(.*)\nend (%d+) (%S+)\n$")
+  n = tonumber(n)
+  if not body or #body ~= n then return nil end
+  return info, body, "e2b:" .. ver
 end
+
+-- Version and content in one request (mbwrap read: the version, the bytes, the version again).
+-- A file that changed while it was read is read again (EDIT_READ_TRIES), then FS_IO_ERROR.
+local EDIT_READ_TRIES = 3
 
 -- → info (false: absent), content (nil unless a regular file within max) | nil, err
 function FS:_read_versioned(sb, target, max, op)
-  local core = sb.core
   for _ = 1, EDIT_READ_TRIES do
-    local r, err = sb:exec_raw({ "/bin/sh", "-c", READ_VERSIONED, "moonbox-read", sb.wrapper, target.targetKey,
-      tostring(math.tointeger(max) + 1) }, { timeout_ms = self.timeouts.tool_ms })
-    if not r then return nil, map_err(op, target.displayPath, err) end
-    if r.exit_code ~= 0 then
-      return nil, fs_err("FS_IO_ERROR", ("cannot %s %q: read exited %d: %s"):format(op, target.displayPath,
-        r.exit_code, r.stderr:sub(1, 200)))
-    end
-    local info, rest = stat_block(core, r.stdout)
-    if info == nil and rest then return nil, map_err(op, target.displayPath, rest) end
-    if info == nil then return nil, fs_err("FS_IO_ERROR", "versioned read: malformed output") end
-    if info == false or info.type ~= "file" then return info end
-    if info.size > max then return info end
-    local after = stat_block(core, rest:sub(info.size + 1))
-    if after and after.version == info.version then return info, rest:sub(1, info.size) end
+    local out, err = sb:tool({ "read", target.targetKey, tostring(math.tointeger(max)) },
+      { max_bytes = max + 4096 })
+    if not out then return nil, map_err(op, target.displayPath, err) end
+    local info, content, after = M.parse_read(out)
+    if info == nil then return nil, fs_err("FS_IO_ERROR", "mbwrap read: malformed output") end
+    if info == false or content == nil then return info end
+    if after == info.version then return info, content end
     -- changed while it was read: again
   end
   return nil, fs_err("FS_IO_ERROR", ("cannot %s %q: it kept changing while it was read"):format(op, target.displayPath))
@@ -498,6 +462,7 @@ end
 
 -- edit: { oldString, newString, replaceAll }; expected: nil or { version = v }
 function FS:editText(target, edit, expected)
+  paths.check_target(target, "fs:editText")
   if type(edit) ~= "table" then error("editText: edit must be a table", 2) end
   local sb, err = self:_sandbox("edit", target.displayPath)
   if not sb then return nil, err end
@@ -536,7 +501,7 @@ end
 function M.new(ctx, config)
   assert(ctx.e2b, "fs: the e2b owner must load first")
   local policies = ctx.policies or {}
-  return setmetatable({ owner = ctx.e2b, config = config, locks = {},
+  return setmetatable({ owner = ctx.e2b, config = config, locks = locks.new(),
     timeouts = policies.timeouts or require("policies.timeouts") }, FS)
 end
 

@@ -1,19 +1,19 @@
--- moonbox.envd — the in-sandbox daemon's API: Connect unary and server-streaming RPC in JSON
--- mode, plus GET/POST /files (reference §3–6). One client per sandbox; every request carries
+-- moonbox.e2b.envd — the in-sandbox daemon's API: Connect unary RPC and process streams in
+-- JSON mode, plus GET/POST /files (reference §3–6). One client per sandbox; every request carries
 -- E2b-Sandbox-Id / E2b-Sandbox-Port (routing) and X-Access-Token when the sandbox has one.
 -- Errors: Connect codes become E2B_<CODE> (E2B_NOT_FOUND, E2B_ALREADY_EXISTS, …) with
 -- `connect_code`, `status`; /files errors map by HTTP status; transport errors pass through.
 local cjson = require("cjson").new()
 local errors = require "moonbox.errors"
+local endpoints = require "moonbox.e2b.endpoints"
 
 local envd = {}
 envd.__index = envd
 local upload_seq = 0
 
-envd.PORT = 49983
+envd.PORT = endpoints.ENVD_PORT
 envd.USER_AGENT = "moonbox/0.1"
 local MAX_UNARY = 16 * 1024 * 1024
-local MAX_MESSAGE = 4 * 1024 * 1024
 
 -- HTTP status → Connect code, for errors without a JSON code (connect-es http-status.ts).
 local CODE_FOR_STATUS = {
@@ -26,7 +26,8 @@ local function urlencode(s)
 end
 
 -- cfg: { url (E2B_SANDBOX_URL or the per-sandbox host), sandbox_id, access_token?, user?,
---        http, core (codecs), timeout_ms, stream_open_ms, stream_idle_ms, keepalive_s }
+--        http, procstream (moonbox.procstream, or a stand-in), core (codecs), timeout_ms,
+--        stream_open_ms, stream_idle_ms, keepalive_s }
 function envd.new(cfg)
   assert(type(cfg.url) == "string" and cfg.url ~= "", "envd: url required")
   assert(type(cfg.sandbox_id) == "string" and cfg.sandbox_id ~= "", "envd: sandbox_id required")
@@ -35,7 +36,8 @@ function envd.new(cfg)
   self.sandbox_id = cfg.sandbox_id
   self.access_token = cfg.access_token
   self.user = cfg.user
-  self.http = cfg.http or require("moonbox").http
+  self.http = cfg.http or require("moonbox.http")
+  self.procstream = cfg.procstream or require("moonbox.procstream")
   self.core = cfg.core
   self.timeout_ms = cfg.timeout_ms or 60000
   self.stream_open_ms = cfg.stream_open_ms or 30000
@@ -116,106 +118,40 @@ function envd:unary(method, msg, opts)
   return v
 end
 
--- A server stream: :next(timeout_ms) → message | nil (clean end) | nil, err ; :close()
-local Stream = {}
-Stream.__index = Stream
-
--- The response body as it arrives, not decoded (for callers that decode it themselves, like
--- core.procstream): → chunk | nil (end) | nil, err; a stream silent for timeout_ms (default:
--- the idle limit) is E2B_TIMEOUT. Use either this or :next on one stream, never both.
-function Stream:read_raw(timeout_ms)
-  timeout_ms = timeout_ms or self.idle_ms
-  local chunk, err = self.s:read(timeout_ms)
-  if err and err.code == "MB_TIMEOUT" then
-    err = errors.new("E2B_TIMEOUT", self.method .. ": stream silent for " .. timeout_ms .. " ms")
-  end
-  return chunk, err
-end
-
-function Stream:next(timeout_ms)
-  while true do
-    local m = table.remove(self.pending, 1)
-    if m then return m end
-    if self.finished then
-      if self.err then return nil, self.err end
-      return nil
-    end
-    local chunk, err = self:read_raw(timeout_ms)
-    if chunk == nil then
-      self.finished = true
-      self.s:close()
-      if err then
-        self.err = err
-        return nil, err
-      end
-      local ok, ferr = self.dec:finish()
-      if not ok then self.err = ferr return nil, ferr end
-      if not self.ended then
-        self.err = rpc_error(self.method, "unknown", "missing EndStreamResponse")
-        return nil, self.err
-      end
-      return nil
-    end
-    local envs, derr = self.dec:push(chunk)
-    if not envs then
-      self.finished = true; self.s:close(); self.err = derr
-      return nil, derr
-    end
-    for _, e in ipairs(envs) do
-      if self.ended then
-        self.finished = true; self.s:close()
-        self.err = errors.new("E2B_PROTOCOL", self.method .. ": message after end of stream")
-        return nil, self.err
-      end
-      if e.end_stream then
-        self.ended = true
-        if e.error then
-          self.finished = true; self.s:close()
-          self.err = rpc_error(self.method, e.error.code, e.error.message, 200)
-          -- deliver already decoded messages first
-          if #self.pending == 0 then return nil, self.err end
-        end
-      else
-        local ok, v = pcall(cjson.decode, e.data)
-        if not ok or type(v) ~= "table" then
-          self.finished = true; self.s:close()
-          self.err = errors.new("E2B_PROTOCOL", self.method .. ": invalid JSON message")
-          return nil, self.err
-        end
-        self.pending[#self.pending + 1] = v
-      end
-    end
-  end
-end
-
-function Stream:close()
-  self.finished = true
-  if self.s then self.s:close() end
-end
-
--- Server-streaming call. No Connect-Timeout-Ms unless opts.deadline_ms is given: envd kills a
--- process when it elapses, so managed processes never get one. opts.user: run as that user.
--- → stream | nil, err
-function envd:stream(method, msg, opts)
+-- A process stream (process.Process/Start or Connect), decoded in C as it arrives into the
+-- sinks of `cfg` (moonbox.procstream). No Connect-Timeout-Ms: envd kills a process when it
+-- elapses, so managed processes never get one; a stream silent for stream_idle_ms (no output,
+-- no keepalive) fails with E2B_TIMEOUT. opts: user (run as), open_timeout_ms (until the
+-- response headers). → stream | nil, err
+function envd:process_stream(method, msg, cfg, opts)
   opts = opts or {}
   local core = self:_core()
   local headers = self:_auth(self:_headers{
     ["Content-Type"] = "application/connect+json", ["Connect-Protocol-Version"] = "1",
     ["Keepalive-Ping-Interval"] = tostring(self.keepalive_s),
   }, opts.user)
-  if opts.deadline_ms then headers["Connect-Timeout-Ms"] = tostring(math.tointeger(opts.deadline_ms)) end
-  local s, err = self.http.stream{
+  return self.procstream.open({
     method = "POST", url = self.url .. "/" .. method, headers = headers,
     body = core.envelope(0, cjson.encode(msg or {})),
     timeout_ms = opts.open_timeout_ms or self.stream_open_ms,
-  }
-  if not s then return nil, err end
-  if s.status ~= 200 then
-    s:close()
-    return nil, status_error(method, s.status, "HTTP " .. s.status)
+    idle_timeout_ms = opts.idle_ms or self.stream_idle_ms,
+  }, cfg)
+end
+
+-- The error of a process stream that closed with `err`: an HTTP answer is mapped like a unary
+-- one (its Connect JSON code, else its status); transport and decoding errors pass through.
+function envd:stream_error(method, s, err)
+  if err and err.code == "E2B_HTTP" then
+    local status = s:status() or 0
+    local body = s:error_body()
+    local ok, v = pcall(cjson.decode, body ~= "" and body or "null")
+    if ok and type(v) == "table" and type(v.code) == "string" then
+      return rpc_error(method, v.code, type(v.message) == "string" and v.message or "", status)
+    end
+    local m = ok and type(v) == "table" and type(v.message) == "string" and v.message or ("HTTP " .. status)
+    return status_error(method, status, m)
   end
-  return setmetatable({ s = s, method = method, pending = {}, idle_ms = opts.idle_ms or self.stream_idle_ms,
-    dec = core.envelope_decoder(opts.max_message or MAX_MESSAGE) }, Stream)
+  return err
 end
 
 local function files_error(op, path, status, body)
@@ -321,11 +257,13 @@ function envd:upload(path, data, opts)
       boundary = "moonbox-" .. seed:sub(1, 32)
     until not data:find(boundary, 1, true)
     extra["Content-Type"] = "multipart/form-data; boundary=" .. boundary
-    req.body = table.concat{
-      "--", boundary, "\r\n",
-      'Content-Disposition: form-data; name="file"; filename="', (path:gsub('[\r\n"]', "_")), '"\r\n',
-      "Content-Type: application/octet-stream\r\n\r\n",
-      data, "\r\n--", boundary, "--\r\n",
+    -- Three pieces sent as they are: the content is never copied into one body string.
+    req.body = {
+      table.concat{ "--", boundary, "\r\n",
+        'Content-Disposition: form-data; name="file"; filename="', (path:gsub('[\r\n"]', "_")), '"\r\n',
+        "Content-Type: application/octet-stream\r\n\r\n" },
+      data,
+      "\r\n--" .. boundary .. "--\r\n",
     }
   end
   req.headers = self:_headers(extra)

@@ -1,4 +1,4 @@
--- moonbox.api — the E2B control plane (REST JSON, X-API-KEY) on mb.http.
+-- moonbox.e2b.api — the E2B control plane (REST JSON, X-API-KEY) on mb.http.
 -- Wire shapes follow the E2B OpenAPI spec as the official SDK sends them (reference §2).
 -- Errors: E2B_NOT_FOUND / E2B_CONFLICT come from the JSON body's `code` (as the SDK decides),
 -- falling back to the HTTP status when the body has none; E2B_UNAUTHORIZED, E2B_RATE_LIMITED,

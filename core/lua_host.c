@@ -1,0 +1,169 @@
+/* lua_host.c — facts about and hooks into the host process:
+ *   core.getpid() → pid;  core.exe_path() → the running executable | nil;  core.rss_bytes()
+ *   core.lock_file(path [, create = true]) → lock (:fd(), :release()) | nil, err
+ *       an exclusive flock(2) on path, taken without waiting: MB_BUSY while another open file
+ *       holds it (its owner lives), MB_NOT_FOUND for a missing file when create is false
+ *   core.signal(name, fn) → watch (:close()): fn() runs (protected, on the loop) whenever
+ *       the process receives SIGTERM, SIGINT or SIGHUP; while any watch is open the signal no
+ *       longer kills the process.
+ *   core.loop_info() → { handles = live libuv handles, active = active ones }            */
+#include "lua_moonbox.h"
+#include "moonbox.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#define MB_LOCK_MT "moonbox.lock"
+#define MB_SIGNAL_MT "moonbox.signal"
+
+static int l_getpid(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)getpid());
+  return 1;
+}
+
+static int l_exe_path(lua_State *L) {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf);
+  if (n <= 0 || (size_t)n >= sizeof buf) return 0;
+  lua_pushlstring(L, buf, (size_t)n);
+  return 1;
+}
+
+/* Resident set size from /proc/self/statm (pages × page size). */
+static int l_rss_bytes(lua_State *L) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long long size = 0, rss = 0;
+  int ok = f && fscanf(f, "%lld %lld", &size, &rss) == 2;
+  if (f) fclose(f);
+  if (!ok) return 0;
+  lua_pushinteger(L, (lua_Integer)(rss * sysconf(_SC_PAGESIZE)));
+  return 1;
+}
+
+typedef struct { int fd; } llock;
+
+static int l_lock_file(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  int create = lua_isnoneornil(L, 2) ? 1 : lua_toboolean(L, 2);
+  llock *k = lua_newuserdatauv(L, sizeof *k, 0);
+  k->fd = -1;
+  luaL_setmetatable(L, MB_LOCK_MT);
+  int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0600);
+  if (fd < 0) {
+    int e = errno;
+    return mb_lua_push_error(L, e == ENOENT ? "MB_NOT_FOUND" : "E2B_IO",
+                             lua_pushfstring(L, "lock %s: %s", path, strerror(e)));
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    close(fd);
+    return mb_lua_push_error(L, e == EWOULDBLOCK ? "MB_BUSY" : "E2B_IO",
+                             lua_pushfstring(L, "lock %s: %s", path, e == EWOULDBLOCK ? "held by a live process" : strerror(e)));
+  }
+  k->fd = fd;
+  return 1;
+}
+
+static int lk_fd(lua_State *L) {
+  llock *k = luaL_checkudata(L, 1, MB_LOCK_MT);
+  if (k->fd < 0) return luaL_error(L, "lock is released");
+  lua_pushinteger(L, k->fd);
+  return 1;
+}
+
+static int lk_release(lua_State *L) {
+  llock *k = luaL_checkudata(L, 1, MB_LOCK_MT);
+  if (k->fd >= 0) close(k->fd); /* the lock goes with the last descriptor of this open file */
+  k->fd = -1;
+  return 0;
+}
+
+/* ---- signals ---- */
+
+typedef struct {
+  uv_signal_t *sig;
+  mb_lua_host *h;
+  int ref;
+} lsignal;
+
+static void free_handle(uv_handle_t *h) { free(h); }
+
+static void on_signal(uv_signal_t *s, int signum) {
+  (void)signum;
+  lsignal *w = s->data;
+  mb_lua_host_call(w->h, w->ref); /* last: the callback may close w */
+}
+
+static int l_signal(lua_State *L) {
+  static const char *const names[] = {"SIGTERM", "SIGINT", "SIGHUP", NULL};
+  static const int nums[] = {SIGTERM, SIGINT, SIGHUP};
+  int i = luaL_checkoption(L, 1, NULL, names);
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  mb_lua_host *h = mb_lua_host_of(L);
+  lsignal *w = lua_newuserdatauv(L, sizeof *w, 0);
+  memset(w, 0, sizeof *w);
+  w->h = h;
+  w->ref = LUA_NOREF;
+  luaL_setmetatable(L, MB_SIGNAL_MT);
+  w->sig = malloc(sizeof *w->sig);
+  if (!w->sig) return luaL_error(L, "out of memory");
+  uv_signal_init(mb_loop_uv(mb_lua_host_loop(h)), w->sig);
+  w->sig->data = w;
+  int rc = uv_signal_start(w->sig, on_signal, nums[i]);
+  if (rc != 0) {
+    uv_close((uv_handle_t *)w->sig, free_handle);
+    w->sig = NULL;
+    return mb_lua_push_error(L, "E2B_IO", uv_strerror(rc));
+  }
+  lua_pushvalue(L, 2);
+  w->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  return 1;
+}
+
+static int sg_close(lua_State *L) {
+  lsignal *w = luaL_checkudata(L, 1, MB_SIGNAL_MT);
+  if (w->sig) {
+    uv_signal_stop(w->sig);
+    uv_close((uv_handle_t *)w->sig, free_handle);
+    w->sig = NULL;
+  }
+  if (w->ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, w->ref);
+  w->ref = LUA_NOREF;
+  return 0;
+}
+
+static void count_handle(uv_handle_t *hd, void *arg) {
+  long long *c = arg;
+  c[0]++;
+  if (uv_is_active(hd)) c[1]++;
+}
+
+static int l_loop_info(lua_State *L) {
+  long long c[2] = {0, 0};
+  uv_walk(mb_loop_uv(mb_lua_host_loop(mb_lua_host_of(L))), count_handle, c);
+  lua_createtable(L, 0, 2);
+  lua_pushinteger(L, (lua_Integer)c[0]);
+  lua_setfield(L, -2, "handles");
+  lua_pushinteger(L, (lua_Integer)c[1]);
+  lua_setfield(L, -2, "active");
+  return 1;
+}
+
+void mb_lua_open_host(lua_State *L) {
+  static const luaL_Reg lk[] = {{"fd", lk_fd}, {"release", lk_release}, {NULL, NULL}};
+  static const luaL_Reg lk_meta[] = {{"__gc", lk_release}, {NULL, NULL}};
+  mb_lua_new_class(L, MB_LOCK_MT, lk, lk_meta);
+  static const luaL_Reg sg[] = {{"close", sg_close}, {NULL, NULL}};
+  static const luaL_Reg sg_meta[] = {{"__gc", sg_close}, {NULL, NULL}};
+  mb_lua_new_class(L, MB_SIGNAL_MT, sg, sg_meta);
+  static const luaL_Reg f[] = {{"getpid", l_getpid}, {"exe_path", l_exe_path},
+                               {"rss_bytes", l_rss_bytes}, {"lock_file", l_lock_file},
+                               {"signal", l_signal}, {"loop_info", l_loop_info}, {NULL, NULL}};
+  luaL_setfuncs(L, f, 0);
+}

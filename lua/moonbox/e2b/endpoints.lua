@@ -1,0 +1,80 @@
+-- moonbox.e2b.endpoints — where the E2B endpoints are, and where this build's helper binaries
+-- (sandboxd, mbwrap) are. Configuration follows E2B's own variables: E2B_API_KEY,
+-- E2B_API_URL, E2B_SANDBOX_URL, E2B_DOMAIN. With none of them (and no apiKey), moonbox starts
+-- its own sandboxd (local_sandboxd = true).
+local M = {}
+
+M.ENVD_PORT = 49983
+-- E2B's shared domains route envd through one host with E2b-Sandbox-Id headers.
+M.SHARED_SANDBOX_DOMAINS = { ["e2b.app"] = true, ["e2b.dev"] = true, ["e2b.pro"] = true, ["e2b-staging.dev"] = true }
+
+-- getenv(name), with an empty value counting as unset.
+local function env_value(getenv, name)
+  local v = getenv(name)
+  if v == nil or v == "" then return nil end
+  return v
+end
+
+-- config.apiKey and the environment → { api_key, api_url, sandbox_url, domain, local_sandboxd }.
+-- `getenv` (default os.getenv) lets an embedder or a spec supply the environment.
+function M.resolve(config, getenv)
+  getenv = getenv or os.getenv
+  local function get(name) return env_value(getenv, name) end
+  local e = {
+    api_key = config.apiKey or get("E2B_API_KEY"),
+    api_url = get("E2B_API_URL"),
+    sandbox_url = get("E2B_SANDBOX_URL"),
+    domain = get("E2B_DOMAIN"),
+  }
+  e.local_sandboxd = not (e.api_key or e.api_url or e.sandbox_url or e.domain)
+  e.api_url = e.api_url or ("https://api." .. (e.domain or "e2b.app"))
+  return e
+end
+
+-- envd's base URL for a sandbox (reference §1.2).
+function M.sandbox_url(ep, id, domain)
+  if ep.sandbox_url then return ep.sandbox_url end
+  local d = domain or ep.domain or "e2b.app"
+  if M.SHARED_SANDBOX_DOMAINS[d] then return "https://sandbox." .. d end
+  return ("https://%d-%s.%s"):format(M.ENVD_PORT, id, d)
+end
+
+-- The running program when it is the moonbox executable (not a Lua interpreter): its path.
+function M.moonbox_exe()
+  local exe = require("moonbox.core").exe_path()
+  if exe and exe:match("/moonbox$") then return exe end
+  return nil
+end
+
+local function exists(p)
+  local f = io.open(p, "rb")
+  if f then f:close() return true end
+  return false
+end
+
+-- A helper binary of this build: $<env_name>, else next to the running moonbox executable,
+-- else $MB_BUILD_DIR/bin, else the build dir of the loaded C core (<build>/lib/moonbox/core.so),
+-- else <source>/build/bin. `getenv` and `exe` (the moonbox executable, or false) are for specs.
+function M.find_binary(env_name, name, getenv, exe)
+  getenv = getenv or os.getenv
+  local v = env_value(getenv, env_name)
+  if v then return v end
+  local dirs = {}
+  if exe == nil then exe = M.moonbox_exe() end
+  if exe then dirs[#dirs + 1] = exe:match("^(.*)/[^/]*$") end
+  local build = env_value(getenv, "MB_BUILD_DIR")
+  if build then dirs[#dirs + 1] = build .. "/bin" end
+  local so = package.searchpath and package.searchpath("moonbox.core", package.cpath)
+  local sobuild = so and so:match("^(.*)/lib/moonbox/core%.so$")
+  if sobuild then dirs[#dirs + 1] = sobuild .. "/bin" end
+  -- next to the Lua tree: <root>/lua/moonbox/e2b/endpoints.lua → <root>/build/bin/<name>
+  local here = debug.getinfo(1, "S").source:match("^@(.*)/lua/moonbox/e2b/endpoints%.lua$")
+  if here then dirs[#dirs + 1] = here .. "/build/bin" end
+  for _, d in ipairs(dirs) do
+    local p = d .. "/" .. name
+    if exists(p) then return p end
+  end
+  return nil
+end
+
+return M

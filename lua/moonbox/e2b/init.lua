@@ -1,0 +1,40 @@
+-- moonbox.e2b — the "e2b" plugin: the sandbox owner every provider of the E2B family injects.
+--
+-- Config: apiKey (else E2B_API_KEY), cwd (absolute, default from policies/lifecycle.lua),
+-- timeoutMs (the lease, default from the lifecycle policy), sandboxId (connect to an existing
+-- sandbox instead of creating one), template. Endpoints come from E2B_API_URL /
+-- E2B_SANDBOX_URL / E2B_DOMAIN; with none of them set, the owner starts a local sandboxd and
+-- stops it at teardown (moonbox.e2b.launcher). The pieces: owner.lua (lifecycle),
+-- sandbox.lua (the handle providers use), envd.lua and api.lua (the wire), endpoints.lua,
+-- launcher.lua.
+local owner = require "moonbox.e2b.owner"
+local endpoints = require "moonbox.e2b.endpoints"
+
+local M = { name = "e2b", provides = "e2b", inject = {} }
+
+local function lifecycle_default(field) return function() return require("policies.lifecycle")[field] end end
+
+M.schema = {
+  apiKey = { type = "string", secret = true,
+    check = function(v) if v == "" then return "must be non-empty (or leave it unset to use E2B_API_KEY)" end end },
+  cwd = { type = "string", default = lifecycle_default("default_cwd"),
+    check = function(v)
+      if v:sub(1, 1) ~= "/" then return "must be an absolute Linux path: " .. v end
+      if v:find("\0", 1, true) then return "must not contain NUL" end
+    end },
+  timeoutMs = { type = "number", default = lifecycle_default("default_timeout_ms"),
+    check = function(v)
+      if v ~= v or v <= 0 or v == math.huge then return "must be a positive finite number" end
+    end },
+  sandboxId = { type = "string", check = function(v) if not v:match("^[%w]+$") then return "must be alphanumeric" end end },
+  template = { type = "string" },
+}
+
+M.new = owner.new
+M.Owner = owner.Owner
+M.WRAPPER_DIR = owner.WRAPPER_DIR
+M.PREPARE, M.parse_prepare = owner.PREPARE, owner.parse_prepare
+M.endpoints, M.sandbox_url = endpoints.resolve, endpoints.sandbox_url
+M.find_binary, M.moonbox_exe = endpoints.find_binary, endpoints.moonbox_exe
+
+return M

@@ -1,0 +1,118 @@
+-- moonbox.e2b.launcher — the embedded default: a local sandboxd started for one owner.
+--
+-- sandboxd runs as a host child process on a free loopback port (it reports the URL on its
+-- stdout) with a private state directory /tmp/moonbox-sandboxd.XXXXXX and a fresh API key. The
+-- directory holds a lock file that this process and sandboxd both keep locked (flock, inherited
+-- by sandboxd as fd 3) for as long as either lives; --exit-with-parent makes sandboxd destroy
+-- its sandboxes and exit when moonbox dies without stopping it. A directory whose lock is free
+-- belongs to a dead run: every start removes those first, so a SIGKILLed run leaves nothing
+-- behind for long.
+local core = require "moonbox.core"
+local errors = require "moonbox.errors"
+local ids = require "moonbox.ids"
+local endpoints = require "moonbox.e2b.endpoints"
+
+local M = {}
+M.STATE_PREFIX = "/tmp/moonbox-sandboxd."
+local FOREVER_MS = 2147483647
+
+local function mb() return require "moonbox" end
+
+local function quote(s) return "'" .. s:gsub("'", "'\"'\"'") .. "'" end
+
+local function remove_tree(dir)
+  -- the state directory is ours (made by mktemp under a fixed prefix): checked before rm
+  if dir:sub(1, #M.STATE_PREFIX) ~= M.STATE_PREFIX or dir:find("/", #M.STATE_PREFIX + 1, true) then
+    error("launcher: refusing to remove " .. dir, 2)
+  end
+  os.execute("rm -rf -- " .. quote(dir))
+end
+
+-- Removes the state directories of runs that died without cleaning up. → how many
+function M.sweep()
+  local p = io.popen("ls -d -- " .. M.STATE_PREFIX .. "* 2>/dev/null")
+  if not p then return 0 end
+  local n = 0
+  for dir in p:lines() do
+    local lock = core.lock_file(dir .. "/lock")
+    if lock then                      -- nobody holds it: its run is gone
+      remove_tree(dir)
+      lock:release()
+      n = n + 1
+    end
+  end
+  p:close()
+  return n
+end
+
+-- → handle { url, api_key, pid, state, proc, lock } | nil, err
+function M.start(timeouts)
+  local m = mb()
+  local bin = endpoints.find_binary("MOONBOX_SANDBOXD", "sandboxd")
+  if not bin then
+    return nil, errors.new("E2B_SANDBOXD", "no E2B endpoint configured and no local sandboxd found "
+      .. "(set E2B_API_KEY for the cloud, or MOONBOX_SANDBOXD / MB_BUILD_DIR)")
+  end
+  M.sweep()
+  local p = io.popen("mktemp -d " .. M.STATE_PREFIX .. "XXXXXX")
+  local state = p and p:read("l")
+  if p then p:close() end
+  if not state or state == "" then return nil, errors.new("E2B_SANDBOXD", "cannot make a state directory") end
+  local lock, lerr = core.lock_file(state .. "/lock")
+  if not lock then
+    remove_tree(state)
+    return nil, errors.new("E2B_SANDBOXD", "cannot lock the state directory: " .. tostring(lerr))
+  end
+  local key = "e2b_" .. ids.hex(20)
+  local proc, err = m.proc.spawn{ argv = { bin, "--listen", "127.0.0.1:0", "--api-key", key,
+    "--state-dir", state .. "/state", "--exit-with-parent" }, inherit_fds = { lock:fd() } }
+  if not proc then
+    lock:release()
+    remove_tree(state)
+    return nil, err
+  end
+  local d = { proc = proc, pid = proc.pid, state = state, api_key = key, log = {}, lock = lock }
+  local found = m.event()
+  -- Drain both pipes for the daemon's whole life (a full pipe would block it).
+  for _, which in ipairs({ "stdout", "stderr" }) do
+    m.spawn(function()
+      local buf = ""
+      while true do
+        local chunk = proc:read(which, FOREVER_MS)
+        if not chunk then break end
+        if #d.log < 64 then d.log[#d.log + 1] = chunk end
+        if not found.is_set then
+          buf = buf .. chunk
+          local url = buf:match("sandboxd listening on (http://[%d%.]+:%d+)")
+          if url then found:set(url) end
+          if #buf > 65536 then buf = buf:sub(-4096) end
+        end
+      end
+      if which == "stdout" then found:set(false) end
+    end)
+  end
+  local url = found:wait(timeouts.sandboxd_start_ms)
+  if not url then
+    M.stop(d, timeouts, true)
+    return nil, errors.new("E2B_SANDBOXD", "local sandboxd did not start: " .. table.concat(d.log):sub(1, 2000))
+  end
+  d.url = url
+  return d
+end
+
+-- TERM (KILL after the grace), then the state directory goes. Idempotent.
+function M.stop(d, timeouts, now)
+  if not d or not d.proc then return end
+  local proc = d.proc
+  d.proc = nil
+  proc:kill(now and "SIGKILL" or "SIGTERM")
+  if not proc:wait(timeouts.sandboxd_stop_grace_ms) then
+    proc:kill("SIGKILL")
+    proc:wait(timeouts.sandboxd_stop_grace_ms)
+  end
+  proc:close()
+  remove_tree(d.state)
+  d.lock:release()
+end
+
+return M

@@ -1,0 +1,236 @@
+-- moonbox.e2b.owner — the sandbox owner: one shared E2B sandbox per composition and its
+-- lifecycle (create or connect, setup, lease renewal, teardown by policy).
+--
+-- Setup (4 requests: create, upload mbwrap as root, one root process that makes it 0755 in a
+-- root-owned 0755 directory and verifies both, one user process) makes cwd, a private runtime
+-- root (0700, made fresh, verified to be a real directory) outside cwd for staging and spills,
+-- and captures the ambient environment once. The sandbox user can neither replace nor change
+-- mbwrap. `owner:sandbox()` waits for setup and hands out the handle; a setup failure deletes
+-- the sandbox once and reports the original error. Teardown follows policies/lifecycle.lua; a
+-- failed delete is reported and retried by the next dispose().
+local errors = require "moonbox.errors"
+local ids = require "moonbox.ids"
+local api_mod = require "moonbox.e2b.api"
+local envd_mod = require "moonbox.e2b.envd"
+local endpoints = require "moonbox.e2b.endpoints"
+local launcher = require "moonbox.e2b.launcher"
+local sandbox = require "moonbox.e2b.sandbox"
+
+local M = {}
+local function mb() return require "moonbox" end
+-- Where mbwrap is installed: a root-owned 0755 directory ("%s": the owner's random id) whose
+-- parent the sandbox user cannot write (policies/lifecycle.lua `wrapper_dir` overrides).
+M.WRAPPER_DIR = "/opt/.moonbox-%s"
+
+------------------------------------------------------------------------------------------------
+local Owner = {}
+Owner.__index = Owner
+
+-- Root setup script: mbwrap (uploaded as root: root's, 0644) becomes 0755 in its root-owned
+-- directory; then both and the directory's parent are verified (a real root-owned 0755
+-- directory and regular file; a parent the sandbox user cannot rename entries in).
+local INSTALL = [[
+set -e
+dir=$1 wrap=$2
+chmod 755 -- "$dir" "$wrap"
+[ -d "$dir" ] && [ ! -L "$dir" ] && [ "$(stat -c '%u %a' -- "$dir")" = "0 755" ] ||
+  { echo "wrapper directory must be a root-owned 0755 directory: $dir" >&2; exit 3; }
+[ -f "$wrap" ] && [ ! -L "$wrap" ] && [ "$(stat -c '%u %a %h' -- "$wrap")" = "0 755 1" ] ||
+  { echo "mbwrap must be a root-owned 0755 regular file: $wrap" >&2; exit 3; }
+parent=$(dirname -- "$dir")
+set -- $(stat -c '%u %a' -- "$parent")
+[ "$1" = 0 ] && { [ $(( 0$2 & 022 )) = 0 ] || [ $(( 0$2 & 01000 )) != 0 ]; } ||
+  { echo "wrapper directory's parent is not protected: $parent" >&2; exit 3; }
+]]
+
+-- Setup script (the sandbox user): make the runtime root fresh (mkdir fails on anything already
+-- there, a symlink included), verify it, make cwd, report the login home and the ambient
+-- environment (NUL-separated, exact bytes).
+local PREPARE = [[
+set -e
+root=$1 cwd=$2
+mkdir -m 700 -- "$root" || { echo "cannot make the runtime root: $root" >&2; exit 3; }
+[ -d "$root" ] && [ ! -L "$root" ] || { echo "runtime root must be a real directory: $root" >&2; exit 3; }
+mkdir -p -- "$cwd"
+[ -d "$cwd" ] || { echo "cwd is not a directory: $cwd" >&2; exit 4; }
+home=$(getent passwd "$(id -u)" 2>/dev/null | cut -d: -f6) || home=
+[ -n "$home" ] || home=$HOME
+printf '%s\0' "$home"
+env -0
+]]
+M.PREPARE = PREPARE         -- exported for specs: args are (runtime root, cwd)
+
+local function parse_prepare(out)
+  local home, rest = out:match("^([^%z]*)%z(.*)$")
+  if not home or home:sub(1, 1) ~= "/" then return nil end
+  local env = {}
+  for entry in rest:gmatch("([^%z]*)%z") do
+    local k, v = entry:match("^([^=]+)=(.*)$")
+    if k then env[k] = v end
+  end
+  -- the preparing shell's own bookkeeping is not part of the ambient environment
+  env._, env.PWD, env.OLDPWD, env.SHLVL = nil, nil, nil, nil
+  env.HOME = home
+  return home, env
+end
+M.parse_prepare = parse_prepare
+
+function Owner:_setup()
+  local m = mb()
+  local ep = self.endpoints
+  if ep.local_sandboxd then
+    local d, err = launcher.start(self.timeouts)
+    if not d then return nil, err end
+    self.sandboxd = d
+    ep.api_key, ep.api_url, ep.sandbox_url = d.api_key, d.url, d.url
+  end
+  if not ep.api_key then
+    return nil, errors.new("E2B_CONFIG", "configure apiKey or set E2B_API_KEY")
+  end
+  self.api = api_mod.new{ url = ep.api_url, api_key = ep.api_key, http = m.http,
+    timeout_ms = self.timeouts.request_ms, create_timeout_ms = self.timeouts.create_ms }
+  local info, err
+  if self.config.sandboxId then
+    info, err = self.api:connect(self.config.sandboxId, self.config.timeoutMs)
+  else
+    info, err = self.api:create{ template = self.config.template, timeout_ms = self.config.timeoutMs }
+  end
+  if not info then return nil, err end
+  self.info, self.id = info, info.id
+  self.lease_granted_at = m.now()
+  local ok, serr = self:_prepare(info)
+  if not ok then
+    if not self.config.sandboxId then                  -- never delete a sandbox we did not create
+      for _ = 1, self.lifecycle.setup_rollback_deletes do
+        if self.api:delete(info.id) ~= nil then break end
+      end
+      self.deleted = true
+    end
+    return nil, serr
+  end
+  return true
+end
+
+function Owner:_prepare(info)
+  local m = mb()
+  local ep = self.endpoints
+  local core = require "moonbox.core"
+  local sb = sandbox.new{
+    id = info.id, info = info, api = self.api, core = core, timeouts = self.timeouts,
+    cwd = self.config.cwd, policies = self.policies,
+  }
+  sb.envd = envd_mod.new{ url = endpoints.sandbox_url(ep, info.id, info.domain), sandbox_id = info.id,
+    access_token = info.access_token, http = m.http, procstream = m.procstream, core = core,
+    timeout_ms = self.timeouts.request_ms, stream_open_ms = self.timeouts.stream_open_ms,
+    stream_idle_ms = self.timeouts.stream_idle_ms, keepalive_s = self.timeouts.keepalive_interval_s }
+  local hex = ids.hex(8)
+  sb.root = self.lifecycle.runtime_root:format(hex)
+  sb.wrapper_dir = (self.lifecycle.wrapper_dir or M.WRAPPER_DIR):format(hex)
+  sb.wrapper = sb.wrapper_dir .. "/mbwrap"
+  local wrapper_file = endpoints.find_binary("MOONBOX_MBWRAP", "mbwrap")
+  if not wrapper_file then return nil, errors.new("E2B_SETUP", "mbwrap binary not found (MOONBOX_MBWRAP / MB_BUILD_DIR)") end
+  local up, uerr = sb.envd:upload(sb.wrapper, nil, { file = wrapper_file, user = "root" })
+  if not up then return nil, uerr end
+  local ir, ierr = sb:exec({ "/bin/sh", "-c", INSTALL, "moonbox-install", sb.wrapper_dir, sb.wrapper }, { user = "root" })
+  if not ir then return nil, ierr end
+  if ir.exit_code ~= 0 then
+    return nil, errors.new("E2B_SETUP", ("installing mbwrap failed (exit %d): %s"):format(ir.exit_code, ir.stderr))
+  end
+  local r, rerr = sb:exec({ "/bin/sh", "-c", PREPARE, "moonbox-prepare", sb.root, sb.cwd })
+  if not r then return nil, rerr end
+  if r.exit_code ~= 0 then
+    return nil, errors.new("E2B_SETUP", ("sandbox setup failed (exit %d): %s"):format(r.exit_code, r.stderr))
+  end
+  local home, ambient = parse_prepare(r.stdout)
+  if not home then return nil, errors.new("E2B_SETUP", "sandbox setup returned an invalid environment") end
+  sb.home, sb.ambient = home, ambient
+  self.handle = sb
+  return true
+end
+
+function Owner:_renew_loop()
+  local m = mb()
+  while not self.disposing do
+    local delay = self.lifecycle.renewal_delay(self.config.timeoutMs)
+    if not delay then return end
+    local _, err = m.sleep(delay)
+    if err or self.disposing then return end
+    local ok, rerr = self.api:set_timeout(self.id, self.config.timeoutMs)
+    if ok then self.lease_granted_at = m.now()
+    elseif rerr.code == "E2B_NOT_FOUND" then self.gone = true return
+    else self.renew_error = rerr end
+  end
+end
+
+-- The ready sandbox handle. → sb | nil, err (E2B_DISPOSING once teardown began, or the setup error)
+function Owner:sandbox(timeout_ms)
+  if self.disposing then return nil, errors.new("E2B_DISPOSING", "E2B sandbox service is disposing") end
+  local ok, err = self.ready:wait(timeout_ms or self.timeouts.create_ms + self.timeouts.request_ms * 3)
+  if self.disposing then return nil, errors.new("E2B_DISPOSING", "E2B sandbox service is disposing") end
+  if ok == nil then return nil, err end
+  if self.setup_error then return nil, self.setup_error end
+  return self.handle
+end
+
+function Owner:dispose()
+  if self.disposed then return true end
+  local steps, result_err = {}, nil
+  for _, s in ipairs(self.lifecycle.teardown) do steps[#steps + 1] = s end
+  for _, step in ipairs(steps) do
+    if step == "block" then
+      self.disposing = true
+    elseif step == "await_setup" then
+      self.ready:wait(self.timeouts.create_ms + self.timeouts.request_ms * 3)
+    elseif step == "stop_renewal" then
+      if self.renewer then self.renewer:cancel() end
+    elseif step == "delete" then
+      if self.id and not self.deleted and not self.config.sandboxId then
+        local ok, err = self.api:delete(self.id)       -- true | false (not found) | nil, err
+        if ok == false then
+          if self.lifecycle.delete_not_found_is_gone then ok = true
+          else err = errors.new("E2B_NOT_FOUND", ("sandbox %s was not found at deletion"):format(self.id)) end
+        end
+        if ok then self.deleted = true else result_err = err end
+      end
+    elseif step == "stop_sandboxd" then
+      if self.sandboxd and self.sandboxd.proc then
+        launcher.stop(self.sandboxd, self.timeouts)
+        self.deleted = true                             -- its sandboxes went with it
+      end
+    end
+  end
+  -- A failed delete is reported, and the next dispose() tries again.
+  if result_err then return nil, result_err end
+  self.disposed = true
+  return true
+end
+
+function M.new(ctx, config)
+  local m = mb()
+  local policies = ctx.policies or {}
+  local self = setmetatable({
+    config = config, policies = policies,
+    lifecycle = policies.lifecycle or require("policies.lifecycle"),
+    timeouts = policies.timeouts or require("policies.timeouts"),
+  }, Owner)
+  self.endpoints = endpoints.resolve(config, ctx.getenv)
+  self.ready = m.event()
+  -- Creation starts now; the providers wait on `ready` through owner:sandbox().
+  m.spawn(function()
+    local pok, ok, err = pcall(self._setup, self)
+    if not pok then ok, err = nil, errors.new("E2B_SETUP", "setup raised: " .. tostring(ok)) end
+    if not ok then
+      self.setup_error = err or errors.new("E2B_SETUP", "setup failed")
+      -- nothing is left to serve: do not keep a local sandboxd until disposal
+      if self.sandboxd then launcher.stop(self.sandboxd, self.timeouts) end
+    end
+    if ok and self.lifecycle.renewal_delay(config.timeoutMs) then
+      self.renewer = m.spawn(function() self:_renew_loop() end)
+    end
+    self.ready:set(true)
+  end)
+  return self
+end
+
+M.Owner = Owner
+return M

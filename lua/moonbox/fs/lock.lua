@@ -1,0 +1,43 @@
+-- moonbox.fs.lock — per-target critical sections on the host: callers run fn one at a time per
+-- key, in arrival order. Mutations of the filesystem providers run inside them.
+local M = {}
+local Locks = {}
+Locks.__index = Locks
+
+local FOREVER = 2147483647
+
+function M.new() return setmetatable({ chains = {} }, Locks) end
+
+-- Runs fn() once every earlier caller for `key` finished. → fn's results | nil, err when the
+-- wait itself was canceled (fn did not run). fn's raise is re-raised after the lock is passed on.
+function Locks:run(key, fn)
+  local mb = require "moonbox"
+  local prev = self.chains[key]
+  local mine = mb.event()
+  self.chains[key] = mine
+  if prev then
+    while true do
+      local ok, err = prev:wait(FOREVER)
+      if ok then break end
+      if err and err.code ~= "MB_TIMEOUT" then
+        -- keep the chain intact: the next waiter still waits for `prev` through us
+        mb.spawn(function() prev:wait(FOREVER) mine:set(true) end)
+        return nil, err
+      end
+    end
+  end
+  local res = table.pack(pcall(fn))
+  if self.chains[key] == mine then self.chains[key] = nil end
+  mine:set(true)
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+-- Keys with a caller inside or waiting (for leak checks).
+function Locks:count()
+  local n = 0
+  for _ in pairs(self.chains) do n = n + 1 end
+  return n
+end
+
+return M

@@ -1,0 +1,116 @@
+-- moonbox.procstream — a process stream decoded in C on the loop (core.pstream), for tasks.
+--
+--   local s, err = procstream.open(http_opts, cfg)
+--     cfg = { stdout = sink, stderr = sink, raw = bool, max_message =, max_line =, high_water = }
+--     sink: "discard" | "pipe" | { tail = maxBytes } | { fd = n }
+--   s:next_facts(timeout_ms) → non-empty list of facts | nil (closed: no more) | nil, err
+--   s:read(stream, timeout_ms) → bytes | nil (end of that stream) | nil, err     (pipe sinks)
+--   s:wait_closed(timeout_ms)  → true | nil, err;   s:result() → true | nil, err (once closed)
+--   s:read_from(stream, offset), s:total(stream), s:discard(stream), s:seal(stream), s:diag(), s:info(),
+--   s:status(), s:error_body(), s:cancel(), s:close()
+--
+-- The C side decodes every byte as it arrives and wakes this object only when it has
+-- something: control facts, bytes for a reader that waits, the end. A task blocked here is
+-- resumed a handful of times per command, not once per chunk of output.
+local core = require "moonbox.core"
+local sched = require "moonbox.sched"
+local errors = require "moonbox.errors"
+
+local M = {}
+local WEAK_V = { __mode = "v" }
+local Stream = {}
+Stream.__index = Stream
+
+-- → stream | nil, err (the request could not start)
+function M.open(http_opts, cfg)
+  local s = setmetatable({ waiters = {} }, Stream)
+  -- The C side holds the callback; it reaches s weakly, so a stream dropped without close()
+  -- is collected and its __gc cancels the transfer.
+  local weak = setmetatable({ s }, WEAK_V)
+  local c, err = core.pstream(http_opts, cfg, function()
+    local st = weak[1]
+    if st then sched.wake_all(st.waiters, st, true) end
+  end)
+  if not c then return nil, err end
+  s.c = c
+  return s
+end
+
+local function closed_err() return errors.new("MB_CLOSED", "process stream is closed") end
+
+-- Blocks until the C side reports a change. → nil | err (timeout, cancel)
+function Stream:_wait(timeout_ms, what)
+  return sched.wait_on(self, self.waiters, sched.need_task(what, 3), timeout_ms, what)
+end
+
+function Stream:next_facts(timeout_ms)
+  while true do
+    if self.freed then return nil, closed_err() end
+    local f = self.c:facts()
+    if #f > 0 then return f end
+    if self.c:closed() then return nil end
+    local err = self:_wait(timeout_ms, "process stream")
+    if err then return nil, err end
+  end
+end
+
+function Stream:read(stream, timeout_ms)
+  while true do
+    if self.freed then return nil, closed_err() end
+    local b = self.c:read(stream)
+    if b then return b end
+    if b == nil then return nil end
+    self.c:want(stream)
+    local err = self:_wait(timeout_ms, "process stream read")
+    if err then return nil, err end
+  end
+end
+
+function Stream:wait_closed(timeout_ms)
+  while true do
+    if self.freed then return nil, closed_err() end
+    if self.c:closed() then return self:result() end
+    local err = self:_wait(timeout_ms, "process stream")
+    if err then return nil, err end
+  end
+end
+
+-- How the stream ended: true | nil, err (transport, HTTP status, decoding) | nil when open.
+function Stream:result()
+  local closed, err = self.c:closed()
+  if not closed then return nil end
+  if err then return nil, err end
+  return true
+end
+
+function Stream:read_from(stream, offset) return self.c:read_from(stream, offset) end
+function Stream:total(stream) return self.c:total(stream) end
+function Stream:diag() return self.c:diag() end
+function Stream:info() return self.c:info() end
+function Stream:status() return self.c:status() end
+function Stream:error_body() return self.c:error_body() end
+function Stream:closed() return (self.c:closed()) end
+
+-- Output nobody wants any more: dropped as it comes (the control facts keep flowing).
+function Stream:discard(stream)
+  if not self.freed then self.c:discard(stream) end
+end
+
+-- A pipe takes no more output; what it holds stays readable (and no longer holds back facts).
+function Stream:seal(stream)
+  if not self.freed then self.c:seal(stream) end
+end
+
+function Stream:cancel()
+  if not self.freed then self.c:cancel() end
+end
+
+-- Frees the C side (cancels what still runs); waiters get MB_CLOSED.
+function Stream:close()
+  if self.freed then return end
+  self.freed = true
+  self.c:close()
+  sched.wake_all(self.waiters, self, true)
+end
+
+return M
