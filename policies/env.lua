@@ -47,6 +47,8 @@ function M.check_entry(name, value)
   local shown = ("%q"):format(name)
   if name == "" then return "environment entry has an empty name" end
   if name:find("=", 1, true) then return ("environment entry %s: name contains '='"):format(shown) end
+  -- a leading '-' reads as an option to whatever parses a command line (env(1) did)
+  if name:sub(1, 1) == "-" then return ("environment entry %s: name begins with '-'"):format(shown) end
   if name:find("\0", 1, true) then return ("environment entry %s: name contains NUL"):format(shown) end
   if value == false then return nil end
   if type(value) ~= "string" then

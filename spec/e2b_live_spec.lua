@@ -75,7 +75,7 @@ describe("e2b owner with its own sandboxd #sandboxd", function()
   end)
 
   -- FS_IO_ERROR from a live read: the server dies while a 64 MiB text file streams.
-  it("reports FS_IO_ERROR when sandboxd dies in the middle of a streamed read", function()
+  it("reports the transport's E2B_* error when sandboxd dies in the middle of a streamed read", function()
     with_owner(function(ctx)
       local sb = assert(ctx.e2b:sandbox(60000))
       local mk = assert(ctx.subprocess:spawn{ argv = { "/bin/sh", "-c",
@@ -93,7 +93,7 @@ describe("e2b owner with its own sandboxd #sandboxd", function()
         got = got + #c
       end
       assert.is_not_nil(err, "the read ended cleanly after " .. got .. " bytes")
-      assert.are.equal("FS_IO_ERROR", err.code, tostring(err.message))
+      assert.truthy(err.code:match("^E2B_"), tostring(err))
       assert.is_true(got < 50331648 * 4 / 3)
       ctx.e2b:dispose()
     end)

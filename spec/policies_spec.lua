@@ -51,6 +51,8 @@ describe("policies/env.lua", function()
     { "empty name", { [""] = "v" }, "empty name" },
     { "= in name", { ["A=B"] = "v" }, '"A=B": name contains \'=\'' },
     { "NUL in name", { ["A\0B"] = "v" }, "name contains NUL" },
+    -- once injected a command (`env -i -Sx=...` ran /bin/touch): a leading '-' is refused
+    { "a leading '-' in a name", { ["-Sx"] = "y /bin/touch /tmp/INJECTED" }, "\"-Sx\": name begins with '-'" },
     { "NUL in value", { GOOD_NAME = "a\0b" }, '"GOOD_NAME": value contains NUL' },
     { "non-string value", { N = 1 }, '"N": value must be a string or false' },
     { "true is not a tombstone", { T = true }, '"T": value must be a string or false' },

@@ -285,6 +285,27 @@ describe("subprocess seam contract #sandboxd", function()
       end)
     end)
 
+    it("gives a terminal its environment without any command line showing it, and refuses option-like names", function()
+      if P.open().name ~= "e2b" then return end
+      P.run(function()
+        local canary = "mb-canary-" .. os.time()
+        local t = assert(sp:spawnTerminal{ argv = { "/bin/sh" }, cwd = P.open().cwd, graceMs = 300,
+          env = { MB_TERMINAL_CANARY = canary, PS1 = "$ " } })
+        -- every process's command line in the sandbox, while the terminal runs
+        local cmdlines = P.sh("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done")
+        assert.is_nil(cmdlines:find(canary, 1, true))
+        assert(t:write("echo \"got:$MB_TERMINAL_CANARY\"; exit\n"))
+        local out = {}
+        while true do local c = t:read(10000) if not c then break end out[#out + 1] = c end
+        assert.truthy(table.concat(out):find("got:" .. canary, 1, true), table.concat(out))
+        assert(t:wait(10000))
+        local ok, err = pcall(sp.spawnTerminal, sp, { argv = { "/bin/true" }, env = { ["-Sx"] = "y /bin/touch /tmp/INJECTED" } })
+        assert.is_false(ok)
+        assert.truthy(tostring(err):find("begins with '-'", 1, true), tostring(err))
+        assert.are.equal("no\n", P.sh("[ -e /tmp/INJECTED ] && echo yes || echo no"))
+      end)
+    end)
+
     it("disposes a service whose process output is never read", function()
       if P.open().name ~= "e2b" then return end
       P.run(function()

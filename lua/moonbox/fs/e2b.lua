@@ -51,7 +51,12 @@ local BY_CODE = {
   MB_CANCELED = "FS_ABORTED", E2B_CANCELED = "FS_ABORTED",
   E2B_TOO_LARGE = "FS_TOO_LARGE",
 }
-PASS.E2B_SANDBOX_GONE = true     -- not a filesystem condition: said as it is
+-- The connection to the sandbox failed, or the sandbox is gone: not a filesystem condition,
+-- said as it is (the E2B_* code of the transport).
+for _, c in ipairs({ "E2B_SANDBOX_GONE", "E2B_CONNECT_FAILED", "E2B_IO", "E2B_TIMEOUT", "E2B_TRUNCATED",
+  "E2B_PROTOCOL", "E2B_TLS", "E2B_DNS", "E2B_UNAVAILABLE", "E2B_NOMEM", "E2B_UNAUTHENTICATED" }) do
+  PASS[c] = true
+end
 local function map_err(op, path, err)
   if type(err) ~= "table" then return fs_err("FS_IO_ERROR", ("cannot %s %q: %s"):format(op, path, tostring(err))) end
   if PASS[err.code] then return err end
