@@ -5,6 +5,9 @@
 --   latency N       spawn→exit of `true` through ctx.subprocess (full semantics), N runs
 --   throughput B    B bytes of stdout through the wrapper, pipe mode and collect mode
 --   rss B           peak host RSS (VmHWM) while readBytes(B-byte file, 1 MiB) → FS_TOO_LARGE
+--   calls           Lua resumes and Lua→C calls per command as its output grows (1 KiB, 1 MiB,
+--                   256 MiB) in collect and inherit modes (inherit: run with stdout on /dev/null)
+--   write-rss B     peak host RSS of one writeText of B bytes (the goal: ≤ 1.5 × B)
 -- Prints a human line or two, then one line `RESULT {json}`. Any failed operation raises
 -- (moonbox run then exits non-zero).
 local mb = require "moonbox"
@@ -204,6 +207,59 @@ elseif mode == "rss" then
     return "ok", #r
   end)
   result({ rows = rows })
+elseif mode == "calls" then
+  -- Count every call into the C core: each function of moonbox.core and each method of its
+  -- classes (the registry's moonbox.* metatables) goes through a counter from here on.
+  local ccalls = 0
+  local function wrap(t)
+    for k, f in pairs(t) do
+      if type(f) == "function" and k:sub(1, 2) ~= "__" then
+        t[k] = function(...) ccalls = ccalls + 1 return f(...) end
+      end
+    end
+  end
+  wrap(require("moonbox.core"))
+  for name, mt in pairs(debug.getregistry()) do
+    if type(name) == "string" and name:match("^moonbox%.") and type(mt) == "table" and type(mt.__index) == "table" then
+      wrap(mt.__index)
+    end
+  end
+  local rows = {}
+  for _, m in ipairs({ "collect", "inherit" }) do
+    for _, size in ipairs({ 1024, 1048576, 268435456 }) do
+      local r0, c0 = mb.stats().resumes, ccalls
+      local out = m == "collect" and { maxBytes = 65536 } or "inherit"
+      local h = check(sp:spawn{ argv = { "head", "-c", tostring(size), "/dev/zero" }, cwd = sb.cwd, graceMs = 1000,
+        stdio = { stdin = "ignore", stdout = out, stderr = { maxBytes = 4096 } } })
+      local o = check(h:wait(600000))
+      if o.exitCode ~= 0 then error("head exited with " .. tostring(o.signal or o.exitCode), 0) end
+      rows[#rows + 1] = { mode = m, bytes = size, resumes = mb.stats().resumes - r0, c_calls = ccalls - c0 }
+      io.stderr:write(("  %-8s %9d bytes: %3d resumes, %3d Lua→C calls\n"):format(m, size,
+        rows[#rows].resumes, rows[#rows].c_calls))
+    end
+  end
+  io.stderr:write("RESULT ", cjson.encode({ rows = rows }), "\n")
+elseif mode == "write-rss" then
+  local bytes = math.tointeger(arg) or 209715200
+  local target = check(fs:resolve("bench-write.bin"))
+  local content = ("w"):rep(bytes)
+  collectgarbage("collect")
+  local cr = io.open("/proc/self/clear_refs", "w")
+  local reset = cr and cr:write("5") and cr:close() or false
+  local f = assert(io.open("/proc/self/status"))
+  local st = f:read("a") f:close()
+  local base = tonumber(st:match("VmRSS:%s+(%d+)"))
+  local t0 = mb.now()
+  check(fs:writeText(target, content))
+  local ms = mb.now() - t0
+  f = assert(io.open("/proc/self/status"))
+  st = f:read("a") f:close()
+  local hwm = tonumber(st:match("VmHWM:%s+(%d+)"))
+  -- the content itself is part of the baseline: the write's own cost is the peak above it
+  local extra = (hwm - base) * 1024
+  io.write(("  writeText(%d MiB): peak %.1f MiB over a baseline that holds the content: %.2f × the content in all%s (%.0f ms)\n"):format(
+    bytes // 1048576, extra / 1048576, 1 + extra / bytes, reset and "" or " [HWM not reset]", ms))
+  result({ bytes = bytes, extra_bytes = extra, ratio = 1 + extra / bytes, ms = ms })
 else
-  error("usage: moonbox run compose.lua providers_ops.lua counts|latency N|throughput BYTES|rss BYTES", 0)
+  error("usage: moonbox run compose.lua providers_ops.lua counts|latency N|throughput BYTES|rss BYTES|calls|write-rss BYTES", 0)
 end

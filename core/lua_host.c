@@ -6,7 +6,8 @@
  *   core.signal(name, fn) → watch (:close()): fn() runs (protected, on the loop) whenever
  *       the process receives SIGTERM, SIGINT or SIGHUP; while any watch is open the signal no
  *       longer kills the process.
- *   core.loop_info() → { handles = live libuv handles, active = active ones }            */
+ *   core.loop_info() → { handles = libuv handles, active = active ones, idle_timers = stopped
+ *       timers (kept in a pool for reuse) }                                               */
 #include "lua_moonbox.h"
 #include "moonbox.h"
 #include <errno.h>
@@ -138,20 +139,24 @@ static int sg_close(lua_State *L) {
   return 0;
 }
 
+/* [0] all, [1] active, [2] idle timers (a pool keeps stopped timers for reuse) */
 static void count_handle(uv_handle_t *hd, void *arg) {
   long long *c = arg;
   c[0]++;
   if (uv_is_active(hd)) c[1]++;
+  else if (hd->type == UV_TIMER) c[2]++;
 }
 
 static int l_loop_info(lua_State *L) {
-  long long c[2] = {0, 0};
+  long long c[3] = {0, 0, 0};
   uv_walk(mb_loop_uv(mb_lua_host_loop(mb_lua_host_of(L))), count_handle, c);
-  lua_createtable(L, 0, 2);
+  lua_createtable(L, 0, 3);
   lua_pushinteger(L, (lua_Integer)c[0]);
   lua_setfield(L, -2, "handles");
   lua_pushinteger(L, (lua_Integer)c[1]);
   lua_setfield(L, -2, "active");
+  lua_pushinteger(L, (lua_Integer)c[2]);
+  lua_setfield(L, -2, "idle_timers");
   return 1;
 }
 

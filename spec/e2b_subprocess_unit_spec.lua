@@ -126,6 +126,19 @@ describe("moonbox.subprocess (unit, scripted sandbox)", function()
     assert.are.equal("partial", h.collected.stdout:readFrom(0).text)
   end)
 
+  -- Found by the soak: a terminate that raced the wrapper's start killed it before its first
+  -- frame; the stream then ended without frames and the handle stayed tracked for good.
+  it("a wrapper killed before its first frame fails the spawn and leaves nothing tracked", function()
+    local sp = make{ stream = function()
+      return stream{ ev{ start = { pid = 9 } }, ev{ ["end"] = { exitCode = -1, status = "signal: terminated" } } }
+    end }
+    local h, err = mb.run(function() return sp:spawn(spec()) end)
+    assert.is_nil(h)
+    assert.are.equal("SPAWN_FAILED", err.code)
+    assert.truthy(err.message:find("SIGTERM", 1, true), err.message)
+    assert.is_nil(next(sp.live))
+  end)
+
   it("fails the spawn itself when the program cannot be executed", function()
     local core
     local sp, sb = make{ stream = function()

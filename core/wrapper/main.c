@@ -1,6 +1,7 @@
 /* mbwrap: the process-group wrapper and its one-shot tools. Frame protocol: PROTOCOL.md. */
 #include "mbwrap.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,6 +21,17 @@ static const char HELP[] =
     "  mbwrap signal PGID SIGNAME\n";
 
 int main(int argc, char **argv) {
+  /* A TERM that comes while `run` is still parsing its arguments must wait for the signalfd
+   * (it terminates the tree like any other), not kill the wrapper before it said anything. */
+  if (argc >= 2 && strcmp(argv[1], "run") == 0) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+  }
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
     fputs(HELP, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

@@ -18,6 +18,7 @@ local errors = require "moonbox.errors"
 
 local M = {}
 local WEAK_V = { __mode = "v" }
+local open_streams = setmetatable({}, { __mode = "k" }) -- stream → { url, started } (debugging)
 local Stream = {}
 Stream.__index = Stream
 
@@ -33,7 +34,19 @@ function M.open(http_opts, cfg)
   end)
   if not c then return nil, err end
   s.c = c
+  open_streams[s] = { url = http_opts.url, started = sched.now(), tag = cfg.tag }
   return s
+end
+
+-- Streams not yet freed (watchdogs, leak checks): a list of { url, started, tag, closed }.
+function M.open_streams()
+  local out = {}
+  for s, info in pairs(open_streams) do
+    if not s.freed then
+      out[#out + 1] = { url = info.url, started = info.started, tag = info.tag, closed = s.c:closed() == true }
+    end
+  end
+  return out
 end
 
 local function closed_err() return errors.new("MB_CLOSED", "process stream is closed") end

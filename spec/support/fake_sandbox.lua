@@ -17,7 +17,14 @@ function M.new(handlers)
     assert(h, "fake sandbox: unexpected " .. kind)
     return h(...)
   end
-  function sb:tool(args, opts) return call("tool", args, opts) end
+  function sb:tool(args, opts)
+    -- a terminal that ends by itself sweeps its session (killsession): answered by default
+    if args[1] == "killsession" and not handlers.tool then
+      log[#log + 1] = { kind = "tool", args = table.pack(args, opts) }
+      return "0\n"
+    end
+    return call("tool", args, opts)
+  end
   function sb:explain(err) return err end
   sb.envd = {
     unary = function(_, method, msg) return call("unary", method, msg) end,

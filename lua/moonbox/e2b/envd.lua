@@ -130,6 +130,10 @@ function envd:process_stream(method, msg, cfg, opts)
     ["Content-Type"] = "application/connect+json", ["Connect-Protocol-Version"] = "1",
     ["Keepalive-Ping-Interval"] = tostring(self.keepalive_s),
   }, opts.user)
+  -- what runs, for debugging listings (procstream.open_streams)
+  local p = type(msg) == "table" and msg.process
+  cfg.tag = cfg.tag or (p and table.concat({ tostring(p.cmd), p.args and tostring(p.args[1]) or nil,
+    p.args and tostring(p.args[#p.args]) or nil }, " "))
   return self.procstream.open({
     method = "POST", url = self.url .. "/" .. method, headers = headers,
     body = core.envelope(0, cjson.encode(msg or {})),

@@ -24,16 +24,21 @@ local MAYBE_GONE = { E2B_TRUNCATED = true, E2B_IO = true, E2B_PROTOCOL = true, E
 -- → E2B_SANDBOX_GONE when the control plane no longer knows a running sandbox of this id,
 -- else err unchanged.
 function Sandbox:explain(err, what)
-  if not (errors.is(err) and MAYBE_GONE[err.code]) or not self.api then return err end
+  if not (errors.is(err) and MAYBE_GONE[err.code]) then return err end
   if self.gone then return self.gone end
-  local info, gerr = self.api:get(self.id)
-  if (info and info.state and info.state ~= "running") or (gerr and gerr.code == "E2B_NOT_FOUND") then
-    local how = info and ("is " .. info.state) or "was deleted or expired"
-    self.gone = errors.new("E2B_SANDBOX_GONE", ("sandbox %s %s%s"):format(self.id, how,
-      what and (" (" .. what .. ")") or ""), { cause = err, sandbox_id = self.id })
-    return self.gone
+  local how
+  -- envd's front (E2B's edge, sandboxd) answers for a sandbox it no longer has
+  if tostring(err.message):lower():find("sandbox was not found", 1, true) then
+    how = "was deleted or expired"
+  elseif self.api then
+    local info, gerr = self.api:get(self.id)
+    if info and info.state and info.state ~= "running" then how = "is " .. info.state
+    elseif gerr and gerr.code == "E2B_NOT_FOUND" then how = "was deleted or expired" end
   end
-  return err
+  if not how then return err end
+  self.gone = errors.new("E2B_SANDBOX_GONE", ("sandbox %s %s%s"):format(self.id, how,
+    what and (" (" .. what .. ")") or ""), { cause = err, sandbox_id = self.id })
+  return self.gone
 end
 
 -- The facts of a stream that closed, and its error (an end-stream Connect error included).

@@ -68,19 +68,22 @@ function Handle:_fact(f)
       mb().spawn(function() self:terminate() end)
     end
   elseif k == "pgid" then
+    self.wrapper_said_anything = true
     self.pid = f.value
     self.pid_ev:set(true)
   elseif k == "spawn_error" then
+    self.wrapper_said_anything = true
     self.spawn_error = errors.new("SPAWN_FAILED", ("cannot start %q: %s"):format(self.spec.argv[1], f.message),
       { errno = f.errno })
     self.pid_ev:set(false)                 -- no-op once the group id arrived
   elseif k == "exit" or k == "signal" then
     local fact = k == "exit" and { exitCode = f.value } or { signal = specs.signal_name(f.value) }
     self.exit_fact = fact
-    -- Drain grace: a descendant holding the pipes cannot hold `done`.
+    -- Drain grace: a descendant holding the pipes cannot hold `done` (canceled when the
+    -- stream ends first, as it normally does).
     local m = mb()
-    m.spawn(function()
-      m.sleep(self.spec.graceMs)
+    self.grace_task = m.spawn(function()
+      if not m.sleep(self.spec.graceMs) then return end
       if not self.stream_ended then self:_drop_pipes(false) end
       self:_settle(fact)
     end)
@@ -89,6 +92,8 @@ function Handle:_fact(f)
     self.empty_ev:set(true)
   elseif k == "done" then
     self.completed = true
+  elseif k == "end" then
+    self.end_fact = f
   elseif k == "stream_error" then
     return require("moonbox.e2b.envd").rpc_error(METHOD, f.code, f.message, 200)
   elseif k == "sink_error" then
@@ -104,6 +109,7 @@ function Handle:_fail(err)
   self.pid_ev:set(false)                 -- no-op once the group id arrived
   self.empty_ev:set(false)          -- waitForExit must not wait for a fact that cannot come
   self.stream_ended = true
+  if self.grace_task then self.grace_task:cancel() end
   self:_settle(nil, err)
 end
 
@@ -122,7 +128,20 @@ function Handle:_run()
     end
   end
   self.stream_ended = true
+  if self.grace_task then self.grace_task:cancel() end
   local ok, err = s:result()
+  if not self.exit_fact and not self.wrapper_said_anything and self.end_fact and (ok or err.code == "E2B_PROTOCOL") then
+    -- The wrapper was killed before it wrote a frame (a terminate that raced its start; envd's
+    -- end event says so): the program never ran — its child exits on the wrapper's death.
+    local o = specs.outcome_from_end{ exitCode = self.end_fact.exit_code, status = self.end_fact.status }
+    if o.signal then
+      self.tree_empty = true; self.empty_ev:set(true)
+      self.spawn_error = errors.new("SPAWN_FAILED", ("%q did not start: its wrapper ended by %s"):format(
+        self.spec.argv[1], o.signal))
+      self.pid_ev:set(false)
+      return self:_settle(o)
+    end
+  end
   if not ok then
     return self:_fail(self.sb:explain(self.sb.envd:stream_error(METHOD, s, err), "while " .. self.spec.argv[1] .. " ran"))
   end

@@ -178,6 +178,11 @@ function Term:_run()
   self.started:set(false)
   self.start_seen:set(false)
   self.done_ev:set(true)
+  -- The top level exited by itself: what it left in its session goes the way a closed
+  -- terminal's does (HUP, TERM, KILL), and the service stops tracking it.
+  if self.pid and not self.terminating and not self.terminated then
+    mb().spawn(function() self:terminate() end)
+  end
 end
 
 return M
