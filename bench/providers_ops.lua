@@ -210,18 +210,19 @@ elseif mode == "rss" then
 elseif mode == "calls" then
   -- Count every call into the C core: each function of moonbox.core and each method of its
   -- classes (the registry's moonbox.* metatables) goes through a counter from here on.
-  local ccalls = 0
-  local function wrap(t)
+  local ccalls, by_name = 0, {}
+  local function wrap(t, prefix)
     for k, f in pairs(t) do
       if type(f) == "function" and k:sub(1, 2) ~= "__" then
-        t[k] = function(...) ccalls = ccalls + 1 return f(...) end
+        local name = prefix .. k
+        t[k] = function(...) ccalls = ccalls + 1 by_name[name] = (by_name[name] or 0) + 1 return f(...) end
       end
     end
   end
-  wrap(require("moonbox.core"))
+  wrap(require("moonbox.core"), "core.")
   for name, mt in pairs(debug.getregistry()) do
     if type(name) == "string" and name:match("^moonbox%.") and type(mt) == "table" and type(mt.__index) == "table" then
-      wrap(mt.__index)
+      wrap(mt.__index, name .. ":")
     end
   end
   local rows = {}
@@ -234,6 +235,10 @@ elseif mode == "calls" then
       local o = check(h:wait(600000))
       if o.exitCode ~= 0 then error("head exited with " .. tostring(o.signal or o.exitCode), 0) end
       rows[#rows + 1] = { mode = m, bytes = size, resumes = mb.stats().resumes - r0, c_calls = ccalls - c0 }
+      if os.getenv("BENCH_CALLS_DETAIL") then
+        for k, v in pairs(by_name) do io.stderr:write("    ", k, " ", v, "\n") end
+        by_name = {}
+      end
       io.stderr:write(("  %-8s %9d bytes: %3d resumes, %3d Lua→C calls\n"):format(m, size,
         rows[#rows].resumes, rows[#rows].c_calls))
     end

@@ -310,6 +310,12 @@ size_t mb_procstream_take_facts(struct mb_procstream *ps, struct mb_ps_fact *out
 
 size_t mb_procstream_pending_facts(const struct mb_procstream *ps) { return ps->nfacts; }
 
+unsigned mb_procstream_pending_kinds(const struct mb_procstream *ps) {
+  unsigned m = 0;
+  for (size_t i = 0; i < ps->nfacts; i++) m |= 1u << ps->facts[i].kind;
+  return m;
+}
+
 const unsigned char *mb_procstream_peek(const struct mb_procstream *ps, int stream, size_t *len) {
   const struct mb_ps_out *o = &ps->out[stream ? 1 : 0];
   *len = o->qlen - o->qoff;

@@ -87,6 +87,8 @@ int mb_procstream_finish(struct mb_procstream *ps, struct mb_error *err);
 /* Facts not taken yet, in stream order; taking them empties the list. */
 size_t mb_procstream_take_facts(struct mb_procstream *ps, struct mb_ps_fact *out, size_t max);
 size_t mb_procstream_pending_facts(const struct mb_procstream *ps);
+/* The kinds among the facts not taken yet, as a bit mask (1 << kind). */
+unsigned mb_procstream_pending_kinds(const struct mb_procstream *ps);
 /* QUEUE: the bytes not consumed yet (len 0 if none or not a QUEUE), and consuming them. */
 const unsigned char *mb_procstream_peek(const struct mb_procstream *ps, int stream, size_t *len);
 void mb_procstream_consume(struct mb_procstream *ps, int stream, size_t n);

@@ -5,6 +5,11 @@
 #include <string.h>
 
 #define MB_PST_DEFAULT_HIGH_WATER (256 * 1024)
+/* The facts an owner acts on at once; the rest (completion, envd's end, the end of the
+ * Connect stream) come right before the close and are taken with it: fewer wake-ups. */
+#define MB_PST_WAKING ((1u << MB_PS_START) | (1u << MB_PS_PGID) | (1u << MB_PS_SPAWN_ERROR) | \
+                       (1u << MB_PS_EXIT) | (1u << MB_PS_SIGNAL) | (1u << MB_PS_EMPTY) |      \
+                       (1u << MB_PS_STREAM_ERROR))
 #define MB_PST_DEFAULT_ERROR_BODY (64 * 1024)
 
 struct mb_pstream {
@@ -125,7 +130,8 @@ static int on_body(void *ud, mb_http_req *r, const char *p, size_t n, struct mb_
       notify(s);
     }
   }
-  if (mb_procstream_pending_facts(s->ps) > before) notify(s);
+  if (mb_procstream_pending_facts(s->ps) > before && (mb_procstream_pending_kinds(s->ps) & MB_PST_WAKING))
+    notify(s);
   return MB_OK;
 }
 

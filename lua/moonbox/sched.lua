@@ -184,7 +184,8 @@ function M.run(fn, ...)
     if not ok then driving = false; error(perr, 0) end
     if t.status == "dead" then break end
     in_loop = true
-    local res, alive = core.run("once")
+    -- the loop runs in C until a callback wakes a task (enqueue stops it) or nothing is left
+    local res, alive = core.run("default")
     in_loop = false
     if not res then driving = false; error("moonbox: loop callback failed: " .. tostring(alive), 0) end
     if not alive and rhead > rtail and t.status ~= "dead" then

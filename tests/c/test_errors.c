@@ -9,7 +9,7 @@ static void test_codes_are_stable(void) {
   CHECK_STR(mb_errcode(MB_E_CONNECT_FAILED), "E2B_CONNECT_FAILED");
   CHECK_STR(mb_errcode(MB_E_TIMEOUT), "E2B_TIMEOUT");
   CHECK_STR(mb_errcode(MB_E_TLS), "E2B_TLS");
-  CHECK_STR(mb_errcode(MB_E_CANCELED), "E2B_CANCELED");
+  CHECK_STR(mb_errcode(MB_E_CANCELED), "MB_CANCELED");
   CHECK_STR(mb_errcode(MB_E_PROTOCOL), "E2B_PROTOCOL");
   CHECK_STR(mb_errcode(MB_E_HTTP), "E2B_HTTP");
   CHECK_STR(mb_errcode(MB_E_IO), "E2B_IO");

@@ -14,7 +14,6 @@ local endpoints = require "moonbox.e2b.endpoints"
 
 local M = {}
 M.STATE_PREFIX = "/tmp/moonbox-sandboxd."
-local FOREVER_MS = 2147483647
 
 local function mb() return require "moonbox" end
 
@@ -78,7 +77,7 @@ function M.start(timeouts)
     m.spawn(function()
       local buf = ""
       while true do
-        local chunk = proc:read(which, FOREVER_MS)
+        local chunk = proc:read(which)
         if not chunk then break end
         if #d.log < 64 then d.log[#d.log + 1] = chunk end
         if not found.is_set then

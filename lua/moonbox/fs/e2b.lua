@@ -48,7 +48,7 @@ local BY_CODE = {
   E2B_PERMISSION_DENIED = "FS_PERMISSION_DENIED", TOOL_EACCES = "FS_PERMISSION_DENIED",
   TOOL_EPERM = "FS_PERMISSION_DENIED", TOOL_EROFS = "FS_PERMISSION_DENIED",
   TOOL_ENOTDIR = "FS_NOT_DIRECTORY",
-  MB_CANCELED = "FS_ABORTED", E2B_CANCELED = "FS_ABORTED",
+  MB_CANCELED = "FS_ABORTED",
   E2B_TOO_LARGE = "FS_TOO_LARGE",
 }
 -- The connection to the sandbox failed, or the sandbox is gone: not a filesystem condition,
@@ -386,7 +386,10 @@ function FS:_publish(sb, target, content, args, op)
   local max = math.tointeger(self.config.diffBasisMaxBytes) + 4096
   local out, perr, canceled = shielded_call("mbwrap publish", function() return sb:tool(cmd, { max_bytes = max }) end)
   if not out then
-    remove_staging(sb, sdir)
+    -- a guard that refused the write ran after mbwrap removed the staging (a stale write costs
+    -- 2 requests); other failures may leave it where the user cannot remove it: envd does
+    local guard = errors.is(perr) and (perr.code == "TOOL_FS_STALE_VERSION" or perr.code == "TOOL_FS_NOT_OBSERVED")
+    if not guard then remove_staging(sb, sdir) end
     rearm(canceled)
     return nil, map_err(op, target.displayPath, perr)
   end

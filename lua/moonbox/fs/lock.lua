@@ -4,8 +4,6 @@ local M = {}
 local Locks = {}
 Locks.__index = Locks
 
-local FOREVER = 2147483647
-
 function M.new() return setmetatable({ chains = {} }, Locks) end
 
 -- Runs fn() once every earlier caller for `key` finished. → fn's results | nil, err when the
@@ -16,14 +14,11 @@ function Locks:run(key, fn)
   local mine = mb.event()
   self.chains[key] = mine
   if prev then
-    while true do
-      local ok, err = prev:wait(FOREVER)
-      if ok then break end
-      if err and err.code ~= "MB_TIMEOUT" then
-        -- keep the chain intact: the next waiter still waits for `prev` through us
-        mb.spawn(function() prev:wait(FOREVER) mine:set(true) end)
-        return nil, err
-      end
+    local ok, err = prev:wait()
+    if not ok then
+      -- canceled: keep the chain intact, the next waiter still waits for `prev` through us
+      mb.spawn(function() prev:wait() mine:set(true) end)
+      return nil, err
     end
   end
   local res = table.pack(pcall(fn))

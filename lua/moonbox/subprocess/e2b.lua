@@ -39,7 +39,6 @@ M.schema = {
     check = function(v) if v < 4096 or v ~= math.floor(v) then return "must be an integer >= 4096" end end },
 }
 
-local FOREVER = specs.FOREVER
 local METHOD = "process.Process/Start"
 
 local function mb() return require "moonbox" end

@@ -16,7 +16,6 @@ local Handle = {}
 Handle.__index = Handle
 M.Handle = Handle
 
-local FOREVER = specs.FOREVER
 local METHOD = "process.Process/Start"
 
 local function mb() return require "moonbox" end
@@ -117,7 +116,7 @@ end
 function Handle:_run()
   local s = self.s
   while true do
-    local facts, err = s:next_facts(FOREVER)
+    local facts, err = s:next_facts()
     if not facts then
       if err then return self:_fail(err) end   -- the task itself was canceled
       break
@@ -157,7 +156,7 @@ end
 
 -- → { exitCode = n } or { signal = "SIGKILL" } | nil, err (spawn failure, transport failure, MB_TIMEOUT)
 function Handle:wait(timeout_ms)
-  local ok, err = self.done_ev:wait(timeout_ms or FOREVER)
+  local ok, err = self.done_ev:wait(timeout_ms)
   if not ok and not self.settled then return nil, err end
   if self.error then return nil, self.error end
   return self.outcome
@@ -229,7 +228,7 @@ end
 -- nil, err when the stream carrying the facts broke (the tree's state is unknown).
 function Handle:waitForExit(timeout_ms)
   if self.tree_empty then return true end
-  local ok = self.empty_ev:wait(timeout_ms or FOREVER)
+  local ok = self.empty_ev:wait(timeout_ms)
   if ok then return true end
   if self.transport_error then return nil, self.transport_error end
   return false
@@ -242,7 +241,7 @@ function M.stdin_writer(self)
     write = function(_, data)
       if type(data) ~= "string" then error("stdin:write: data must be a string", 2) end
       if self.stdin_closed then return nil, errors.new("SUBPROCESS_STDIN_CLOSED", "stdin is closed") end
-      self.stdin_ready:wait(FOREVER)
+      self.stdin_ready:wait()
       if not self.wrapper_pid then return nil, self.error or errors.new("SPAWN_FAILED", "process did not start") end
       local r, err = self.sb.envd:unary("process.Process/SendInput",
         { process = { pid = self.wrapper_pid }, input = { stdin = core.b64encode(data) } })
@@ -252,7 +251,7 @@ function M.stdin_writer(self)
     close = function()
       if self.stdin_closed then return true end
       self.stdin_closed = true
-      self.stdin_ready:wait(FOREVER)
+      self.stdin_ready:wait()
       if not self.wrapper_pid then return true end
       local r, err = self.sb.envd:unary("process.Process/CloseStdin", { process = { pid = self.wrapper_pid } })
       if not r and err.code ~= "E2B_NOT_FOUND" then return nil, err end

@@ -3,8 +3,6 @@
 -- expected), signal names, cancel tokens, outcomes.
 local M = {}
 
-local FOREVER = 2147483647
-M.FOREVER = FOREVER
 -- Byte counts must be exact in a double: at most 2^53.
 local MAX_BYTES = 2 ^ 53
 
@@ -109,7 +107,7 @@ end
 function M.watch_cancel(token, fn)
   if token == nil then return nil end
   return require("moonbox").spawn(function()
-    local a, e = token:wait(FOREVER)
+    local a, e = token:wait()
     if a == nil and e ~= nil then return end   -- the watcher itself was canceled
     fn()
   end)

@@ -14,7 +14,6 @@ local Term = {}
 Term.__index = Term
 M.Term = Term
 
-local FOREVER = specs.FOREVER
 local METHOD = "process.Process/Start"
 
 local function mb() return require "moonbox" end
@@ -101,7 +100,7 @@ function Term:read(timeout_ms)
 end
 
 function Term:wait(timeout_ms)
-  local ok, err = self.done_ev:wait(timeout_ms or FOREVER)
+  local ok, err = self.done_ev:wait(timeout_ms)
   if not ok and not self.exited then return nil, err end
   if self.error then return nil, self.error end
   return self.outcome
@@ -121,7 +120,7 @@ end
 function Term:terminate()
   if self.terminated then return true end
   if self.terminating then
-    self.term_ev:wait(FOREVER)
+    self.term_ev:wait()
     if self.terminated then return true end
     return nil, self.term_error
   end
@@ -130,7 +129,7 @@ function Term:terminate()
   self.s:discard("stdout")           -- unread output must not keep the facts from the exit
   if self.inflight > 0 then
     self.idle_ev = mb().event()
-    self.idle_ev:wait(FOREVER)
+    self.idle_ev:wait()
   end
   local _, err = self.sp:_killsession(self.sb, self.pid, self.graceMs)
   if err and not require("moonbox.subprocess.handle").sandbox_gone(err) then return self:_terminate_failed(err) end
@@ -150,7 +149,7 @@ end
 function Term:_run()
   local s = self.s
   while true do
-    local facts, err = s:next_facts(FOREVER)
+    local facts, err = s:next_facts()
     if not facts then
       if err then self.error = err end
       break
