@@ -373,6 +373,16 @@ describe("moonbox.fs (unit, scripted sandbox)", function()
     end)
   end)
 
+  it("raises for a path string where a target belongs, naming it", function()
+    local fs, _, log = make{}
+    for _, op in ipairs({ "stat", "readText", "readBytes", "streamText", "listDir", "writeText", "editText", "fileUrl", "processPath" }) do
+      local ok, err = pcall(mb.run, function() return fs[op](fs, "/etc/passwd", 10, {}) end)
+      assert.is_false(ok, op)
+      assert.truthy(tostring(err):find('fs:' .. op .. ': expected a target from fs:resolve(path), got string "/etc/passwd"', 1, true), tostring(err))
+    end
+    assert.are.equal(0, count(log))
+  end)
+
   it("readBytes refuses a known size over the cap without downloading", function()
     local fs, _, log = make{ tool = function() return "file 11 0644 1:1:11:1:1\n" end }
     local _, err = mb.run(function() return fs:readBytes(target, 10) end)

@@ -345,6 +345,15 @@ describe("moonbox.subprocess (unit, scripted sandbox)", function()
     { "bad stdout", { stdio = { stdin = "ignore", stdout = "file", stderr = "pipe" } }, "stdout" },
     { "= in env name", { env = { ["A=B"] = "1" } }, '"A=B"' },
     { "NUL in env value", { env = { A = "x\0y" } }, '"A": value contains NUL' },
+    { "a negative spill cap", { stdio = { stdin = "ignore", stdout = { maxBytes = 10, spill = { maxBytes = -5 } },
+      stderr = "pipe" } }, "stdio.stdout.spill.maxBytes must be a whole number of bytes from 0 to 2^53, got -5" },
+    { "an infinite tail", { stdio = { stdin = "ignore", stdout = { maxBytes = math.huge }, stderr = "pipe" } },
+      "stdio.stdout.maxBytes must be a whole number of bytes from 0 to 2^53, got inf" },
+    { "a fractional tail", { stdio = { stdin = "ignore", stdout = "pipe", stderr = { maxBytes = 1.5 } } },
+      "stdio.stderr.maxBytes must be a whole number" },
+    { "an unknown output field", { stdio = { stdin = "ignore", stdout = { maxBytes = 1, tail = 2 }, stderr = "pipe" } },
+      "stdio.stdout: unknown field tail" },
+    { "an option-like env name", { env = { ["-Sx"] = "y" } }, "begins with '-'" },
   }
   for _, c in ipairs(bad) do
     it("raises before launch: " .. c[1], function()

@@ -175,6 +175,33 @@ describe("scheduler", function()
     end)
   end)
 
+  it("errors made in C are the same type as errors made in Lua", function()
+    local core = mb.core
+    local lock, lerr = core.lock_file("/nonexistent-dir/x.lock")
+    assert.is_nil(lock)
+    assert.is_true(mb.is_error(lerr))
+    assert.are.equal(getmetatable(mb.error("X", "y")), getmetatable(lerr))
+    assert.truthy(tostring(lerr):match("^MB_NOT_FOUND: lock /nonexistent%-dir/x%.lock: "), tostring(lerr))
+    local d = core.procstream{ stdout = "queue" }
+    local ok, perr = d:push(core.envelope(0, "{nope"))
+    assert.is_nil(ok)
+    assert.is_true(mb.is_error(perr))
+    assert.are.equal("E2B_PROTOCOL", perr.code)
+    H.run(function()
+      local r, herr = mb.http.request{ url = "http://[::1", max_bytes = 10 }
+      assert.is_nil(r)
+      assert.is_true(mb.is_error(herr))
+      local p = assert(mb.proc.spawn{ argv = { "true" } })
+      assert.is_nil(p:read("stdout", 5000))            -- end of stream is a bare nil
+      assert.are.equal(0, (p:wait(5000)))
+      local kok, kerr = p:kill("TERM")
+      assert.is_nil(kok)
+      assert.is_true(mb.is_error(kerr))
+      assert.are.equal("MB_EXITED", kerr.code)
+      p:close()
+    end)
+  end)
+
   it("error objects have code, message, fields and __tostring", function()
     local e = mb.error("E2B_TIMEOUT", "too slow", { after_ms = 5 })
     assert.equal("E2B_TIMEOUT", e.code)
