@@ -1,5 +1,6 @@
 /* lua_host.c — facts about and hooks into the host process:
  *   core.getpid() → pid;  core.exe_path() → the running executable | nil;  core.rss_bytes()
+ *   core.environ() → the host's environment (name → value)
  *   core.lock_file(path [, create = true]) → lock (:fd(), :release()) | nil, err
  *       an exclusive flock(2) on path, taken without waiting: MB_BUSY while another open file
  *       holds it (its owner lives), MB_NOT_FOUND for a missing file when create is false
@@ -25,6 +26,21 @@
 
 static int l_getpid(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)getpid());
+  return 1;
+}
+
+extern char **environ;
+
+/* The host's environment as a table (name → value). */
+static int l_environ(lua_State *L) {
+  lua_newtable(L);
+  for (char **e = environ; e && *e; e++) {
+    const char *eq = strchr(*e, '=');
+    if (!eq || eq == *e) continue;
+    lua_pushlstring(L, *e, (size_t)(eq - *e));
+    lua_pushstring(L, eq + 1);
+    lua_rawset(L, -3);
+  }
   return 1;
 }
 
@@ -167,7 +183,7 @@ void mb_lua_open_host(lua_State *L) {
   static const luaL_Reg sg[] = {{"close", sg_close}, {NULL, NULL}};
   static const luaL_Reg sg_meta[] = {{"__gc", sg_close}, {NULL, NULL}};
   mb_lua_new_class(L, MB_SIGNAL_MT, sg, sg_meta);
-  static const luaL_Reg f[] = {{"getpid", l_getpid}, {"exe_path", l_exe_path},
+  static const luaL_Reg f[] = {{"getpid", l_getpid}, {"exe_path", l_exe_path}, {"environ", l_environ},
                                {"rss_bytes", l_rss_bytes}, {"lock_file", l_lock_file},
                                {"signal", l_signal}, {"loop_info", l_loop_info}, {NULL, NULL}};
   luaL_setfuncs(L, f, 0);

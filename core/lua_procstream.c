@@ -17,6 +17,11 @@
  *   s:read_from(stream, offset) → text, next_offset, lossy;  s:total(stream);  s:diag()
  *   s:info() → { received=, pauses=, max_buffered=, paused= }
  *
+ *   local s = core.pstream_spawn({ argv=, env=, cwd=, stdin_pipe=, pty=, rows=, cols= }, cfg, fn)
+ *     the same object for a process on this host (its stdout an mbwrap frame stream, or with
+ *     cfg.raw / pty plain bytes); also s:pid(), s:kill(sig), s:write(data [, max_pending]),
+ *     s:write_pending(), s:want_write() (notify once written), s:close_input(), s:resize(r, c)
+ *
  *   local d = core.procstream{ max_message=, max_line=, raw=, stdout = sink, stderr = sink }
  *     (sinks "discard" | "queue" | { tail = n }) d:push(chunk) → true | nil, err;
  *     d:finish() → true | nil, err; d:facts(); d:read(stream) → bytes | false; d:discard;
@@ -30,6 +35,7 @@
 #include "moonbox.h"
 #include "pstream.h"
 #include "moonbox_protocol.h"
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -232,6 +238,153 @@ static int l_pstream(lua_State *L) {
   lua_pushvalue(L, 3);
   u->cb_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_pushvalue(L, ui);
+  return 1;
+}
+
+/* core.pstream_spawn({argv=, env=, cwd=, stdin_pipe=, pty=, rows=, cols=}, cfg, on_change):
+ * a local source (pstream.h, mb_pstream_spawn). env: NAME → value (nil inherits ours). */
+#define MB_SPAWN_MAX_ARGS 4096
+static int l_pstream_spawn(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  luaL_checktype(L, 3, LUA_TFUNCTION);
+  struct mb_pst_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.max_message = mb_opt_limit(L, 2, "max_message", MB_PROC_MAX_MESSAGE, UINT32_MAX);
+  cfg.max_line = mb_opt_limit(L, 2, "max_line", MB_FRAME_LINE_DEFAULT, 64 * 1024 * 1024);
+  cfg.high_water = mb_opt_limit(L, 2, "high_water", 256 * 1024, 1 << 30);
+  cfg.raw = mb_opt_bool(L, 2, "raw");
+  static const int kinds[] = {MB_PST_DISCARD, MB_PST_PIPE, MB_PST_TAIL, MB_PST_FD};
+  for (int i = 0; i < 2; i++) {
+    cfg.sink[i].fd = -1;
+    cfg.sink[i].kind = kinds[mb_sink_spec(L, 2, i ? "stderr" : "stdout", "pipe", 1, &cfg.sink[i].max, &cfg.sink[i].fd)];
+  }
+  struct mb_pst_spawn sp;
+  memset(&sp, 0, sizeof sp);
+  lua_getfield(L, 1, "argv");
+  if (!lua_istable(L, -1)) return luaL_error(L, "pstream_spawn: argv must be a list of strings");
+  int argt = lua_gettop(L);
+  lua_Integer argc = luaL_len(L, argt);
+  if (argc < 1 || argc > MB_SPAWN_MAX_ARGS) return luaL_error(L, "pstream_spawn: argv needs 1..%d entries", MB_SPAWN_MAX_ARGS);
+  const char **args = lua_newuserdatauv(L, sizeof(char *) * (size_t)(argc + 1), 0);
+  for (lua_Integer i = 1; i <= argc; i++) {
+    lua_rawgeti(L, argt, i);
+    if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "pstream_spawn: argv[%d] must be a string", (int)i);
+    args[i - 1] = lua_tostring(L, -1); /* the argv table keeps it alive */
+    lua_pop(L, 1);
+  }
+  args[argc] = NULL;
+  sp.argv = args;
+  lua_getfield(L, 1, "env");
+  if (!lua_isnil(L, -1)) {
+    if (!lua_istable(L, -1)) return luaL_error(L, "pstream_spawn: env must be a table name → value");
+    int et = lua_gettop(L);
+    size_t n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, et)) { n++; lua_pop(L, 1); }
+    if (n > 65536) return luaL_error(L, "pstream_spawn: env too large");
+    const char **env = lua_newuserdatauv(L, sizeof(char *) * (n + 1), 0);
+    lua_newtable(L); /* anchors the "K=V" strings */
+    int anchor = lua_gettop(L);
+    size_t i = 0;
+    lua_pushnil(L);
+    while (lua_next(L, et)) {
+      if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
+        return luaL_error(L, "pstream_spawn: env entries must be strings");
+      env[i++] = lua_pushfstring(L, "%s=%s", lua_tostring(L, -2), lua_tostring(L, -1));
+      lua_rawseti(L, anchor, (lua_Integer)i);
+      lua_pop(L, 1);
+    }
+    env[i] = NULL;
+    sp.env = env;
+  }
+  lua_getfield(L, 1, "cwd");
+  sp.cwd = lua_isnil(L, -1) ? NULL : luaL_checkstring(L, -1);
+  sp.stdin_pipe = mb_opt_bool(L, 1, "stdin_pipe");
+  sp.pty = mb_opt_bool(L, 1, "pty");
+  sp.rows = (unsigned short)mb_opt_limit(L, 1, "rows", 24, 65535);
+  sp.cols = (unsigned short)mb_opt_limit(L, 1, "cols", 80, 65535);
+  mb_lua_host *h = mb_lua_host_of(L);
+  struct mb_lua_pst *u = lua_newuserdatauv(L, sizeof *u, 1);
+  memset(u, 0, sizeof *u);
+  u->h = h;
+  u->cb_ref = LUA_NOREF;
+  luaL_setmetatable(L, MB_PST_MT);
+  int ui = lua_gettop(L);
+  for (int i = 0; i < 2; i++) {
+    u->fds[i] = cfg.sink[i].kind == MB_PST_FD ? cfg.sink[i].fd : -1;
+    if (u->fds[i] == 1) fflush(stdout);
+    else if (u->fds[i] == 2) fflush(stderr);
+  }
+  struct mb_error err;
+  mb_error_clear(&err);
+  int rc = mb_pstream_spawn(mb_lua_host_loop(h), &sp, &cfg, mb_pst_changed, u, &u->s, &err);
+  if (rc != MB_OK) return mb_lua_push_error(L, mb_errcode(rc), err.message);
+  lua_pushvalue(L, 3);
+  u->cb_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pushvalue(L, ui);
+  return 1;
+}
+
+static int pst_pid(lua_State *L) {
+  lua_pushinteger(L, mb_pstream_pid(mb_check_pst(L)->s));
+  return 1;
+}
+
+static int signum_of(lua_State *L, int idx) {
+  static const char *const names[] = {"SIGTERM", "SIGKILL", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1",
+                                      "SIGUSR2", "SIGSTOP", "SIGCONT", "SIGTSTP", NULL};
+  static const int nums[] = {SIGTERM, SIGKILL, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGSTOP, SIGCONT, SIGTSTP};
+  if (lua_type(L, idx) == LUA_TNUMBER) return (int)luaL_checkinteger(L, idx);
+  return nums[luaL_checkoption(L, idx, NULL, names)];
+}
+
+/* s:kill(sig) → true | nil, err  (local sources) */
+static int pst_kill(lua_State *L) {
+  struct mb_lua_pst *u = mb_check_pst(L);
+  struct mb_error err;
+  if (mb_pstream_kill(u->s, signum_of(L, 2), &err)) return mb_lua_push_mberror(L, &err);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* s:write(data, max_pending) → true | nil, err: queued for the process's stdin or PTY */
+static int pst_write(lua_State *L) {
+  struct mb_lua_pst *u = mb_check_pst(L);
+  size_t n;
+  const char *p = luaL_checklstring(L, 2, &n);
+  lua_Integer max = luaL_optinteger(L, 3, 1 << 20);
+  if (max < 1) return luaL_argerror(L, 3, "must be >= 1");
+  struct mb_error err;
+  if (mb_pstream_write(u->s, p, n, (size_t)max, &err)) return mb_lua_push_mberror(L, &err);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int pst_write_pending(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)mb_pstream_write_pending(mb_check_pst(L)->s));
+  return 1;
+}
+
+static int pst_want_write(lua_State *L) {
+  mb_pstream_want_write(mb_check_pst(L)->s);
+  return 0;
+}
+
+static int pst_close_input(lua_State *L) {
+  struct mb_error err;
+  if (mb_pstream_close_input(mb_check_pst(L)->s, &err)) return mb_lua_push_mberror(L, &err);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int pst_resize(lua_State *L) {
+  struct mb_lua_pst *u = mb_check_pst(L);
+  lua_Integer rows = luaL_checkinteger(L, 2), cols = luaL_checkinteger(L, 3);
+  if (rows < 1 || rows > 65535 || cols < 1 || cols > 65535) return luaL_error(L, "resize: rows and cols must be 1..65535");
+  struct mb_error err;
+  if (mb_pstream_resize(u->s, (unsigned)rows, (unsigned)cols, &err)) return mb_lua_push_mberror(L, &err);
+  lua_pushboolean(L, 1);
   return 1;
 }
 
@@ -467,6 +620,8 @@ void mb_lua_open_procstream(lua_State *L) {
     {"error_body", pst_error_body}, {"read", pst_read}, {"want", pst_want},
     {"discard", pst_discard}, {"seal", pst_seal}, {"cancel", pst_cancel}, {"read_from", pst_read_from},
     {"total", pst_total}, {"diag", pst_diag}, {"info", pst_info}, {"close", pst_close},
+    {"pid", pst_pid}, {"kill", pst_kill}, {"write", pst_write}, {"write_pending", pst_write_pending},
+    {"want_write", pst_want_write}, {"close_input", pst_close_input}, {"resize", pst_resize},
     {NULL, NULL}};
   static const luaL_Reg pst_meta[] = {{"__gc", pst_close}, {"__close", pst_close}, {NULL, NULL}};
   mb_lua_new_class(L, MB_PST_MT, pst, pst_meta);
@@ -478,6 +633,8 @@ void mb_lua_open_procstream(lua_State *L) {
   mb_lua_new_class(L, MB_PS_MT, ps, ps_meta);
   lua_pushcfunction(L, l_pstream);
   lua_setfield(L, -2, "pstream");
+  lua_pushcfunction(L, l_pstream_spawn);
+  lua_setfield(L, -2, "pstream_spawn");
   /* core.limits: the protocol constants (moonbox_protocol.h), for Lua to use rather than copy */
   lua_createtable(L, 0, 5);
   lua_pushinteger(L, MB_FRAME_DATA_MAX);

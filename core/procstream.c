@@ -23,6 +23,7 @@ struct mb_ps_out {
 struct mb_procstream {
   size_t max_message;
   int raw; /* raw mode: data.pty/stdout raw to out[0], data.stderr raw to out[1] */
+  int direct; /* the input is the content itself (a local wrapper's stdout, a PTY) */
   struct mb_envelope_decoder *env;
   struct mb_frame_decoder *frames;
   unsigned char *scratch; /* decoded event.data.* bytes of one message */
@@ -49,6 +50,7 @@ struct mb_procstream *mb_procstream_new(const struct mb_ps_config *cfg) {
   if (!ps) return NULL;
   ps->max_message = cfg->max_message;
   ps->raw = cfg->raw != 0;
+  ps->direct = cfg->direct != 0;
   ps->env = mb_envelope_decoder_new(cfg->max_message);
   ps->frames = mb_frame_decoder_new(cfg->max_line);
   if (!ps->env || !ps->frames) {
@@ -280,9 +282,25 @@ static int mb_ps_begin(struct mb_procstream *ps, struct mb_error *err) {
   return ps->err.code;
 }
 
+/* Direct input: the wrapper's frames, or raw bytes for the stdout sink. */
+static int mb_ps_push_direct(struct mb_procstream *ps, const void *data, size_t len) {
+  if (ps->raw) return mb_ps_sink_data(ps, MB_PS_STDOUT, data, len);
+  struct mb_error ferr;
+  if (mb_frame_decoder_push(ps->frames, data, len, mb_ps_on_frame, ps, &ferr)) {
+    if (!ps->err.code) ps->err = ferr;
+    return ps->err.code;
+  }
+  return MB_OK;
+}
+
 int mb_procstream_push(struct mb_procstream *ps, const void *data, size_t len,
                        struct mb_error *err) {
   if (mb_ps_begin(ps, err)) return ps->err.code;
+  if (ps->direct) {
+    int rc = mb_ps_push_direct(ps, data, len);
+    if (rc && err) *err = ps->err;
+    return rc;
+  }
   struct mb_error eerr;
   if (mb_envelope_decoder_push(ps->env, data, len, mb_ps_on_envelope, ps, &eerr)) {
     /* A callback failure is in ps->err with its own message; the decoder's wraps it. */
@@ -295,7 +313,7 @@ int mb_procstream_push(struct mb_procstream *ps, const void *data, size_t len,
 
 int mb_procstream_finish(struct mb_procstream *ps, struct mb_error *err) {
   if (mb_ps_begin(ps, err)) return ps->err.code;
-  int rc = mb_envelope_decoder_finish(ps->env, err);
+  int rc = ps->direct ? MB_OK : mb_envelope_decoder_finish(ps->env, err);
   if (!rc && !ps->raw) rc = mb_frame_decoder_finish(ps->frames, err);
   return rc;
 }
@@ -309,6 +327,18 @@ size_t mb_procstream_take_facts(struct mb_procstream *ps, struct mb_ps_fact *out
 }
 
 size_t mb_procstream_pending_facts(const struct mb_procstream *ps) { return ps->nfacts; }
+
+int mb_procstream_add_fact(struct mb_procstream *ps, const struct mb_ps_fact *f) {
+  if (ps->err.code) return ps->err.code;
+  struct mb_ps_fact *slot = mb_ps_fact(ps, f->kind);
+  if (!slot) return ps->err.code;
+  *slot = *f;
+  return MB_OK;
+}
+
+void mb_procstream_add_diag(struct mb_procstream *ps, const void *p, size_t n) {
+  mb_ps_diag_add(ps, p, n);
+}
 
 unsigned mb_procstream_pending_kinds(const struct mb_procstream *ps) {
   unsigned m = 0;

@@ -37,6 +37,8 @@ struct mb_ps_config {
   size_t max_message;     /* largest Connect envelope payload (≥ 1) */
   size_t max_line;        /* longest mbwrap frame line (≥ MB_FRAME_LINE_MIN_LIMIT to admit all) */
   int raw;                /* raw mode: no mbwrap frames inside (a terminal, a plain program) */
+  int direct;             /* the input is not an envd stream but its content itself: a local
+                             wrapper's stdout (frames), or with raw, a PTY's bytes */
   struct mb_ps_sink sink[2];
 };
 
@@ -87,6 +89,10 @@ int mb_procstream_finish(struct mb_procstream *ps, struct mb_error *err);
 /* Facts not taken yet, in stream order; taking them empties the list. */
 size_t mb_procstream_take_facts(struct mb_procstream *ps, struct mb_ps_fact *out, size_t max);
 size_t mb_procstream_pending_facts(const struct mb_procstream *ps);
+/* Facts and diagnostics a local source adds itself (its process's start and end, its stderr):
+ * the same vocabulary as an envd stream's. */
+int mb_procstream_add_fact(struct mb_procstream *ps, const struct mb_ps_fact *f);
+void mb_procstream_add_diag(struct mb_procstream *ps, const void *p, size_t n);
 /* The kinds among the facts not taken yet, as a bit mask (1 << kind). */
 unsigned mb_procstream_pending_kinds(const struct mb_procstream *ps);
 /* QUEUE: the bytes not consumed yet (len 0 if none or not a QUEUE), and consuming them. */

@@ -34,6 +34,7 @@ struct mb_pst_config {
   size_t max_message;    /* largest Connect message */
   size_t max_line;       /* longest mbwrap frame line */
   int raw;               /* no mbwrap frames inside (a terminal, a plain program) */
+  int direct;            /* set by mb_pstream_spawn: the input is not an envd stream */
   struct mb_pst_sink sink[2];
   size_t high_water;     /* PIPE/FD bytes held that pause the transfer (0: 256 KiB) */
   size_t error_body_max; /* bytes kept of a non-200 answer's body (0: 64 KiB) */
@@ -49,6 +50,36 @@ typedef void (*mb_pst_cb)(struct mb_pstream *s, void *ud);
 /* Starts the request (http->stream and http->sink are set here). */
 int mb_pstream_start(mb_loop *l, const mb_http_opts *http, const struct mb_pst_config *cfg,
                      mb_pst_cb cb, void *ud, struct mb_pstream **out, struct mb_error *err);
+
+/* A local source (pstream_local.c): a process on this host whose stdout is an mbwrap frame
+ * stream (or, with cfg->raw, plain bytes), or a program on a new PTY (pty: its bytes, raw).
+ * Its start and end are facts like envd's: START (pid), END (exit code, "exit status N" /
+ * "signal: <name>"); its stderr is the diagnostic text. It ends once the process exited and
+ * its output was read to the end (a PTY: what was buffered when the top level exited). */
+struct mb_pst_spawn {
+  const char *const *argv;   /* argv[0]: an absolute path */
+  const char *const *env;    /* "NAME=VALUE" entries, NULL-terminated; NULL inherits ours */
+  const char *cwd;           /* NULL: ours */
+  int stdin_pipe;            /* stdin is a pipe written with mb_pstream_write; else /dev/null */
+  int pty;                   /* run on a new PTY of rows × cols in a new session */
+  unsigned short rows, cols;
+};
+int mb_pstream_spawn(mb_loop *l, const struct mb_pst_spawn *sp, const struct mb_pst_config *cfg,
+                     mb_pst_cb cb, void *ud, struct mb_pstream **out, struct mb_error *err);
+/* The local process's pid (0 for other sources). */
+int mb_pstream_pid(const struct mb_pstream *s);
+/* Signals the local process: MB_OK, MB_E_INVALID (not local), or MB_E_IO (it has exited). */
+int mb_pstream_kill(struct mb_pstream *s, int sig, struct mb_error *err);
+/* Input to the local process (its stdin pipe, or the PTY): copied and written as the process
+ * reads; mb_pstream_write_pending says what is still queued, and the owner is notified once the
+ * queue is empty again after mb_pstream_want_write. At most max_pending bytes may wait. */
+int mb_pstream_write(struct mb_pstream *s, const void *p, size_t n, size_t max_pending,
+                     struct mb_error *err);
+size_t mb_pstream_write_pending(const struct mb_pstream *s);
+void mb_pstream_want_write(struct mb_pstream *s);
+/* EOF on the stdin pipe (a PTY has none: MB_E_INVALID). */
+int mb_pstream_close_input(struct mb_pstream *s, struct mb_error *err);
+int mb_pstream_resize(struct mb_pstream *s, unsigned rows, unsigned cols, struct mb_error *err);
 /* Cancels what still runs and frees; no callback fires afterwards. */
 void mb_pstream_free(struct mb_pstream *s);
 /* Cancels the transfer: the stream closes with MB_E_CANCELED (unless it already closed). */

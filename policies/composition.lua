@@ -7,11 +7,13 @@ M.plugins = {
   e2b = "moonbox.e2b",
   fs = "moonbox.fs.e2b",
   subprocess = "moonbox.subprocess.e2b",
+  ["fs-local"] = "moonbox.fs.local",
+  ["subprocess-local"] = "moonbox.subprocess.local",
 }
 
 -- Tie-break among plugins whose dependencies are all loaded: lower rank loads first; unranked
 -- plugins follow in file order. The owner has no dependencies, so it always comes first.
-M.rank = { e2b = 1, fs = 2, subprocess = 3 }
+M.rank = { e2b = 1, fs = 2, subprocess = 3, ["fs-local"] = 2, ["subprocess-local"] = 3 }
 
 -- Load order: every plugin after all plugins providing what it injects (Kahn's algorithm).
 -- `list` holds { name=, provides=, inject={...}, index= } records. Returns the ordered list, or

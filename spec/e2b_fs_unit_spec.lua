@@ -29,6 +29,26 @@ local function vread(stat1, content, stat2)
   if not content then return stat1 end
   return stat1 .. content .. ("\nend %d %s\n"):format(#content, stat2 and stat2:match("(%S+)\n$") or "0:0:0:0:0")
 end
+-- mbwrap cat's process stream: the file's bytes in stdout frames (one data event per chunk).
+local function cat_stream(chunks)
+  local core = require "moonbox.core"
+  local items = { { event = { start = { pid = 5 } } } }
+  local lines = {}
+  for _, c in ipairs(chunks) do
+    items[#items + 1] = { event = { data = { stdout = core.b64encode("o" .. core.b64encode(c) .. "\n") } } }
+  end
+  items[#items + 1] = { event = { data = { stdout = core.b64encode("!exit 0\n!empty\n!done\n") } } }
+  items[#items + 1] = { event = { ["end"] = { exited = true, status = "exit status 0" } } }
+  return items
+end
+-- mbwrap list's answer for entries { kind, size, name, key }.
+local function list_answer(entries)
+  local out = {}
+  for _, e in ipairs(entries) do
+    out[#out + 1] = ("%s %d 1:1:1:1:1 %d %s %d %s\n"):format(e[1], e[2], #e[3], e[3], #e[4], e[4])
+  end
+  return table.concat(out)
+end
 local function count(log, kind)
   local n = 0
   for _, e in ipairs(log) do if not kind or e.kind == kind then n = n + 1 end end
@@ -271,8 +291,8 @@ describe("moonbox.fs (unit, scripted sandbox)", function()
 
   it("names the path in FS_NOT_TEXT and FS_STALE_VERSION messages", function()
     local f3 = "file 3 0644 1:1:3:1:1\n"
-    local reads = { vread(f3, "a\0b", f3), vread("absent\n"), vread("file 3 0644 2:2:3:3:3\n", "xyz", "file 3 0644 2:2:3:3:3\n") }
-    local fs = make{ tool = function() return f3 end, download = function() return "a\0b" end,
+    local reads = { vread(f3, "a\0b", f3), vread(f3, "a\0b", f3), vread("absent\n"), vread("file 3 0644 2:2:3:3:3\n", "xyz", "file 3 0644 2:2:3:3:3\n") }
+    local fs = make{ tool = function() return f3 end,
       read = function() return table.remove(reads, 1) end }
     mb.run(function()
       local _, e1 = fs:readText(target)
@@ -287,15 +307,11 @@ describe("moonbox.fs (unit, scripted sandbox)", function()
     end)
   end)
 
-  it("streams without a byte ceiling (more than maxReadBytes)", function()
+  it("streams without a byte ceiling (more than maxReadBytes): stat, then one mbwrap cat", function()
     local chunk = string.rep("z", 1000)
-    local left = 5
     local fs, _, log = make{
       tool = function() return "file 5000 0644 1:1:5000:1:1\n" end,
-      open_download = function(path, opts)
-        assert.are.equal(false, opts.max_bytes)
-        return { read = function() if left == 0 then return nil end left = left - 1 return chunk end, close = function() end }
-      end,
+      stream = function(_, msg) assert.are.same({ "cat", "/w/a.txt" }, msg.process.args) return cat_stream{ chunk, chunk, chunk, chunk, chunk } end,
     }
     local n = mb.run(function()
       local it = assert(fs:streamText(target))
@@ -383,66 +399,57 @@ describe("moonbox.fs (unit, scripted sandbox)", function()
     assert.are.equal(0, count(log))
   end)
 
-  it("readBytes refuses a known size over the cap without downloading", function()
-    local fs, _, log = make{ tool = function() return "file 11 0644 1:1:11:1:1\n" end }
+  it("readBytes refuses a known size over the cap in its one request", function()
+    local fs, _, log = make{ read = function(args)
+      assert.are.same({ "read", "/w/a.txt", "10" }, args)
+      return vread("file 11 0644 1:1:11:1:1\n")
+    end }
     local _, err = mb.run(function() return fs:readBytes(target, 10) end)
     assert.are.equal("FS_TOO_LARGE", err.code); assert.are.equal(1, count(log))
   end)
 
-  it("readBytes maps a file that grew past the cap during download", function()
-    local fs, _, log = make{
-      tool = function() return "file 5 0644 1:1:5:1:1\n" end,
-      download = function(path, opts)
-        assert.are.equal(10, opts.max_bytes)
-        return nil, errors.new("E2B_TOO_LARGE", "over")
-      end,
-    }
-    local _, err = mb.run(function() return fs:readBytes(target, 10) end)
-    assert.are.equal("FS_TOO_LARGE", err.code); assert.are.equal(2, count(log))
-  end)
-
-  it("readText: two requests; binary and invalid UTF-8 are FS_NOT_TEXT", function()
-    local bodies = { "hello\n", "a\0b", "\xFF" }
-    local fs, _, log = make{ tool = function() return "file 6 0644 1:1:6:1:1\n" end,
-      download = function() return table.remove(bodies, 1) end }
+  it("readText: one request; binary and invalid UTF-8 are FS_NOT_TEXT; absence and directories", function()
+    local f = "file 6 0644 1:1:6:1:1\n"
+    local answers = { vread(f, "hello\n", f), vread(f, "a\0b", f), vread(f, "\xFF", f), vread("absent\n"),
+      vread("directory 4096 0755 1:1:1:1:1\n") }
+    local fs, _, log = make{ read = function() return table.remove(answers, 1) end }
     mb.run(function()
       assert.are.equal("hello\n", fs:readText(target))
-      assert.are.equal(2, count(log))
+      assert.are.equal(1, count(log))
       assert.are.equal("FS_NOT_TEXT", select(2, fs:readText(target)).code)
       assert.are.equal("FS_NOT_TEXT", select(2, fs:readText(target)).code)
+      assert.are.equal("FS_NOT_FOUND", select(2, fs:readText(target)).code)
+      assert.are.equal("FS_NOT_REGULAR_FILE", select(2, fs:readText(target)).code)
     end)
   end)
 
-  it("listDir: sorted, symlinks resolved without extra requests", function()
+  it("listDir: one mbwrap list; sorted, symlinks resolved, cheap metadata", function()
     local fs, _, log = make{
-      tool = function() return "directory 4096 0755 1:1:1:1:1\n" end,
-      unary = function(method, msg)
-        assert.are.equal("filesystem.Filesystem/ListDir", method)
-        assert.are.same({ path = "/w", depth = 1 }, msg)
-        return { entries = {
-          { name = "z", type = "FILE_TYPE_FILE", size = "3" },
-          { name = "d", type = "FILE_TYPE_DIRECTORY", size = 4096 },
-          { name = "ln", type = "FILE_TYPE_FILE", symlinkTarget = "/etc/hosts", size = 9 },
-          { name = "broken", symlinkTarget = "/w/broken" },
-        } }
+      tool = function(args)
+        assert.are.same({ "list", "/w" }, args)
+        return list_answer{ { "file", 3, "z", "/w/z" }, { "directory", 4096, "d", "/w/d" },
+          { "file", 9, "ln", "/etc/hosts" }, { "other", 7, "broken", "/w/broken" }, { "file", 2, "a\nb", "/w/a\nb" } }
       end,
     }
     local list = mb.run(function() return assert(fs:listDir({ targetKey = "/w", displayPath = "/show" })) end)
-    assert.are.equal(2, count(log))
+    assert.are.equal(1, count(log))
     local names = {}
     for i, e in ipairs(list) do names[i] = e.name end
-    assert.are.same({ "broken", "d", "ln", "z" }, names)
-    assert.are.equal("other", list[1].type)
-    assert.are.equal("/etc/hosts", list[3].target.targetKey); assert.are.equal("/show/ln", list[3].target.displayPath)
-    assert.are.equal(3, list[4].size); assert.is_nil(list[2].size)
+    assert.are.same({ "a\nb", "broken", "d", "ln", "z" }, names)
+    assert.are.equal("other", list[2].type)
+    assert.are.equal("/etc/hosts", list[4].target.targetKey); assert.are.equal("/show/ln", list[4].target.displayPath)
+    assert.are.equal(3, list[5].size); assert.is_nil(list[3].size)
+    assert.are.equal("e2b:1:1:1:1:1", list[5].version)
   end)
 
-  it("listDir: a file is FS_NOT_DIRECTORY, absence FS_NOT_FOUND", function()
-    local answers = { "file 1 0644 1:1:1:1:1\n", "absent\n" }
-    local fs = make{ tool = function() return table.remove(answers, 1) end }
+  it("listDir: a file is FS_NOT_DIRECTORY, absence FS_NOT_FOUND, EACCES FS_PERMISSION_DENIED", function()
+    local answers = { { "ENOTDIR", "cannot list '/w/a.txt': Not a directory" }, { "ENOENT", "cannot list: No such file" },
+      { "EACCES", "cannot list: Permission denied" } }
+    local fs = make{ tool = function() local a = table.remove(answers, 1) return tool_err(a[1], a[2]) end }
     mb.run(function()
       assert.are.equal("FS_NOT_DIRECTORY", select(2, fs:listDir(target)).code)
       assert.are.equal("FS_NOT_FOUND", select(2, fs:listDir(target)).code)
+      assert.are.equal("FS_PERMISSION_DENIED", select(2, fs:listDir(target)).code)
     end)
   end)
 
@@ -461,22 +468,21 @@ describe("moonbox.fs (unit, scripted sandbox)", function()
   end)
 
   it("streams text across chunk boundaries", function()
-    local chunks = { "x\xE2", "\x82\xAC", "y" }
     local fs = make{
       tool = function() return "file 5 0644 1:1:5:1:1\n" end,
-      open_download = function() return { read = function() return table.remove(chunks, 1) end, close = function() end } end,
+      stream = function() return cat_stream{ "x\xE2", "\x82\xAC", "y" } end,
     }
     local got = mb.run(function()
       local it = assert(fs:streamText(target))
-      local parts = {}
+      local out = {}
       while true do
         local c, err = it.next()
         assert.is_nil(err)
         if not c then break end
-        parts[#parts + 1] = c
+        out[#out + 1] = c
       end
-      return parts
+      return table.concat(out)
     end)
-    assert.are.same({ "x", "\xE2\x82\xAC", "y" }, got)
+    assert.are.equal("x\xE2\x82\xACy", got)
   end)
 end)

@@ -3,12 +3,16 @@
  * request's `envs` (never on a command line, where /proc/<pid>/cmdline shows them to every
  * process of the sandbox) and names them with -K; whatever else envd put in is dropped. No
  * frames: a terminal's bytes are the program's own. Failures (bad usage: exit 2; a -K name
- * missing, a program that cannot be executed: exit 127) are reported on stderr. */
+ * missing, a program that cannot be executed: exit 127) are reported on stderr.
+ * --ctty: fd 0 is a terminal and we lead a new session (the host's own terminals: libuv made
+ * the session, it cannot take the controlling terminal for us): make it ours, so the program
+ * has job control and the terminal knows its foreground group. */
 #include "mbwrap.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #define EXEC_MAX_ENV 4096
@@ -19,8 +23,15 @@ int exec_main(int argc, char **argv) {
   int i = 1;
   for (; i < argc; i++) {
     if (strcmp(argv[i], "--") == 0) { i++; break; }
+    if (strcmp(argv[i], "--ctty") == 0) {
+      if (ioctl(0, TIOCSCTTY, 0) != 0) {
+        perror("mbwrap exec: --ctty");
+        return 127;
+      }
+      continue;
+    }
     if (strcmp(argv[i], "-K") != 0 || i + 1 >= argc) {
-      fprintf(stderr, "usage: mbwrap exec [-K NAME]... -- PROGRAM [ARG]...\n");
+      fprintf(stderr, "usage: mbwrap exec [--ctty] [-K NAME]... -- PROGRAM [ARG]...\n");
       return 2;
     }
     const char *name = argv[++i];
@@ -44,7 +55,7 @@ int exec_main(int argc, char **argv) {
     envp[nenv++] = entry;
   }
   if (i >= argc) {
-    fprintf(stderr, "usage: mbwrap exec [-K NAME]... -- PROGRAM [ARG]...\n");
+    fprintf(stderr, "usage: mbwrap exec [--ctty] [-K NAME]... -- PROGRAM [ARG]...\n");
     return 2;
   }
   envp[nenv] = NULL;

@@ -9,12 +9,14 @@ static const char HELP[] =
     "mbwrap: moonbox's in-sandbox process-group wrapper (frames on stdout; see PROTOCOL.md)\n"
     "  mbwrap run [-g GRACE_MS] [-o SPILL:MAX] [-e SPILL:MAX] [-i BASE64] [-E NAME=VALUE]... [-K NAME]...\n"
     "             -- PROGRAM [ARG]...\n"
-    "  mbwrap exec [-K NAME]... -- PROGRAM [ARG]...\n"
+    "  mbwrap exec [--ctty] [-K NAME]... -- PROGRAM [ARG]...\n"
     "  mbwrap realpath PATH [CWD]\n"
     "  mbwrap stat [-L] PATH\n"
     "  mbwrap read PATH MAX\n"
+    "  mbwrap list DIR\n"
+    "  mbwrap cat PATH\n"
     "  mbwrap publish [--create-only | --expect VERSION] [--mode OCTAL | --keep-mode] [--before MAX]\n"
-    "                 STAGING_FILE TARGET\n"
+    "                 [--stdin] STAGING_FILE TARGET\n"
     "  mbwrap which NAME PATHLIST\n"
     "  mbwrap fg PID\n"
     "  mbwrap killsession SID GRACE_MS\n"
@@ -41,7 +43,8 @@ int main(int argc, char **argv) {
     int (*fn)(int, char **);
   } cmds[] = {
       {"run", run_main},        {"exec", exec_main},         {"realpath", tool_realpath},
-      {"stat", tool_stat},      {"read", tool_read},
+      {"stat", tool_stat},      {"read", tool_read},         {"list", tool_list},
+      {"cat", tool_cat},
       {"publish", tool_publish}, {"which", tool_which},       {"fg", tool_fg},
       {"killsession", tool_killsession}, {"signal", tool_signal},
   };

@@ -33,6 +33,7 @@ int ob_flush_all(struct obuf *ob, int fd);   /* waits for POLLOUT; -1 errno on f
 /* Tool mode: blocking output on fd 1. */
 void tool_init(void);
 void tool_data(const void *data, size_t n);
+void tool_error_data(const void *data, size_t n); /* stderr (e) frames: cat's failure line */
 void tool_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int tool_finish(int code); /* emits !exit code, !empty, !done; returns the process exit status */
 int tool_fail(const char *code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -57,6 +58,8 @@ int run_main(int argc, char **argv);
 int exec_main(int argc, char **argv);
 void exec_program(char **argv, char **envp, int errw); /* never returns (run.c) */
 int tool_read(int argc, char **argv);
+int tool_list(int argc, char **argv);
+int tool_cat(int argc, char **argv);
 int tool_realpath(int argc, char **argv);
 int tool_stat(int argc, char **argv);
 int tool_publish(int argc, char **argv);

@@ -174,6 +174,17 @@ void tool_data(const void *data, size_t n) {
   }
 }
 
+void tool_error_data(const void *data, size_t n) {
+  const unsigned char *p = data;
+  while (n) {
+    size_t k = n < MB_FRAME_RAW ? n : MB_FRAME_RAW;
+    if (ob_space(&tool_ob) < MB_FRAME_LINE && ob_flush_all(&tool_ob, 1) < 0) tool_die_output();
+    if (ob_frame(&tool_ob, 'e', p, k) < 0) tool_die_output();
+    p += k;
+    n -= k;
+  }
+}
+
 void tool_printf(const char *fmt, ...) {
   char line[8192];
   va_list ap;

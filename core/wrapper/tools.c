@@ -2,6 +2,7 @@
  * "Tool mode"). Usage errors go to stderr with exit status 2 and no frames: they are host bugs. */
 #include "mbwrap.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -198,6 +199,97 @@ int tool_read(int argc, char **argv) {
   return tool_finish(0);
 }
 
+/* ---- list: a directory's entries with cheap metadata and canonical child paths ---- */
+
+/* One record per entry: "<kind> <size> <version> <namelen> <name> <keylen> <key>\n" where key
+ * is the canonical path of the child (a symlink's: where it leads, its kind that of the target;
+ * a broken link is "other" at dir/name). Names and keys are exact bytes (newlines included). */
+int tool_list(int argc, char **argv) {
+  if (argc != 2) return usage("list DIR");
+  const char *path = argv[1];
+  DIR *d = opendir(path);
+  if (!d) return errno_fail(errno, "cannot list", path);
+  char base[PATH_MAX];
+  if (!realpath(path, base)) {
+    int e = errno;
+    closedir(d);
+    return errno_fail(e, "cannot resolve", path);
+  }
+  size_t blen = strlen(base);
+  struct dirent *de;
+  while ((errno = 0, de = readdir(d))) {
+    const char *nm = de->d_name;
+    if (strcmp(nm, ".") == 0 || strcmp(nm, "..") == 0) continue;
+    char child[PATH_MAX];
+    if (snprintf(child, sizeof child, "%s/%s", blen == 1 ? "" : base, nm) >= (int)sizeof child) continue;
+    struct stat st;
+    if (fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+      if (errno == ENOENT) continue; /* vanished meanwhile */
+      int e = errno;
+      closedir(d);
+      return errno_fail(e, "cannot stat", child);
+    }
+    const char *key = child;
+    char target[PATH_MAX];
+    const char *kind = kind_of(st.st_mode);
+    if (S_ISLNK(st.st_mode)) {
+      struct stat ts;
+      if (stat(child, &ts) == 0 && realpath(child, target)) {
+        key = target;
+        st = ts;
+        kind = kind_of(ts.st_mode);
+      } else {
+        kind = "other";
+      }
+    }
+    char ver[128];
+    version_of(&st, ver, sizeof ver);
+    tool_printf("%s %llu %s %zu ", kind, (unsigned long long)st.st_size, ver, strlen(nm));
+    tool_data(nm, strlen(nm));
+    tool_printf(" %zu ", strlen(key));
+    tool_data(key, strlen(key));
+    tool_data("\n", 1);
+  }
+  int e = errno;
+  closedir(d);
+  if (e) return errno_fail(e, "cannot list", path);
+  return tool_finish(0);
+}
+
+/* ---- cat: a regular file's bytes as stdout frames, however large (a streaming read) ---- */
+
+/* Unlike the other tools, a failure is one "err CODE detail" line in *stderr* frames (the
+ * stdout frames are the content, which may be anything) and exit status 1. */
+int tool_cat(int argc, char **argv) {
+  if (argc != 2) return usage("cat PATH");
+  const char *path = argv[1];
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  struct stat st;
+  int e = 0;
+  if (fd < 0) e = errno;
+  else if (fstat(fd, &st) < 0) e = errno;
+  else if (!S_ISREG(st.st_mode)) e = EISDIR;
+  if (!e) {
+    static char buf[65536];
+    for (;;) {
+      ssize_t r = read(fd, buf, sizeof buf);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) { e = errno; break; }
+      if (r == 0) break;
+      tool_data(buf, (size_t)r);
+    }
+  }
+  if (fd >= 0) close(fd);
+  if (!e) return tool_finish(0);
+  char line[PATH_MAX + 256];
+  int n = snprintf(line, sizeof line, "err %s cannot read '%s': %s\n", e == EISDIR ? "FS_NOT_REGULAR_FILE" : errno_name(e),
+                   path, strerror(e));
+  for (int i = 0; i < n - 1 && i < (int)sizeof line - 1; i++)
+    if (line[i] == '\n') line[i] = ' ';
+  tool_error_data(line, n < (int)sizeof line ? (size_t)n : sizeof line - 1);
+  return tool_finish(1);
+}
+
 /* ---- publish ---- */
 
 static const char *fs_code(int e) {
@@ -237,10 +329,70 @@ static int publish_fail(const char *staging, const char *code, const char *detai
   return tool_fail(code, "%s", detail);
 }
 
+/* mkdir -p of the directory part of `path` (as `mkdir -p` does, with the umask's mode). */
+static int make_parents(const char *path) {
+  char dir[PATH_MAX];
+  size_t n = dir_len(path);
+  if (n == 0 || n >= sizeof dir) return n == 0 ? 0 : (errno = ENAMETOOLONG, -1);
+  memcpy(dir, path, n);
+  dir[n] = 0;
+  for (char *p = dir + 1;; p++) {
+    if (*p == '/' || *p == 0) {
+      char c = *p;
+      *p = 0;
+      if (mkdir(dir, 0777) < 0 && errno != EEXIST) return -1;
+      *p = c;
+      if (!c) break;
+    }
+  }
+  return 0;
+}
+
+/* --stdin: the host hands the content over on stdin (local providers: no upload API). The
+ * staging file is made here, alone in a fresh private directory next to the target. */
+static int stage_stdin(const char *staging, const char *target) {
+  char sdir[PATH_MAX];
+  size_t n = dir_len(staging);
+  if (n == 0 || n >= sizeof sdir) return (tool_fail("FS_IO_ERROR", "bad staging path '%s'", staging), 1);
+  memcpy(sdir, staging, n);
+  sdir[n] = 0;
+  if (make_parents(target) < 0) return (tool_fail(fs_code(errno), "cannot make the parents of '%s': %s", target, strerror(errno)), 1);
+  if (mkdir(sdir, 0700) < 0) return (tool_fail(fs_code(errno), "cannot make '%s': %s", sdir, strerror(errno)), 1);
+  int fd = open(staging, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    int e = errno;
+    rmdir(sdir);
+    return (tool_fail(fs_code(e), "cannot create '%s': %s", staging, strerror(e)), 1);
+  }
+  static char buf[65536];
+  for (;;) {
+    ssize_t r = read(0, buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int e = errno;
+      close(fd);
+      return (publish_fail(staging, "FS_IO_ERROR", "cannot read the content", "stdin", e), 1);
+    }
+    if (r == 0) break;
+    for (ssize_t off = 0; off < r;) {
+      ssize_t w = write(fd, buf + off, (size_t)(r - off));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        int e = errno;
+        close(fd);
+        return (publish_fail(staging, fs_code(e), "cannot write", staging, e), 1);
+      }
+      off += w;
+    }
+  }
+  if (fsync(fd) < 0 || close(fd) < 0) return (publish_fail(staging, "FS_IO_ERROR", "cannot write", staging, errno), 1);
+  return 0;
+}
+
 int tool_publish(int argc, char **argv) {
   static const char *U =
-      "publish [--create-only | --expect VERSION] [--mode OCTAL | --keep-mode] [--before MAXBYTES] STAGING TARGET";
-  int create_only = 0, keep_mode = 0, have_mode = 0, want_before = 0;
+      "publish [--create-only | --expect VERSION] [--mode OCTAL | --keep-mode] [--before MAXBYTES] [--stdin] STAGING TARGET";
+  int create_only = 0, keep_mode = 0, have_mode = 0, want_before = 0, from_stdin = 0;
   const char *expect = NULL;
   unsigned long mode = 0;
   uint64_t before_max = 0;
@@ -249,6 +401,7 @@ int tool_publish(int argc, char **argv) {
     const char *a = argv[i];
     if (strcmp(a, "--create-only") == 0) create_only = 1;
     else if (strcmp(a, "--keep-mode") == 0) keep_mode = 1;
+    else if (strcmp(a, "--stdin") == 0) from_stdin = 1;
     else if (i + 1 < argc && strcmp(a, "--expect") == 0) expect = argv[++i];
     else if (i + 1 < argc && strcmp(a, "--before") == 0) {
       if (parse_u64(argv[++i], &before_max) < 0) return usage(U);
@@ -266,6 +419,7 @@ int tool_publish(int argc, char **argv) {
   if (argc - i != 2 || (create_only && expect) || (have_mode && keep_mode)) return usage(U);
   const char *staging = argv[i], *target = argv[i + 1];
   publish_target = target;
+  if (from_stdin && stage_stdin(staging, target)) return 0;
 
   int sfd = open(staging, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   struct stat sst;

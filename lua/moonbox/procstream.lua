@@ -22,21 +22,53 @@ local open_streams = setmetatable({}, { __mode = "k" }) -- stream → { url, sta
 local Stream = {}
 Stream.__index = Stream
 
--- → stream | nil, err (the request could not start)
-function M.open(http_opts, cfg)
+local function closed_err() return errors.new("MB_CLOSED", "process stream is closed") end
+
+local function new(start, what, cfg)
   local s = setmetatable({ waiters = {} }, Stream)
   -- The C side holds the callback; it reaches s weakly, so a stream dropped without close()
-  -- is collected and its __gc cancels the transfer.
+  -- is collected and its __gc cancels the transfer (a local process is TERMed).
   local weak = setmetatable({ s }, WEAK_V)
-  local c, err = core.pstream(http_opts, cfg, function()
+  local c, err = start(function()
     local st = weak[1]
     if st then sched.wake_all(st.waiters, st, true) end
   end)
   if not c then return nil, err end
   s.c = c
-  open_streams[s] = { url = http_opts.url, started = sched.now(), tag = cfg.tag }
+  open_streams[s] = { url = what, started = sched.now(), tag = cfg.tag }
   return s
 end
+
+-- An envd process stream over HTTP. → stream | nil, err (the request could not start)
+function M.open(http_opts, cfg)
+  return new(function(cb) return core.pstream(http_opts, cfg, cb) end, http_opts.url, cfg)
+end
+
+-- A process on this host: spawn = { argv (argv[1] absolute), env = {NAME = value}, cwd,
+-- stdin_pipe, pty, rows, cols }; its stdout is an mbwrap frame stream (cfg.raw or pty: plain
+-- bytes). The same facts as envd's (start, end...). → stream | nil, err
+function M.spawn(spawn, cfg)
+  return new(function(cb) return core.pstream_spawn(spawn, cfg, cb) end, "local:" .. tostring(spawn.argv[1]), cfg)
+end
+
+-- Local sources: the process's pid, a signal to it, input to its stdin or PTY (returns once it
+-- was written: the process read it), EOF on stdin, a PTY's size.
+function Stream:pid() return self.c:pid() end
+function Stream:kill(sig) return self.c:kill(sig) end
+function Stream:write(data, timeout_ms)
+  local ok, err = self.c:write(data, math.max(#data, 1 << 20))
+  if not ok then return nil, err end
+  while self.c:write_pending() > 0 do
+    if self.freed then return nil, closed_err() end
+    self.c:want_write()
+    local werr = self:_wait(timeout_ms, "process stream write")
+    if werr then return nil, werr end
+    if self.freed then return nil, closed_err() end
+  end
+  return true
+end
+function Stream:close_input() return self.c:close_input() end
+function Stream:resize(rows, cols) return self.c:resize(rows, cols) end
 
 -- Streams not yet freed (watchdogs, leak checks): a list of { url, started, tag, closed }.
 function M.open_streams()
@@ -48,8 +80,6 @@ function M.open_streams()
   end
   return out
 end
-
-local function closed_err() return errors.new("MB_CLOSED", "process stream is closed") end
 
 -- Blocks until the C side reports a change. → nil | err (timeout, cancel)
 function Stream:_wait(timeout_ms, what)

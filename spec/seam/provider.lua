@@ -1,7 +1,8 @@
--- Provider-agnostic harness for the seam contract specs. A provider family is selected with
--- MOONBOX_SEAM_PROVIDER (default "e2b"); it yields a composed ctx with ctx.fs and ctx.subprocess
--- plus a few facts the specs need (a scratch directory, how to run shell snippets).
--- A future local provider registers here with the same shape.
+-- Provider-agnostic harness for the seam contract specs: one matrix, the same spec files for
+-- every provider family. A family is selected with MOONBOX_SEAM_PROVIDER ("e2b", the default:
+-- the E2B providers on sandboxd; "local": the host providers); it yields a composed ctx with
+-- ctx.fs and ctx.subprocess plus a few facts the specs need (a scratch directory, how to run
+-- shell snippets).
 local compose = require "moonbox.compose"
 local function mb() return require "moonbox" end
 
@@ -9,7 +10,14 @@ local P = {}
 
 local families = {
   e2b = {
-    composition = 'plugin "e2b" { cwd = "/home/user/workspace" }\nplugin "fs" {}\nplugin "subprocess" {}\n',
+    composition = function() return 'plugin "e2b" { cwd = "/home/user/workspace" }\nplugin "fs" {}\nplugin "subprocess" {}\n' end,
+  },
+  ["local"] = {
+    -- a private working directory on the host, removed at close
+    composition = function(s)
+      s.cwd = assert(io.popen("mktemp -d /tmp/moonbox-seam-local.XXXXXX")):read("l")
+      return ('plugin "fs-local" { cwd = %q }\nplugin "subprocess-local" {}\n'):format(s.cwd)
+    end,
   },
 }
 
@@ -29,10 +37,11 @@ function P.open()
   if state then return state end
   local name = os.getenv("MOONBOX_SEAM_PROVIDER") or "e2b"
   local fam = assert(families[name], "unknown seam provider " .. name)
-  local comp = assert(compose.load("seam-" .. name .. ".lua", { source = fam.composition }))
+  local s = { name = name }
+  local comp = assert(compose.load("seam-" .. name .. ".lua", { source = fam.composition(s) }))
   state = P.run(function()
     local ctx, loaded = assert(compose.start(comp))
-    local s = { ctx = ctx, loaded = loaded, name = name }
+    s.ctx, s.loaded = ctx, loaded
     if name == "e2b" then
       local sb = assert(ctx.e2b:sandbox())
       s.cwd, s.sandbox, s.api_key = sb.cwd, sb, ctx.e2b.endpoints.api_key
@@ -47,6 +56,7 @@ function P.close()
   local s = state
   state = nil
   P.run(function() assert(compose.stop(s.ctx, s.loaded)) end)
+  if s.name == "local" and s.cwd:match("^/tmp/moonbox%-seam%-local%.") then os.execute("rm -rf '" .. s.cwd .. "'") end
 end
 
 -- A fresh scratch directory path (not created) under the provider's cwd.

@@ -45,6 +45,7 @@ describe("subprocess seam contract #sandboxd", function()
   end)
 
   it("costs one request per spawn", function()
+    if P.open().name ~= "e2b" then return pending("requests are the E2B providers' cost") end
     P.run(function()
       local n = P.requests(function()
         local h = assert(sp:spawn(spec({ "true" })))
@@ -145,6 +146,7 @@ describe("subprocess seam contract #sandboxd", function()
   end)
 
   it("never puts the API key into the sandbox", function()
+    if P.open().name ~= "e2b" then return pending("an E2B API key is the E2B providers' secret") end
     P.run(function()
       local key = P.open().api_key
       assert.is_string(key)
@@ -167,7 +169,8 @@ describe("subprocess seam contract #sandboxd", function()
       assert.are.equal("/bin/sh", sp:resolveExecutable("/bin/sh"))
       assert.are.equal("SUBPROCESS_INVALID_ARGUMENT", select(2, sp:resolveExecutable("bin/sh")).code)
       assert.are.equal("SUBPROCESS_NOT_FOUND", select(2, sp:resolveExecutable("no-such-tool-xyz")).code)
-      assert.are.equal("SUBPROCESS_NOT_FOUND", select(2, sp:resolveExecutable("/etc/hostname")).code)
+      assert.are.equal(0, select(2, P.sh("printf x > notexec && chmod 644 notexec")))
+      assert.are.equal("SUBPROCESS_NOT_FOUND", select(2, sp:resolveExecutable(P.open().cwd .. "/notexec")).code)
     end)
   end)
 
@@ -323,6 +326,7 @@ describe("subprocess seam contract #sandboxd", function()
 
   it("reports a sandbox deleted under a running command instead of hanging", function()
     -- runs last: it destroys the shared sandbox
+    if P.open().name ~= "e2b" then return pending("only a sandbox can be deleted under a command") end
     P.run(function()
       local s = P.open()
       local h = assert(sp:spawn(spec({ "sleep", "300" })))

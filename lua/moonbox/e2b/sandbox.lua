@@ -1,21 +1,24 @@
--- moonbox.e2b.sandbox — the handle the providers share (owner:sandbox() hands it out): the
--- sandbox's id, envd client, cwd, private runtime root, wrapper path, login home and ambient
--- environment, and two ways to run something there, both ONE process.Process/Start decoded in
--- C (moonbox.procstream) with a single wake-up when it ends:
---   sb:tool(args, opts)  an mbwrap tool (realpath, stat, publish, which, fg, signal, killsession)
---   sb:exec(argv, opts)  a program without the wrapper (setup scripts), raw stdout and stderr
--- and sb:explain(err): a failure caused by the sandbox being gone (deleted, expired) becomes
--- E2B_SANDBOX_GONE (one control-plane request, on failure paths only).
+-- moonbox.e2b.sandbox — an E2B sandbox as an execution world (moonbox.world.common): the
+-- handle owner:sandbox() hands the providers. Every process, tool and filesystem question is
+-- ONE envd request: a process.Process/Start decoded in C (moonbox.procstream), or a unary RPC;
+-- file contents go up with POST /files. A failure caused by the sandbox being gone (deleted,
+-- expired) becomes E2B_SANDBOX_GONE (sb:explain: one control-plane request, on failure paths
+-- only).
 local errors = require "moonbox.errors"
+local common = require "moonbox.world.common"
 
 local M = {}
 local Sandbox = {}
 Sandbox.__index = Sandbox
 M.Sandbox = Sandbox
 
-M.TOOL_OUTPUT_MAX = 1024 * 1024 -- a tool's answer (publish's diff basis travels separately)
+local METHOD = "process.Process/Start"
+M.TOOL_OUTPUT_MAX = common.TOOL_OUTPUT_MAX
 
-function M.new(fields) return setmetatable(fields, Sandbox) end
+function M.new(fields)
+  fields.kind = "e2b"
+  return setmetatable(fields, Sandbox)
+end
 
 -- Transport-level failures after which the sandbox itself may be what is missing.
 local MAYBE_GONE = { E2B_TRUNCATED = true, E2B_IO = true, E2B_PROTOCOL = true, E2B_UNAVAILABLE = true,
@@ -41,58 +44,26 @@ function Sandbox:explain(err, what)
   return self.gone
 end
 
--- The facts of a stream that closed, and its error (an end-stream Connect error included).
-local function finished(sb, s, method, timeout_ms)
-  local ok, err = s:wait_closed(timeout_ms)
-  local facts = {}
-  while true do
-    local f = s:next_facts(0)
-    if not f then break end
-    for _, x in ipairs(f) do
-      facts[#facts + 1] = x
-      if x.kind == "stream_error" and not err then
-        err = require("moonbox.e2b.envd").rpc_error(method, x.code, x.message, 200)
-      end
-    end
-  end
-  if not ok and err and err.code ~= "MB_TIMEOUT" and err.code ~= "MB_CANCELED" then
-    err = sb:explain(sb.envd:stream_error(method, s, err), method)
-  end
-  return facts, err
+function Sandbox:stream_error(s, err) return self.envd:stream_error(METHOD, s, err) end
+
+-- `mbwrap <args>` with the caller's sinks. → stream | nil, err
+function Sandbox:tool_stream(args, cfg, opts)
+  opts = opts or {}
+  local s, err = self.envd:process_stream(METHOD, {
+    process = { cmd = self.wrapper, args = args, cwd = opts.cwd }, stdin = false,
+  }, cfg)
+  if not s then return nil, self:explain(err, "mbwrap " .. tostring(args[1])) end
+  return s
 end
 
 -- Run one mbwrap tool. opts: cwd, timeout_ms, max_bytes (the answer's limit, default
--- TOOL_OUTPUT_MAX). → output bytes | nil, err. A failing tool reports "err CODE detail" and
--- exit 1 → err.code = "TOOL_" .. CODE, err.tool_code = CODE.
+-- TOOL_OUTPUT_MAX). → output bytes | nil, err (see common.tool_result)
 function Sandbox:tool(args, opts)
   opts = opts or {}
   local max = opts.max_bytes or M.TOOL_OUTPUT_MAX
-  local method = "process.Process/Start"
-  local s, err = self.envd:process_stream(method, {
-    process = { cmd = self.wrapper, args = args, cwd = opts.cwd }, stdin = false,
-  }, { stdout = { tail = max + 1 }, stderr = "discard" })
-  if not s then return nil, self:explain(err, "mbwrap " .. tostring(args[1])) end
-  local facts, ferr = finished(self, s, method, opts.timeout_ms or self.timeouts.tool_ms)
-  local total = s:total("stdout")
-  local text = s:read_from("stdout", 0)
-  s:close()
-  if ferr then return nil, ferr end
-  if total > max then
-    return nil, errors.new("E2B_TOO_LARGE", ("mbwrap %s: answer over %d bytes"):format(tostring(args[1]), max))
-  end
-  local exit_code, done
-  for _, f in ipairs(facts) do
-    if f.kind == "exit" then exit_code = f.value elseif f.kind == "done" then done = true end
-  end
-  if not done or exit_code == nil then
-    return nil, errors.new("E2B_PROTOCOL", "mbwrap " .. tostring(args[1]) .. ": incomplete tool output")
-  end
-  if exit_code ~= 0 then
-    local code, detail = text:match("^err (%S+) ?(.-)\n?$")
-    return nil, errors.new("TOOL_" .. (code or "FAILED"), ("mbwrap %s: %s"):format(args[1], detail or text),
-      { tool_code = code, exit_code = exit_code })
-  end
-  return text
+  local s, err = self:tool_stream(args, { stdout = { tail = max + 1 }, stderr = "discard" }, opts)
+  if not s then return nil, err end
+  return common.tool_result(self, s, args, max, opts.timeout_ms or self.timeouts.tool_ms)
 end
 
 -- Run a program directly (no shell, no wrapper) and collect its raw stdout/stderr, each up to
@@ -103,21 +74,60 @@ function Sandbox:exec(argv, opts)
   local max = opts.max_bytes or 1024 * 1024
   local args = {}
   for i = 2, #argv do args[#args + 1] = argv[i] end
-  local method = "process.Process/Start"
-  local s, err = self.envd:process_stream(method, {
+  local s, err = self.envd:process_stream(METHOD, {
     process = { cmd = argv[1], args = #args > 0 and args or nil, envs = opts.envs, cwd = opts.cwd },
     stdin = false,
   }, { raw = true, stdout = { tail = max + 1 }, stderr = { tail = 65536 } }, { user = opts.user })
   if not s then return nil, self:explain(err, argv[1]) end
-  local facts, ferr = finished(self, s, method, opts.timeout_ms or self.timeouts.tool_ms)
-  local out, errb, total = s:read_from("stdout", 0), s:read_from("stderr", 0), s:total("stdout")
-  s:close()
-  if ferr then return nil, ferr end
-  if total > max then return nil, errors.new("E2B_TOO_LARGE", ("%s: output over %d bytes"):format(argv[1], max)) end
-  local code
-  for _, f in ipairs(facts) do if f.kind == "end" then code = f.exit_code end end
-  if code == nil then return nil, errors.new("E2B_PROTOCOL", argv[1] .. ": stream ended without an end event") end
-  return { stdout = out, stderr = errb, exit_code = code }
+  return common.exec_result(self, s, argv, max, opts.timeout_ms or self.timeouts.tool_ms)
 end
+
+-- `mbwrap <args>` as a managed process (its environment's values in the request's envs).
+function Sandbox:run_process(args, envs, cwd, stdin_pipe, cfg)
+  local s, err = self.envd:process_stream(METHOD, {
+    process = { cmd = self.wrapper, args = args, envs = envs, cwd = cwd }, stdin = stdin_pipe,
+  }, cfg)
+  if not s then return nil, self:explain(err, "spawn") end
+  return s
+end
+
+-- `mbwrap <args>` on a new PTY of rows × cols.
+function Sandbox:run_terminal(args, envs, cwd, rows, cols, cfg)
+  local s, err = self.envd:process_stream(METHOD, {
+    process = { cmd = self.wrapper, args = args, envs = envs, cwd = cwd },
+    pty = { size = { cols = cols, rows = rows } },
+  }, cfg)
+  if not s then return nil, self:explain(err, "terminal") end
+  return s
+end
+
+local ok_or = function(r, err) if not r then return nil, err end return true end
+
+function Sandbox:signal_process(_, pid, sig)
+  return ok_or(self.envd:unary("process.Process/SendSignal", { process = { pid = pid }, signal = "SIGNAL_" .. sig }))
+end
+
+function Sandbox:send_input(_, pid, data, pty)
+  local input = pty and { pty = self.core.b64encode(data) } or { stdin = self.core.b64encode(data) }
+  return ok_or(self.envd:unary("process.Process/SendInput", { process = { pid = pid }, input = input }))
+end
+
+function Sandbox:close_input(_, pid)
+  return ok_or(self.envd:unary("process.Process/CloseStdin", { process = { pid = pid } }))
+end
+
+function Sandbox:resize(_, pid, rows, cols)
+  return ok_or(self.envd:unary("process.Process/Update", { process = { pid = pid }, pty = { size = { cols = cols, rows = rows } } }))
+end
+
+function Sandbox:remove_tree(path)
+  return ok_or(self.envd:unary("filesystem.Filesystem/Remove", { path = path }))
+end
+
+-- The fs write path: the content goes up to the staging path (POST /files, which makes the
+-- parents), then `mbwrap publish ... STAGING TARGET` publishes it.
+function Sandbox:stage(staging, content) return ok_or(self.envd:upload(staging, content)) end
+function Sandbox:unstage(dir) return self:remove_tree(dir) end
+function Sandbox:publish(args, _, max) return self:tool(args, { max_bytes = max }) end
 
 return M

@@ -1,5 +1,5 @@
--- moonbox.subprocess.handle — one spawned process tree in an E2B sandbox: the handle that
--- ctx.subprocess:spawn returns.
+-- moonbox.subprocess.handle — one spawned process tree in an execution world (an E2B sandbox
+-- or this host): the handle that ctx.subprocess:spawn returns.
 --
 -- The tree runs under `mbwrap run`, whose process stream is decoded in C (moonbox.procstream)
 -- into the sinks the spawn chose: a tail ring (collect), a descriptor (inherit), a byte queue
@@ -142,7 +142,7 @@ function Handle:_run()
     end
   end
   if not ok then
-    return self:_fail(self.sb:explain(self.sb.envd:stream_error(METHOD, s, err), "while " .. self.spec.argv[1] .. " ran"))
+    return self:_fail(self.sb:explain(self.sb:stream_error(s, err), "while " .. self.spec.argv[1] .. " ran"))
   end
   if self.spawn_error then
     self.tree_empty = true; self.empty_ev:set(true)
@@ -178,8 +178,7 @@ end
 
 -- SIGTERM to the wrapper (one SendSignal): it TERMs the whole tree and KILLs it after graceMs.
 function Handle:_term_wrapper()
-  return self.sb.envd:unary("process.Process/SendSignal",
-    { process = { pid = self.wrapper_pid }, signal = "SIGNAL_SIGTERM" })
+  return self.sb:signal_process(self.s, self.wrapper_pid, "SIGTERM")
 end
 
 -- The stream carrying the facts broke while the tree may still run: TERM the wrapper (it
@@ -236,24 +235,20 @@ end
 
 -- The stdin of a 'pipe' spawn: :write(data) → true | nil, err; :close().
 function M.stdin_writer(self)
-  local core = self.sb.core
   return {
     write = function(_, data)
       if type(data) ~= "string" then error("stdin:write: data must be a string", 2) end
       if self.stdin_closed then return nil, errors.new("SUBPROCESS_STDIN_CLOSED", "stdin is closed") end
       self.stdin_ready:wait()
       if not self.wrapper_pid then return nil, self.error or errors.new("SPAWN_FAILED", "process did not start") end
-      local r, err = self.sb.envd:unary("process.Process/SendInput",
-        { process = { pid = self.wrapper_pid }, input = { stdin = core.b64encode(data) } })
-      if not r then return nil, err end
-      return true
+      return self.sb:send_input(self.s, self.wrapper_pid, data)
     end,
     close = function()
       if self.stdin_closed then return true end
       self.stdin_closed = true
       self.stdin_ready:wait()
       if not self.wrapper_pid then return true end
-      local r, err = self.sb.envd:unary("process.Process/CloseStdin", { process = { pid = self.wrapper_pid } })
+      local r, err = self.sb:close_input(self.s, self.wrapper_pid)
       if not r and err.code ~= "E2B_NOT_FOUND" then return nil, err end
       return true
     end,

@@ -1,11 +1,11 @@
--- moonbox.subprocess.terminal — one interactive terminal in an E2B sandbox: the handle that
+-- moonbox.subprocess.terminal — one interactive terminal in an execution world: the handle that
 -- ctx.subprocess:spawnTerminal returns.
 --
--- One process.Process/Start with a PTY runs `mbwrap exec -K NAME... -- argv`: the environment
--- travels in the request's `envs` (never on a command line) and mbwrap keeps exactly those
--- names. The PTY's bytes are decoded in C (a raw process stream) into a byte queue that
--- :read serves. inspectForeground / signalForeground / terminate use mbwrap fg / signal /
--- killsession (one request each).
+-- `mbwrap exec -K NAME... -- argv` runs on a new PTY (E2B: one process.Process/Start with a
+-- PTY; on the host: openpty): the environment travels out of band (never on a command line)
+-- and mbwrap keeps exactly those names. The PTY's bytes are decoded in C (a raw process
+-- stream) into a byte queue that :read serves. inspectForeground / signalForeground /
+-- terminate use mbwrap fg / signal / killsession (one request each).
 local errors = require "moonbox.errors"
 local specs = require "moonbox.subprocess.spec"
 
@@ -40,24 +40,14 @@ end
 function Term:write(data)
   if type(data) ~= "string" then error("terminal:write: data must be a string", 2) end
   if self.exited then return nil, errors.new("TERMINAL_EXITED", "terminal process has exited") end
-  return self:_op(function()
-    local r, err = self.sb.envd:unary("process.Process/SendInput",
-      { process = { pid = self.pid }, input = { pty = self.sb.core.b64encode(data) } })
-    if not r then return nil, err end
-    return true
-  end)
+  return self:_op(function() return self.sb:send_input(self.s, self.pid, data, true) end)
 end
 
 function Term:resize(rows, cols)
   if math.type(rows) ~= "integer" or math.type(cols) ~= "integer" or rows < 1 or cols < 1 or rows > 65535 or cols > 65535 then
     error("terminal:resize: rows and cols must be integers from 1 to 65535", 2)
   end
-  return self:_op(function()
-    local r, err = self.sb.envd:unary("process.Process/Update",
-      { process = { pid = self.pid }, pty = { size = { cols = cols, rows = rows } } })
-    if not r then return nil, err end
-    return true
-  end)
+  return self:_op(function() return self.sb:resize(self.s, self.pid, rows, cols) end)
 end
 
 function Term:_fg()
@@ -168,7 +158,7 @@ function Term:_run()
   end
   if not self.error then
     local ok, err = s:result()
-    if not ok and err then self.error = self.sb:explain(self.sb.envd:stream_error(METHOD, s, err), "terminal") end
+    if not ok and err then self.error = self.sb:explain(self.sb:stream_error(s, err), "terminal") end
   end
   if not self.outcome and not self.error then
     self.error = errors.new("E2B_PROTOCOL", "terminal stream ended without an end event")

@@ -1,0 +1,31 @@
+-- moonbox.subprocess.local — plugin "subprocess-local": the subprocess seam on this host, with
+-- the same contract and semantics as the E2B provider: every spawn runs under the same mbwrap
+-- (a new session and process group, exactly the scrubbed environment, exit code or real
+-- signal, whole-tree TERM→grace→KILL, "tree empty"), its output decoded by the same C decoder
+-- into the same sinks; terminals are host PTYs. The ambient environment is this process's,
+-- scrubbed by the same policy (scrubbedParentEnv).
+local service = require "moonbox.subprocess.service"
+local world_local = require "moonbox.world.local"
+
+local M = { name = "subprocess-local", provides = "subprocess", inject = {}, schema = service.schema }
+
+function M.new(ctx, config)
+  local policies = ctx.policies or {}
+  local w, err
+  local function world()
+    if not w and not err then
+      w, err = world_local.new{ timeouts = policies.timeouts or require("policies.timeouts") }
+    end
+    if not w then return nil, err end
+    return w
+  end
+  local sp = service.new(world, config, policies, function() if w then return w:dispose() end return true end)
+  -- The host environment scrubbed by the env policy (the seam's scrubbedParentEnv).
+  function sp.scrubbedParentEnv()
+    local pw = world()
+    return (policies.env or require("policies.env")).scrub(pw and pw.ambient or {})
+  end
+  return sp
+end
+
+return M

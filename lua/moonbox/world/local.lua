@@ -1,0 +1,146 @@
+-- moonbox.world.local — this host as an execution world (moonbox.world.common), for the host
+-- providers (plugins fs-local, subprocess-local). It runs the same static mbwrap the sandbox
+-- runs, as host processes (core.pstream_spawn): every process gets the same process group,
+-- environment, frames and TERM→grace→KILL of the whole tree, and every filesystem question the
+-- same answer format and versions. Terminals are host PTYs (openpty; mbwrap exec --ctty makes
+-- the terminal the program's controlling terminal). The host kernel decides permissions.
+local errors = require "moonbox.errors"
+local ids = require "moonbox.ids"
+local common = require "moonbox.world.common"
+local endpoints = require "moonbox.e2b.endpoints"
+
+local M = {}
+local World = {}
+World.__index = World
+M.World = World
+
+local function mb() return require "moonbox" end
+
+-- opts: { cwd = default working directory (default: ours), timeouts } → world | nil, err
+function M.new(opts)
+  local core = require "moonbox.core"
+  local wrapper = endpoints.find_binary("MOONBOX_MBWRAP", "mbwrap")
+  if not wrapper then
+    return nil, errors.new("E2B_SETUP", "mbwrap binary not found (MOONBOX_MBWRAP / MB_BUILD_DIR)")
+  end
+  if wrapper:sub(1, 1) ~= "/" then
+    local pwd = os.getenv("PWD")
+    if not pwd then return nil, errors.new("E2B_SETUP", "mbwrap path must be absolute: " .. wrapper) end
+    wrapper = pwd .. "/" .. wrapper
+  end
+  local ambient = core.environ()
+  local w = setmetatable({ kind = "local", core = core, timeouts = opts.timeouts, wrapper = wrapper,
+    ambient = ambient, home = ambient.HOME or "/", cwd = opts.cwd or os.getenv("PWD") or "/",
+    root = ("/tmp/moonbox-local.%d.%s"):format(core.getpid(), ids.hex(6)) }, World)
+  local r, err = w:exec({ "/bin/mkdir", "-m", "700", "--", w.root })
+  if not r then return nil, err end
+  if r.exit_code ~= 0 then return nil, errors.new("E2B_SETUP", "cannot make " .. w.root .. ": " .. r.stderr) end
+  return w
+end
+
+function World:explain(err) return err end
+function World:stream_error(_, err) return err end
+
+-- A start that failed: a missing cwd or program is the caller's, named.
+local function start_error(err, what, cwd)
+  if errors.is(err) and err.code == "E2B_INVALID" then
+    return errors.new("SPAWN_FAILED", ("cannot start %s in cwd %q: %s"):format(what, tostring(cwd), err.message),
+      { cause = err, cwd = cwd })
+  end
+  return err
+end
+
+function World:tool_stream(args, cfg, opts)
+  opts = opts or {}
+  local argv = { self.wrapper }
+  for _, a in ipairs(args) do argv[#argv + 1] = a end
+  local s, err = mb().procstream.spawn({ argv = argv, cwd = opts.cwd }, cfg)
+  if not s then return nil, start_error(err, "mbwrap " .. tostring(args[1]), opts.cwd) end
+  return s
+end
+
+function World:tool(args, opts)
+  opts = opts or {}
+  local max = opts.max_bytes or common.TOOL_OUTPUT_MAX
+  local s, err = self:tool_stream(args, { stdout = { tail = max + 1 }, stderr = "discard" }, opts)
+  if not s then return nil, err end
+  return common.tool_result(self, s, args, max, opts.timeout_ms or self.timeouts.tool_ms)
+end
+
+-- A plain program (argv[1] absolute): stdout in a tail, stderr as the diagnostic text.
+function World:exec(argv, opts)
+  opts = opts or {}
+  local max = opts.max_bytes or 1024 * 1024
+  local s, err = mb().procstream.spawn({ argv = argv, cwd = opts.cwd, env = opts.envs },
+    { raw = true, stdout = { tail = max + 1 }, stderr = "discard" })
+  if not s then return nil, start_error(err, argv[1], opts.cwd) end
+  return common.exec_result(self, s, argv, max, opts.timeout_ms or (self.timeouts and self.timeouts.tool_ms) or 30000)
+end
+
+-- `mbwrap <args>` with exactly `envs` as its environment (mbwrap keeps the -K names of it).
+function World:run_process(args, envs, cwd, stdin_pipe, cfg)
+  local argv = { self.wrapper }
+  for _, a in ipairs(args) do argv[#argv + 1] = a end
+  local s, err = mb().procstream.spawn({ argv = argv, env = envs, cwd = cwd, stdin_pipe = stdin_pipe }, cfg)
+  if not s then return nil, start_error(err, "the wrapper", cwd) end
+  return s
+end
+
+-- `mbwrap exec --ctty ...` on a new PTY: the program leads a new session and the PTY is its
+-- controlling terminal.
+function World:run_terminal(args, envs, cwd, rows, cols, cfg)
+  local argv = { self.wrapper, args[1], "--ctty" }
+  for i = 2, #args do argv[#argv + 1] = args[i] end
+  local s, err = mb().procstream.spawn({ argv = argv, env = envs, cwd = cwd, pty = true, rows = rows, cols = cols }, cfg)
+  if not s then return nil, start_error(err, "the terminal", cwd) end
+  return s
+end
+
+function World:signal_process(s, _, sig) return s:kill(sig) end
+function World:send_input(s, _, data) return s:write(data) end
+function World:close_input(s) return s:close_input() end
+function World:resize(s, _, rows, cols) return s:resize(rows, cols) end
+
+function World:remove_tree(path)
+  local r, err = self:exec({ "/bin/rm", "-rf", "--", path })
+  if not r then return nil, err end
+  if r.exit_code ~= 0 then return nil, errors.new("FS_IO_ERROR", "rm -rf " .. path .. ": " .. r.stderr) end
+  return true
+end
+
+-- The fs write path: nothing is staged ahead; `mbwrap publish --stdin` makes the staging file
+-- from its stdin (in 1 MiB pieces: the content is never copied whole) and publishes it.
+function World:stage() return true end
+function World:unstage() return true end
+
+local PIECE = 1024 * 1024
+
+function World:publish(args, content, max)
+  local argv = { self.wrapper }
+  for i, a in ipairs(args) do
+    argv[#argv + 1] = a
+    if i == 1 then argv[#argv + 1] = "--stdin" end
+  end
+  local s, err = mb().procstream.spawn({ argv = argv, stdin_pipe = true },
+    { stdout = { tail = max + 1 }, stderr = "discard" })
+  if not s then return nil, err end
+  for off = 1, #content, PIECE do
+    local ok, werr = s:write(content:sub(off, off + PIECE - 1))
+    if not ok then
+      s:close_input()
+      common.tool_result(self, s, args, max, self.timeouts.tool_ms)
+      return nil, errors.new("FS_IO_ERROR", "cannot hand the content over: " .. tostring(werr), { cause = werr })
+    end
+  end
+  s:close_input()
+  return common.tool_result(self, s, args, max, self.timeouts.tool_ms)
+end
+
+-- Removes the runtime root (the spills of its processes).
+function World:dispose()
+  if self.disposed then return true end
+  self.disposed = true
+  return self:remove_tree(self.root)
+end
+
+return M
