@@ -9,6 +9,10 @@ M.plugins = {
   subprocess = "moonbox.subprocess.e2b",
   ["fs-local"] = "moonbox.fs.local",
   ["subprocess-local"] = "moonbox.subprocess.local",
+  -- consumers: written against the seams only, so they run on either provider family
+  bash = "moonbox.consumers.bash",
+  terminal = "moonbox.consumers.terminal",
+  lsp = "moonbox.consumers.lsp",
 }
 
 -- Tie-break among plugins whose dependencies are all loaded: lower rank loads first; unranked

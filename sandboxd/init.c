@@ -312,6 +312,13 @@ static void do_spawn(const init_req *rq, const char *str, size_t slen) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
+    /* Default dispositions: sandboxd's ignored SIGPIPE (and whatever else the init inherited)
+     * must not reach commands — `yes | head` would report a broken pipe. */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int s = 1; s < 65; s++)
+      if (s != SIGKILL && s != SIGSTOP) (void)sigaction(s, &dfl, NULL);
     setsid();
     if (pty) {
       /* The terminal belongs to its user (group tty where that id is mapped). */

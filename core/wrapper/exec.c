@@ -6,7 +6,8 @@
  * missing, a program that cannot be executed: exit 127) are reported on stderr.
  * --ctty: fd 0 is a terminal and we lead a new session (the host's own terminals: libuv made
  * the session, it cannot take the controlling terminal for us): make it ours, so the program
- * has job control and the terminal knows its foreground group. */
+ * has job control and the terminal knows its foreground group. The program starts with the
+ * default signal dispositions whatever envd left ignored (Ctrl-C must interrupt). */
 #include "mbwrap.h"
 
 #include <stdio.h>
@@ -59,6 +60,7 @@ int exec_main(int argc, char **argv) {
     return 2;
   }
   envp[nenv] = NULL;
+  default_signals();
   exec_program(argv + i, envp, -1);
   return 127; /* not reached */
 }

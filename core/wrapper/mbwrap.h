@@ -57,6 +57,7 @@ int64_t mb_now_ms(void);                              /* CLOCK_MONOTONIC */
 int run_main(int argc, char **argv);
 int exec_main(int argc, char **argv);
 void exec_program(char **argv, char **envp, int errw); /* never returns (run.c) */
+void default_signals(void);                              /* empty mask, SIG_DFL everywhere (run.c) */
 int tool_read(int argc, char **argv);
 int tool_list(int argc, char **argv);
 int tool_cat(int argc, char **argv);

@@ -344,18 +344,24 @@ static void reset_reserved(int sig) {
   syscall(SYS_rt_sigaction, sig, &ka, NULL, sizeof ka.mask);
 }
 
-static void child_main(char **argv, char **envp, int inr, int outw, int errw_fd, int readyw, int gor, int gow,
-                       int errw) {
-  close(gow); /* so that the wrapper's death reads as EOF below */
+/* An empty signal mask and default dispositions: nothing the wrapper's own parent blocked or
+ * ignored (a daemon's SIGPIPE, SIGINT in a background launcher) leaks into the program — an
+ * ignored SIGINT would make a terminal's Ctrl-C do nothing, an ignored SIGPIPE breaks `yes | head`. */
+void default_signals(void) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
-  /* Default dispositions: nothing the wrapper's own parent ignored (or our SIGPIPE) leaks in. */
   struct sigaction dfl;
   memset(&dfl, 0, sizeof dfl);
   dfl.sa_handler = SIG_DFL;
   for (int s = 1; s < 65; s++)
     if (s != SIGKILL && s != SIGSTOP && sigaction(s, &dfl, NULL) < 0 && errno == EINVAL) reset_reserved(s);
+}
+
+static void child_main(char **argv, char **envp, int inr, int outw, int errw_fd, int readyw, int gor, int gow,
+                       int errw) {
+  close(gow); /* so that the wrapper's death reads as EOF below */
+  default_signals();
   if (setsid() < 0) child_fail(errw, errno, "setsid for", argv[0]);
   if (write(readyw, "r", 1) != 1) _exit(126);
   close(readyw);

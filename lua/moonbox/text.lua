@@ -45,6 +45,23 @@ local function boundary(s)
   return n                                           -- only continuation bytes: let validation judge
 end
 
+M.complete_prefix = boundary
+
+-- s with every byte that is not part of a valid UTF-8 sequence replaced by U+FFFD (what a
+-- console shows; command output is not a seam text and must never make a call fail).
+function M.lossy(s)
+  if utf8.len(s) then return s end
+  local out, i, n = {}, 1, #s
+  while i <= n do
+    local len, bad = utf8.len(s, i)
+    if len then out[#out + 1] = s:sub(i) break end
+    if bad > i then out[#out + 1] = s:sub(i, bad - 1) end
+    out[#out + 1] = "\xEF\xBF\xBD"
+    i = bad + 1
+  end
+  return table.concat(out)
+end
+
 -- A streaming text checker with the same rules as check_text across chunk boundaries.
 -- :push(chunk) → text (possibly "") | nil, err ; :finish() → "" | nil, err
 function M.decoder(nul_limit)

@@ -143,6 +143,13 @@ test('stdin is /dev/null unless requested: cat ends at once and sendStdin to it 
   }
 })
 
+test('commands start with default signal dispositions and an empty mask (yes | head; Ctrl-C works)', T, async (t) => {
+  const sbx = await newSandbox(t)
+  const r = await sbx.commands.run("grep -E '^Sig(Ign|Blk)' /proc/self/status; yes | head -1")
+  assert.equal(r.stdout, 'SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\ny\n')
+  assert.equal(r.stderr, '')
+})
+
 test('timeoutMs: a command outliving it rejects with TimeoutError and is killed', T, async (t) => {
   const sbx = await newSandbox(t)
   // a unique duration marks the command in commands.list()

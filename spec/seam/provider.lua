@@ -8,15 +8,24 @@ local function mb() return require "moonbox" end
 
 local P = {}
 
+-- The consumers, identical in every family (spec/consumers): only the provider lines differ.
+local function consumers(cwd)
+  return ('plugin "bash" { cwd = %q, graceMs = 1000 }\nplugin "terminal" { cwd = %q, graceMs = 1000 }\n'
+    .. 'plugin "lsp" { root = %q, args = { "--log=error" } }\n'):format(cwd, cwd, cwd)
+end
+
 local families = {
   e2b = {
-    composition = function() return 'plugin "e2b" { cwd = "/home/user/workspace" }\nplugin "fs" {}\nplugin "subprocess" {}\n' end,
+    composition = function()
+      return 'plugin "e2b" { cwd = "/home/user/workspace" }\nplugin "fs" {}\nplugin "subprocess" {}\n'
+        .. consumers("/home/user/workspace")
+    end,
   },
   ["local"] = {
     -- a private working directory on the host, removed at close
     composition = function(s)
       s.cwd = assert(io.popen("mktemp -d /tmp/moonbox-seam-local.XXXXXX")):read("l")
-      return ('plugin "fs-local" { cwd = %q }\nplugin "subprocess-local" {}\n'):format(s.cwd)
+      return ('plugin "fs-local" { cwd = %q }\nplugin "subprocess-local" {}\n'):format(s.cwd) .. consumers(s.cwd)
     end,
   },
 }
@@ -31,6 +40,19 @@ function P.run(fn, timeout_ms)
     if not res[1] then error(res[2], 0) end
     return table.unpack(res, 2, res.n)
   end)
+end
+
+-- P.run with a task collecting garbage all along: objects only C holds across a yield must
+-- survive it.
+function P.run_gc(fn, timeout_ms)
+  return P.run(function()
+    local m = mb()
+    local gc = m.spawn(function() while true do collectgarbage() m.sleep(1) end end)
+    local r = table.pack(pcall(fn))
+    gc:cancel()
+    if not r[1] then error(r[2], 0) end
+    return table.unpack(r, 2, r.n)
+  end, timeout_ms)
 end
 
 function P.open()
@@ -76,6 +98,25 @@ function P.sh(script, opts)
       stderr = { maxBytes = 1 << 16 } } })
   local o = assert(h:wait(opts.timeout_ms or 30000))
   return h.collected.stdout:readFrom(0).text, o.exitCode, h.collected.stderr:readFrom(0).text, o
+end
+
+-- Live processes of the execution world other than the probe itself, as "pid args" lines.
+function P.survivors(pattern)
+  local out = P.sh("for p in /proc/[0-9]*; do s=$(cut -d' ' -f3 $p/stat 2>/dev/null); "
+    .. "[ \"$s\" = Z ] && continue; a=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "
+    .. "case \"$a\" in *" .. pattern .. "*) echo \"${p#/proc/} $a\";; esac; done")
+  local lines = {}
+  for l in out:gmatch("[^\n]+") do if not l:find("/proc/", 1, true) then lines[#lines + 1] = l end end
+  return lines
+end
+
+-- A copy of a program under a unique name (inside P.run), so that its processes can be found by
+-- name: `exec -a` is not portable (dash has none), and a failing one made the checks vacuous.
+function P.named(program, marker)
+  local dir = P.scratch("bin")
+  local _, code, err = P.sh("mkdir -p '" .. dir .. "' && cp \"$(command -v " .. program .. ")\" '" .. dir .. "/" .. marker .. "'")
+  assert(code == 0, err)
+  return dir .. "/" .. marker
 end
 
 -- Requests counted at the transport while fn runs.

@@ -8,24 +8,7 @@ local function spec(argv, over)
   return s
 end
 
--- Live processes of the execution world other than the probe itself, as "pid args" lines.
-local function survivors(pattern)
-  local out = P.sh("for p in /proc/[0-9]*; do s=$(cut -d' ' -f3 $p/stat 2>/dev/null); "
-    .. "[ \"$s\" = Z ] && continue; a=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "
-    .. "case \"$a\" in *" .. pattern .. "*) echo \"${p#/proc/} $a\";; esac; done")
-  local lines = {}
-  for l in out:gmatch("[^\n]+") do if not l:find("/proc/", 1, true) then lines[#lines + 1] = l end end
-  return lines
-end
-
--- A copy of a program under a unique name (inside P.run), so that its processes can be found by
--- name: `exec -a` is not portable (dash has none), and a failing one made the checks vacuous.
-local function named(program, marker)
-  local dir = P.scratch("bin")
-  local _, code, err = P.sh("mkdir -p '" .. dir .. "' && cp \"$(command -v " .. program .. ")\" '" .. dir .. "/" .. marker .. "'")
-  assert(code == 0, err)
-  return dir .. "/" .. marker
-end
+local survivors, named = P.survivors, P.named
 
 describe("subprocess seam contract #sandboxd", function()
   local sp, mb

@@ -36,6 +36,7 @@ function M.new(fields)
   local h = setmetatable(fields, Handle)
   h.pid, h.collected = -1, {}
   h.done_ev, h.pid_ev, h.empty_ev, h.stdin_ready = m.event(), m.event(), m.event(), m.event()
+  h.exit_ev = m.event()
   return h
 end
 
@@ -44,6 +45,7 @@ function Handle:_settle(outcome, err)
   self.settled = true
   self.outcome, self.error = outcome, err
   self.done_ev:set(true)
+  self.exit_ev:set(true)
 end
 
 -- Pipes take no more output: `clear` also drops what they hold (terminate), otherwise readers
@@ -78,6 +80,7 @@ function Handle:_fact(f)
   elseif k == "exit" or k == "signal" then
     local fact = k == "exit" and { exitCode = f.value } or { signal = specs.signal_name(f.value) }
     self.exit_fact = fact
+    self.exit_ev:set(true)
     -- Drain grace: a descendant holding the pipes cannot hold `done` (canceled when the
     -- stream ends first, as it normally does).
     local m = mb()
@@ -162,6 +165,17 @@ function Handle:wait(timeout_ms)
   return self.outcome
 end
 Handle.done = Handle.wait
+
+-- The outcome as soon as the group leader has exited (everything it wrote before is in the
+-- sinks), without waiting for descendants that still hold the output open: a shell's `cmd &`.
+-- → { exitCode } | { signal } | nil, err
+function Handle:exited(timeout_ms)
+  local ok, err = self.exit_ev:wait(timeout_ms)
+  if not ok and not self.exit_fact and not self.settled then return nil, err end
+  if self.exit_fact then return self.exit_fact end
+  if self.error then return nil, self.error end
+  return self.outcome
+end
 
 -- The service stops tracking this handle (and watching its cancel token).
 function Handle:_untrack()
