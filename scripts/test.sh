@@ -12,6 +12,8 @@ passed=0; failed=0; skipped=0
 # E2B_* for every other suite).
 CLOUD_KEY=${E2B_API_KEY:-}; CLOUD_URL=${E2B_API_URL:-}
 T0=$SECONDS
+# busted under Lua 5.4 whatever `lua` is (luarocks pulls lua5.1 in and takes the alternative)
+BUSTED=(lua5.4 "$(command -v busted || echo /usr/bin/busted)")
 note() { printf '== %s\n' "$*"; }
 add()  { passed=$((passed + $1)); failed=$((failed + $2)); note "$3: $1 passed, $2 failed ($((SECONDS - T0)) s so far)"; }
 
@@ -49,7 +51,7 @@ if [ -f build-asan/lib/moonbox/core.so ] && [ -f "$ASAN_RT" ]; then
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 MB_BUILD_DIR=$ROOT/build-asan \
     LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;$ROOT/?.lua;$ROOT/spec/?.lua;;" \
     LUA_CPATH="$ROOT/build-asan/lib/?.so;;" \
-    timeout -k 10 600 busted -o TAP spec/codec_spec.lua spec/scheduler_spec.lua spec/http_spec.lua 2>&1)
+    timeout -k 10 600 "${BUSTED[@]}" -o TAP spec/codec_spec.lua spec/scheduler_spec.lua spec/http_spec.lua 2>&1)
   rc=$?; echo "$out" >"$LOG/busted-asan.log"
   p=$(grep -c '^ok ' <<<"$out"); f=$(grep -c '^not ok ' <<<"$out")
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; tail -30 <<<"$out"; fi
@@ -86,13 +88,54 @@ busted_counts() { # TAP text → sets p, f, s (pending specs print "ok N # SKIP"
 if ls spec/*_spec.lua spec/**/*_spec.lua >/dev/null 2>&1; then
   # Three times over in one Lua state: a long-lived harness's state (tasks, pools, streams,
   # sandboxes) must not turn the second and third passes into failures or hangs.
-  note "busted: the whole suite, ${BUSTED_REPEAT:-3} times in one Lua state"
-  out=$(timeout -k 10 2400 busted -o TAP --repeat="${BUSTED_REPEAT:-3}" "${tags[@]}" spec 2>&1); echo "$out" >"$LOG/busted.log"
+  note "busted: the whole suite but the matrix, ${BUSTED_REPEAT:-3} times in one Lua state"
+  out=$(timeout -k 10 2400 "${BUSTED[@]}" -o TAP --repeat="${BUSTED_REPEAT:-3}" "${tags[@]}" spec/*_spec.lua 2>&1)
+  echo "$out" >"$LOG/busted.log"
   busted_counts "$out"
   [ "$f" -gt 0 ] && grep -A8 '^not ok ' <<<"$out" | head -80
   if ! grep -qE '^1\.\.[0-9]+' <<<"$out"; then echo "$out" | tail -20; f=$((f + 1)); fi
   add "$p" "$f" "busted"
 fi
+# The matrix: the seam contract suite and the consumer suite, the same files, × {host providers,
+# E2B providers on sandboxd}. The host cell runs as an unprivileged user (as root no permission
+# is ever denied, and the permission cases would be vacuous), from a copy it can read.
+matrix_cell() { # family, label, command prefix...
+  local fam=$1 label=$2; shift 2
+  note "matrix: seam + consumers on the $label"
+  out=$(MOONBOX_SEAM_PROVIDER=$fam timeout -k 10 1200 "$@" "${BUSTED[@]}" -o TAP --repeat="${MATRIX_REPEAT:-2}" \
+    spec/seam spec/consumers 2>&1); echo "$out" >"$LOG/matrix-$fam.log"
+  busted_counts "$out"
+  [ "$f" -gt 0 ] && grep -A8 '^not ok ' <<<"$out" | head -60
+  if ! grep -qE '^1\.\.[0-9]+' <<<"$out"; then echo "$out" | tail -20; f=$((f + 1)); fi
+  add "$p" "$f" "matrix cell $label ($s E2B-only specs skipped)"
+}
+[ -n "$SBXD_PID" ] && matrix_cell e2b "E2B providers (sandboxd)"
+if [ "$(id -u)" -eq 0 ]; then
+  id nobody >/dev/null 2>&1 || useradd -r -M -s /usr/sbin/nologin nobody
+  STAGE=$(mktemp -d /tmp/moonbox-matrix.XXXXXX)
+  mkdir -p "$STAGE/build" && cp -r lua policies "$STAGE/" && cp -r build/lib build/bin "$STAGE/build/" &&
+    mkdir "$STAGE/spec" && cp -r spec/seam spec/consumers spec/support "$STAGE/spec/" && chmod -R a+rX "$STAGE"
+  (cd "$STAGE" && matrix_cell local "host providers (as nobody)" runuser -u nobody -- env HOME=/tmp \
+    MB_BUILD_DIR="$STAGE/build" LUA_PATH="$STAGE/lua/?.lua;$STAGE/lua/?/init.lua;$STAGE/?.lua;$STAGE/spec/?.lua;;" \
+    LUA_CPATH="$STAGE/build/lib/?.so;;"; echo "$passed $failed $skipped" >"$STAGE/counts")
+  read -r passed failed skipped <"$STAGE/counts"; rm -rf "$STAGE"
+else
+  matrix_cell local "host providers (as $(id -un))" env
+fi
+
+# The world example on both compositions: the same transcript apart from the timings.
+if [ -n "$SBXD_PID" ]; then
+  note "examples/world on the host and in the sandbox"
+  wp=0; wf=0
+  for c in host sandbox; do
+    if timeout -k 10 300 build/bin/moonbox run "examples/world/compose-$c.lua" examples/world/world.lua \
+      >"$LOG/world-$c.log" 2>&1; then wp=$((wp + 1)); else wf=$((wf + 1)); tail -20 "$LOG/world-$c.log"; fi
+  done
+  if diff <(sed 's/^\[ *[0-9.]* ms\] //' "$LOG/world-host.log") <(sed 's/^\[ *[0-9.]* ms\] //' "$LOG/world-sandbox.log"); then
+    wp=$((wp + 1)); else wf=$((wf + 1)); fi
+  add "$wp" "$wf" "world example (host run, sandbox run, same transcript)"
+fi
+
 # The soak, short: 1,000 mixed operations in one Lua state (`make soak` runs 10,000).
 if [ -n "$SBXD_PID" ]; then
   note "soak (1,000 operations, one Lua state)"
@@ -105,7 +148,7 @@ if [ -n "$SBXD_PID" ]; then
 fi
 if [ -n "$CLOUD_KEY" ] && [ -z "$CLOUD_URL" ]; then
   note "busted #cloud specs against E2B's cloud"
-  out=$(env -u E2B_API_URL -u E2B_SANDBOX_URL E2B_API_KEY="$CLOUD_KEY" timeout -k 10 1500 busted -o TAP --tags=cloud spec 2>&1)
+  out=$(env -u E2B_API_URL -u E2B_SANDBOX_URL E2B_API_KEY="$CLOUD_KEY" timeout -k 10 1500 "${BUSTED[@]}" -o TAP --tags=cloud spec 2>&1)
   echo "$out" >"$LOG/busted-cloud.log"; busted_counts "$out"
   [ "$f" -gt 0 ] && grep -A8 '^not ok ' <<<"$out" | head -40
   add "$p" "$f" "busted #cloud"

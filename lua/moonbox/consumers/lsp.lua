@@ -2,7 +2,7 @@
 -- written only against the fs and subprocess seams, so the server runs wherever they point.
 --
 --   local c = ctx.lsp:start{ root, command, args, env, initializationOptions, languageIds,
---                            maxDocumentBytes, requestTimeoutMs } → client | nil, err
+--                            maxDocumentBytes, requestTimeoutMs, startTimeoutMs } → client | nil, err
 --   c:open(path) / c:change(path) / c:closeDocument(path)   (text read through ctx.fs)
 --   c:diagnostics(path, { timeoutMs }) → { Diagnostic, ... } for the document's current text
 --   c:hover(path, { line, character }) → Hover | false;  c:definition(path, pos) → { {path, uri, range}, ... }
@@ -135,10 +135,11 @@ function LSP:start(o)
   for i, a in ipairs(args) do
     if type(a) ~= "string" then error(("lsp:start: args[%d] must be a string"):format(i), 2) end
   end
-  local max_doc, req_timeout = opt(o, cfg, "maxDocumentBytes"), opt(o, cfg, "requestTimeoutMs")
+  local max_doc = opt(o, cfg, "maxDocumentBytes")
   if type(max_doc) ~= "number" or whole(max_doc) then error("lsp:start: maxDocumentBytes must be a whole number of bytes", 2) end
-  if type(req_timeout) ~= "number" or positive(req_timeout) then
-    error("lsp:start: requestTimeoutMs must be a positive finite number", 2)
+  local req_timeout, start_timeout = opt(o, cfg, "requestTimeoutMs"), opt(o, cfg, "startTimeoutMs")
+  for k, v in pairs({ requestTimeoutMs = req_timeout, startTimeoutMs = start_timeout }) do
+    if type(v) ~= "number" or positive(v) then error("lsp:start: " .. k .. " must be a positive finite number", 2) end
   end
   if o.languageIds ~= nil and type(o.languageIds) ~= "table" then
     error("lsp:start: languageIds must be a table of extension = languageId", 2)
@@ -148,7 +149,10 @@ function LSP:start(o)
   if not root then return nil, rerr end
   local info, serr = fs:stat(root)
   if info == nil then return nil, serr end
-  if not info or info.type ~= "directory" then
+  if info == false then
+    return nil, lsp_err("FS_NOT_FOUND", ("lsp: root %q does not exist"):format(root.displayPath))
+  end
+  if info.type ~= "directory" then
     return nil, lsp_err("FS_NOT_DIRECTORY", ("lsp: root %q is not a directory"):format(root.displayPath))
   end
   local exe, xerr = sp:resolveExecutable(command, env)
@@ -159,7 +163,7 @@ function LSP:start(o)
     stdio = { stdin = "pipe", stdout = "pipe", stderr = { maxBytes = math.tointeger(cfg.maxStderrBytes) } } }
   if not h then return nil, herr end
   local c = setmetatable({ owner = self, fs = fs, h = h, pid = h.pid, root = root, rootUri = fs:fileUrl(root),
-    command = command, seq = 0, pending = {}, docs = {}, languageIds = o.languageIds or {},
+    command = command, seq = 0, pending = {}, docs = {}, names = {}, languageIds = o.languageIds or {},
     timeout = req_timeout, max_doc = max_doc }, Client)
   self.clients[c] = true
   c.reader = mb().spawn(function() c:_read() end)
@@ -178,7 +182,7 @@ function LSP:start(o)
     processId = cjson.null, clientInfo = { name = "moonbox" }, rootUri = c.rootUri,
     rootPath = fs:processPath(root), workspaceFolders = { { uri = c.rootUri, name = root.displayPath } },
     capabilities = caps, initializationOptions = o.initializationOptions,
-  }, { timeoutMs = cfg.startTimeoutMs })
+  }, { timeoutMs = start_timeout })
   if not init then c:shutdown() return nil, ierr end
   c.capabilities = init.capabilities
   local ok, nerr = c:notify("initialized", {})
@@ -289,9 +293,12 @@ end
 
 function Client:_send(msg)
   if self.ended or self.stdin_closed then return nil, self:_gone_error() end
+  self.writes = (self.writes or 0) + 1
   local ok, err = self.h.stdin:write(M.encode(msg))
-  if not ok then return nil, err end
-  return true
+  if ok then return true end
+  -- a server that died takes its stdin with it: say that, with its stderr, once its output ended
+  if self.reader:join(self.owner.config.killGraceMs) and self.ended then return nil, self:_gone_error() end
+  return nil, err
 end
 
 function Client:notify(method, params)
@@ -366,6 +373,7 @@ function Client:open(path)
   if d then return self:change(path) end
   d = { key = key, uri = self.fs:fileUrl(t), version = 1, ev = mb().event() }
   self.docs[key] = d
+  self.names[path] = d
   local ok, err = self:notify("textDocument/didOpen", { textDocument = { uri = d.uri,
     languageId = self:_language(key), version = d.version, text = text } })
   if not ok then self.docs[key] = nil return nil, err end
@@ -385,10 +393,14 @@ function Client:change(path)
   return d.uri
 end
 
+-- An open document by the name it was opened with (no fs round trip), else by its resolved path.
 function Client:_doc(path)
+  if type(path) ~= "string" or path == "" then error("lsp: path must be a non-empty string", 3) end
+  local d = self.names[path]
+  if d and self.docs[d.key] == d then return d end
   local t, err = self.fs:resolve(path, { cwd = self.fs:processPath(self.root) })
   if not t then return nil, err end
-  local d = self.docs[self.fs:processPath(t)]
+  d = self.docs[self.fs:processPath(t)]
   if not d then return nil, lsp_err("LSP_NOT_OPEN", ("lsp: %q is not open (call open first)"):format(path)) end
   return d
 end
@@ -397,6 +409,7 @@ function Client:closeDocument(path)
   local d, err = self:_doc(path)
   if not d then return nil, err end
   self.docs[d.key] = nil
+  for name, v in pairs(self.names) do if v == d then self.names[name] = nil end end
   return self:notify("textDocument/didClose", { textDocument = { uri = d.uri } })
 end
 

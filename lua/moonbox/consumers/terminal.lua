@@ -16,7 +16,6 @@
 -- interrupts the foreground group with SIGINT and waits for the end mark. close() terminates
 -- the whole session.
 local errors = require "moonbox.errors"
-local text = require "moonbox.text"
 local ids = require "moonbox.ids"
 
 local M = { name = "terminal", provides = "terminal", inject = { "subprocess" } }

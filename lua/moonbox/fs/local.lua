@@ -12,15 +12,8 @@ M.schema.cwd = { type = "string",
 
 function M.new(ctx, config)
   local policies = ctx.policies or {}
-  local w, err
-  local function world()
-    if not w and not err then
-      w, err = world_local.new{ cwd = config.cwd, timeouts = policies.timeouts or require("policies.timeouts") }
-    end
-    if not w then return nil, err end
-    return w
-  end
-  return service.new(world, config, policies, function() if w then return w:dispose() end return true end)
+  local world, dispose = world_local.lazy{ cwd = config.cwd, timeouts = policies.timeouts or require("policies.timeouts") }
+  return service.new(world, config, policies, dispose)
 end
 
 return M

@@ -11,15 +11,8 @@ local M = { name = "subprocess-local", provides = "subprocess", inject = {}, sch
 
 function M.new(ctx, config)
   local policies = ctx.policies or {}
-  local w, err
-  local function world()
-    if not w and not err then
-      w, err = world_local.new{ timeouts = policies.timeouts or require("policies.timeouts") }
-    end
-    if not w then return nil, err end
-    return w
-  end
-  local sp = service.new(world, config, policies, function() if w then return w:dispose() end return true end)
+  local world, dispose = world_local.lazy{ timeouts = policies.timeouts or require("policies.timeouts") }
+  local sp = service.new(world, config, policies, dispose)
   -- The host environment scrubbed by the env policy (the seam's scrubbedParentEnv).
   function sp.scrubbedParentEnv()
     local pw = world()

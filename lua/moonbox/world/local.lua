@@ -16,6 +16,23 @@ M.World = World
 
 local function mb() return require "moonbox" end
 
+-- Helper processes (mbwrap tools, plain programs) running at once: a thousand concurrent fs
+-- calls queue here instead of failing with EMFILE (each holds 3-4 descriptors). A user's own
+-- spawn is never queued.
+M.HELPER_SLOTS = 32
+
+-- spawn, once a helper slot is free; the slot is released when the stream has closed.
+function World:_helper(spawn, cfg)
+  local m = mb()
+  self.slots = self.slots or m.queue(M.HELPER_SLOTS)
+  local ok, err = self.slots:push(true)
+  if not ok then return nil, err end
+  local s, serr = m.procstream.spawn(spawn, cfg)
+  if not s then self.slots:pop() return nil, serr end
+  m.spawn(function() s:wait_closed() self.slots:pop() end)
+  return s
+end
+
 -- opts: { cwd = default working directory (default: ours), timeouts } → world | nil, err
 function M.new(opts)
   local core = require "moonbox.core"
@@ -38,6 +55,25 @@ function M.new(opts)
   return w
 end
 
+-- A world made on first use, once however many tasks ask at the same time; a failure goes to
+-- every task that waited for it and the next call tries again (an EMFILE is not forever).
+-- → get() → world | nil, err;  dispose() → true | nil, err
+function M.lazy(opts)
+  local w, making
+  local function get()
+    if w then return w end
+    if making then return making:wait() end
+    local ev = mb().event()
+    making = ev
+    local nw, err = M.new(opts)
+    making, w = nil, nw
+    ev:set(nw, err)
+    return nw, err
+  end
+  local function dispose() if w then return w:dispose() end return true end
+  return get, dispose
+end
+
 function World:explain(err) return err end
 function World:stream_error(_, err) return err end
 
@@ -54,7 +90,7 @@ function World:tool_stream(args, cfg, opts)
   opts = opts or {}
   local argv = { self.wrapper }
   for _, a in ipairs(args) do argv[#argv + 1] = a end
-  local s, err = mb().procstream.spawn({ argv = argv, cwd = opts.cwd }, cfg)
+  local s, err = self:_helper({ argv = argv, cwd = opts.cwd }, cfg)
   if not s then return nil, start_error(err, "mbwrap " .. tostring(args[1]), opts.cwd) end
   return s
 end
@@ -71,7 +107,7 @@ end
 function World:exec(argv, opts)
   opts = opts or {}
   local max = opts.max_bytes or 1024 * 1024
-  local s, err = mb().procstream.spawn({ argv = argv, cwd = opts.cwd, env = opts.envs },
+  local s, err = self:_helper({ argv = argv, cwd = opts.cwd, env = opts.envs },
     { raw = true, stdout = { tail = max + 1 }, stderr = "discard" })
   if not s then return nil, start_error(err, argv[1], opts.cwd) end
   return common.exec_result(self, s, argv, max, opts.timeout_ms or (self.timeouts and self.timeouts.tool_ms) or 30000)
@@ -121,8 +157,7 @@ function World:publish(args, content, max)
     argv[#argv + 1] = a
     if i == 1 then argv[#argv + 1] = "--stdin" end
   end
-  local s, err = mb().procstream.spawn({ argv = argv, stdin_pipe = true },
-    { stdout = { tail = max + 1 }, stderr = "discard" })
+  local s, err = self:_helper({ argv = argv, stdin_pipe = true }, { stdout = { tail = max + 1 }, stderr = "discard" })
   if not s then return nil, err end
   for off = 1, #content, PIECE do
     local ok, werr = s:write(content:sub(off, off + PIECE - 1))
