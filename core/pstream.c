@@ -370,6 +370,7 @@ static const struct mb_pst_source http_source = {http_resume, http_cancel, http_
 
 int mb_pstream_start(mb_loop *l, const mb_http_opts *http, const struct mb_pst_config *cfg,
                      mb_pst_cb cb, void *ud, struct mb_pstream **out, struct mb_error *err) {
+  *out = NULL;
   struct mb_pstream *s;
   int rc = mb_pst_new(l, cfg, cb, ud, &s, err);
   if (rc) return rc;

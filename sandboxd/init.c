@@ -2,6 +2,7 @@
  * and reports their exits; reaps every orphan. Runs in a fresh image of the sandboxd binary
  * (single-threaded), so plain libc is safe here. Protocol: init.h. */
 #include "init.h"
+#include "../core/include/moonbox_signals.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -309,16 +310,7 @@ static void do_spawn(const init_req *rq, const char *str, size_t slen) {
   if (pid < 0) { spawn_reply(rq->seq, INIT_EINTERNAL, "fork: %s", strerror(errno)); goto out; }
   if (pid == 0) {
     struct child_err ce = {0, 0};
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    /* Default dispositions: sandboxd's ignored SIGPIPE (and whatever else the init inherited)
-     * must not reach commands — `yes | head` would report a broken pipe. */
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    for (int s = 1; s < 65; s++)
-      if (s != SIGKILL && s != SIGSTOP) (void)sigaction(s, &dfl, NULL);
+    mb_default_signals(); /* nothing sandboxd ignores (SIGPIPE) reaches commands */
     setsid();
     if (pty) {
       /* The terminal belongs to its user (group tty where that id is mapped). */

@@ -60,7 +60,7 @@ int exec_main(int argc, char **argv) {
     return 2;
   }
   envp[nenv] = NULL;
-  default_signals();
+  mb_default_signals();
   exec_program(argv + i, envp, -1);
   return 127; /* not reached */
 }

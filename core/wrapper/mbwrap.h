@@ -9,6 +9,7 @@
 
 /* Largest raw payload of one o/e frame, and its encoded line length ('o' + base64 + '\n'). */
 #include "../include/moonbox_protocol.h"
+#include "../include/moonbox_signals.h"
 #define MB_FRAME_RAW MB_FRAME_DATA_MAX
 #define MB_FRAME_LINE (MB_FRAME_LINE_MIN_LIMIT + 1) /* with its '\n' */
 
@@ -57,7 +58,6 @@ int64_t mb_now_ms(void);                              /* CLOCK_MONOTONIC */
 int run_main(int argc, char **argv);
 int exec_main(int argc, char **argv);
 void exec_program(char **argv, char **envp, int errw); /* never returns (run.c) */
-void default_signals(void);                              /* empty mask, SIG_DFL everywhere (run.c) */
 int tool_read(int argc, char **argv);
 int tool_list(int argc, char **argv);
 int tool_cat(int argc, char **argv);

@@ -334,34 +334,10 @@ void exec_program(char **argv, char **envp, int errw) {
   child_fail(errw, err, "cannot find", prog);
 }
 
-/* musl refuses sigaction() for the signals it reserves (32-34), yet a parent may have left them
- * ignored and an ignored disposition survives execve: reset those through the raw syscall. The
- * kernel's struct layout (handler, flags, restorer, mask) is the same on x86_64 and arm64. */
-static void reset_reserved(int sig) {
-  struct { void (*handler)(int); unsigned long flags; void (*restorer)(void); unsigned long mask; } ka;
-  memset(&ka, 0, sizeof ka);
-  ka.handler = SIG_DFL;
-  syscall(SYS_rt_sigaction, sig, &ka, NULL, sizeof ka.mask);
-}
-
-/* An empty signal mask and default dispositions: nothing the wrapper's own parent blocked or
- * ignored (a daemon's SIGPIPE, SIGINT in a background launcher) leaks into the program — an
- * ignored SIGINT would make a terminal's Ctrl-C do nothing, an ignored SIGPIPE breaks `yes | head`. */
-void default_signals(void) {
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, NULL);
-  struct sigaction dfl;
-  memset(&dfl, 0, sizeof dfl);
-  dfl.sa_handler = SIG_DFL;
-  for (int s = 1; s < 65; s++)
-    if (s != SIGKILL && s != SIGSTOP && sigaction(s, &dfl, NULL) < 0 && errno == EINVAL) reset_reserved(s);
-}
-
 static void child_main(char **argv, char **envp, int inr, int outw, int errw_fd, int readyw, int gor, int gow,
                        int errw) {
   close(gow); /* so that the wrapper's death reads as EOF below */
-  default_signals();
+  mb_default_signals();
   if (setsid() < 0) child_fail(errw, errno, "setsid for", argv[0]);
   if (write(readyw, "r", 1) != 1) _exit(126);
   close(readyw);

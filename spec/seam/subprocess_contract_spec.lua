@@ -281,9 +281,10 @@ describe("subprocess seam contract #sandboxd", function()
         local cmdlines = P.sh("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done")
         assert.is_nil(cmdlines:find(canary, 1, true))
         assert(t:write("echo \"got:$MB_TERMINAL_CANARY\"; exit\n"))
-        local out = {}
-        while true do local c = t:read(10000) if not c then break end out[#out + 1] = c end
-        assert.truthy(table.concat(out):find("got:" .. canary, 1, true), table.concat(out))
+        local out, rerr = {}, nil
+        while true do local c, e = t:read(10000) if not c then rerr = e break end out[#out + 1] = c end
+        assert.truthy(table.concat(out):find("got:" .. canary, 1, true),
+          ("output %q, read ended with %s"):format(table.concat(out), tostring(rerr)))
         assert(t:wait(10000))
         local ok, err = pcall(sp.spawnTerminal, sp, { argv = { "/bin/true" }, env = { ["-Sx"] = "y /bin/touch /tmp/INJECTED" } })
         assert.is_false(ok)
