@@ -510,7 +510,7 @@ function M.new(ctx, config)
   assert(ctx.e2b, "fs: the e2b owner must load first")
   local policies = ctx.policies or {}
   return setmetatable({ owner = ctx.e2b, config = config, locks = locks.new(),
-    timeouts = policies.timeouts or require("policies.timeouts") }, FS)
+    timeouts = policies.timeouts or require("moonbox.policies").default("timeouts") }, FS)
 end
 
 M.FS = FS

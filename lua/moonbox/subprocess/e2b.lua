@@ -299,8 +299,8 @@ function M.new(ctx, config)
   local policies = ctx.policies or {}
   return setmetatable({ owner = ctx.e2b, config = config, live = {}, terminals = {}, seq = 0, spill_sandboxes = {},
     id = ids.hex(4),
-    policies_env = policies.env or require("policies.env"),
-    timeouts = policies.timeouts or require("policies.timeouts") }, SP)
+    policies_env = policies.env or require("moonbox.policies").default("env"),
+    timeouts = policies.timeouts or require("moonbox.policies").default("timeouts") }, SP)
 end
 
 M.SP = SP
