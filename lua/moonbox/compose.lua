@@ -286,9 +286,13 @@ end
 -- sees `ctx` as a global. Plugins are disposed in reverse order whether or not it fails. When
 -- the script returns a function, it is called after disposal and its results are returned.
 -- After SIGTERM, SIGINT or SIGHUP the result is 128 + the signal's number (see run_in_task).
-function compose.run(compose_file, script_file, ...)
-  local comp, err = compose.load(compose_file)
-  if not comp then error(err, 0) end
+-- `composition` is a file name, or what compose.load returned.
+function compose.run(composition, script_file, ...)
+  local comp, err = composition, nil
+  if type(composition) ~= "table" then
+    comp, err = compose.load(composition)
+    if not comp then error(err, 0) end
+  end
   local mb = require "moonbox"
   if mb.current() then return run_in_task(comp, script_file, ...) end
   return mb.run(run_in_task, comp, script_file, ...)

@@ -35,7 +35,7 @@ function M.concern_list() return "env, lifecycle, timeouts or composition" end
 -- A path as people read it: relative to the working directory when below it.
 local function shown(path)
   local cwd = os.getenv("PWD")
-  path = path:gsub("/%./", "/")
+  path = path:gsub("/%./", "/"):gsub("^%./", "")
   if cwd and cwd ~= "/" and path:sub(1, #cwd + 1) == cwd .. "/" then return path:sub(#cwd + 2) end
   return path
 end
@@ -331,8 +331,8 @@ function M.clocks(set, e2b)
   else
     add("lease renewal", nil, "off: the sandbox expires after its lease", from(ol, "renew"))
   end
-  add("command deadline", nil, "none: a command's deadline belongs to the caller", "moonbox arms none")
-  add("command grace", nil, "TERM → KILL: the graceMs each spawn must give", "the caller")
+  add("command deadline", nil, "none: a command's deadline belongs to the caller (moonbox arms none)")
+  add("command grace", nil, "TERM → KILL after the graceMs each spawn must give")
   add("terminal grace", t.terminal_grace_ms, "TERM → KILL when spawnTerminal gives no graceMs", from(ot, "terminal_grace_ms"))
   add("stream idle", t.stream_idle_ms, "a silent stream is a dead connection (never kills the process)", from(ot, "stream_idle_ms"))
   add("keepalive interval", t.keepalive_interval_s * 1000, "Keepalive-Ping-Interval on envd streams", from(ot, "keepalive_interval_s"))
