@@ -4,7 +4,9 @@
  * uv_run drives everything, and moonbox's done callbacks come from that loop.
  *
  *   usage: embed [DIR]      DIR holds compose.lua and harness.lua (default: .)
- * Built against an installed moonbox through pkg-config (see Makefile and README.md). */
+ * Built against an installed moonbox through pkg-config (see Makefile and README.md). Linked
+ * with the shared libmoonbox, the Lua modules are found next to it; a static build names
+ * them: -DEMBED_LUA_DIR="\"$(pkg-config --variable=lmoddir moonbox)\"". */
 #include <lauxlib.h>
 #include <moonbox.h>
 #include <stdio.h>
@@ -83,6 +85,9 @@ int main(int argc, char **argv) {
   snprintf(harness, sizeof harness, "%s/harness.lua", dir);
   uv_loop_init(&loop);
   mb_runtime_opts o = {.loop = &loop};
+#ifdef EMBED_LUA_DIR
+  o.lua_dir = EMBED_LUA_DIR;
+#endif
   if (mb_runtime_new(&o, &rt) != MB_OK) { fail("runtime"); mb_runtime_free(rt); return 1; }
   printf("embed: moonbox %s on the program's own libuv loop\n", mb_version());
   if (mb_runtime_open(rt, compose, NULL) != MB_OK) { fail("open"); mb_runtime_free(rt); return 1; }
