@@ -72,11 +72,8 @@ end
 local function policy_files(list)
   local files = {}
   for _, v in ipairs(list or {}) do
-    local c, path = v:match("^([^=]*)=(.+)$")
-    if not c then usage_error("--policy %s: expected CONCERN=FILE", v) end
-    if not policies.is_concern(c) then
-      usage_error("--policy %s: unknown concern %q (expected %s)", v, c, policies.concern_list())
-    end
+    local c, path = policies.parse_arg(v)
+    if not c then usage_error("--policy %s", path) end
     files[c] = path
   end
   return files

@@ -32,6 +32,16 @@ local function fail(message) return nil, errors.new("POLICY_INVALID", message) e
 function M.is_concern(c) return type(c) == "string" and KINDS[c] ~= nil end
 function M.concern_list() return "env, lifecycle, timeouts or composition" end
 
+-- "CONCERN=FILE" (moonbox --policy, mb_runtime_open) → concern, path | nil, message
+function M.parse_arg(v)
+  local c, path = tostring(v):match("^([^=]*)=(.+)$")
+  if not c then return nil, ("%s: expected CONCERN=FILE"):format(tostring(v)) end
+  if not M.is_concern(c) then
+    return nil, ("%s: unknown concern %q (expected %s)"):format(tostring(v), c, M.concern_list())
+  end
+  return c, path
+end
+
 -- A path as people read it: relative to the working directory when below it.
 local function shown(path)
   local cwd = os.getenv("PWD")

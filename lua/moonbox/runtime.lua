@@ -52,11 +52,8 @@ end
 local function policy_files(list)
   local files = {}
   for _, v in ipairs(list or {}) do
-    local c, path = tostring(v):match("^([^=]*)=(.+)$")
-    if not c then return nil, errors.new("POLICY_INVALID", ("policy %s: expected CONCERN=FILE"):format(tostring(v))) end
-    if not policies.is_concern(c) then
-      return nil, errors.new("POLICY_INVALID", ("policy %s: unknown concern %q (expected %s)"):format(v, c, policies.concern_list()))
-    end
+    local c, path = policies.parse_arg(v)
+    if not c then return nil, errors.new("POLICY_INVALID", "policy " .. path) end
     files[c] = path
   end
   return files
