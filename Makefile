@@ -1,11 +1,17 @@
 # The two set-up commands of the README:
 #   make demo   installs dependencies, builds, runs the demo composition on the embedded sandboxd
 #   make test   installs dependencies, builds, runs every suite ("N passed, N failed")
-.PHONY: deps build demo test bench soak clean
+# and: make install [PREFIX=/usr/local]   (cmake --install: libmoonbox, headers, moonbox.pc,
+#      the Lua modules, policies and moonbox.core on the prefix's Lua 5.4 paths, the programs)
+PREFIX ?= /usr/local
+.PHONY: deps build demo test bench soak install clean
 deps:
 	@scripts/install-deps.sh
+# The compiler's output goes to build/build.log (shown when something fails).
 build: deps
-	@cmake -S . -B build >/dev/null && cmake --build build -j2
+	@mkdir -p build && printf 'build: cmake -S . -B build && cmake --build build (log: build/build.log) ... ' && \
+	  if { cmake -S . -B build && cmake --build build -j2; } >build/build.log 2>&1; then echo ok; \
+	  else echo failed; tail -40 build/build.log; exit 1; fi
 demo: build
 	@build/bin/moonbox run examples/demo/compose.lua examples/demo/demo.lua
 test: deps
@@ -15,5 +21,7 @@ bench: build
 # One Lua state, 10,000 mixed operations on the embedded sandboxd (tests/soak/soak.lua).
 soak: build
 	@build/bin/moonbox run examples/demo/compose.lua tests/soak/soak.lua 10000
+install: build
+	@cmake --install build --prefix "$(PREFIX)"
 clean:
 	rm -rf build build-asan build-fuzz

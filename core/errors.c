@@ -18,6 +18,9 @@ static const struct { const char *code, *text; } mb_errtab[MB_E__COUNT] = {
   [MB_E_HTTP] = {"E2B_HTTP", "unexpected HTTP status"},
   [MB_E_IO] = {"E2B_IO", "I/O error"},
   [MB_E_DNS] = {"E2B_DNS", "name resolution failed"},
+  [MB_E_FAILED] = {"MB_FAILED", "failed with a moonbox error"},
+  [MB_E_LUA] = {"MB_LUA", "a Lua error was raised"},
+  [MB_E_BUSY] = {"MB_BUSY", "busy"},
 };
 
 const char *mb_strerror(int code) {

@@ -5,27 +5,8 @@
 #define MB_ERRORS_H
 #include <stddef.h>
 
-enum mb_err {
-  MB_OK = 0,
-  MB_E_NOMEM,          /* allocation failed */
-  MB_E_INVALID,        /* bad argument or malformed input (e.g. invalid base64) */
-  MB_E_TOO_LARGE,      /* a caller-chosen limit was exceeded */
-  MB_E_TRUNCATED,      /* input ended in the middle of a unit (envelope, frame line) */
-  MB_E_PROTOCOL,       /* peer broke the protocol */
-  MB_E_CONNECT_FAILED, /* could not connect */
-  MB_E_TIMEOUT,        /* a deadline elapsed */
-  MB_E_TLS,            /* TLS handshake or certificate failure */
-  MB_E_CANCELED,       /* the caller canceled */
-  MB_E_HTTP,           /* non-2xx status where success was required */
-  MB_E_IO,             /* local I/O failure */
-  MB_E_DNS,            /* name resolution failed */
-  MB_E__COUNT
-};
-
-/* Human text for a code; never NULL. */
-const char *mb_strerror(int code);
-/* Stable identifier used in Lua ("E2B_TOO_LARGE", ...); never NULL. */
-const char *mb_errcode(int code);
+/* The codes themselves (enum mb_err, mb_strerror, mb_errcode) are public: moonbox_errors.h. */
+#include "moonbox_errors.h"
 
 #define MB_ERROR_MSG_MAX 256
 

@@ -11,6 +11,9 @@
 struct mb_lua_host {
   mb_loop *loop;
   lua_State *L;      /* thread inside core.run, NULL otherwise */
+  lua_State *main;   /* the state's main thread: callbacks run on it while an embedder runs
+                        the loop itself (external) */
+  int external;
   int err_ref;       /* first callback error of this run, or LUA_NOREF */
 };
 
@@ -60,6 +63,9 @@ mb_lua_host *mb_lua_host_of(lua_State *L) {
   h = lua_newuserdatauv(L, sizeof *h, 0);
   memset(h, 0, sizeof *h);
   h->err_ref = LUA_NOREF;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+  h->main = lua_tothread(L, -1);
+  lua_pop(L, 1);
   int rc = mb_loop_new(uv, &h->loop);
   if (rc != MB_OK) luaL_error(L, "moonbox: cannot create the event loop: %s", mb_strerror(rc));
   lua_newtable(L);
@@ -79,8 +85,10 @@ static int traceback(lua_State *L) {
   return 1;
 }
 
+void mb_lua_host_set_external(lua_State *L, int on) { mb_lua_host_of(L)->external = on; }
+
 void mb_lua_host_call(mb_lua_host *h, int ref) {
-  lua_State *L = h->L;
+  lua_State *L = h->L ? h->L : h->external ? h->main : NULL;
   if (!L || ref == LUA_NOREF || ref == LUA_REFNIL) return;
   if (!lua_checkstack(L, 3)) return;
   int base = lua_gettop(L);

@@ -7,6 +7,22 @@
 #include <lua.h>
 #include <lauxlib.h>
 #include "errors.h"
+#include "loop.h"
+
+/* lua_loop.c: the host of a Lua state (one per state, in its registry): its loop and the
+ * plumbing that calls Lua callbacks in protected mode on the thread that drives the loop. */
+typedef struct mb_lua_host mb_lua_host;
+/* Uses uv (borrowed, never closed) for this Lua state; call before the first require. */
+int mb_lua_use_loop(lua_State *L, uv_loop_t *uv);
+/* The host of L (created on first use, closed with the state). */
+mb_lua_host *mb_lua_host_of(lua_State *L);
+mb_loop *mb_lua_host_loop(mb_lua_host *h);
+/* Calls the Lua function at registry ref (no arguments) in protected mode on the thread that
+ * drives the loop (inside core.run), or on the state's main thread when the host is external
+ * (an embedder runs the loop itself: mb_lua_host_set_external). An error is recorded, stops
+ * the loop, and is returned by the next core.run. Otherwise does nothing. */
+void mb_lua_host_call(mb_lua_host *h, int ref);
+void mb_lua_host_set_external(lua_State *L, int on);
 
 void mb_lua_open_codec(lua_State *L);   /* lua_codec.c: envelopes, frames, base64, sha256 */
 void mb_lua_open_loop(lua_State *L);    /* lua_loop.c: now, timers, run */

@@ -1,13 +1,13 @@
-/* main.c — the moonbox program.
- *   moonbox script.lua [args...]          run a script as the main task
- *   moonbox run compose.lua script.lua ...  require("moonbox.compose").run(compose, script, ...)
- *   moonbox dump-config compose.lua       require("moonbox.compose").dump(compose)
- *   moonbox sandboxd [args...]            exec the sandboxd binary next to this program */
+/* main.c — the moonbox program: a runtime (runtime.c) on a loop of its own, handing argv to
+ * the Lua command line (lua/moonbox/cli.lua). Two things are answered here, without Lua:
+ * `moonbox sandboxd ...` execs the sandboxd next to this program, `moonbox --version`.
+ * The Lua modules are found, in order: $MOONBOX_HOME (a checkout, or an install prefix),
+ * <this program's directory>/MB_BIN_TO_LMOD (an installed tree), then the source tree this
+ * binary was built from. */
 #include "moonbox.h"
-#include <lauxlib.h>
 #include <errno.h>
+#include <lauxlib.h>
 #include <limits.h>
-#include <lualib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,92 +16,105 @@
 #ifndef MB_SOURCE_DIR
 #define MB_SOURCE_DIR "."
 #endif
+#ifndef MB_BIN_TO_LMOD
+#define MB_BIN_TO_LMOD "../share/lua/5.4"
+#endif
 
-static int usage(FILE *f, int rc) {
-  fprintf(f,
-          "usage: moonbox script.lua [args...]\n"
-          "       moonbox run compose.lua script.lua [args...]\n"
-          "       moonbox dump-config compose.lua\n"
-          "       moonbox sandboxd [args...]\n"
-          "MOONBOX_HOME overrides where Lua modules are found (default %s)\n",
-          MB_SOURCE_DIR);
-  return rc;
-}
-
-static int exec_sandboxd(int argc, char **argv) {
+/* The directory of this program, with a trailing '/'; "" when unknown. */
+static void self_dir(char *buf, size_t cap) {
+  buf[0] = '\0';
   char self[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n < 0) { perror("moonbox: /proc/self/exe"); return 127; }
+  if (n <= 0) return;
   self[n] = '\0';
   char *slash = strrchr(self, '/');
-  if (slash) slash[1] = '\0';
-  char path[PATH_MAX + 16];
-  snprintf(path, sizeof path, "%ssandboxd", slash ? self : "./");
+  if (!slash) return;
+  slash[1] = '\0';
+  snprintf(buf, cap, "%s", self);
+}
+
+static int exec_sandboxd(char **argv) {
+  char dir[PATH_MAX], path[PATH_MAX + 16];
+  self_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%ssandboxd", dir[0] ? dir : "./");
   argv[0] = path;
-  (void)argc;
   execv(path, argv);
   fprintf(stderr, "moonbox: cannot run %s: %s\n", path, strerror(errno));
   return 127;
 }
 
-static int traceback(lua_State *L) {
-  const char *msg = lua_tostring(L, 1);
-  if (!msg) msg = luaL_tolstring(L, 1, NULL);
-  luaL_traceback(L, L, msg, 1);
-  return 1;
+static int has_modules(const char *dir) {
+  char p[PATH_MAX + 32];
+  if (snprintf(p, sizeof p, "%s/moonbox/init.lua", dir) >= (int)sizeof p) return 0;
+  return access(p, R_OK) == 0;
 }
 
-/* require(module)[fn](args...) at top level; compose drives the loop itself (mb.run).
- * A raise or a `nil, err` result is reported and gives exit status 1. */
-static int call_compose(lua_State *L, const char *fn, int argc, char **argv) {
-  lua_pushcfunction(L, traceback);
-  int h = lua_gettop(L);
+/* → 0 and the Lua module directory in buf, or -1 after printing why. */
+static int lua_dir(char *buf, size_t cap) {
+  const char *home = getenv("MOONBOX_HOME");
+  if (home && *home) {
+    const char *layouts[] = {"lua", "share/lua/5.4"};
+    for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) {
+      snprintf(buf, cap, "%s/%s", home, layouts[i]);
+      if (has_modules(buf)) return 0;
+    }
+    fprintf(stderr, "moonbox: MOONBOX_HOME=%s holds no moonbox Lua modules (lua/moonbox or share/lua/5.4/moonbox)\n", home);
+    return -1;
+  }
+  char dir[PATH_MAX];
+  self_dir(dir, sizeof dir);
+  if (dir[0]) {
+    snprintf(buf, cap, "%s%s", dir, MB_BIN_TO_LMOD);
+    if (has_modules(buf)) return 0;
+  }
+  snprintf(buf, cap, "%s/lua", MB_SOURCE_DIR);
+  if (has_modules(buf)) return 0;
+  fprintf(stderr, "moonbox: cannot find its Lua modules (looked in %s%s and %s/lua; set MOONBOX_HOME)\n",
+          dir, MB_BIN_TO_LMOD, MB_SOURCE_DIR);
+  return -1;
+}
+
+/* require("moonbox.cli").main(argv, { lua_dir = dir }) → exit status */
+static int cli(lua_State *L, int argc, char **argv, const char *dir) {
   lua_getglobal(L, "require");
-  lua_pushliteral(L, "moonbox.compose");
-  if (lua_pcall(L, 1, 1, h) != LUA_OK) {
-    fprintf(stderr, "moonbox: %s\n", lua_tostring(L, -1));
+  lua_pushliteral(L, "moonbox.cli");
+  if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+    fprintf(stderr, "moonbox: cannot load moonbox.cli from %s: %s\n", dir, lua_tostring(L, -1));
     return 1;
   }
-  lua_getfield(L, -1, fn);
-  if (!lua_isfunction(L, -1)) {
-    fprintf(stderr, "moonbox: moonbox.compose has no function %s\n", fn);
-    return 1;
+  lua_getfield(L, -1, "main");
+  lua_createtable(L, argc, 0);
+  for (int i = 1; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i);
   }
-  for (int i = 0; i < argc; i++) lua_pushstring(L, argv[i]);
-  if (lua_pcall(L, argc, 2, h) != LUA_OK) {
-    fprintf(stderr, "moonbox: %s\n", lua_tostring(L, -1));
-    return 1;
-  }
-  if (lua_isnil(L, -2) && !lua_isnil(L, -1)) {
+  lua_createtable(L, 0, 1);
+  lua_pushstring(L, dir);
+  lua_setfield(L, -2, "lua_dir");
+  /* cli.main reports every failure itself; an error here is a bug in the command line. */
+  if (lua_pcall(L, 2, 1, 0) != LUA_OK) {
     fprintf(stderr, "moonbox: %s\n", luaL_tolstring(L, -1, NULL));
     return 1;
   }
-  if (lua_type(L, -2) == LUA_TNUMBER) return (int)lua_tointeger(L, -2);
-  return 0;
+  return (int)lua_tointeger(L, -1);
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) return usage(stderr, 2);
-  const char *cmd = argv[1];
-  if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) return usage(stdout, 0);
-  if (strcmp(cmd, "sandboxd") == 0) return exec_sandboxd(argc - 1, argv + 1);
-  const char *home = getenv("MOONBOX_HOME");
-  if (!home || !*home) home = MB_SOURCE_DIR;
-
-  lua_State *L = luaL_newstate();
-  if (!L) { fprintf(stderr, "moonbox: out of memory\n"); return 1; }
-  luaL_openlibs(L);
-  mb_lua_setup(L, home);
-  int rc;
-  if (strcmp(cmd, "run") == 0) {
-    if (argc < 4) { lua_close(L); return usage(stderr, 2); }
-    rc = call_compose(L, "run", argc - 2, argv + 2);
-  } else if (strcmp(cmd, "dump-config") == 0) {
-    if (argc != 3) { lua_close(L); return usage(stderr, 2); }
-    rc = call_compose(L, "dump", 1, argv + 2);
-  } else {
-    rc = mb_run_file(L, cmd, argc - 2, argv + 2);
+  if (argc >= 2 && strcmp(argv[1], "sandboxd") == 0) return exec_sandboxd(argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
+    printf("moonbox %s\n", mb_version());
+    return 0;
   }
-  lua_close(L);
+  char dir[PATH_MAX + 32];
+  if (lua_dir(dir, sizeof dir) != 0) return 1;
+  mb_runtime_opts o = {.loop = NULL, .lua_dir = dir};
+  mb_runtime *rt;
+  if (mb_runtime_new(&o, &rt) != MB_OK) {
+    fprintf(stderr, "moonbox: %s\n", mb_runtime_errmsg(rt));
+    mb_runtime_free(rt);
+    return 1;
+  }
+  int rc = cli(mb_runtime_lua(rt), argc, argv, dir);
+  mb_runtime_free(rt);
   return rc;
 }

@@ -37,6 +37,53 @@ note "build"
 if ! build build all; then tail -40 "$LOG/build-build.log"; echo "0 passed, 1 failed"; exit 1; fi
 run_ctest build release
 
+# The installed tree, as a user gets it: cmake --install to a temporary prefix; the embedding
+# example built against it through pkg-config (shared and static) and run with a clean
+# environment (it starts the prefix's own sandboxd); a stock lua5.4 and the installed moonbox
+# with only the prefix's standard paths; luarocks make from a copy of the checkout.
+install_suite() {
+  local T P ip=0 ifl=0 pc
+  T=$(mktemp -d /tmp/moonbox-install.XXXXXX); P=$T/prefix
+  check() { # name, command...
+    local name=$1; shift
+    if "$@" >"$LOG/install-$name.log" 2>&1; then ip=$((ip + 1))
+    else ifl=$((ifl + 1)); echo "install check failed: $name (log: $LOG/install-$name.log)"; tail -15 "$LOG/install-$name.log"; fi
+  }
+  clean() { env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$T" "$@"; }
+  embed_ok() { # the example's output: the timer fed the waiting command, and nothing was left
+    "$@" >"$T/embed.out" 2>&1; local rc=$?; cat "$T/embed.out"
+    [ "$rc" -eq 0 ] && grep -qx 'sandbox: got hello from tick 3' "$T/embed.out" &&
+      grep -qx "embed: command exited 0; the program's timer ticked 3 times while it waited" "$T/embed.out" &&
+      grep -qx 'embed: loop closed cleanly (no handle of moonbox left)' "$T/embed.out"
+  }
+  lua_ok() { # stock lua5.4, only the prefix's Lua 5.4 paths
+    clean LUA_PATH="$1/?.lua;$1/?/init.lua;;" LUA_CPATH="$2/?.so;;" TREE="$1" lua5.4 -e '
+      local mb = require "moonbox"
+      assert(mb.core.version and mb.run(function() return mb.sleep(0) end))
+      assert(require("moonbox.policies.env").drop_prefixes, "moonbox.policies.env")
+      local f = require("moonbox.policies").default_file("env")
+      local tree = os.getenv("TREE")
+      assert(f:sub(1, #tree) == tree, "shipped policies from the prefix: " .. f)
+      print("lua5.4: require moonbox: ok, shipped policies from " .. f)'
+  }
+  check cmake-install cmake --install build --prefix "$P"
+  pc=$P/lib/pkgconfig
+  mkdir -p "$T/embed" && cp examples/embed/embed.c examples/embed/Makefile "$T/embed/"
+  check embed-build clean PKG_CONFIG_PATH="$pc" make -s -C "$T/embed"
+  check embed-run embed_ok clean "$T/embed/embed" "$ROOT/examples/embed"
+  check embed-static-build clean sh -c "cc -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror \$(PKG_CONFIG_PATH=$pc pkg-config --cflags moonbox) -DEMBED_LUA_DIR=\\\"\$(PKG_CONFIG_PATH=$pc pkg-config --variable=lmoddir moonbox)\\\" -o $T/embed/embed-static $T/embed/embed.c $P/lib/libmoonbox.a \$(PKG_CONFIG_PATH=$pc pkg-config --libs lua5.4 libuv libcurl libcrypto jansson) -ldl -lm"
+  check embed-static-run embed_ok clean "$T/embed/embed-static" "$ROOT/examples/embed"
+  check lua-require lua_ok "$P/share/lua/5.4" "$P/lib/lua/5.4"
+  check moonbox-installed clean sh -c "$P/bin/moonbox --help | grep -qF 'Lua modules: $P/bin/../share/lua/5.4' && $P/bin/moonbox policy env --from-host >/dev/null && $P/bin/moonbox dump-config $ROOT/examples/demo/compose.lua | grep -qF '$P/share/lua/5.4/moonbox/policies/env.lua'"
+  mkdir -p "$T/src" && cp -r core lua policies moonbox-dev-1.rockspec "$T/src/"
+  check luarocks-make sh -c "cd $T/src && luarocks --lua-version=5.4 make --tree=$T/rocks --deps-mode=none moonbox-dev-1.rockspec"
+  check luarocks-require lua_ok "$T/rocks/share/lua/5.4" "$T/rocks/lib/lua/5.4"
+  rm -rf "$T"
+  add "$ip" "$ifl" "installed tree (cmake --install, pkg-config, embedding example, lua5.4, luarocks)"
+}
+note "install to a temporary prefix, embed, require"
+install_suite
+
 note "sanitizer build (ASan + UBSan)"
 if build build-asan all -DMB_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug; then
   run_ctest build-asan asan
@@ -49,7 +96,7 @@ if [ -f build-asan/lib/moonbox/core.so ] && [ -f "$ASAN_RT" ]; then
   note "busted binding specs under ASan + UBSan"
   out=$(LD_PRELOAD="$ASAN_RT $UBSAN_RT" ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 MB_BUILD_DIR=$ROOT/build-asan \
-    LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;$ROOT/?.lua;$ROOT/spec/?.lua;;" \
+    LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;$ROOT/spec/?.lua;;" \
     LUA_CPATH="$ROOT/build-asan/lib/?.so;;" \
     timeout -k 10 600 "${BUSTED[@]}" -o TAP spec/codec_spec.lua spec/scheduler_spec.lua spec/http_spec.lua 2>&1)
   rc=$?; echo "$out" >"$LOG/busted-asan.log"
@@ -76,7 +123,7 @@ trap cleanup EXIT
 
 note "busted specs"
 export MB_BUILD_DIR=$ROOT/build
-export LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;$ROOT/?.lua;$ROOT/spec/?.lua;;"
+export LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;$ROOT/spec/?.lua;;"
 export LUA_CPATH="$ROOT/build/lib/?.so;;"
 tags=()
 [ -z "$SBXD_PID" ] && tags=(--exclude-tags=sandboxd)
@@ -116,7 +163,7 @@ if [ "$(id -u)" -eq 0 ]; then
   mkdir -p "$STAGE/build" && cp -r lua policies "$STAGE/" && cp -r build/lib build/bin "$STAGE/build/" &&
     mkdir "$STAGE/spec" && cp -r spec/seam spec/consumers spec/support "$STAGE/spec/" && chmod -R a+rX "$STAGE"
   (cd "$STAGE" && matrix_cell local "host providers (as nobody)" runuser -u nobody -- env HOME=/tmp \
-    MB_BUILD_DIR="$STAGE/build" LUA_PATH="$STAGE/lua/?.lua;$STAGE/lua/?/init.lua;$STAGE/?.lua;$STAGE/spec/?.lua;;" \
+    MB_BUILD_DIR="$STAGE/build" LUA_PATH="$STAGE/lua/?.lua;$STAGE/lua/?/init.lua;$STAGE/spec/?.lua;;" \
     LUA_CPATH="$STAGE/build/lib/?.so;;"; echo "$passed $failed $skipped" >"$STAGE/counts")
   read -r passed failed skipped <"$STAGE/counts"; rm -rf "$STAGE"
 else

@@ -1,5 +1,4 @@
 local compose = require "moonbox.compose"
-local composition = require "policies.composition"
 
 -- Fake plugins record what happens to them in `log`.
 local log = {}
@@ -41,7 +40,7 @@ for name, m in pairs(mods) do
   package.preload["spec.fake." .. name] = function() return m end
   registry[name] = "spec.fake." .. name
 end
-local policy = setmetatable({ plugins = registry, rank = { owner = 1 } }, { __index = composition })
+local policy = { plugins = registry, rank = { owner = 1 } }
 local function load(src) return compose.load("compose.lua", { source = src, policies = { composition = policy } }) end
 local function names(comp) local out = {} for i, r in ipairs(comp.plugins) do out[i] = r.name end return out end
 
@@ -114,6 +113,8 @@ describe("moonbox.compose", function()
   it("describes only mounted plugins and redacts secrets", function()
     local comp = assert(load('plugin "owner" { apiKey = "e2b_secret" }\nplugin "files" {}'))
     local text = compose.describe(comp)
+    assert.truthy(text:find("\npolicy env\n", 1, true), text)
+    text = text:sub(1, text:find("\npolicy env\n", 1, true))      -- the plugins, before the policy values
     assert.truthy(text:find("1. owner (spec.fake.owner) provides owner", 1, true), text)
     assert.truthy(text:find("2. files (spec.fake.files) provides files injects owner", 1, true), text)
     assert.truthy(text:find('cwd = "/home/user/workspace"', 1, true))
@@ -123,13 +124,67 @@ describe("moonbox.compose", function()
     assert.truthy(text:find("dispose order: files, owner", 1, true))
   end)
 
-  it("reads a policies directory named by the composition, relative to the file", function()
+  local function tree(files)               -- a temporary directory holding `files` (name → text)
     local dir = os.tmpname(); os.remove(dir); assert(os.execute("mkdir -p '" .. dir .. "/pol'"))
-    local f = assert(io.open(dir .. "/pol/timeouts.lua", "w")); f:write("return { marker = 42 }"); f:close()
-    f = assert(io.open(dir .. "/c.lua", "w")); f:write('policies "pol"\nplugin "owner" {}\n'); f:close()
+    for name, text in pairs(files) do
+      local f = assert(io.open(dir .. "/" .. name, "w")); f:write(text); f:close()
+    end
+    return dir
+  end
+
+  it("reads a policies directory named by the composition, relative to the file, over the defaults", function()
+    local dir = tree{ ["pol/timeouts.lua"] = "return { request_ms = 4242 }", ["c.lua"] = 'policies "pol"\nplugin "owner" {}\n' }
     local comp = assert(compose.load(dir .. "/c.lua", { policies = { composition = policy } }))
-    assert.are.equal(42, comp.policies.timeouts.marker)
-    assert.are.equal(require("policies.env"), comp.policies.env)
+    assert.are.equal(4242, comp.policies.timeouts.request_ms)
+    assert.are.equal(120000, comp.policies.timeouts.create_ms)         -- not in the file: the default
+    assert.is_function(comp.policies.env.build)                        -- the other concerns: the shipped ones
+    assert.are.same({ "DSH_" }, comp.policies.env.drop_prefixes)
+    assert.are.equal(dir .. "/pol/timeouts.lua:1", comp.policies.origins.timeouts.request_ms.where)
+    assert.are.equal(dir .. "/c.lua:1", comp.policies.origins.timeouts.request_ms.via)
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+
+  it("takes one file per concern, and the command line's files over the composition's", function()
+    local dir = tree{ ["strict.lua"] = 'drop_prefixes = { "AWS_" }\n', ["fast.lua"] = "return { request_ms = 10, tool_ms = 20 }",
+      ["cli.lua"] = "return { tool_ms = 30 }",
+      ["c.lua"] = 'plugin "owner" {}\npolicies { env = "strict.lua", timeouts = "./fast.lua" }\n' }
+    local comp = assert(compose.load(dir .. "/c.lua", { policies = { composition = policy },
+      policy_files = { timeouts = dir .. "/cli.lua" } }))
+    assert.are.same({ "AWS_" }, comp.policies.env.drop_prefixes)
+    assert.is_true(comp.policies.env.dropped("AWS_REGION")); assert.is_false(comp.policies.env.dropped("DSH_X"))
+    assert.are.equal(10, comp.policies.timeouts.request_ms)
+    assert.are.equal(30, comp.policies.timeouts.tool_ms)
+    assert.are.equal("--policy timeouts=" .. dir .. "/cli.lua", comp.policies.origins.timeouts.tool_ms.via)
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+
+  local bad_policies = {
+    { "a missing policy file", 'plugin "owner" {}\npolicies { env = "nope.lua" }', "c.lua:2: cannot read %s/nope.lua: No such file or directory" },
+    { "a missing policy directory", 'plugin "owner" {}\n\npolicies "nodir"', 'c.lua:3: policies "nodir": not a directory: %s/nodir' },
+    { "an unknown concern", 'policies { envv = "x.lua" }\nplugin "owner" {}', 'c.lua:1: policies: unknown concern "envv" (expected env, lifecycle, timeouts or composition)' },
+    { "a policy file that does not validate", 'plugin "owner" {}\npolicies { timeouts = "bad.lua" }',
+      '%s/bad.lua:2: timeouts policy: field tool_ms: expected a positive number of milliseconds (at most 2147483647), got integer -1 (from %s/c.lua:2)' },
+  }
+  for _, c in ipairs(bad_policies) do
+    it("rejects " .. c[1] .. " before anything starts, naming file:line", function()
+      local dir = tree{ ["c.lua"] = c[2], ["bad.lua"] = "return {\n  tool_ms = -1 }" }
+      local comp, err = compose.load(dir .. "/c.lua", { policies = { composition = policy } })
+      assert.is_nil(comp)
+      local want = c[3]:gsub("%%s", dir)
+      assert.truthy(err.message:find(want, 1, true), err.message .. "\nwanted: " .. want)
+      assert.is_nil(err.message:find("\n", 1, true))
+      os.execute("rm -rf '" .. dir .. "'")
+    end)
+  end
+
+  it("gives the e2b plugin its defaults from the composition's lifecycle policy", function()
+    local dir = tree{ ["life.lua"] = 'return { default_cwd = "/srv/work", default_timeout_ms = 12000 }',
+      ["c.lua"] = 'plugin "e2b" {}\npolicies { lifecycle = "life.lua" }' }
+    local comp = assert(compose.load(dir .. "/c.lua"))
+    assert.are.equal("/srv/work", comp.plugins[1].config.cwd)
+    assert.are.equal(12000, comp.plugins[1].config.timeoutMs)
+    local plain = assert(compose.load("c.lua", { source = 'plugin "e2b" {}' }))
+    assert.are.equal("/home/user/workspace", plain.plugins[1].config.cwd)
     os.execute("rm -rf '" .. dir .. "'")
   end)
 end)

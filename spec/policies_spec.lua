@@ -1,7 +1,8 @@
-local env = require "policies.env"
-local timeouts = require "policies.timeouts"
-local lifecycle = require "policies.lifecycle"
-local composition = require "policies.composition"
+local policies = require "moonbox.policies"
+local env = policies.default("env")
+local timeouts = policies.default("timeouts")
+local lifecycle = policies.default("lifecycle")
+local composition = policies.default("composition")
 
 local function tmpdir()
   local d = os.tmpname(); os.remove(d); assert(os.execute("mkdir -p '" .. d .. "'")); return d
@@ -9,7 +10,7 @@ end
 local function read(path) local f = assert(io.open(path)); local s = f:read("a"); f:close(); return s end
 local function write(path, s) local f = assert(io.open(path, "w")); f:write(s); f:close() end
 
-describe("policies/env.lua", function()
+describe("the shipped env policy", function()
   local ambient = {
     PATH = "/usr/bin", HOME = "/home/user", LANG = "C.UTF-8",
     DSH_SESSION = "s", dsh_lower = "x", Dsh_Mixed = "y", XDSH_NOT_PREFIX = "kept",
@@ -71,7 +72,7 @@ describe("policies/env.lua", function()
   end)
 end)
 
-describe("policies/timeouts.lua", function()
+describe("the shipped timeouts policy", function()
   local grace = {
     { 1, true }, { 3000, true }, { 2147483647, true }, { 0, false }, { -1, false },
     { 2147483648, false }, { math.huge, false }, { 0 / 0, false }, { "10", false },
@@ -91,7 +92,7 @@ describe("policies/timeouts.lua", function()
   end)
 end)
 
-describe("policies/lifecycle.lua", function()
+describe("the shipped lifecycle policy", function()
   it("renews when less than the fraction remains", function()
     assert.is_false(lifecycle.should_renew(300000, 200000))
     assert.is_true(lifecycle.should_renew(300000, 100000))
@@ -112,7 +113,7 @@ describe("policies/lifecycle.lua", function()
   end)
 end)
 
-describe("policies/composition.lua", function()
+describe("the shipped composition policy", function()
   local function names(list) local out = {} for i, p in ipairs(list) do out[i] = p.name end return out end
   local function P(name, inject, index) return { name = name, provides = name, inject = inject or {}, index = index } end
 
@@ -151,49 +152,193 @@ describe("policies/composition.lua", function()
   end)
 end)
 
-describe("edited policies change behaviour", function()
-  local compose = require "moonbox.compose"
-  local root = package.searchpath("policies.env", package.path):gsub("/env%.lua$", "")
 
-  it("an edited env.lua drops what the shipped one keeps", function()
+-- Policy files of a user's own: merged over the defaults, checked, explained, reloaded.
+describe("policy files", function()
+  local dirs = {}
+  local function file(name, text)
     local dir = tmpdir()
-    local src = read(root .. "/env.lua")
-    local edited, n = src:gsub('M%.drop_prefixes = { "DSH_" }', 'M.drop_prefixes = { "DSH_", "AWS_" }')
-    assert.are.equal(1, n)
-    write(dir .. "/env.lua", edited)
-    local shipped = compose.policies(nil).env
-    local mine = compose.policies(dir).env
-    local ambient = { AWS_REGION = "eu", PATH = "/bin" }
-    assert.are.equal("eu", shipped.build(ambient).AWS_REGION)
-    assert.is_nil(mine.build(ambient).AWS_REGION)
-    assert.are.equal("/bin", mine.build(ambient).PATH)
-    -- the other policies still come from the installed copies
-    assert.are.equal(require("policies.timeouts"), compose.policies(dir).timeouts)
-    os.execute("rm -rf '" .. dir .. "'")
+    dirs[#dirs + 1] = dir
+    write(dir .. "/" .. name, text)
+    return dir .. "/" .. name
+  end
+  after_each(function() for _, d in ipairs(dirs) do os.execute("rm -rf '" .. d .. "'") end dirs = {} end)
+  local function load(concern, path) return policies.load{ { files = { [concern] = path }, via = "spec" } } end
+
+  it("a partial file is merged over the defaults: every rule still works", function()
+    -- once this replaced the whole module and the first spawn died calling a nil `build`
+    local set = assert(load("env", file("strict.lua", 'return { drop_prefixes = {"AWS_"} }')))
+    local e = set.env.build({ AWS_REGION = "eu", DSH_X = "1", MY_TOKEN = "t", PATH = "/bin" }, { EXTRA = "1" })
+    assert.are.same({ DSH_X = "1", PATH = "/bin", EXTRA = "1" }, e)   -- a list replaces the default list
+    assert.are.same({ "KEY", "PASSWORD", "SECRET", "TOKEN" }, set.env.sensitive_words)
+    assert.are.same({ "EXTRA=1", "PATH=/bin" }, set.env.serialize({ PATH = "/bin", EXTRA = "1" }))
   end)
 
-  it("an edited lifecycle.lua turns lease renewal off", function()
-    local dir = tmpdir()
-    local edited, n = read(root .. "/lifecycle.lua"):gsub("M%.renew = true", "M.renew = false")
-    assert.are.equal(1, n)
-    write(dir .. "/lifecycle.lua", edited)
-    assert.is_number(compose.policies(nil).lifecycle.renewal_delay(300000))
-    assert.is_nil(compose.policies(dir).lifecycle.renewal_delay(300000))
-    os.execute("rm -rf '" .. dir .. "'")
+  it("can extend a default list through `defaults`, and may assign fields instead of returning them", function()
+    local set = assert(load("env", file("ext.lua", 'drop_prefixes = { "AWS_", table.unpack(defaults.drop_prefixes) }\n')))
+    assert.are.same({ "AWS_", "DSH_" }, set.env.drop_prefixes)
+    assert.is_true(set.env.dropped("DSH_SESSION") and set.env.dropped("aws_region"))
   end)
 
-  it("an edited composition.lua reorders a composition", function()
-    local dir = tmpdir()
-    local edited, n = read(root .. "/composition.lua"):gsub("M%.rank = { e2b = 1, fs = 2, subprocess = 3,",
-      "M.rank = { e2b = 1, subprocess = 2, fs = 3,")
+  it("remembers where each value came from", function()
+    local path = file("fast.lua", "-- faster\nreturn {\n  request_ms = 5000,\n}\n")
+    local set = assert(load("timeouts", path))
+    assert.are.equal(path .. ":3", set.origins.timeouts.request_ms.where)
+    assert.are.equal("spec", set.origins.timeouts.request_ms.via)
+    local d = set.origins.timeouts.create_ms
+    assert.are.equal("default", d.kind)
+    assert.truthy(d.where:match("policies/timeouts%.lua:%d+$"), d.where)
+    local lines = table.concat(set:describe(), "\n")
+    assert.truthy(lines:find("request_ms = 5000  [" .. path .. ":3 (spec)]", 1, true), lines)
+    assert.truthy(lines:find("create_ms = 120000  [default (", 1, true), lines)
+  end)
+
+  it("merges a map key by key; false removes a key", function()
+    local set = assert(load("composition", file("c.lua", 'return { plugins = { lsp = "my.lsp", fs = false } }')))
+    assert.are.equal("my.lsp", set.composition.plugins.lsp)
+    assert.are.equal("moonbox.e2b", set.composition.plugins.e2b)
+    assert.is_nil(set.composition.plugins.fs)
+  end)
+
+  -- Every bad input: exit non-zero (the CLI), one line naming file:line, the field, what was expected.
+  local bad = {
+    { "a syntax error", "env", "return { drop_prefixes = {\"AWS_\"}\n", "%s:2: '}' expected (to close '{' at line 1) near <eof>" },
+    { "a runtime error", "env", "local x\nreturn { drop_prefixes = x.y }\n", "%s:2: attempt to index a nil value (local 'x')" },
+    { "an unknown field", "env", "return {\n  drop_prefixs = { \"A\" } }\n", "%s:2: env policy: unknown field drop_prefixs (expected one of keep_names, drop_names, drop_prefixes, sensitive_words, drop_patterns)" },
+    { "a wrong type", "timeouts", "return {\n  request_ms = \"5s\" }\n", "%s:2: timeouts policy: field request_ms: expected a positive number of milliseconds (at most 2147483647), got string \"5s\"" },
+    { "a pattern that does not compile", "env", "return { drop_patterns = {\n  \"^AWS_\",\n  \"[a\" } }\n", "%s:3: env policy: field drop_patterns[2]: expected a Lua pattern: \"[a\" is not a Lua pattern: malformed pattern (missing ']')" },
+    { "a pattern whose error comes after a failing match", "env", "return { drop_patterns = { \"x%\" } }", "%s:1: env policy: field drop_patterns[1]: expected a Lua pattern: \"x%\" is not a Lua pattern: malformed pattern (ends with '%')" },
+    { "a name with =", "env", "drop_names = { \"OK\", \"A=B\" }\n", "%s:1: env policy: field drop_names[2]: expected an environment variable name (no '=', no NUL, no leading '-'): \"A=B\" contains '='" },
+    { "a name with NUL", "env", "return { keep_names = { \"A\\0B\" } }\n", "%s:1: env policy: field keep_names[1]: expected an environment variable name (no '=', no NUL, no leading '-'): \"A\\0B\" contains NUL" },
+    { "a function where a value belongs", "lifecycle", "return { renew = function() return false end }", "%s:1: lifecycle policy: field renew: expected true or false, got function" },
+    { "an unknown teardown step", "lifecycle", "return { teardown = { \"block\", \"explode\" } }", "%s:1: lifecycle policy: field teardown[2]: expected a teardown step" },
+    { "a fraction out of range", "lifecycle", "return { renew_below_fraction = 1 }", "%s:1: lifecycle policy: field renew_below_fraction: expected a fraction between 0 and 1 (exclusive), got integer 1" },
+    { "a stream idle time shorter than the keepalive", "timeouts", "return { keepalive_interval_s = 200 }", "%s:1: timeouts policy: field keepalive_interval_s: stream_idle_ms (150000) must be longer than keepalive_interval_s × 1000 (200000 ms)" },
+    { "a bad module name", "composition", "return { plugins = { x = \"a..b\" } }", "%s:1: composition policy: field plugins.x: expected a Lua module name: \"a..b\" is not a module name" },
+    { "a file returning something else", "env", "return 42", "%s:1: a policy file returns a table of fields (or assigns them), got number" },
+  }
+  for _, c in ipairs(bad) do
+    it("rejects " .. c[1] .. " in one line with file:line", function()
+      local path = file("p.lua", c[3])
+      local set, err = load(c[2], path)
+      assert.is_nil(set)
+      assert.are.equal("POLICY_INVALID", err.code)
+      local want = c[4]:gsub("%%s", (path:gsub("%%", "%%%%")))
+      assert.truthy(err.message:find(want, 1, true), err.message .. "\nwanted: " .. want)
+      assert.is_nil(err.message:find("\n", 1, true), err.message)
+    end)
+  end
+
+  it("names the field a cross-field rule blames at its own file:line", function()
+    local path = file("t.lua", "return {\n  stream_idle_ms = 1000,\n}")
+    local _, err = load("timeouts", path)
+    assert.truthy(err.message:find(path .. ":2: timeouts policy: field stream_idle_ms: stream_idle_ms (1000) must be longer", 1, true), err.message)
+  end)
+
+  it("a missing file is one line naming who asked for it", function()
+    local _, err = policies.load{ { files = { env = "/nonexistent/p.lua" }, via = "--policy env=/nonexistent/p.lua" } }
+    assert.are.equal("POLICY_INVALID: --policy env=/nonexistent/p.lua: cannot read /nonexistent/p.lua: No such file or directory", tostring(err))
+  end)
+
+  it("a layer naming an unknown concern is a programming mistake and raises", function()
+    assert.has_error(function() policies.load{ { files = { envv = "x.lua" } } } end)
+  end)
+
+  it("reload re-reads edited files into the tables consumers hold; an invalid edit is refused and the old values kept", function()
+    local path = file("fast.lua", "return { request_ms = 5000 }")
+    local set = assert(load("timeouts", path))
+    local held = set.timeouts                   -- what a provider keeps from ctx.policies
+    write(path, "return { request_ms = 7000 }")
+    assert(set:reload())
+    assert.are.equal(7000, held.request_ms)
+    assert.is_function(held.check_grace)
+    write(path, "return { request_ms = -7 }")
+    local ok, err = set:reload()
+    assert.is_nil(ok); assert.are.equal("POLICY_INVALID", err.code)
+    assert.truthy(err.message:find(path .. ":1: timeouts policy: field request_ms", 1, true), err.message)
+    assert.are.equal(7000, held.request_ms)
+    -- and can point a concern at another file (every file is re-read: fast.lua must be valid again)
+    write(path, "return { request_ms = 7000 }")
+    local env2 = file("env2.lua", 'return { drop_names = { "HOME" } }')
+    local held_env = set.env
+    assert.is_false(held_env.dropped("HOME"))
+    assert(set:reload{ env = env2 })
+    assert.is_true(held_env.dropped("HOME"))
+    assert.are.equal(7000, held.request_ms)
+  end)
+
+  describe("explain_env", function()
+    local ambient = { PATH = "/bin", AWS_SECRET_ACCESS_KEY = "s", DSH_SESSION = "d", KEYBOARD = "us", HOME = "/home/user", LANG = "C" }
+
+    it("says kept, dropped, set, overridden or deleted, and which rule decided where", function()
+      local path = file("e.lua", 'return {\n  keep_names = { "KEYBOARD" },\n  drop_patterns = { "^LA" },\n}')
+      local set = assert(load("env", path))
+      local r = assert(policies.explain_env(set, ambient, { PATH = "/opt/bin", HOME = false, NEW = "1" },
+        { explicit_where = function(name) return "--set " .. name end }))
+      local by = {}
+      for _, e in ipairs(r.entries) do by[e.name] = e end
+      assert.are.equal("kept", by.PATH.was.verdict)
+      assert.are.equal("overridden", by.PATH.verdict); assert.are.equal("--set PATH", by.PATH.where)
+      assert.are.equal("dropped", by.AWS_SECRET_ACCESS_KEY.verdict)
+      assert.are.equal("word KEY", by.AWS_SECRET_ACCESS_KEY.rule)    -- KEY is listed before SECRET
+      assert.truthy(by.AWS_SECRET_ACCESS_KEY.where:match("policies/env%.lua:%d+$"))
+      assert.are.equal("prefix DSH_", by.DSH_SESSION.rule)
+      assert.are.equal("kept", by.KEYBOARD.verdict); assert.are.equal("name KEYBOARD", by.KEYBOARD.rule)
+      assert.are.equal(path .. ":2", by.KEYBOARD.where)
+      assert.are.equal("word KEY", by.KEYBOARD.over.rule)
+      assert.are.equal("pattern ^LA", by.LANG.rule); assert.are.equal(path .. ":3", by.LANG.where)
+      assert.are.equal("deleted", by.HOME.verdict); assert.are.equal("tombstone", by.HOME.rule)
+      assert.are.equal("set", by.NEW.verdict)
+      assert.are.same({ PATH = "/opt/bin", KEYBOARD = "us", NEW = "1" }, r.env)
+      assert.are.same({ "AWS_SECRET_ACCESS_KEY", "DSH_SESSION", "HOME", "KEYBOARD", "LANG", "NEW", "PATH" },
+        (function() local o = {} for i, e in ipairs(r.entries) do o[i] = e.name end return o end)())
+    end)
+
+    it("refuses a bad explicit entry with an error, not a raise", function()
+      local r, err = policies.explain_env(nil, {}, { ["A=B"] = "x" })
+      assert.is_nil(r); assert.are.equal("POLICY_INVALID", err.code)
+      assert.truthy(err.message:find("name contains '='", 1, true))
+    end)
+  end)
+
+  it("check lists what a file changes relative to the defaults, and infers its concern from its fields", function()
+    local path = file("strict-env.lua", 'return {\n  drop_prefixes = { "DSH_", "AWS_" },\n  keep_names = {},\n}')
+    local r = assert(policies.check(path))
+    assert.are.equal("env", r.concern)
+    assert.are.equal(2, r.set_fields); assert.are.equal(3, r.unchanged)
+    assert.are.equal("drop_prefixes", r.changes[2].field)
+    assert.are.same({ "DSH_" }, r.changes[2].from); assert.are.same({ "DSH_", "AWS_" }, r.changes[2].to)
+    assert.are.equal(path .. ":2", r.changes[2].where)
+    assert.is_true(r.changes[1].same)              -- keep_names = {} is the default value
+    local _, err = policies.check(file("mixed.lua", "return { request_ms = 1, renew = false }"))
+    assert.truthy(err.message:find("cannot tell which policy", 1, true), err.message)
+  end)
+
+  it("gives clocks with the file:line that set each", function()
+    local path = file("t.lua", "return {\n  request_ms = 1234 }")
+    local set = assert(load("timeouts", path))
+    local by = {}
+    for _, c in ipairs(policies.clocks(set, { timeoutMs = 60000, where = "c.lua:1" })) do by[c.name] = c end
+    assert.are.equal(1234, by.request.ms); assert.are.equal(path .. ":2 (spec)", by.request.where)
+    assert.are.equal(60000, by["sandbox lease"].ms); assert.truthy(by["sandbox lease"].where:find("c.lua:1", 1, true))
+    assert.are.equal(30000, by["lease renewal"].ms)
+    assert.is_nil(by["command deadline"].ms)
+  end)
+
+  it("an edited copy of a shipped file changes behaviour without a rebuild", function()
+    local src = read(policies.default_file("lifecycle"))
+    local edited, n = src:gsub("renew = true", "renew = false")
     assert.are.equal(1, n)
-    write(dir .. "/composition.lua", edited)
-    local list = function() return { { name = "fs", provides = "fs", inject = { "e2b" }, index = 1 },
-      { name = "subprocess", provides = "subprocess", inject = { "e2b" }, index = 2 },
-      { name = "e2b", provides = "e2b", inject = {}, index = 3 } } end
-    local a = assert(compose.policies(nil).composition.order(list()))
-    local b = assert(compose.policies(dir).composition.order(list()))
-    assert.are.equal("fs", a[2].name); assert.are.equal("subprocess", b[2].name)
-    os.execute("rm -rf '" .. dir .. "'")
+    local set = assert(load("lifecycle", file("lifecycle.lua", edited)))
+    assert.is_number(policies.default("lifecycle").renewal_delay(300000))
+    assert.is_nil(set.lifecycle.renewal_delay(300000))
+  end)
+
+  it("the shipped defaults load as plain modules too (moonbox.policies.<concern> when installed)", function()
+    for _, c in ipairs(policies.CONCERNS) do
+      local t = assert(loadfile(policies.default_file(c)))()
+      assert.is_table(t)
+      for _, f in ipairs(policies.kinds[c].fields) do assert.is_not_nil(t[f], c .. "." .. f) end
+    end
   end)
 end)

@@ -4,15 +4,17 @@
 --   plugin "e2b" { cwd = "/home/user/workspace", timeoutMs = 300000 }
 --   plugin "subprocess" {}
 --   plugin "fs" {}                 -- any order: the loader orders by what each plugin injects
---   policies "./my-policies"       -- optional: a directory with edited copies of policies/*.lua
+--   policies "./my-policies"       -- optional: a directory of policy files (env.lua, timeouts.lua …)
+--   policies { env = "./strict-env.lua", timeouts = "./fast.lua" }   -- or one file per concern
 --
 -- The file runs as ordinary Lua (os.getenv etc. available). `plugin "name" {config}` mounts a
--- plugin once; config is checked against the plugin's schema. Errors name file:line and field.
+-- plugin once; config is checked against the plugin's schema. Policy files are merged over the
+-- shipped defaults and checked before anything starts (moonbox.policies). Errors name
+-- file:line and field.
 local errors = require "moonbox.errors"
+local policies_mod = require "moonbox.policies"
 
 local compose = {}
-
-local POLICY_NAMES = { "env", "lifecycle", "timeouts", "composition" }
 
 local function fail(message, fields)
   return nil, errors.new("COMPOSE_INVALID", message, fields)
@@ -27,35 +29,29 @@ local function absolute(path, base)
   return (base or ".") .. "/" .. path
 end
 
--- Policies: each of env/lifecycle/timeouts/composition from `dir` when given (fresh copies, so
--- an edited file takes effect without a rebuild), else the installed `policies.*` modules.
--- `overrides` (name → table) replaces single policies (used by specs and embedders).
+local function is_dir(path)
+  local f = io.open(path, "r")
+  if not f then return false end
+  local _, _, code = f:read(0)
+  f:close()
+  return code == 21                        -- EISDIR: reading a directory
+end
+
+-- A fresh policy set: the shipped defaults, then `dir`'s files, then `overrides` (concern →
+-- table of values). Raises the POLICY_INVALID error when something does not validate.
 function compose.policies(dir, overrides)
-  local out = {}
-  for _, name in ipairs(POLICY_NAMES) do
-    if overrides and overrides[name] then
-      out[name] = overrides[name]
-    elseif dir then
-      local path = dir .. "/" .. name .. ".lua"
-      local chunk, err = loadfile(path)
-      if not chunk then
-        local f = io.open(path, "r")
-        if f then f:close(); error(err, 0) end
-        out[name] = require("policies." .. name)     -- a directory may override only some
-      else
-        out[name] = chunk()
-      end
-    else
-      out[name] = require("policies." .. name)
-    end
-  end
-  return out
+  local layers = {}
+  if dir then layers[#layers + 1] = { dir = dir, via = dir } end
+  if overrides then layers[#layers + 1] = { values = overrides, via = "compose.policies overrides" } end
+  local set, err = policies_mod.load(layers)
+  if not set then error(err, 2) end
+  return set
 end
 
 -- Check one plugin's config against its schema; fills defaults. → config | nil, message
 -- schema: field → { type = "string"|"number"|"boolean"|"table", default = v | function(),
 --                   required = bool, check = function(v) → nil | message, secret = bool }
-local function check_config(schema, given)
+local function check_config(schema, given, policies)
   local out = {}
   for field, value in pairs(given) do
     if type(field) ~= "string" then return nil, "config keys must be field names", tostring(field) end
@@ -77,7 +73,7 @@ local function check_config(schema, given)
     local spec = schema[field]
     if out[field] == nil then
       local d = spec.default
-      if type(d) == "function" then d = d() end
+      if type(d) == "function" then d = d(policies) end
       if d == nil and spec.required then return nil, "is required", field end
       out[field] = d
     end
@@ -85,13 +81,14 @@ local function check_config(schema, given)
   return out
 end
 
--- Load, validate and order a composition. opts: { policies = {name → table} overrides,
--- source = string (file contents instead of reading `file`) }.
--- → { file, plugins = ordered records, policies } | nil, err (code COMPOSE_INVALID)
+-- Load, validate and order a composition. opts: { policies = { concern → table of values },
+-- policy_files = { concern → path } (the command line's --policy, applied last), source =
+-- string (file contents instead of reading `file`) }.
+-- → { file, plugins = ordered records, policies } | nil, err (COMPOSE_INVALID, POLICY_INVALID)
 -- A record: { name, module, provides, inject, config, line, where = "file:line" }.
 function compose.load(file, opts)
   opts = opts or {}
-  local records, by_name, policy_dir, problem = {}, {}, nil, nil
+  local records, by_name, policy_layer, problem = {}, {}, nil, nil
   -- file:line of the composition line calling into the DSL (level 3: caller of our caller).
   local function here()
     local info = debug.getinfo(3, "l")
@@ -121,9 +118,29 @@ function compose.load(file, opts)
       rec.given = config
     end
   end
-  env.policies = function(dir)
-    if type(dir) ~= "string" then complain((here()), "policies expects a directory path") return end
-    policy_dir = absolute(dir, dirname(file))
+  -- policies "dir" | policies { concern = "file", ... }: paths relative to the composition.
+  env.policies = function(what)
+    local w = here()
+    if policy_layer then complain(w, ("policies given twice (first at %s)"):format(policy_layer.via)) return end
+    local base = dirname(file)
+    if type(what) == "string" then
+      local dir = absolute(what, base)
+      if not is_dir(dir) then complain(w, ("policies %q: not a directory: %s"):format(what, dir)) return end
+      policy_layer = { dir = dir, via = w }
+    elseif type(what) == "table" then
+      local files = {}
+      for concern, path in pairs(what) do
+        if not policies_mod.is_concern(concern) then
+          complain(w, ("policies: unknown concern %q (expected %s)"):format(tostring(concern), policies_mod.concern_list()))
+          return
+        end
+        if type(path) ~= "string" then complain(w, ("policies: %s must be a file path"):format(concern)) return end
+        files[concern] = absolute(path, base)
+      end
+      policy_layer = { files = files, via = w }
+    else
+      complain(w, 'policies expects a directory path or a table { env = "file.lua", ... }')
+    end
   end
 
   local chunk, lerr
@@ -135,8 +152,14 @@ function compose.load(file, opts)
   if problem then return fail(problem) end
   if #records == 0 then return fail(file .. ": no plugin mounted (write plugin \"e2b\" { ... })") end
 
-  local pok, policies = pcall(compose.policies, policy_dir, opts.policies)
-  if not pok then return fail(("%s: cannot load policies: %s"):format(file, tostring(policies))) end
+  local layers = { policy_layer }
+  if opts.policies then layers[#layers + 1] = { values = opts.policies, via = "compose.load opts.policies" } end
+  for _, concern in ipairs(policies_mod.CONCERNS) do
+    local path = opts.policy_files and opts.policy_files[concern]
+    if path then layers[#layers + 1] = { files = { [concern] = path }, via = ("--policy %s=%s"):format(concern, path) } end
+  end
+  local policies, perr = policies_mod.load(layers)
+  if not policies then return nil, perr end
   local registry = policies.composition.plugins
 
   for _, rec in ipairs(records) do
@@ -153,7 +176,7 @@ function compose.load(file, opts)
     rec.module, rec.impl = modname, mod
     rec.provides = mod.provides or rec.name
     rec.inject = mod.inject or {}
-    local config, msg, field = check_config(mod.schema or {}, rec.given)
+    local config, msg, field = check_config(mod.schema or {}, rec.given, policies)
     if not config then
       return fail(("%s: plugin %q: field %s: %s"):format(rec.where, rec.name, tostring(field), msg),
         { plugin = rec.name, field = field })
@@ -165,7 +188,7 @@ function compose.load(file, opts)
   if not ordered then
     return fail(("%s: %s"):format(culprit and culprit.where or file, oerr))
   end
-  return { file = file, plugins = ordered, policies = policies, policy_dir = policy_dir }
+  return { file = file, plugins = ordered, policies = policies, policy_layer = policy_layer }
 end
 
 -- Instantiate plugins in order on a fresh ctx. Must run inside a moonbox task (plugins do I/O).
@@ -263,9 +286,13 @@ end
 -- sees `ctx` as a global. Plugins are disposed in reverse order whether or not it fails. When
 -- the script returns a function, it is called after disposal and its results are returned.
 -- After SIGTERM, SIGINT or SIGHUP the result is 128 + the signal's number (see run_in_task).
-function compose.run(compose_file, script_file, ...)
-  local comp, err = compose.load(compose_file)
-  if not comp then error(err, 0) end
+-- `composition` is a file name, or what compose.load returned.
+function compose.run(composition, script_file, ...)
+  local comp, err = composition, nil
+  if type(composition) ~= "table" then
+    comp, err = compose.load(composition)
+    if not comp then error(err, 0) end
+  end
   local mb = require "moonbox"
   if mb.current() then return run_in_task(comp, script_file, ...) end
   return mb.run(run_in_task, comp, script_file, ...)
@@ -288,7 +315,6 @@ end
 -- redacted), dispose order. → text | nil, err. `moonbox dump-config` prints it.
 function compose.describe(comp)
   local lines = { "composition " .. comp.file }
-  lines[#lines + 1] = "policies " .. (comp.policy_dir or "(installed)")
   for i, rec in ipairs(comp.plugins) do
     local inj = #rec.inject > 0 and (" injects " .. table.concat(rec.inject, ", ")) or ""
     lines[#lines + 1] = ("%d. %s (%s) provides %s%s  [%s]"):format(i, rec.name, rec.module, rec.provides, inj, rec.where)
@@ -307,6 +333,8 @@ function compose.describe(comp)
   local names = {}
   for i = #comp.plugins, 1, -1 do names[#names + 1] = comp.plugins[i].name end
   lines[#lines + 1] = "dispose order: " .. table.concat(names, ", ")
+  -- Every policy value and where it came from (default, file:line, command line).
+  for _, l in ipairs(comp.policies:describe()) do lines[#lines + 1] = l end
   return table.concat(lines, "\n") .. "\n"
 end
 

@@ -33,7 +33,9 @@ local function enqueue(t, args)
   rtail = rtail + 1
   rq[rtail], rargs[rtail] = t, args
   -- A callback woke a task: make uv_run return instead of blocking in poll until the next timer.
-  if in_loop then core.stop() end
+  if in_loop then core.stop()
+  -- Nobody drives the scheduler (an embedder runs the loop itself): tell its host.
+  elseif not driving and M.on_ready then M.on_ready() end
 end
 
 -- Wakes t if it is blocked on `key`; the values become block()'s results. → woken?
@@ -196,6 +198,37 @@ function M.run(fn, ...)
   driving = false
   if t.ok then return unpack(t.results, 1, t.results.n) end
   error(t.raw_err, 0)
+end
+
+-- Embedding (moonbox.runtime): the host runs the loop, or steps it.
+-- on_ready(): set by a host that runs the loop itself; called when a task becomes ready while
+-- nothing drives the scheduler. The host then calls run_pending() outside every task.
+M.on_ready = nil
+function M.run_pending()
+  if current or driving then return end   -- mb.run or a step is running them already
+  driving = true
+  local ok, err = pcall(run_ready)
+  driving = false
+  if not ok then error(err, 0) end
+end
+
+-- Ready tasks, one turn of the loop (blocking until something happens when `block`), ready
+-- tasks again. → alive (the loop has something that may wake a task), ready (tasks are queued)
+function M.step(block)
+  if current or driving then error("sched.step: called from inside a task or mb.run", 2) end
+  driving = true
+  local ok, alive = pcall(function()
+    run_ready()
+    in_loop = true
+    local res, a = core.run(block and rhead > rtail and "once" or "nowait")
+    in_loop = false
+    if not res then error("moonbox: loop callback failed: " .. tostring(a), 0) end
+    run_ready()
+    return a
+  end)
+  in_loop, driving = false, false
+  if not ok then error(alive, 0) end
+  return alive, rhead <= rtail
 end
 
 function Task:join(timeout_ms)

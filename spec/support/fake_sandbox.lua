@@ -11,7 +11,7 @@ function M.new(handlers)
   local log = {}
   local sb = require("moonbox.e2b.sandbox").new{ id = "isbx", cwd = "/home/user/workspace", root = "/tmp/.moonbox-x",
     wrapper = "/tmp/.moonbox-x/mbwrap", home = "/home/user", core = core, log = log,
-    timeouts = require("policies.timeouts"),
+    timeouts = require("moonbox.policies").default("timeouts"),
     ambient = { PATH = "/usr/bin:/bin", HOME = "/home/user", LANG = "C.UTF-8", SANDBOX_API_TOKEN = "t", DSH_X = "1" } }
   local function call(kind, ...)
     log[#log + 1] = { kind = kind, args = table.pack(...) }

@@ -17,6 +17,9 @@ static void test_codes_are_stable(void) {
   CHECK_STR(mb_errcode(MB_E_TRUNCATED), "E2B_TRUNCATED");
   CHECK_STR(mb_errcode(MB_E_NOMEM), "E2B_NOMEM");
   CHECK_STR(mb_errcode(MB_E_INVALID), "E2B_INVALID");
+  CHECK_STR(mb_errcode(MB_E_FAILED), "MB_FAILED");
+  CHECK_STR(mb_errcode(MB_E_LUA), "MB_LUA");
+  CHECK_STR(mb_errcode(MB_E_BUSY), "MB_BUSY");
 }
 
 static void test_every_code_distinct(void) {

@@ -53,8 +53,9 @@ local function exists(p)
 end
 
 -- A helper binary of this build: $<env_name>, else next to the running moonbox executable,
--- else $MB_BUILD_DIR/bin, else the build dir of the loaded C core (<build>/lib/moonbox/core.so),
--- else <source>/build/bin. `getenv` and `exe` (the moonbox executable, or false) are for specs.
+-- else $MB_BUILD_DIR/bin, else the installed tree these modules belong to (<prefix>/bin,
+-- <prefix>/libexec/moonbox), else the build dir of the loaded C core
+-- (<build>/lib/moonbox/core.so), else <source>/build/bin. `getenv` and `exe` (the moonbox executable, or false) are for specs.
 function M.find_binary(env_name, name, getenv, exe)
   getenv = getenv or os.getenv
   local v = env_value(getenv, env_name)
@@ -64,11 +65,17 @@ function M.find_binary(env_name, name, getenv, exe)
   if exe then dirs[#dirs + 1] = exe:match("^(.*)/[^/]*$") end
   local build = env_value(getenv, "MB_BUILD_DIR")
   if build then dirs[#dirs + 1] = build .. "/bin" end
+  local source = debug.getinfo(1, "S").source
+  local prefix = source:match("^@(.*)/share/lua/5%.4/moonbox/e2b/endpoints%.lua$")
+  if prefix then
+    dirs[#dirs + 1] = prefix .. "/bin"
+    dirs[#dirs + 1] = prefix .. "/libexec/moonbox"
+  end
   local so = package.searchpath and package.searchpath("moonbox.core", package.cpath)
   local sobuild = so and so:match("^(.*)/lib/moonbox/core%.so$")
   if sobuild then dirs[#dirs + 1] = sobuild .. "/bin" end
   -- next to the Lua tree: <root>/lua/moonbox/e2b/endpoints.lua → <root>/build/bin/<name>
-  local here = debug.getinfo(1, "S").source:match("^@(.*)/lua/moonbox/e2b/endpoints%.lua$")
+  local here = source:match("^@(.*)/lua/moonbox/e2b/endpoints%.lua$")
   if here then dirs[#dirs + 1] = here .. "/build/bin" end
   for _, d in ipairs(dirs) do
     local p = d .. "/" .. name

@@ -1,7 +1,7 @@
 -- moonbox.e2b — the "e2b" plugin: the sandbox owner every provider of the E2B family injects.
 --
--- Config: apiKey (else E2B_API_KEY), cwd (absolute, default from policies/lifecycle.lua),
--- timeoutMs (the lease, default from the lifecycle policy), sandboxId (connect to an existing
+-- Config: apiKey (else E2B_API_KEY), cwd (absolute, default: the composition's lifecycle
+-- policy, default_cwd), timeoutMs (the lease, default: its default_timeout_ms), sandboxId (connect to an existing
 -- sandbox instead of creating one), template. Endpoints come from E2B_API_URL /
 -- E2B_SANDBOX_URL / E2B_DOMAIN; with none of them set, the owner starts a local sandboxd and
 -- stops it at teardown (moonbox.e2b.launcher). The pieces: owner.lua (lifecycle),
@@ -12,7 +12,12 @@ local endpoints = require "moonbox.e2b.endpoints"
 
 local M = { name = "e2b", provides = "e2b", inject = {} }
 
-local function lifecycle_default(field) return function() return require("policies.lifecycle")[field] end end
+-- Defaults come from the composition's merged lifecycle policy (compose passes its set).
+local function lifecycle_default(field)
+  return function(policies)
+    return (policies or require("moonbox.policies").defaults()).lifecycle[field]
+  end
+end
 
 M.schema = {
   apiKey = { type = "string", secret = true,

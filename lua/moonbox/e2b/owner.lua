@@ -210,8 +210,8 @@ function M.new(ctx, config)
   local policies = ctx.policies or {}
   local self = setmetatable({
     config = config, policies = policies,
-    lifecycle = policies.lifecycle or require("policies.lifecycle"),
-    timeouts = policies.timeouts or require("policies.timeouts"),
+    lifecycle = policies.lifecycle or require("moonbox.policies").default("lifecycle"),
+    timeouts = policies.timeouts or require("moonbox.policies").default("timeouts"),
   }, Owner)
   self.endpoints = endpoints.resolve(config, ctx.getenv)
   self.ready = m.event()

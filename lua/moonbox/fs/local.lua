@@ -12,7 +12,7 @@ M.schema.cwd = { type = "string",
 
 function M.new(ctx, config)
   local policies = ctx.policies or {}
-  local world, dispose = world_local.lazy{ cwd = config.cwd, timeouts = policies.timeouts or require("policies.timeouts") }
+  local world, dispose = world_local.lazy{ cwd = config.cwd, timeouts = policies.timeouts or require("moonbox.policies").default("timeouts") }
   return service.new(world, config, policies, dispose)
 end
 

@@ -554,7 +554,7 @@ end
 function M.new(world, config, policies, on_dispose)
   policies = policies or {}
   return setmetatable({ world = world, config = config, locks = locks.new(), on_dispose = on_dispose,
-    timeouts = policies.timeouts or require("policies.timeouts") }, FS)
+    timeouts = policies.timeouts or require("moonbox.policies").default("timeouts") }, FS)
 end
 
 M.FS = FS

@@ -11,12 +11,12 @@ local M = { name = "subprocess-local", provides = "subprocess", inject = {}, sch
 
 function M.new(ctx, config)
   local policies = ctx.policies or {}
-  local world, dispose = world_local.lazy{ timeouts = policies.timeouts or require("policies.timeouts") }
+  local world, dispose = world_local.lazy{ timeouts = policies.timeouts or require("moonbox.policies").default("timeouts") }
   local sp = service.new(world, config, policies, dispose)
   -- The host environment scrubbed by the env policy (the seam's scrubbedParentEnv).
   function sp.scrubbedParentEnv()
     local pw = world()
-    return (policies.env or require("policies.env")).scrub(pw and pw.ambient or {})
+    return (policies.env or require("moonbox.policies").default("env")).scrub(pw and pw.ambient or {})
   end
   return sp
 end

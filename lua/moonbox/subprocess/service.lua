@@ -301,8 +301,8 @@ function M.new(world, config, policies, on_dispose)
   policies = policies or {}
   return setmetatable({ world = world, config = config, live = {}, terminals = {}, seq = 0, spill_sandboxes = {},
     id = ids.hex(4), on_dispose = on_dispose,
-    policies_env = policies.env or require("policies.env"),
-    timeouts = policies.timeouts or require("policies.timeouts") }, SP)
+    policies_env = policies.env or require("moonbox.policies").default("env"),
+    timeouts = policies.timeouts or require("moonbox.policies").default("timeouts") }, SP)
 end
 
 M.SP = SP

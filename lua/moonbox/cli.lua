@@ -1,0 +1,411 @@
+-- moonbox.cli — the `moonbox` command line (core/main.c hands it argv; `sandboxd` and
+-- `--version` are answered in C). Every command checks its input before any sandbox starts;
+-- a bad input is one line on stderr and a non-zero exit (2 for a usage mistake); a Lua
+-- traceback is printed only for a bug in a script (a raised string), or with --trace.
+local errors = require "moonbox.errors"
+local policies = require "moonbox.policies"
+local S = require "moonbox.policy.schema"
+
+local M = {}
+
+M.USAGE = [[
+usage: moonbox [--trace] SCRIPT.lua [ARGS...]
+       moonbox run [--trace] [--policy CONCERN=FILE]... COMPOSE.lua SCRIPT.lua [ARGS...]
+       moonbox dump-config [--policy CONCERN=FILE]... COMPOSE.lua
+       moonbox policy env [--compose C] [--policy CONCERN=FILE]... [--env-file F | --from-host]
+                          [--set NAME=VALUE]... [--unset NAME]... [--json]
+       moonbox policy timeouts [--compose C] [--policy CONCERN=FILE]... [--json]
+       moonbox policy check [--compose C] [--policy CONCERN=FILE]... [CONCERN=]FILE
+       moonbox sandboxd [ARGS...]
+       moonbox --help | --version
+Commands: a script runs as the main task; `run` gives it ctx from a composition; `dump-config`
+prints a composition with every policy value and where it came from; `policy` explains a
+policy without starting a sandbox; `sandboxd` is the local E2B-compatible server.
+CONCERN is env, lifecycle, timeouts or composition; FILE a policy file merged over the
+shipped defaults (and over the composition's own policies).
+]]
+
+-- A usage mistake: the message, then the usage, exit status 2.
+local Usage = {}
+local function usage_error(fmt, ...) error(setmetatable({ message = fmt:format(...) }, Usage), 0) end
+
+local function out(s) io.stdout:write(s) end
+
+-- Parses options from argv[i..] until the first positional argument (or `--`).
+-- spec: option → "flag" | "value" | "list". → opts, index of the first positional
+local function parse(argv, i, spec, command)
+  local opts = {}
+  while i <= #argv do
+    local a = argv[i]
+    if a == "--" then return opts, i + 1 end
+    if a:sub(1, 1) ~= "-" or a == "-" then break end
+    local name, inline = a:match("^(%-%-[%w%-]+)=(.*)$")
+    name = name or a
+    local kind = spec[name]
+    if not kind then usage_error("%s: unknown option %s", command, a) end
+    if kind == "flag" then
+      if inline then usage_error("%s: option %s takes no value", command, name) end
+      opts[name] = true
+      i = i + 1
+    else
+      local v = inline
+      if v == nil then
+        v = argv[i + 1]
+        if v == nil then usage_error("%s: option %s needs a value", command, name) end
+        i = i + 2
+      else
+        i = i + 1
+      end
+      if kind == "list" then
+        opts[name] = opts[name] or {}
+        table.insert(opts[name], v)
+      else
+        if opts[name] ~= nil then usage_error("%s: option %s given twice", command, name) end
+        opts[name] = v
+      end
+    end
+  end
+  return opts, i
+end
+
+-- --policy CONCERN=FILE... → { concern → path } (a concern given twice: the last wins)
+local function policy_files(list)
+  local files = {}
+  for _, v in ipairs(list or {}) do
+    local c, path = policies.parse_arg(v)
+    if not c then usage_error("--policy %s", path) end
+    files[c] = path
+  end
+  return files
+end
+
+local function readable(path, what)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, errors.new("MB_NOT_FOUND", ("%s %s: %s"):format(what, path, (tostring(err):gsub("^[^:]*: ", "")))) end
+  local ok, rerr = f:read(0)
+  f:close()
+  if ok == nil and rerr then return nil, errors.new("MB_NOT_FOUND", ("%s %s: %s"):format(what, path, rerr)) end
+  return true
+end
+
+-- The policy set the policy commands look at: the composition's (with --policy over it), or
+-- the defaults with --policy. → set, comp | nil, err
+local function policy_set(opts)
+  local files = policy_files(opts["--policy"])
+  if opts["--compose"] then
+    local ok, err = readable(opts["--compose"], "composition")
+    if not ok then return nil, err end
+    local comp, cerr = require("moonbox.compose").load(opts["--compose"], { policy_files = files })
+    if not comp then return nil, cerr end
+    return comp.policies, comp
+  end
+  local layers = {}
+  for _, c in ipairs(policies.CONCERNS) do
+    if files[c] then layers[#layers + 1] = { files = { [c] = files[c] }, via = ("--policy %s=%s"):format(c, files[c]) } end
+  end
+  return policies.load(layers)
+end
+
+local function json() return require("cjson").new() end
+
+-- "--set NAME=VALUE" ... → explicit table, where(name)
+local function explicit_entries(opts)
+  local explicit, from = {}, {}
+  for _, v in ipairs(opts["--set"] or {}) do
+    local name, value = v:match("^([^=]*)=(.*)$")
+    if not name then usage_error("--set %s: expected NAME=VALUE (use --unset NAME to delete a name)", v) end
+    explicit[name], from[name] = value, "--set " .. v
+  end
+  for _, name in ipairs(opts["--unset"] or {}) do explicit[name], from[name] = false, "--unset " .. name end
+  return explicit, function(name) return from[name] end
+end
+
+-- NAME=VALUE lines ('#' comments and blank lines skipped), or NUL-separated entries (env -0,
+-- /proc/PID/environ). → table | nil, err
+local function read_env(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, errors.new("MB_NOT_FOUND", ("--env-file %s: %s"):format(path, (tostring(err):gsub("^[^:]*: ", "")))) end
+  local text = f:read("a")
+  f:close()
+  if not text then return nil, errors.new("MB_NOT_FOUND", ("--env-file %s: cannot read it"):format(path)) end
+  local env = {}
+  if text:find("\0", 1, true) then
+    for entry in text:gmatch("([^%z]*)%z") do
+      local k, v = entry:match("^([^=]+)=(.*)$")
+      if k then env[k] = v end
+    end
+    return env
+  end
+  local n = 0
+  for line in (text .. (text:sub(-1) == "\n" and "" or "\n")):gmatch("([^\n]*)\n") do
+    n = n + 1
+    if line:match("%S") and not line:match("^%s*#") then
+      local k, v = line:match("^([^=]+)=(.*)$")
+      if not k then
+        return nil, errors.new("POLICY_INVALID", ("%s:%d: expected NAME=VALUE, got %q"):format(path, n, line))
+      end
+      env[k] = v
+    end
+  end
+  return env
+end
+
+local function verdict_text(e)
+  local function rule(r) return ("%s (%s)"):format(r.rule, r.where or "?") end
+  if e.verdict == "kept" and not e.rule then return "no rule matched" end
+  if e.verdict == "kept" or e.verdict == "dropped" then
+    local t = "by " .. rule(e)
+    if e.over then t = t .. ", over " .. rule(e.over) end
+    return t
+  end
+  local t = ("%s (%s)"):format(e.rule, e.where)
+  if not e.was then return t .. "; not in the ambient environment" end
+  if e.was.verdict == "dropped" then return t .. "; the ambient value was dropped by " .. rule(e.was) end
+  return t .. "; the ambient value was kept"
+end
+
+local function layers_text(set)
+  local parts = { "defaults" }
+  for _, l in ipairs(set.layers) do
+    if l.dir then parts[#parts + 1] = policies.shown(l.dir) .. "/ (" .. tostring(l.via) .. ")"
+    elseif l.files then
+      for _, c in ipairs(policies.CONCERNS) do
+        if l.files[c] then parts[#parts + 1] = ("%s=%s (%s)"):format(c, policies.shown(l.files[c]), tostring(l.via)) end
+      end
+    elseif l.values then parts[#parts + 1] = tostring(l.via) end
+  end
+  return table.concat(parts, " + ")
+end
+
+local function policy_env(argv, i)
+  local opts, pos = parse(argv, i, { ["--compose"] = "value", ["--policy"] = "list", ["--env-file"] = "value",
+    ["--from-host"] = "flag", ["--set"] = "list", ["--unset"] = "list", ["--json"] = "flag" }, "policy env")
+  if argv[pos] then usage_error("policy env: unexpected argument %s", argv[pos]) end
+  if opts["--env-file"] and opts["--from-host"] then usage_error("policy env: give --env-file or --from-host, not both") end
+  local explicit, from = explicit_entries(opts)
+  local set, err = policy_set(opts)
+  if not set then return nil, err end
+  local ambient = {}
+  if opts["--env-file"] then ambient, err = read_env(opts["--env-file"])
+  elseif opts["--from-host"] then ambient, err = read_env("/proc/self/environ") end
+  if not ambient then return nil, err end
+  local r, rerr = policies.explain_env(set, ambient, explicit, { explicit_where = from })
+  if not r then return nil, rerr end
+  if opts["--json"] then
+    local cj = json()
+    local items = {}
+    for _, e in ipairs(r.entries) do
+      items[#items + 1] = cj.encode({ name = e.name, verdict = e.verdict, rule = e.rule, where = e.where,
+        over = e.over and { rule = e.over.rule, where = e.over.where } or nil,
+        was = e.was and { verdict = e.was.verdict, rule = e.was.rule, where = e.was.where } or nil })
+    end
+    local env = {}
+    for k, v in pairs(r.env) do env[#env + 1] = cj.encode(k) .. ":" .. cj.encode(v) end
+    table.sort(env)
+    out(('{"policy":%s,"entries":[%s],"env":{%s}}\n'):format(cj.encode(layers_text(set)), table.concat(items, ","),
+      table.concat(env, ",")))
+    return 0
+  end
+  out("env policy: " .. layers_text(set) .. "\n")
+  if not (opts["--env-file"] or opts["--from-host"]) then
+    out("no ambient environment given (--env-file F or --from-host): only explicit entries are shown\n")
+  end
+  local w = 4
+  for _, e in ipairs(r.entries) do if #e.name > w then w = #e.name end end
+  w = math.min(w, 40)
+  for _, e in ipairs(r.entries) do
+    out(("%-" .. w .. "s  %-10s  %s\n"):format(e.name, e.verdict, verdict_text(e)))
+  end
+  local names = {}
+  for k in pairs(r.env) do names[#names + 1] = k end
+  table.sort(names)
+  out(("\nthe environment a spawn gets (%d name%s):\n"):format(#names, #names == 1 and "" or "s"))
+  for _, k in ipairs(names) do out(("  %s=%s\n"):format(k, r.env[k])) end
+  return 0
+end
+
+local function ms_text(ms)
+  if ms == nil then return "-" end
+  if ms == math.floor(ms) then return ("%d ms"):format(ms) end
+  return ("%.1f ms"):format(ms)
+end
+
+local function policy_timeouts(argv, i)
+  local spec = { ["--compose"] = "value", ["--policy"] = "list", ["--json"] = "flag" }
+  local opts, pos = parse(argv, i, spec, "policy timeouts")
+  if argv[pos] then usage_error("policy timeouts: unexpected argument %s", argv[pos]) end
+  local set, comp = policy_set(opts)
+  if not set then return nil, comp end
+  local e2b
+  if comp then
+    for _, rec in ipairs(comp.plugins) do
+      if rec.name == "e2b" and rec.given.timeoutMs ~= nil then e2b = { timeoutMs = rec.config.timeoutMs, where = rec.where } end
+    end
+  end
+  local clocks = policies.clocks(set, e2b)
+  if opts["--json"] then
+    local cj = json()
+    local items = {}
+    for _, c in ipairs(clocks) do items[#items + 1] = cj.encode({ name = c.name, ms = c.ms, text = c.text, where = c.where }) end
+
+    out(("[%s]\n"):format(table.concat(items, ",")))
+    return 0
+  end
+  out("policies: " .. layers_text(set) .. "\n")
+  for _, c in ipairs(clocks) do
+    out(("%-19s %10s  %s%s\n"):format(c.name, ms_text(c.ms), c.text, c.where and ("  [" .. c.where .. "]") or ""))
+  end
+  return 0
+end
+
+local function policy_check(argv, i)
+  local spec = { ["--compose"] = "value", ["--policy"] = "list" }
+  local opts, pos = parse(argv, i, spec, "policy check")
+  local target = argv[pos]
+  if not target then usage_error("policy check: which file? (moonbox policy check [CONCERN=]FILE)") end
+  if argv[pos + 1] then usage_error("policy check: unexpected argument %s", argv[pos + 1]) end
+  local concern, path = target:match("^(%a+)=(.+)$")
+  if concern and not policies.is_concern(concern) then
+    usage_error("policy check %s: unknown concern %q (expected %s)", target, concern, policies.concern_list())
+  end
+  path = path or target
+  local ok, rerr = readable(path, "policy file")
+  if not ok then return nil, rerr end
+  local base = {}
+  if opts["--compose"] then
+    local set, comp = policy_set(opts)
+    if not set then return nil, comp end
+    base = set.layers
+  else
+    local files = policy_files(opts["--policy"])
+    for _, c in ipairs(policies.CONCERNS) do
+      if files[c] then base[#base + 1] = { files = { [c] = files[c] }, via = ("--policy %s=%s"):format(c, files[c]) } end
+    end
+  end
+  local r, err = policies.check(path, concern, base)
+  if not r then return nil, err end
+  out(("%s: a valid %s policy; against %s:\n"):format(path, r.concern,
+    #base > 0 and "the defaults and the given policies" or "the defaults"))
+  for _, c in ipairs(r.changes) do
+    if c.same then
+      out(("  %s = %s (the same as before)  [%s]\n"):format(c.field, S.format(c.to), c.where))
+    else
+      out(("  %s: %s -> %s  [%s]\n"):format(c.field, S.format(c.from), S.format(c.to), c.where))
+    end
+  end
+  out(("%d field%s set, %d left as %s\n"):format(r.set_fields, r.set_fields == 1 and "" or "s", r.unchanged,
+    #base > 0 and "they were" or "the defaults"))
+  return 0
+end
+
+local function dump_config(argv, i)
+  local opts, pos = parse(argv, i, { ["--policy"] = "list" }, "dump-config")
+  local file = argv[pos]
+  if not file or argv[pos + 1] then usage_error("dump-config: expected one COMPOSE.lua") end
+  local files = policy_files(opts["--policy"])
+  local ok, err = readable(file, "composition")
+  if not ok then return nil, err end
+  local compose = require "moonbox.compose"
+  local comp, cerr = compose.load(file, { policy_files = files })
+  if not comp then return nil, cerr end
+  out(compose.describe(comp))
+  return 0
+end
+
+local function run_composition(argv, i, ctl)
+  local opts, pos = parse(argv, i, { ["--policy"] = "list", ["--trace"] = "flag" }, "run")
+  ctl.trace = ctl.trace or opts["--trace"]
+  local file, script = argv[pos], argv[pos + 1]
+  if not file or not script then usage_error("run: expected COMPOSE.lua SCRIPT.lua [ARGS...]") end
+  local files = policy_files(opts["--policy"])
+  local ok, err = readable(file, "composition")
+  if not ok then return nil, err end
+  ok, err = readable(script, "script")
+  if not ok then return nil, err end
+  local compose = require "moonbox.compose"
+  local comp, cerr = compose.load(file, { policy_files = files })
+  if not comp then return nil, cerr end
+  local chunk, lerr = loadfile(script, "t")
+  if not chunk then return nil, errors.new("MB_SCRIPT", lerr) end
+  local args = table.move(argv, pos + 2, #argv, 1, {})
+  local res = table.pack(compose.run(comp, script, table.unpack(args)))
+  if math.type(res[1]) == "integer" then return res[1] end
+  if res[1] == nil and res.n >= 2 and res[2] ~= nil then return nil, res[2] end
+  return 0
+end
+
+local function run_script(argv, i)
+  local script = argv[i]
+  local ok, err = readable(script, "script")
+  if not ok then return nil, err end
+  local chunk, lerr = loadfile(script, "t")
+  if not chunk then return nil, errors.new("MB_SCRIPT", lerr) end
+  local args = table.move(argv, i + 1, #argv, 1, {})
+  local argt = { [0] = script }
+  for k, v in ipairs(args) do argt[k] = v end
+  _G.arg = argt
+  local res = table.pack(require("moonbox").run(chunk, table.unpack(args)))
+  if math.type(res[1]) == "integer" then return res[1] end
+  return 0
+end
+
+-- A raised value → what to print. Strings (bugs) keep their traceback; moonbox errors are one
+-- line unless tracing.
+local function report(e, trace)
+  if getmetatable(e) == Usage then
+    io.stderr:write("moonbox: ", e.message, "\n", (M.USAGE:match("^(.-\n)Commands:") or M.USAGE))
+    return 2
+  end
+  if errors.is(e) then
+    io.stderr:write("moonbox: ", tostring(e), "\n")
+    if trace and e.traceback then io.stderr:write(e.traceback, "\n") end
+    return 1
+  end
+  io.stderr:write("moonbox: ", tostring(e), "\n")
+  return 1
+end
+
+local function handler(e)
+  if type(e) == "string" and not e:find("\nstack traceback:", 1, true) then return debug.traceback(e, 2) end
+  return e
+end
+
+-- argv: the program's arguments (argv[1] is the first after the program name). opts.lua_dir:
+-- where the Lua modules were found (for --help). → exit status
+function M.main(argv, opts)
+  opts = opts or {}
+  local ctl = {}
+  local ok, a, b = xpcall(function()
+    local i = 1
+    while argv[i] == "--trace" do ctl.trace = true; i = i + 1 end
+    local cmd = argv[i]
+    if cmd == nil then usage_error("no command given") end
+    if cmd == "-h" or cmd == "--help" or cmd == "help" then
+      out(M.USAGE)
+      out(("Lua modules: %s (MOONBOX_HOME: a checkout or an install prefix to use instead)\n"):format(opts.lua_dir or
+        (package.searchpath("moonbox", package.path) or "?"):gsub("/moonbox/init%.lua$", "")))
+      return 0
+    end
+    if cmd == "--version" then
+      out(("moonbox %s\n"):format(require("moonbox.core").version or "?"))
+      return 0
+    end
+    if cmd == "run" then return run_composition(argv, i + 1, ctl) end
+    if cmd == "dump-config" then return dump_config(argv, i + 1) end
+    if cmd == "policy" then
+      local sub = argv[i + 1]
+      if sub == "env" then return policy_env(argv, i + 2) end
+      if sub == "timeouts" then return policy_timeouts(argv, i + 2) end
+      if sub == "check" then return policy_check(argv, i + 2) end
+      if sub == nil then usage_error("policy: expected env, timeouts or check") end
+      usage_error("policy: unknown subcommand %s (expected env, timeouts or check)", sub)
+    end
+    if cmd:sub(1, 1) == "-" then usage_error("unknown option %s", cmd) end
+    return run_script(argv, i)
+  end, handler)
+  if not ok then return report(a, ctl.trace) end
+  if a == nil then return report(b, ctl.trace) end
+  return a
+end
+
+return M
