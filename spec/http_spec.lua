@@ -335,21 +335,26 @@ describe("http", function()
   -- task, its coroutine and the stream were collected together and the task never finished.
   it("tasks blocked on transfers that nothing in Lua references survive collection", function()
     local N = 50
-    local done = 0
+    local done, failed = 0, {}
     H.run(function()
       for _ = 1, N do
         mb.spawn(function()               -- deliberately not kept anywhere
-          local s = assert(http.stream{ url = url("/stream?chunks=3&size=10&delay_ms=30"), timeout_ms = 5000 })
-          while s:read(5000) do end
+          local s, err = http.stream{ url = url("/stream?chunks=3&size=10&delay_ms=30"), timeout_ms = 20000 }
+          if not s then failed[#failed + 1] = tostring(err) done = done + 1 return end
+          while true do
+            local c, rerr = s:read(20000)
+            if not c then if rerr then failed[#failed + 1] = tostring(rerr) end break end
+          end
           s:close()
           done = done + 1
         end)
       end
       local gc = mb.spawn(function() while true do collectgarbage() mb.sleep(2) end end)
       local t0 = mb.now()
-      while done < N and mb.now() - t0 < 8000 do mb.sleep(20) end
+      while done < N and mb.now() - t0 < 30000 do mb.sleep(20) end
       gc:cancel()
-    end, 15000)
+    end, 40000)
+    assert.are.same({}, failed)
     assert.equal(N, done)
   end)
 end)
