@@ -26,8 +26,10 @@ return {
   -- "block"  → new acquisitions fail with E2B_DISPOSING;
   -- "await_setup" → wait for creation/setup to settle (a failed setup needs no delete);
   -- "stop_renewal" → stop the lease renewer;
+  -- "cleanup" → in a sandbox it connected to (sandboxId) and does not delete, remove what it
+  --   made there: its runtime root and its mbwrap directory;
   -- "delete" → DELETE the sandbox; "not found" counts as gone when delete_not_found_is_gone;
   -- "stop_sandboxd" → stop the local sandboxd if this owner started it.
-  teardown = { "block", "await_setup", "stop_renewal", "delete", "stop_sandboxd" },
+  teardown = { "block", "await_setup", "stop_renewal", "cleanup", "delete", "stop_sandboxd" },
   delete_not_found_is_gone = true,
 }

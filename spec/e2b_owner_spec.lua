@@ -210,18 +210,26 @@ describe("moonbox.e2b owner (scripted transport)", function()
     assert.are.equal("DELETE /sandboxes/ic", urls()[5])
   end)
 
-  it("connects to an existing sandbox by id and leaves it alone at disposal", function()
+  it("connects to an existing sandbox by id and at disposal removes only what it made there", function()
     fake.push{ status = 200, body = cjson.encode{ sandboxID = "iexisting", envdVersion = "0.6.3" } }
     fake.push{ status = 200, body = '[{"path":"x"}]' }; fake.push(install_ok()); fake.push(prepare_ok())
-    mb.run(function()
+    fake.push(install_ok())                          -- the cleanup: one root process, exit 0
+    local sb = mb.run(function()
       local o = owner{ sandboxId = "iexisting", timeoutMs = 60000 }
-      assert.are.equal("iexisting", assert(o:sandbox()).id)
+      local sb = assert(o:sandbox())
+      assert.are.equal("iexisting", sb.id)
       assert(o:dispose())
+      return sb
     end)
     local u = urls()
     assert.are.equal("POST /sandboxes/iexisting/connect", u[1])
     assert.are.same({ timeout = 60 }, cjson.decode(fake.log[1].body))
-    assert.are.equal(4, #u)
+    assert.are.equal(5, #u)                          -- no DELETE: the sandbox is not ours
+    assert.are.equal("POST /process.Process/Start", u[5])
+    assert.are.equal("Basic cm9vdDo=", fake.log[5].headers["Authorization"])
+    local _, len = string.unpack(">B I4", fake.log[5].body)
+    local start = cjson.decode(fake.log[5].body:sub(6, 5 + len))
+    assert.are.same({ "-rf", "--", sb.root, sb.wrapper_dir }, start.process.args)
   end)
 
   it("renews the lease per policy while open", function()

@@ -17,19 +17,22 @@ usage: moonbox [--trace] SCRIPT.lua [ARGS...]
        moonbox policy timeouts [--compose C] [--policy CONCERN=FILE]... [--json]
        moonbox policy check [--compose C] [--policy CONCERN=FILE]... [CONCERN=]FILE
        moonbox sandboxd [ARGS...]
-       moonbox --help | --version
+SANDBOX_USAGE       moonbox --help | --version
 Commands: a script runs as the main task; `run` gives it ctx from a composition; `dump-config`
 prints a composition with every policy value and where it came from; `policy` explains a
-policy without starting a sandbox; `sandboxd` is the local E2B-compatible server.
+policy without starting a sandbox; `sandbox` calls the sandbox API (E2B_API_KEY, E2B_DOMAIN,
+or E2B_API_URL + E2B_SANDBOX_URL name the endpoint); `sandboxd` is the local E2B-compatible server.
 CONCERN is env, lifecycle, timeouts or composition; FILE a policy file merged over the
 shipped defaults (and over the composition's own policies).
 ]]
+M.USAGE = M.USAGE:gsub("SANDBOX_USAGE", (require("moonbox.cli.sandbox").USAGE:gsub("%%", "%%%%")))
 
 -- A usage mistake: the message, then the usage, exit status 2.
 local Usage = {}
 local function usage_error(fmt, ...) error(setmetatable({ message = fmt:format(...) }, Usage), 0) end
 
 local function out(s) io.stdout:write(s) end
+M.usage_error = usage_error
 
 -- Parses options from argv[i..] until the first positional argument (or `--`).
 -- spec: option → "flag" | "value" | "list". → opts, index of the first positional
@@ -67,6 +70,8 @@ local function parse(argv, i, spec, command)
   end
   return opts, i
 end
+
+M.parse = parse
 
 -- --policy CONCERN=FILE... → { concern → path } (a concern given twice: the last wins)
 local function policy_files(list)
@@ -400,6 +405,7 @@ function M.main(argv, opts)
       if sub == nil then usage_error("policy: expected env, timeouts or check") end
       usage_error("policy: unknown subcommand %s (expected env, timeouts or check)", sub)
     end
+    if cmd == "sandbox" then return require("moonbox.cli.sandbox").main(M, argv, i + 1) end
     if cmd:sub(1, 1) == "-" then usage_error("unknown option %s", cmd) end
     return run_script(argv, i)
   end, handler)

@@ -79,17 +79,25 @@ local function json_body(res)
   return v
 end
 
--- The fields moonbox needs from `Sandbox` / `SandboxDetail`.
+-- A `Sandbox` / `SandboxDetail` / `ListedSandbox`: the fields moonbox uses, and the public view
+-- (camelCase, as the SDK shows them).
 local function sandbox_info(v)
   if type(v.sandboxID) ~= "string" or v.sandboxID == "" then
     return nil, errors.new("E2B_PROTOCOL", "control plane response lacks sandboxID")
   end
+  local md = null_to_nil(v.metadata)
   return {
     id = v.sandboxID, template = null_to_nil(v.templateID), envd_version = null_to_nil(v.envdVersion),
     access_token = null_to_nil(v.envdAccessToken), domain = null_to_nil(v.domain),
     state = null_to_nil(v.state), raw = v,
+    public = { sandboxId = v.sandboxID, templateId = null_to_nil(v.templateID), name = null_to_nil(v.alias),
+      metadata = type(md) == "table" and md or {}, state = null_to_nil(v.state),
+      startedAt = null_to_nil(v.startedAt), endAt = null_to_nil(v.endAt), cpuCount = null_to_nil(v.cpuCount),
+      memoryMB = null_to_nil(v.memoryMB), diskSizeMB = null_to_nil(v.diskSizeMB),
+      envdVersion = null_to_nil(v.envdVersion), domain = null_to_nil(v.domain) },
   }
 end
+api.sandbox_info = sandbox_info
 
 -- A request answered by one Sandbox / SandboxDetail → info | nil, err
 function api:_sandbox_request(method, path, body, timeout_ms)
@@ -102,8 +110,8 @@ end
 
 local function seconds(ms) return math.ceil(ms / 1000) end
 
--- POST /sandboxes. opts: { template="base", timeout_ms=300000, metadata, env_vars, secure=true,
--- allow_internet_access=true, auto_pause=false }
+-- POST /sandboxes. opts: { template="base" (a template or a snapshot), timeout_ms=300000,
+-- metadata, env_vars, secure=true, allow_internet_access=true, auto_pause=false }
 function api:create(opts)
   opts = opts or {}
   local body = {
@@ -144,6 +152,74 @@ function api:set_timeout(id, timeout_ms)
     { timeout = seconds(timeout_ms) })
   if not res then return nil, err end
   return true
+end
+
+-- POST /sandboxes/{id}/pause → true | false (already paused) | nil, err
+function api:pause(id)
+  local res, err = self:_request("POST", "/sandboxes/" .. urlencode(id) .. "/pause")
+  if res then return true end
+  if err.code == "E2B_CONFLICT" then return false end
+  return nil, err
+end
+
+-- GET /sandboxes/{id}/metrics[?start=&end=] (unix seconds) → list of
+-- { timestamp, cpuUsedPct, cpuCount, memUsed, memTotal, memCache, diskUsed, diskTotal } | nil, err
+function api:metrics(id, opts)
+  opts = opts or {}
+  local q = {}
+  if opts.start then q[#q + 1] = "start=" .. math.tointeger(opts.start) end
+  if opts["end"] then q[#q + 1] = "end=" .. math.tointeger(opts["end"]) end
+  local res, err = self:_request("GET", "/sandboxes/" .. urlencode(id) .. "/metrics"
+    .. (#q > 0 and ("?" .. table.concat(q, "&")) or ""))
+  if not res then return nil, err end
+  local v, jerr = json_body(res)
+  if not v then return nil, jerr end
+  local out = {}
+  for i, m in ipairs(v) do
+    out[i] = { timestamp = null_to_nil(m.timestamp), cpuUsedPct = null_to_nil(m.cpuUsedPct),
+      cpuCount = null_to_nil(m.cpuCount), memUsed = null_to_nil(m.memUsed), memTotal = null_to_nil(m.memTotal),
+      memCache = null_to_nil(m.memCache), diskUsed = null_to_nil(m.diskUsed), diskTotal = null_to_nil(m.diskTotal) }
+  end
+  return out
+end
+
+-- POST /sandboxes/{id}/snapshots {name?} → { snapshotId, names } | nil, err
+function api:snapshot(id, name)
+  local res, err = self:_request("POST", "/sandboxes/" .. urlencode(id) .. "/snapshots",
+    name and { name = name } or {}, self.create_timeout_ms)   -- cjson encodes {} as an object
+  if not res then return nil, err end
+  local v, jerr = json_body(res)
+  if not v then return nil, jerr end
+  if type(v.snapshotID) ~= "string" then return nil, errors.new("E2B_PROTOCOL", "snapshot response lacks snapshotID") end
+  local names = type(v.names) == "table" and v.names or {}
+  return { snapshotId = v.snapshotID, names = names }
+end
+
+-- GET /snapshots[?sandboxID=&limit=&nextToken=] → list of { snapshotId, names }, next_token | nil, err
+function api:snapshots(opts)
+  opts = opts or {}
+  local q = {}
+  if opts.sandbox_id then q[#q + 1] = "sandboxID=" .. urlencode(opts.sandbox_id) end
+  if opts.limit then q[#q + 1] = "limit=" .. math.tointeger(opts.limit) end
+  if opts.next_token then q[#q + 1] = "nextToken=" .. urlencode(opts.next_token) end
+  local res, err = self:_request("GET", "/snapshots" .. (#q > 0 and ("?" .. table.concat(q, "&")) or ""))
+  if not res then return nil, err end
+  local v, jerr = json_body(res)
+  if not v then return nil, jerr end
+  local out = {}
+  for i, item in ipairs(v) do
+    out[i] = { snapshotId = null_to_nil(item.snapshotID), names = type(item.names) == "table" and item.names or {} }
+  end
+  local nt = res.headers and res.headers["x-next-token"]
+  return out, (nt ~= "" and nt or nil)
+end
+
+-- DELETE /templates/{id} (a snapshot is a template) → true | false (not found) | nil, err
+function api:delete_snapshot(id)
+  local res, err = self:_request("DELETE", "/templates/" .. urlencode(id))
+  if res then return true end
+  if err.code == "E2B_NOT_FOUND" then return false end
+  return nil, err
 end
 
 -- GET /v2/sandboxes → list of info, next_token | nil, err. opts: { state = {"running"}, limit,

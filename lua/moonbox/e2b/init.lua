@@ -2,7 +2,8 @@
 --
 -- Config: apiKey (else E2B_API_KEY), cwd (absolute, default: the composition's lifecycle
 -- policy, default_cwd), timeoutMs (the lease, default: its default_timeout_ms), sandboxId (connect to an existing
--- sandbox instead of creating one), template. Endpoints come from E2B_API_URL /
+-- sandbox instead of creating one), template (or a snapshot), metadata, envVars,
+-- allowInternetAccess, autoPause, secure (the create options, as the SDK names them). Endpoints come from E2B_API_URL /
 -- E2B_SANDBOX_URL / E2B_DOMAIN; with none of them set, the owner starts a local sandboxd and
 -- stops it at teardown (moonbox.e2b.launcher). The pieces: owner.lua (lifecycle),
 -- sandbox.lua (the handle providers use), envd.lua and api.lua (the wire), endpoints.lua,
@@ -11,6 +12,7 @@ local owner = require "moonbox.e2b.owner"
 local endpoints = require "moonbox.e2b.endpoints"
 
 local M = { name = "e2b", provides = "e2b", inject = {} }
+M.client = require("moonbox.e2b.client").new    -- the API on any sandbox, without an owner
 
 -- Defaults come from the composition's merged lifecycle policy (compose passes its set).
 local function lifecycle_default(field)
@@ -32,8 +34,21 @@ M.schema = {
       if v ~= v or v <= 0 or v == math.huge then return "must be a positive finite number" end
     end },
   sandboxId = { type = "string", check = function(v) if not v:match("^[%w]+$") then return "must be alphanumeric" end end },
-  template = { type = "string" },
+  template = { type = "string", check = function(v) if v == "" then return "must be a template or snapshot name" end end },
+  metadata = { type = "table", check = function(v) return M.string_map(v) end },
+  envVars = { type = "table", check = function(v) return M.string_map(v) end },
+  allowInternetAccess = { type = "boolean" },
+  autoPause = { type = "boolean" },
+  secure = { type = "boolean" },
 }
+
+-- A table of name = string (metadata, envVars) → nil | what is wrong.
+function M.string_map(t)
+  for k, v in pairs(t) do
+    if type(k) ~= "string" or k == "" then return ("has a key that is not a non-empty string: %s"):format(tostring(k)) end
+    if type(v) ~= "string" then return ("[%q] must be a string, got %s"):format(k, type(v)) end
+  end
+end
 
 M.new = owner.new
 M.Owner = owner.Owner

@@ -93,10 +93,12 @@ function Owner:_setup()
   if self.config.sandboxId then
     info, err = self.api:connect(self.config.sandboxId, self.config.timeoutMs)
   else
-    info, err = self.api:create{ template = self.config.template, timeout_ms = self.config.timeoutMs }
+    local c = self.config
+    info, err = self.api:create{ template = c.template, timeout_ms = c.timeoutMs, metadata = c.metadata,
+      env_vars = c.envVars, allow_internet_access = c.allowInternetAccess, auto_pause = c.autoPause, secure = c.secure }
   end
   if not info then return nil, err end
-  self.info, self.id = info, info.id
+  self.created, self.id = info, info.id      -- the create/connect answer
   self.lease_granted_at = m.now()
   local ok, serr = self:_prepare(info)
   if not ok then
@@ -155,10 +157,12 @@ function Owner:_renew_loop()
     if not delay then return end
     local _, err = m.sleep(delay)
     if err or self.disposing then return end
-    local ok, rerr = self.api:set_timeout(self.id, self.config.timeoutMs)
-    if ok then self.lease_granted_at = m.now()
-    elseif rerr.code == "E2B_NOT_FOUND" then self.gone = true return
-    else self.renew_error = rerr end
+    if not self.paused then                      -- a paused sandbox has no lease to renew
+      local ok, rerr = self.api:set_timeout(self.id, self.config.timeoutMs)
+      if ok then self.lease_granted_at = m.now()
+      elseif rerr.code == "E2B_NOT_FOUND" then self.gone = true return
+      else self.renew_error = rerr end
+    end
   end
 end
 
@@ -172,6 +176,63 @@ function Owner:sandbox(timeout_ms)
   return self.handle
 end
 
+------------------------------------------------------------------------ the sandbox API
+-- ctx.e2b:info() / setTimeout / pause / resume / metrics / snapshot / host on the owned
+-- sandbox, and list / kill / connect / snapshots / deleteSnapshot on any: one control-plane
+-- request each (moonbox.e2b.client), once setup is done.
+function Owner:client()
+  local _, err = self:sandbox()
+  if err and not self.api then return nil, err end
+  if not self.api then return nil, self.setup_error or errors.new("E2B_SETUP", "no control plane") end
+  self.cl = self.cl or require("moonbox.e2b.client").new{ api = self.api, endpoints = self.endpoints }
+  return self.cl
+end
+
+local function own(name, fn)
+  Owner[name] = function(self, ...)
+    local c, err = self:client()
+    if not c then return nil, err end
+    return fn(self, c, ...)
+  end
+end
+
+own("info", function(self, c) return c:info(self.id) end)
+own("metrics", function(self, c, o) return c:metrics(self.id, o) end)
+own("snapshot", function(self, c, o) return c:snapshot(self.id, o) end)
+own("host", function(self, c, port) return c:host(self.id, port, self.created and self.created.domain) end)
+-- The lease: the renewal keeps the new value from now on.
+own("setTimeout", function(self, c, ms)
+  local ok, err = c:setTimeout(self.id, ms)
+  if not ok then return nil, err end
+  self.config.timeoutMs, self.lease_granted_at = ms, mb().now()
+  return true
+end)
+-- Paused, the sandbox's lease is not renewed (E2B keeps a paused sandbox until it is resumed
+-- or deleted); its processes are frozen, envd answers nothing until resume().
+own("pause", function(self, c)
+  local ok, err = c:pause(self.id)
+  if ok == nil then return nil, err end
+  self.paused = true
+  return ok
+end)
+own("resume", function(self, c, o)
+  o = o or {}
+  local info, err = c:connect(self.id, { timeoutMs = o.timeoutMs or self.config.timeoutMs })
+  if not info then return nil, err end
+  self.paused = false
+  self.lease_granted_at = mb().now()
+  -- a resumed sandbox may come back with a new envd token
+  if info.envdAccessToken and self.handle then self.handle.envd.access_token = info.envdAccessToken end
+  info.envdAccessToken = nil
+  return info
+end)
+own("list", function(_, c, q) return c:list(q) end)
+own("listAll", function(_, c, q) return c:listAll(q) end)
+own("kill", function(_, c, id) return c:kill(id) end)
+own("connect", function(_, c, id, o) return c:connect(id, o) end)
+own("snapshots", function(_, c, q) return c:snapshots(q) end)
+own("deleteSnapshot", function(_, c, id) return c:deleteSnapshot(id) end)
+
 function Owner:dispose()
   if self.disposed then return true end
   local steps, result_err = {}, nil
@@ -183,6 +244,17 @@ function Owner:dispose()
       self.ready:wait(self.timeouts.create_ms + self.timeouts.request_ms * 3)
     elseif step == "stop_renewal" then
       if self.renewer then self.renewer:cancel() end
+    elseif step == "cleanup" then
+      -- a sandbox we only connected to outlives us: leave nothing of ours in it
+      local sb = self.handle
+      if sb and self.config.sandboxId and not self.gone and not self.cleaned then
+        local r, err = sb:exec({ "/bin/rm", "-rf", "--", sb.root, sb.wrapper_dir }, { user = "root" })
+        if r and r.exit_code == 0 then self.cleaned = true
+        elseif not (err and err.code == "E2B_SANDBOX_GONE") then
+          result_err = err or errors.new("E2B_TEARDOWN", ("cannot remove %s and %s: %s"):format(sb.root,
+            sb.wrapper_dir, r.stderr))
+        end
+      end
     elseif step == "delete" then
       if self.id and not self.deleted and not self.config.sandboxId then
         local ok, err = self.api:delete(self.id)       -- true | false (not found) | nil, err

@@ -3,7 +3,8 @@ local S = require "moonbox.policy.schema"
 
 local M = { name = "lifecycle" }
 
-M.TEARDOWN_STEPS = { block = true, await_setup = true, stop_renewal = true, delete = true, stop_sandboxd = true }
+M.TEARDOWN_STEPS = { block = true, await_setup = true, stop_renewal = true, cleanup = true, delete = true,
+  stop_sandboxd = true }
 
 local function absolute(v)
   if v:sub(1, 1) ~= "/" then return ("%s is not absolute"):format(S.show(v)) end
@@ -32,7 +33,7 @@ M.schema = {
   renew_below_fraction = S.number{ expected = "a fraction between 0 and 1 (exclusive)", above = 0, below = 1 },
   min_renew_interval_ms = S.number{ expected = "a positive number of milliseconds", above = 0, max = 2147483647, unit = "ms" },
   setup_rollback_deletes = S.number{ expected = "an integer from 0 to 10", min = 0, max = 10, integer = true },
-  teardown = S.list(S.string{ expected = "a teardown step (block, await_setup, stop_renewal, delete, stop_sandboxd)",
+  teardown = S.list(S.string{ expected = "a teardown step (block, await_setup, stop_renewal, cleanup, delete, stop_sandboxd)",
     valid = function(v) if not M.TEARDOWN_STEPS[v] then return ("%s is not a step"):format(S.show(v)) end end },
     { unique = true }),
   delete_not_found_is_gone = S.boolean{},

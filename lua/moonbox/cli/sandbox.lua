@@ -1,0 +1,225 @@
+-- moonbox.cli.sandbox — `moonbox sandbox list|info|kill|pause|resume|snapshot|host|metrics`:
+-- the sandbox API (moonbox.e2b.client) from the shell, against the endpoint E2B's variables
+-- name (E2B_API_KEY, E2B_DOMAIN, or E2B_API_URL + E2B_SANDBOX_URL for a sandboxd). One request
+-- per command (list follows its pages); `--json` prints the API's objects for scripts. Exit
+-- status: 0 done, 1 the API refused (one line naming the id), 2 a usage mistake.
+local M = {}
+
+M.USAGE = [[
+       moonbox sandbox list [--metadata K=V]... [--state running|paused]... [--limit N] [--json]
+       moonbox sandbox info|pause|metrics ID [--json]
+       moonbox sandbox kill ID...
+       moonbox sandbox resume ID [--timeout MS] [--json]
+       moonbox sandbox snapshot ID [--name NAME] [--json]
+       moonbox sandbox host ID PORT
+]]
+
+local function line(s) io.stdout:write(s, "\n") end
+
+local function encode(v)
+  local cjson = require("cjson").new()
+  return cjson.encode(v)
+end
+
+local function metadata_text(md)
+  local keys = {}
+  for k in pairs(md or {}) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for i, k in ipairs(keys) do keys[i] = k .. "=" .. tostring(md[k]) end
+  return table.concat(keys, ",")
+end
+
+-- Options anywhere among the arguments (`resume ID --timeout 60000`). → opts, positionals
+local function parse_all(cli, argv, i, spec, cmd)
+  local opts, pos = {}, {}
+  while i <= #argv do
+    local o, nexti = cli.parse(argv, i, spec, cmd)
+    for k, v in pairs(o) do
+      if opts[k] ~= nil and spec[k] ~= "list" then cli.usage_error("%s: option %s given twice", cmd, k) end
+      if spec[k] == "list" and opts[k] then for _, x in ipairs(v) do table.insert(opts[k], x) end else opts[k] = v end
+    end
+    if nexti > #argv then break end
+    if argv[nexti - 1] == "--" then                  -- everything after -- is positional
+      for k = nexti, #argv do pos[#pos + 1] = argv[k] end
+      break
+    end
+    pos[#pos + 1] = argv[nexti]
+    i = nexti + 1
+  end
+  return opts, pos
+end
+
+local function id_arg(cli, argv, pos, cmd)
+  local id = argv[pos]
+  if not id then cli.usage_error("sandbox %s: which sandbox? (moonbox sandbox %s ID)", cmd, cmd) end
+  if not id:match("^[%w%-]+$") then cli.usage_error("sandbox %s: %q is not a sandbox id", cmd, id) end
+  return id
+end
+
+local function no_more(cli, argv, pos, cmd)
+  if argv[pos] then cli.usage_error("sandbox %s: unexpected argument %s", cmd, argv[pos]) end
+end
+
+-- Each command: (cli, client, argv, i) → exit status | nil, err
+local commands = {}
+
+function commands.list(cli, argv, i)
+  local opts, args = parse_all(cli, argv, i, { ["--metadata"] = "list", ["--state"] = "list", ["--limit"] = "value",
+    ["--json"] = "flag" }, "sandbox list")
+  no_more(cli, args, 1, "list")
+  local q = {}
+  for _, kv in ipairs(opts["--metadata"] or {}) do
+    local k, v = kv:match("^([^=]+)=(.*)$")
+    if not k then cli.usage_error("sandbox list: --metadata %s: expected KEY=VALUE", kv) end
+    q.metadata = q.metadata or {}
+    q.metadata[k] = v
+  end
+  for _, s in ipairs(opts["--state"] or {}) do
+    if s ~= "running" and s ~= "paused" then cli.usage_error("sandbox list: --state %s: expected running or paused", s) end
+    q.state = q.state or {}
+    q.state[#q.state + 1] = s
+  end
+  if opts["--limit"] then
+    q.limit = math.tointeger(tonumber(opts["--limit"]))
+    if not q.limit or q.limit < 1 then cli.usage_error("sandbox list: --limit %s: expected a positive integer", opts["--limit"]) end
+  end
+  return function(c)
+    local items, err = c:listAll(q)
+    if not items then return nil, err end
+    if opts["--json"] then line(#items == 0 and "[]" or encode(items)) return 0 end
+    line(("%-24s %-16s %-8s %-20s %s"):format("SANDBOX ID", "TEMPLATE", "STATE", "END", "METADATA"))
+    for _, it in ipairs(items) do
+      line(("%-24s %-16s %-8s %-20s %s"):format(it.sandboxId, tostring(it.templateId or ""), tostring(it.state or ""),
+        tostring(it.endAt or ""), metadata_text(it.metadata)))
+    end
+    return 0
+  end
+end
+
+local function show(opts, v, text)
+  if opts["--json"] then line(encode(v)) else line(text) end
+  return 0
+end
+
+function commands.info(cli, argv, i)
+  local opts, args = parse_all(cli, argv, i, { ["--json"] = "flag" }, "sandbox info")
+  local id = id_arg(cli, args, 1, "info")
+  no_more(cli, args, 2, "info")
+  return function(c)
+    local it, err = c:info(id)
+    if not it then return nil, err end
+    return show(opts, it, ("%s\ntemplate %s, %s, started %s, ends %s, envd %s%s"):format(it.sandboxId,
+      tostring(it.templateId), tostring(it.state), tostring(it.startedAt), tostring(it.endAt), tostring(it.envdVersion),
+      next(it.metadata or {}) and (", metadata " .. metadata_text(it.metadata)) or ""))
+  end
+end
+
+function commands.kill(cli, argv, i)
+  local _, args = parse_all(cli, argv, i, {}, "sandbox kill")
+  if not args[1] then cli.usage_error("sandbox kill: which sandbox? (moonbox sandbox kill ID...)") end
+  local ids = {}
+  for k = 1, #args do ids[#ids + 1] = id_arg(cli, args, k, "kill") end
+  return function(c)
+    for _, id in ipairs(ids) do
+      local ok, err = c:kill(id)
+      if ok == nil then return nil, err end
+      if not ok then
+        return nil, require("moonbox.errors").new("E2B_NOT_FOUND", ("sandbox %s not found"):format(id))
+      end
+      line("killed " .. id)
+    end
+    return 0
+  end
+end
+
+function commands.pause(cli, argv, i)
+  local opts, args = parse_all(cli, argv, i, { ["--json"] = "flag" }, "sandbox pause")
+  local id = id_arg(cli, args, 1, "pause")
+  no_more(cli, args, 2, "pause")
+  return function(c)
+    local ok, err = c:pause(id)
+    if ok == nil then return nil, err end
+    return show(opts, { sandboxId = id, paused = true, already = not ok },
+      ok and ("paused " .. id) or (id .. " was already paused"))
+  end
+end
+
+function commands.resume(cli, argv, i)
+  local opts, args = parse_all(cli, argv, i, { ["--timeout"] = "value", ["--json"] = "flag" }, "sandbox resume")
+  local id = id_arg(cli, args, 1, "resume")
+  no_more(cli, args, 2, "resume")
+  local ms
+  if opts["--timeout"] then
+    ms = tonumber(opts["--timeout"])
+    if not ms or ms <= 0 or ms ~= ms or ms == math.huge then
+      cli.usage_error("sandbox resume: --timeout %s: expected a positive number of milliseconds", opts["--timeout"])
+    end
+  end
+  return function(c)
+    local it, err = c:resume(id, { timeoutMs = ms })
+    if not it then return nil, err end
+    return show(opts, it, "resumed " .. id)
+  end
+end
+
+function commands.snapshot(cli, argv, i)
+  local opts, args = parse_all(cli, argv, i, { ["--name"] = "value", ["--json"] = "flag" }, "sandbox snapshot")
+  local id = id_arg(cli, args, 1, "snapshot")
+  no_more(cli, args, 2, "snapshot")
+  if opts["--name"] == "" then cli.usage_error("sandbox snapshot: --name must not be empty") end
+  return function(c)
+    local s, err = c:snapshot(id, { name = opts["--name"] })
+    if not s then return nil, err end
+    return show(opts, s, ("snapshot %s%s"):format(s.snapshotId, #s.names > 0 and (" (" .. table.concat(s.names, ", ") .. ")") or ""))
+  end
+end
+
+function commands.metrics(cli, argv, i)
+  local opts, args = parse_all(cli, argv, i, { ["--json"] = "flag" }, "sandbox metrics")
+  local id = id_arg(cli, args, 1, "metrics")
+  no_more(cli, args, 2, "metrics")
+  return function(c)
+    local m, err = c:metrics(id)
+    if not m then return nil, err end
+    if opts["--json"] then line(#m == 0 and "[]" or encode(m)) return 0 end
+    line(("%-26s %8s %6s %14s %14s %14s"):format("TIMESTAMP", "CPU %", "CPUS", "MEM USED", "MEM TOTAL", "DISK USED"))
+    for _, x in ipairs(m) do
+      line(("%-26s %8.1f %6s %14s %14s %14s"):format(tostring(x.timestamp), tonumber(x.cpuUsedPct) or 0,
+        tostring(x.cpuCount), tostring(x.memUsed), tostring(x.memTotal), tostring(x.diskUsed)))
+    end
+    return 0
+  end
+end
+
+function commands.host(cli, argv, i)
+  local _, args = parse_all(cli, argv, i, {}, "sandbox host")
+  local id = id_arg(cli, args, 1, "host")
+  local port = math.tointeger(tonumber(args[2] or ""))
+  if not port or port < 1 or port > 65535 then
+    cli.usage_error("sandbox host: expected ID PORT (a port in 1..65535), got %s", tostring(args[2]))
+  end
+  no_more(cli, args, 3, "host")
+  return function(c)
+    local info, err = c:info(id)                 -- a host for a sandbox that exists
+    if not info then return nil, err end
+    line(c:host(id, port, info.domain))
+    return 0
+  end
+end
+
+-- argv[i] is the subcommand. → exit status | nil, err
+function M.main(cli, argv, i)
+  local sub = argv[i]
+  local cmd = sub and commands[sub]
+  if not cmd then
+    if sub == nil then cli.usage_error("sandbox: expected list, info, kill, pause, resume, snapshot, host or metrics") end
+    cli.usage_error("sandbox: unknown subcommand %s (expected list, info, kill, pause, resume, snapshot, host or metrics)", sub)
+  end
+  local act = cmd(cli, argv, i + 1)              -- usage is checked before any request
+  local c, cerr = require("moonbox.e2b.client").new{}
+  if not c then return nil, cerr end
+  local res = table.pack(require("moonbox").run(function() return act(c) end))
+  return table.unpack(res, 1, res.n)
+end
+
+return M

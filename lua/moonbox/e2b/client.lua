@@ -1,0 +1,203 @@
+-- moonbox.e2b.client — the sandbox API not tied to one owned sandbox: what the SDK's static
+-- Sandbox methods do, one control-plane request each (reference §2). `moonbox sandbox …` and
+-- the owner's own calls (ctx.e2b:pause() …) go through it.
+--
+--   local c = client.new{ apiKey = ..., getenv = os.getenv }    → client | nil, err (E2B_CONFIG)
+--   c:list{ metadata = {k = v}, state = {"running", "paused"}, limit = n, nextToken = t } → items, nextToken
+--   c:info(id) → item;  c:kill(id) → true | false (not found);  c:setTimeout(id, ms) → true
+--   c:pause(id) → true | false (already paused);  c:resume(id, { timeoutMs }) → item
+--   c:metrics(id, { start, ["end"] }) → { metric, ... };  c:host(id, port) → URL
+--   c:snapshot(id, { name }) → { snapshotId, names };  c:snapshots{ sandboxId, limit, nextToken }
+--   c:deleteSnapshot(id) → true | false;  c:connect(id, { timeoutMs }) → item (with the envd token)
+--
+-- Items are the SDK's view: { sandboxId, templateId, name, metadata, state, startedAt, endAt,
+-- cpuCount, memoryMB, envdVersion, domain }. Errors: E2B_NOT_FOUND (unknown id, naming it),
+-- E2B_UNAUTHORIZED, E2B_CONFLICT, … as the control plane answers; bad arguments raise.
+local errors = require "moonbox.errors"
+local api_mod = require "moonbox.e2b.api"
+local endpoints = require "moonbox.e2b.endpoints"
+
+local M = {}
+local Client = {}
+Client.__index = Client
+M.Client = Client
+
+local function check_id(id, what)
+  if type(id) ~= "string" or not id:match("^[%w%-]+$") then
+    error(("e2b: %s: sandbox id must be a non-empty string of letters, digits and '-'"):format(what), 3)
+  end
+end
+
+local function check_ms(v, what)
+  if type(v) ~= "number" or v ~= v or v <= 0 or v == math.huge then
+    error(("e2b: %s: timeoutMs must be a positive finite number of milliseconds"):format(what), 3)
+  end
+end
+
+-- opts: { apiKey, getenv, endpoints (resolved already), api (an api object: the owner's) }
+function M.new(opts)
+  opts = opts or {}
+  local ep = opts.endpoints or endpoints.resolve({ apiKey = opts.apiKey }, opts.getenv)
+  local a = opts.api
+  if not a then
+    if ep.local_sandboxd then
+      return nil, errors.new("E2B_CONFIG", "no E2B endpoint: set E2B_API_KEY (with E2B_DOMAIN for a self-hosted "
+        .. "E2B, or E2B_API_URL and E2B_SANDBOX_URL for a sandboxd)")
+    end
+    if not ep.api_key then return nil, errors.new("E2B_CONFIG", "configure apiKey or set E2B_API_KEY") end
+    local timeouts = opts.timeouts or require("moonbox.policies").default("timeouts")
+    a = api_mod.new{ url = ep.api_url, api_key = ep.api_key, timeout_ms = timeouts.request_ms,
+      create_timeout_ms = timeouts.create_ms }
+  end
+  return setmetatable({ api = a, endpoints = ep }, Client)
+end
+
+local function named(err, id)
+  if err.code == "E2B_NOT_FOUND" and not err.message:find(id, 1, true) then
+    err.message = ("sandbox %s not found: %s"):format(id, err.message)
+  end
+  return err
+end
+
+function Client:list(q)
+  q = q or {}
+  if type(q) ~= "table" then error("e2b: list: expects a table { metadata, state, limit, nextToken }", 2) end
+  if q.metadata ~= nil then
+    if type(q.metadata) ~= "table" then error("e2b: list: metadata must be a table of name = string", 2) end
+    for k, v in pairs(q.metadata) do
+      if type(k) ~= "string" or type(v) ~= "string" then error("e2b: list: metadata must be a table of name = string", 2) end
+    end
+  end
+  local state = q.state
+  if type(state) == "string" then state = { state } end
+  if state ~= nil then
+    if type(state) ~= "table" then error("e2b: list: state must be \"running\", \"paused\" or a list of them", 2) end
+    for _, s in ipairs(state) do
+      if s ~= "running" and s ~= "paused" then
+        error(("e2b: list: state %q is not one of running, paused"):format(tostring(s)), 2)
+      end
+    end
+  end
+  if q.limit ~= nil and (math.type(q.limit) ~= "integer" or q.limit < 1) then
+    error("e2b: list: limit must be a positive integer", 2)
+  end
+  local items, next_or_err = self.api:list{ metadata = q.metadata, state = state, limit = q.limit, next_token = q.nextToken }
+  if not items then return nil, next_or_err end
+  local out = {}
+  for i, it in ipairs(items) do out[i] = it.public or it.raw end
+  return out, next_or_err
+end
+
+-- Every page of list(q) (follows nextToken) → items | nil, err
+function Client:listAll(q)
+  q = q or {}
+  local all, token = {}, q.nextToken
+  repeat
+    local page, nt = self:list{ metadata = q.metadata, state = q.state, limit = q.limit, nextToken = token }
+    if not page then return nil, nt end
+    for _, it in ipairs(page) do all[#all + 1] = it end
+    token = nt
+  until not token
+  return all
+end
+
+function Client:info(id)
+  check_id(id, "info")
+  local i, err = self.api:get(id)
+  if not i then return nil, named(err, id) end
+  return i.public
+end
+
+function Client:kill(id)
+  check_id(id, "kill")
+  return self.api:delete(id)
+end
+
+function Client:setTimeout(id, ms)
+  check_id(id, "setTimeout")
+  check_ms(ms, "setTimeout")
+  local ok, err = self.api:set_timeout(id, ms)
+  if not ok then return nil, named(err, id) end
+  return true
+end
+
+function Client:pause(id)
+  check_id(id, "pause")
+  local ok, err = self.api:pause(id)
+  if ok == nil then return nil, named(err, id) end
+  return ok
+end
+
+function Client:connect(id, o)
+  check_id(id, "connect")
+  o = o or {}
+  if o.timeoutMs ~= nil then check_ms(o.timeoutMs, "connect") end
+  local i, err = self.api:connect(id, o.timeoutMs)
+  if not i then return nil, named(err, id) end
+  local p = i.public
+  p.envdAccessToken = i.access_token
+  return p
+end
+
+-- Resuming is connecting (E2B's /resume is deprecated): the lease restarts with timeoutMs.
+function Client:resume(id, o)
+  local p, err = self:connect(id, o)
+  if not p then return nil, err end
+  p.envdAccessToken = nil
+  return p
+end
+
+function Client:metrics(id, o)
+  check_id(id, "metrics")
+  o = o or {}
+  for _, k in ipairs({ "start", "end" }) do
+    if o[k] ~= nil and (type(o[k]) ~= "number" or o[k] < 0) then
+      error(("e2b: metrics: %s must be unix seconds"):format(k), 2)
+    end
+  end
+  local m, err = self.api:metrics(id, o)
+  if not m then return nil, named(err, id) end
+  return m
+end
+
+function Client:snapshot(id, o)
+  check_id(id, "snapshot")
+  o = o or {}
+  if o.name ~= nil and (type(o.name) ~= "string" or o.name == "") then
+    error("e2b: snapshot: name must be a non-empty string", 2)
+  end
+  local s, err = self.api:snapshot(id, o.name)
+  if not s then return nil, named(err, id) end
+  return s
+end
+
+function Client:snapshots(q)
+  q = q or {}
+  if q.sandboxId ~= nil then check_id(q.sandboxId, "snapshots") end
+  return self.api:snapshots{ sandbox_id = q.sandboxId, limit = q.limit, next_token = q.nextToken }
+end
+
+function Client:deleteSnapshot(id)
+  if type(id) ~= "string" or id == "" then error("e2b: deleteSnapshot: snapshot id must be a non-empty string", 2) end
+  return self.api:delete_snapshot(id)
+end
+
+-- The URL of `port` inside sandbox `id`: E2B's `https://<port>-<id>.<domain>`; with
+-- E2B_SANDBOX_URL (sandboxd in plain mode), the proxy path sandboxd serves,
+-- `<E2B_SANDBOX_URL>/_sandbox/<id>/<port>/`.
+function Client:host(id, port, domain)
+  check_id(id, "host")
+  if math.type(port) ~= "integer" or port < 1 or port > 65535 then
+    error("e2b: host: port must be an integer in 1..65535", 2)
+  end
+  return M.host_url(self.endpoints, id, port, domain)
+end
+
+function M.host_url(ep, id, port, domain)
+  if ep.sandbox_url then
+    return ("%s/_sandbox/%s/%d/"):format(ep.sandbox_url:gsub("/+$", ""), id, port)
+  end
+  return ("https://%d-%s.%s"):format(port, id, domain or ep.domain or "e2b.app")
+end
+
+return M

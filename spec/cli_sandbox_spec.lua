@@ -1,0 +1,88 @@
+-- `moonbox sandbox …` against the suite's sandboxd: each command, its --json, its exit status
+-- and its one-line error for an unknown id or a usage mistake.
+local bin = (os.getenv("MB_BUILD_DIR") or "build") .. "/bin/moonbox"
+if bin:sub(1, 1) ~= "/" then bin = assert(io.popen("pwd")):read("l") .. "/" .. bin end
+local cjson = require "cjson"
+
+local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+-- → exit status, stdout, stderr
+local function moonbox(args, env)
+  local out, err = os.tmpname(), os.tmpname()
+  local _, _, code = os.execute(("%s %s %s >%s 2>%s"):format(env or "", q(bin), args, q(out), q(err)))
+  local function slurp(p) local f = io.open(p); local s = f:read("a"); f:close(); os.remove(p); return s end
+  return code, slurp(out), slurp(err)
+end
+
+local function one_line(s) return select(2, s:gsub("\n", "")) == 1 and s:sub(-1) == "\n" end
+
+describe("moonbox sandbox #sandboxd", function()
+  local mb, client, id
+  setup(function()
+    mb = require "moonbox"
+    client = mb.run(function() return assert(require("moonbox.e2b").client{}) end)
+  end)
+  before_each(function()
+    id = mb.run(function() return assert(client.api:create{ timeout_ms = 120000, metadata = { cli = "spec" } }).id end)
+  end)
+  after_each(function() mb.run(function() client:kill(id) end) end)
+
+  it("lists, shows, pauses, resumes and kills a sandbox; --json prints the API's objects", function()
+    local code, out = moonbox("sandbox list --metadata cli=spec --json")
+    assert.are.equal(0, code)
+    local found = false
+    for _, it in ipairs(cjson.decode(out)) do if it.sandboxId == id then found = true end end
+    assert.is_true(found)
+    code, out = moonbox("sandbox list --state running")
+    assert.are.equal(0, code)
+    assert.truthy(out:find("^SANDBOX ID"), out)
+    assert.truthy(out:find(id, 1, true), out)
+    code, out = moonbox("sandbox info --json " .. id)
+    assert.are.equal(0, code)
+    assert.are.equal("spec", cjson.decode(out).metadata.cli)
+    code, out = moonbox("sandbox pause " .. id)
+    assert.are.same({ 0, "paused " .. id .. "\n" }, { code, out })
+    code, out = moonbox("sandbox pause " .. id .. " --json")
+    assert.are.equal(0, code)
+    assert.is_true(cjson.decode(out).already)
+    code, out = moonbox("sandbox resume " .. id .. " --timeout 60000")
+    assert.are.same({ 0, "resumed " .. id .. "\n" }, { code, out })
+    code, out = moonbox("sandbox host " .. id .. " 3000")
+    assert.are.equal(0, code)
+    assert.are.equal(("%s/_sandbox/%s/3000/\n"):format(os.getenv("E2B_SANDBOX_URL"), id), out)
+    code, out = moonbox("sandbox kill " .. id)
+    assert.are.same({ 0, "killed " .. id .. "\n" }, { code, out })
+  end)
+
+  it("an unknown id is one line naming it and exit 1", function()
+    for _, cmd in ipairs({ "info", "pause", "resume", "kill", "host" }) do
+      local code, out, err = moonbox("sandbox " .. cmd .. " nosuchsandbox" .. (cmd == "host" and " 80" or ""))
+      assert.are.equal(1, code, cmd)
+      assert.are.equal("", out)
+      assert.is_true(one_line(err), err)
+      assert.truthy(err:find("E2B_NOT_FOUND", 1, true) and err:find("nosuchsandbox", 1, true), err)
+    end
+  end)
+
+  it("a usage mistake prints the usage and exits 2, before any request", function()
+    for _, args in ipairs({ "sandbox", "sandbox frob", "sandbox info", "sandbox info a b", "sandbox host x 70000",
+        "sandbox list --state gone", "sandbox list --limit 0", "sandbox resume x --timeout -1", "sandbox info 'a/b'",
+        "sandbox list --metadata nokv" }) do
+      -- an unreachable endpoint: a request would fail with exit 1, not 2
+      local code, _, err = moonbox(args, "E2B_API_URL=http://127.0.0.1:1 E2B_SANDBOX_URL=http://127.0.0.1:1")
+      assert.are.equal(2, code, args .. ": " .. err)
+      assert.truthy(err:find("^moonbox: sandbox"), err)
+      assert.truthy(err:find("usage: moonbox", 1, true), err)
+    end
+  end)
+
+  it("names the missing endpoint, and a wrong key", function()
+    local code, _, err = moonbox("sandbox list", "env -u E2B_API_KEY -u E2B_API_URL -u E2B_SANDBOX_URL -u E2B_DOMAIN")
+    assert.are.equal(1, code)
+    assert.truthy(err:find("E2B_CONFIG", 1, true), err)
+    code, _, err = moonbox("sandbox list", "E2B_API_KEY=e2b_" .. ("1"):rep(40))
+    assert.are.equal(1, code)
+    assert.is_true(one_line(err), err)
+    assert.truthy(err:find("E2B_UNAUTHORIZED", 1, true), err)
+  end)
+end)
