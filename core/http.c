@@ -17,6 +17,7 @@ struct mb_http_req {
   mb_http_cb cb;
   void *ud;
   struct curl_slist *hdrs;
+  struct curl_slist *connect_to;
   int stream;
   size_t max_bytes, high_water;
   /* response headers of the final (non-1xx) response, raw lines */
@@ -214,6 +215,19 @@ static size_t on_read(char *buf, size_t size, size_t nmemb, void *ud) {
   }
 }
 
+/* The host (and port) of the transfer's URL into host[cap], for messages ("?" when unknown). */
+static const char *host_of(CURL *e, char *host, size_t cap) {
+  char *url = NULL;
+  snprintf(host, cap, "?");
+  if (curl_easy_getinfo(e, CURLINFO_EFFECTIVE_URL, &url) == CURLE_OK && url) {
+    const char *p = strstr(url, "://");
+    p = p ? p + 3 : url;
+    size_t n = strcspn(p, "/?#");
+    if (n > 0) snprintf(host, cap, "%.*s", (int)(n < cap ? n : cap - 1), p);
+  }
+  return host;
+}
+
 static void finish(mb_http_req *r, int code, const char *msg) {
   r->done = 1;
   close_hdr_timer(r);
@@ -231,7 +245,14 @@ static void on_done(mb_xfer *x, CURLcode rc) {
   }
   /* Our own callbacks set err before returning an error to libcurl; keep theirs. */
   const char *msg = r->errbuf[0] ? r->errbuf : curl_easy_strerror(rc);
-  finish(r, mb_http_map_curl(rc), msg);
+  int code = mb_http_map_curl(rc);
+  if (code == MB_E_TLS) { /* which peer was not trusted: libcurl's text does not say */
+    char host[256], text[CURL_ERROR_SIZE + 300];
+    snprintf(text, sizeof text, "TLS with %s: %s", host_of(x->easy, host, sizeof host), msg);
+    finish(r, code, text);
+    return;
+  }
+  finish(r, code, msg);
 }
 
 static void on_hdr_timeout(uv_timer_t *t) {
@@ -290,6 +311,16 @@ int mb_http_start(mb_loop *l, const mb_http_opts *o, mb_http_cb cb, void *ud,
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (o->idle_timeout_ms + 999) / 1000);
   }
   if (o->ca_file) curl_easy_setopt(e, CURLOPT_CAINFO, o->ca_file);
+  if (o->n_connect_to > MB_HTTP_MAX_CONNECT_TO) {
+    rc = mb_error_set(err, MB_E_INVALID, "connect_to: at most %d entries", MB_HTTP_MAX_CONNECT_TO);
+    goto fail;
+  }
+  for (size_t i = 0; i < o->n_connect_to; i++) {
+    struct curl_slist *n = curl_slist_append(r->connect_to, o->connect_to[i]);
+    if (!n) { rc = mb_error_set(err, MB_E_NOMEM, "out of memory"); goto fail; }
+    r->connect_to = n;
+  }
+  if (r->connect_to) curl_easy_setopt(e, CURLOPT_CONNECT_TO, r->connect_to);
 
   const char *method = o->method;
   int has_body = o->body != NULL || o->body_fd >= 0 || o->body_parts != NULL;
@@ -366,6 +397,7 @@ void mb_http_free(mb_http_req *r) {
   close_hdr_timer(r);
   if (r->x.easy) mb_loop_put_easy(r->loop, r->x.easy);
   curl_slist_free_all(r->hdrs);
+  curl_slist_free_all(r->connect_to);
   if (r->own_fd && r->upload_fd >= 0) close(r->upload_fd);
   free(r->hbuf);
   free(r->body);

@@ -57,8 +57,13 @@ typedef struct {
                                   noticed up to ~5 s late; 0 = none); time paused by
                                   backpressure does not count */
   const char *ca_file;         /* optional CA bundle for TLS */
+  const char *const *connect_to; /* "HOST:PORT:CONNECT-TO-HOST:CONNECT-TO-PORT" (libcurl's
+                                  CONNECT_TO: an empty field matches any; the URL's host still
+                                  names the TLS peer and the Host header) — split DNS, tests */
+  size_t n_connect_to;         /* at most MB_HTTP_MAX_CONNECT_TO */
   const struct mb_http_sink *sink; /* stream: body consumer (copied; see mb_http_sink) */
 } mb_http_opts;
+#define MB_HTTP_MAX_CONNECT_TO 16
 
 /* Starts a request. On failure returns an mb_err with err filled and *out = NULL. */
 int mb_http_start(mb_loop *l, const mb_http_opts *o, mb_http_cb cb, void *ud,

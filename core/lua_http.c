@@ -90,6 +90,26 @@ int mb_lua_http_opts(lua_State *L, int t, mb_http_opts *o, struct mb_lua_http_bu
   o->connect_timeout_ms = (long)opt_int(L, t, "connect_timeout_ms", 0);
   o->idle_timeout_ms = (long)opt_int(L, t, "idle_timeout_ms", 0);
   o->ca_file = opt_str(L, t, "ca_file", NULL);
+  lua_getfield(L, t, "connect_to");
+  if (!lua_isnil(L, -1)) {
+    if (!lua_istable(L, -1)) return luaL_error(L, "http: connect_to must be a list of HOST:PORT:TO-HOST:TO-PORT strings");
+    lua_Integer n = luaL_len(L, -1);
+    if (n < 0 || n > MB_HTTP_MAX_CONNECT_TO) return luaL_error(L, "http: connect_to may have at most %d entries", MB_HTTP_MAX_CONNECT_TO);
+    for (lua_Integer i = 1; i <= n; i++) {
+      lua_rawgeti(L, -1, i);
+      const char *v = lua_tostring(L, -1);
+      int colons = 0;
+      for (const char *c = v; c && *c; c++) colons += *c == ':';
+      if (lua_type(L, -1) != LUA_TSTRING || colons < 3 || strpbrk(v, "\r\n"))
+        return luaL_error(L, "http: connect_to[%d] must be HOST:PORT:TO-HOST:TO-PORT", (int)i);
+      b->connect_to[i - 1] = v;
+      lua_pop(L, 1);                       /* the list (kept on the stack) anchors the string */
+    }
+    o->connect_to = b->connect_to;
+    o->n_connect_to = (size_t)n;
+  } else {
+    lua_pop(L, 1);
+  }
 
   lua_getfield(L, t, "headers");
   if (!lua_isnil(L, -1)) {
@@ -136,7 +156,7 @@ int mb_lua_http_opts(lua_State *L, int t, mb_http_opts *o, struct mb_lua_http_bu
 
 /* core.http_request({url=, method=, headers=, body= (string or list of strings) | body_file= |
  *                   body_fd=, stream=, max_bytes=, buffer_bytes=, timeout_ms=,
- *                   connect_timeout_ms=, ca_file=}, fn [, stream])
+ *                   connect_timeout_ms=, ca_file=, connect_to=}, fn [, stream])
  * → request | nil, err. Bad arguments raise. */
 static int l_request(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);

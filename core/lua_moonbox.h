@@ -44,7 +44,7 @@ int mb_lua_push_mberror(lua_State *L, const struct mb_error *e); /* nil, err (mb
 void mb_lua_new_class(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta);
 
 /* lua_http.c: an HTTP options table (url, method, headers, body, body_file, body_fd, stream,
- * max_bytes, buffer_bytes, timeout_ms, connect_timeout_ms, idle_timeout_ms, ca_file) read into *o. Strings stay
+ * max_bytes, buffer_bytes, timeout_ms, connect_timeout_ms, idle_timeout_ms, ca_file, connect_to) read into *o. Strings stay
  * on the Lua stack (the caller keeps them there until the request has started; `body` as a
  * list of strings must be anchored for the request's whole life when b->body_table is set).
  * Bad arguments raise; → 0, or -1 with nil, err pushed (a body_file that cannot be opened). */
@@ -54,6 +54,7 @@ void mb_lua_new_class(lua_State *L, const char *name, const luaL_Reg *methods, c
 struct mb_lua_http_bufs {
   const char *lines[MB_HTTP_MAX_REQ_HEADERS];
   struct mb_http_part parts[MB_LUA_HTTP_MAX_PARTS];
+  const char *connect_to[MB_HTTP_MAX_CONNECT_TO];
   int body_table;
 };
 int mb_lua_http_opts(lua_State *L, int t, mb_http_opts *o, struct mb_lua_http_bufs *b);

@@ -20,42 +20,13 @@ function H.run(fn, deadline_ms)
   end)
 end
 
--- Starts spec/support/server.py on a free port; returns {url=, port=, proc=}.
-function H.start_server()
-  -- A private sandboxd (logs in its state directory); → { url, key, pid, proc, state }.
-function H.start_sandboxd()
-  local build = os.getenv("MB_BUILD_DIR") or "build"
-  local state = assert(io.popen("mktemp -d /tmp/moonbox-spec-sbxd.XXXXXX")):read("l")
-  local key = "e2b_" .. ("%040x"):format(os.time())
+-- Starts spec/support/server.py (or another script of spec/support that prints "listening
+-- PORT") on a free port; returns {url=, port=, proc=}.
+function H.start_server(script, args)
   return H.run(function()
-    local p = assert(mb.proc.spawn{ argv = { "/bin/sh", "-c",
-      'exec "$0" --listen 127.0.0.1:0 --api-key "$1" --state-dir "$2/state" --exit-with-parent >"$2/log" 2>&1',
-      build .. "/bin/sandboxd", key, state } })
-    local url
-    for _ = 1, 200 do
-      local f = io.open(state .. "/log", "r")
-      local text = f and f:read("a") or ""
-      if f then f:close() end
-      url = text:match("sandboxd listening on (http://[%d%.]+:%d+)")
-      if url then break end
-      mb.sleep(50)
-    end
-    assert(url, "sandboxd did not start (see " .. state .. "/log)")
-    return { url = url, key = key, pid = p.pid, proc = p, state = state }
-  end, 20000)
-end
-
-function H.stop_sandboxd(d)
-  H.run(function()
-    d.proc:kill("SIGTERM")
-    if not d.proc:wait(10000) then d.proc:kill("SIGKILL") d.proc:wait(5000) end
-    d.proc:close()
-  end, 30000)
-  os.execute("rm -rf '" .. d.state .. "'")
-end
-
-return H.run(function()
-    local p = assert(mb.proc.spawn{ argv = { "python3", H.dir .. "/server.py" } })
+    local argv = { "python3", H.dir .. "/" .. (script or "server.py") }
+    for _, a in ipairs(args or {}) do argv[#argv + 1] = a end
+    local p = assert(mb.proc.spawn{ argv = argv })
     local buf = ""
     while not buf:find("\n") do
       local data, err = p:read("stdout", 10000)

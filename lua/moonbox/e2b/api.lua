@@ -18,7 +18,8 @@ local function urlencode(s)
 end
 api.urlencode = urlencode
 
--- cfg: { url (E2B_API_URL), api_key, access_token?, http (mb.http-like), timeout_ms, create_timeout_ms }
+-- cfg: { url (E2B_API_URL), api_key, access_token?, http (mb.http-like), timeout_ms, create_timeout_ms,
+--        transport = { ca_file, connect_to } }
 function api.new(cfg)
   assert(type(cfg.url) == "string" and cfg.url ~= "", "api: url required")
   local self = setmetatable({}, api)
@@ -28,6 +29,7 @@ function api.new(cfg)
   self.http = cfg.http or require("moonbox").http
   self.timeout_ms = cfg.timeout_ms or 60000
   self.create_timeout_ms = cfg.create_timeout_ms or self.timeout_ms
+  self.transport = cfg.transport or {}
   return self
 end
 
@@ -54,6 +56,7 @@ function api:_request(method, path, body, timeout_ms)
   local res, err = self.http.request{
     method = method, url = self.url .. path, headers = headers, body = payload,
     max_bytes = MAX_BODY, timeout_ms = timeout_ms or self.timeout_ms,
+    ca_file = self.transport.ca_file, connect_to = self.transport.connect_to,
   }
   if not res then return nil, err end
   if res.status >= 200 and res.status < 300 then return res end

@@ -47,7 +47,7 @@ function M.new(opts)
     if not ep.api_key then return nil, errors.new("E2B_CONFIG", "configure apiKey or set E2B_API_KEY") end
     local timeouts = opts.timeouts or require("moonbox.policies").default("timeouts")
     a = api_mod.new{ url = ep.api_url, api_key = ep.api_key, timeout_ms = timeouts.request_ms,
-      create_timeout_ms = timeouts.create_ms }
+      create_timeout_ms = timeouts.create_ms, transport = ep.transport }
   end
   return setmetatable({ api = a, endpoints = ep }, Client)
 end

@@ -1,7 +1,8 @@
 -- moonbox.e2b.endpoints — where the E2B endpoints are, and where this build's helper binaries
 -- (sandboxd, mbwrap) are. Configuration follows E2B's own variables: E2B_API_KEY,
 -- E2B_API_URL, E2B_SANDBOX_URL, E2B_DOMAIN. With none of them (and no apiKey), moonbox starts
--- its own sandboxd (local_sandboxd = true).
+-- its own sandboxd (local_sandboxd = true). MOONBOX_CA_FILE and MOONBOX_CONNECT_TO (or the
+-- plugin's caFile / connectTo) say how to reach them.
 local M = {}
 
 M.ENVD_PORT = 49983
@@ -28,7 +29,23 @@ function M.resolve(config, getenv)
   }
   e.local_sandboxd = not (e.api_key or e.api_url or e.sandbox_url or e.domain)
   e.api_url = e.api_url or ("https://api." .. (e.domain or "e2b.app"))
+  -- How to reach the endpoints: a CA bundle to trust (a self-hosted E2B with its own CA) and
+  -- connect-to rules (split DNS: `::10.0.0.5:443` sends every host to the cluster's edge while
+  -- TLS and Host still name the real host). Config wins over MOONBOX_CA_FILE / MOONBOX_CONNECT_TO.
+  local ct = config.connectTo
+  if ct == nil and get("MOONBOX_CONNECT_TO") then
+    ct = {}
+    for item in get("MOONBOX_CONNECT_TO"):gmatch("[^,%s]+") do ct[#ct + 1] = item end
+  end
+  e.transport = { ca_file = config.caFile or get("MOONBOX_CA_FILE"), connect_to = ct }
   return e
+end
+
+-- A connect-to rule (HOST:PORT:TO-HOST:TO-PORT, libcurl's CONNECT_TO) → nil | what is wrong.
+function M.check_connect_to(v)
+  if type(v) ~= "string" or select(2, v:gsub(":", "")) < 3 or v:find("[%s,]") then
+    return ("%s is not HOST:PORT:TO-HOST:TO-PORT (an empty field matches any)"):format(tostring(v))
+  end
 end
 
 -- envd's base URL for a sandbox (reference §1.2).

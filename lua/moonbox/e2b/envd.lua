@@ -27,7 +27,7 @@ end
 
 -- cfg: { url (E2B_SANDBOX_URL or the per-sandbox host), sandbox_id, access_token?, user?,
 --        http, procstream (moonbox.procstream, or a stand-in), core (codecs), timeout_ms,
---        stream_open_ms, stream_idle_ms, keepalive_s }
+--        stream_open_ms, stream_idle_ms, keepalive_s, transport = { ca_file, connect_to } }
 function envd.new(cfg)
   assert(type(cfg.url) == "string" and cfg.url ~= "", "envd: url required")
   assert(type(cfg.sandbox_id) == "string" and cfg.sandbox_id ~= "", "envd: sandbox_id required")
@@ -43,7 +43,14 @@ function envd.new(cfg)
   self.stream_open_ms = cfg.stream_open_ms or 30000
   self.stream_idle_ms = cfg.stream_idle_ms or 150000
   self.keepalive_s = cfg.keepalive_s or 50
+  self.transport = cfg.transport or {}
   return self
+end
+
+-- Every request of this client: the TLS trust and connect-to settings of the endpoint.
+function envd:_req(r)
+  r.ca_file, r.connect_to = self.transport.ca_file, self.transport.connect_to
+  return r
 end
 
 function envd:_core()
@@ -88,13 +95,13 @@ end
 -- Unary call: method is "filesystem.Filesystem/Stat" etc. → decoded response | nil, err
 function envd:unary(method, msg, opts)
   opts = opts or {}
-  local res, err = self.http.request{
+  local res, err = self.http.request(self:_req{
     method = "POST", url = self.url .. "/" .. method,
     headers = self:_auth(self:_headers{
       ["Content-Type"] = "application/json", ["Connect-Protocol-Version"] = "1" }),
     body = cjson.encode(msg or {}),
     max_bytes = opts.max_bytes or MAX_UNARY, timeout_ms = opts.timeout_ms or self.timeout_ms,
-  }
+  })
   if not res then return nil, err end
   local ct = res.headers and res.headers["content-type"]
   if res.status ~= 200 then
@@ -134,7 +141,7 @@ function envd:process_stream(method, msg, cfg, opts)
   local p = type(msg) == "table" and msg.process
   cfg.tag = cfg.tag or (p and table.concat({ tostring(p.cmd), p.args and tostring(p.args[1]) or nil,
     p.args and tostring(p.args[#p.args]) or nil }, " "))
-  return self.procstream.open({
+  return self.procstream.open(self:_req{
     method = "POST", url = self.url .. "/" .. method, headers = headers,
     body = core.envelope(0, cjson.encode(msg or {})),
     timeout_ms = opts.open_timeout_ms or self.stream_open_ms,
@@ -186,10 +193,10 @@ function envd:open_download(path, opts)
   local function too_large()
     return errors.new("E2B_TOO_LARGE", ("%s is larger than %d bytes"):format(path, max), { size_limit = max })
   end
-  local s, err = self.http.stream{
+  local s, err = self.http.stream(self:_req{
     method = "GET", url = self:_files_url(path), headers = self:_headers{ ["Accept-Encoding"] = "identity" },
     timeout_ms = opts.timeout_ms or self.timeout_ms, max_bytes = max == math.huge and 0 or math.max(max, 1),
-  }
+  })
   if not s then
     if err.code == "E2B_TOO_LARGE" then return nil, too_large() end
     return nil, err
@@ -246,7 +253,7 @@ function envd:upload(path, data, opts)
   opts = opts or {}
   local extra = {}
   for k, v in pairs(opts.metadata or {}) do extra["X-Metadata-" .. k] = v end
-  local req = { method = "POST", url = self:_files_url(path, opts.user), max_bytes = 1024 * 1024,
+  local req = self:_req{ method = "POST", url = self:_files_url(path, opts.user), max_bytes = 1024 * 1024,
     timeout_ms = opts.timeout_ms or self.timeout_ms }
   if opts.file then
     extra["Content-Type"] = "application/octet-stream"

@@ -40,6 +40,16 @@ M.schema = {
   allowInternetAccess = { type = "boolean" },
   autoPause = { type = "boolean" },
   secure = { type = "boolean" },
+  caFile = { type = "string", check = function(v) if v == "" then return "must be a path to a PEM CA bundle" end end },
+  connectTo = { type = "table", check = function(v)
+    local n = 0
+    for _ in pairs(v) do n = n + 1 end
+    if n ~= #v then return "must be a list of HOST:PORT:TO-HOST:TO-PORT strings" end
+    for i, r in ipairs(v) do
+      local bad = endpoints.check_connect_to(r)
+      if bad then return ("[%d]: %s"):format(i, bad) end
+    end
+  end },
 }
 
 -- A table of name = string (metadata, envVars) → nil | what is wrong.

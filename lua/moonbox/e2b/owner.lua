@@ -87,7 +87,7 @@ function Owner:_setup()
   if not ep.api_key then
     return nil, errors.new("E2B_CONFIG", "configure apiKey or set E2B_API_KEY")
   end
-  self.api = api_mod.new{ url = ep.api_url, api_key = ep.api_key, http = m.http,
+  self.api = api_mod.new{ url = ep.api_url, api_key = ep.api_key, http = m.http, transport = ep.transport,
     timeout_ms = self.timeouts.request_ms, create_timeout_ms = self.timeouts.create_ms }
   local info, err
   if self.config.sandboxId then
@@ -122,7 +122,7 @@ function Owner:_prepare(info)
     cwd = self.config.cwd, policies = self.policies,
   }
   sb.envd = envd_mod.new{ url = endpoints.sandbox_url(ep, info.id, info.domain), sandbox_id = info.id,
-    access_token = info.access_token, http = m.http, procstream = m.procstream, core = core,
+    access_token = info.access_token, http = m.http, procstream = m.procstream, core = core, transport = ep.transport,
     timeout_ms = self.timeouts.request_ms, stream_open_ms = self.timeouts.stream_open_ms,
     stream_idle_ms = self.timeouts.stream_idle_ms, keepalive_s = self.timeouts.keepalive_interval_s }
   local hex = ids.hex(8)
