@@ -23,6 +23,9 @@ build = {
         "core/connect.c",
         "core/frames.c",
         "core/procstream.c",
+        "core/rpc_json.c",
+        "core/gen/envd/process.pb-c.c",
+        "core/gen/envd/filesystem.pb-c.c",
         "core/loop.c",
         "core/http.c",
         "core/fdout.c",
@@ -35,13 +38,15 @@ build = {
         "core/lua_moonbox.c",
         "core/lua_proc.c",
         "core/lua_procstream.c",
+        "core/lua_rpc.c",
         "core/lua_util.c",
       },
       defines = { "_GNU_SOURCE" },
-      incdirs = { "core", "core/include" },
-      -- libuv, libcurl, OpenSSL and jansson from the compiler's standard paths (Debian:
-      -- libuv1-dev libcurl4-openssl-dev libssl-dev libjansson-dev; libutil for openpty)
-      libraries = { "uv", "curl", "crypto", "jansson", "util" },
+      incdirs = { "core", "core/include", "core/gen" },
+      -- libuv, libcurl, OpenSSL, jansson and protobuf-c from the compiler's standard paths
+      -- (Debian: libuv1-dev libcurl4-openssl-dev libssl-dev libjansson-dev libprotobuf-c-dev;
+      -- libutil for openpty)
+      libraries = { "uv", "curl", "crypto", "jansson", "protobuf-c", "util" },
     },
     ["moonbox.cli"] = "lua/moonbox/cli.lua",
     ["moonbox.cli.sandbox"] = "lua/moonbox/cli/sandbox.lua",

@@ -13,6 +13,7 @@ int luaopen_moonbox_core(lua_State *L) {
   if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
   lua_newtable(L);
   mb_lua_open_codec(L);
+  mb_lua_open_rpc(L);
   mb_lua_open_loop(L);
   mb_lua_open_http(L);
   mb_lua_open_proc(L);

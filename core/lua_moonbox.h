@@ -25,6 +25,7 @@ void mb_lua_host_call(mb_lua_host *h, int ref);
 void mb_lua_host_set_external(lua_State *L, int on);
 
 void mb_lua_open_codec(lua_State *L);   /* lua_codec.c: envelopes, frames, base64, sha256 */
+void mb_lua_open_rpc(lua_State *L);     /* lua_rpc.c: envd's messages in the binary codec */
 void mb_lua_open_loop(lua_State *L);    /* lua_loop.c: now, timers, run */
 void mb_lua_open_http(lua_State *L);    /* lua_http.c: requests and streams */
 void mb_lua_open_proc(lua_State *L);    /* lua_proc.c: host child processes (uv_spawn) */

@@ -22,7 +22,9 @@
  *     cfg.raw / pty plain bytes); also s:pid(), s:kill(sig), s:write(data [, max_pending]),
  *     s:write_pending(), s:want_write() (notify once written), s:close_input(), s:resize(r, c)
  *
- *   local d = core.procstream{ max_message=, max_line=, raw=, stdout = sink, stderr = sink }
+ *   cfg.proto: the stream is envd's binary codec (application/connect+proto).
+ *
+ *   local d = core.procstream{ max_message=, max_line=, raw=, proto=, stdout = sink, stderr = sink }
  *     (sinks "discard" | "queue" | { tail = n }) d:push(chunk) → true | nil, err;
  *     d:finish() → true | nil, err; d:facts(); d:read(stream) → bytes | false; d:discard;
  *     d:read_from; d:total; d:diag — the same meanings.
@@ -207,6 +209,7 @@ static int l_pstream(lua_State *L) {
   cfg.max_line = mb_opt_limit(L, 2, "max_line", MB_FRAME_LINE_DEFAULT, 64 * 1024 * 1024);
   cfg.high_water = mb_opt_limit(L, 2, "high_water", 256 * 1024, 1 << 30);
   cfg.raw = mb_opt_bool(L, 2, "raw");
+  cfg.proto = mb_opt_bool(L, 2, "proto");
   static const int kinds[] = {MB_PST_DISCARD, MB_PST_PIPE, MB_PST_TAIL, MB_PST_FD};
   for (int i = 0; i < 2; i++) {
     cfg.sink[i].fd = -1;
@@ -526,6 +529,7 @@ static int l_procstream(lua_State *L) {
   cfg.max_line = mb_opt_limit(L, 1, "max_line", MB_FRAME_LINE_DEFAULT, 64 * 1024 * 1024);
   size_t qmax = mb_opt_limit(L, 1, "queue_max", 64 * 1024 * 1024, 1 << 30);
   cfg.raw = mb_opt_bool(L, 1, "raw");
+  cfg.proto = mb_opt_bool(L, 1, "proto");
   for (int i = 0; i < 2; i++) {
     size_t max = 0;
     int fd = -1;

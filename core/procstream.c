@@ -3,6 +3,8 @@
 #include "b64.h"
 #include "connect.h"
 #include "frames.h"
+#include "rpc_json.h"
+#include "envd/process.pb-c.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +26,8 @@ struct mb_procstream {
   size_t max_message;
   int raw; /* raw mode: data.pty/stdout raw to out[0], data.stderr raw to out[1] */
   int direct; /* the input is the content itself (a local wrapper's stdout, a PTY) */
+  int proto;  /* envelopes hold protobuf StartResponse messages */
+  struct mb_arena arena; /* proto: one decoded message at a time (reset per envelope) */
   struct mb_envelope_decoder *env;
   struct mb_frame_decoder *frames;
   unsigned char *scratch; /* decoded event.data.* bytes of one message */
@@ -51,6 +55,12 @@ struct mb_procstream *mb_procstream_new(const struct mb_ps_config *cfg) {
   ps->max_message = cfg->max_message;
   ps->raw = cfg->raw != 0;
   ps->direct = cfg->direct != 0;
+  ps->proto = cfg->proto != 0;
+  /* a decoded message holds its bytes once plus a few small structs */
+  if (ps->proto && mb_arena_init(&ps->arena, cfg->max_message + 4096) != MB_OK) {
+    free(ps);
+    return NULL;
+  }
   ps->env = mb_envelope_decoder_new(cfg->max_message);
   ps->frames = mb_frame_decoder_new(cfg->max_line);
   if (!ps->env || !ps->frames) {
@@ -68,6 +78,7 @@ void mb_procstream_free(struct mb_procstream *ps) {
   if (!ps) return;
   mb_envelope_decoder_free(ps->env);
   mb_frame_decoder_free(ps->frames);
+  mb_arena_free(&ps->arena);
   free(ps->scratch);
   for (int i = 0; i < 2; i++) {
     free(ps->out[i].ring.buf);
@@ -188,6 +199,44 @@ static void mb_ps_diag_add(struct mb_procstream *ps, const unsigned char *p, siz
   ps->diag_len += n;
 }
 
+/* The output bytes of one data event, by stream (0 stdout, 1 stderr, 2 pty). */
+static int mb_ps_data(struct mb_procstream *ps, int leaf, const unsigned char *p, size_t n) {
+  if (ps->raw) /* raw bytes: no frames inside */
+    return mb_ps_sink_data(ps, leaf == 1 ? MB_PS_STDERR : MB_PS_STDOUT, p, n);
+  if (leaf == 0) {
+    struct mb_error ferr;
+    if (mb_frame_decoder_push(ps->frames, p, n, mb_ps_on_frame, ps, &ferr)) {
+      if (!ps->err.code) ps->err = ferr;
+      return ps->err.code;
+    }
+    return MB_OK;
+  }
+  if (leaf == 1) {
+    mb_ps_diag_add(ps, p, n);
+    return MB_OK;
+  }
+  /* PTY bytes of a framed stream: never wrapper output */
+  return mb_error_set(&ps->err, MB_E_PROTOCOL, "process event: terminal output in a wrapper stream");
+}
+
+static int mb_ps_start(struct mb_procstream *ps, long long pid) {
+  if (ps->seen_start) return mb_error_set(&ps->err, MB_E_PROTOCOL, "process event: a second start event");
+  ps->seen_start = 1;
+  struct mb_ps_fact *f = mb_ps_fact(ps, MB_PS_START);
+  if (!f) return ps->err.code;
+  f->value = pid;
+  return MB_OK;
+}
+
+static struct mb_ps_fact *mb_ps_end(struct mb_procstream *ps) {
+  if (ps->seen_end) {
+    mb_error_set(&ps->err, MB_E_PROTOCOL, "process event: a second end event");
+    return NULL;
+  }
+  ps->seen_end = 1;
+  return mb_ps_fact(ps, MB_PS_END);
+}
+
 static void mb_ps_json_text(json_t *o, const char *key, char *dst, size_t cap) {
   json_t *v = json_object_get(o, key);
   if (json_is_string(v)) mb_copy_text(dst, cap, json_string_value(v), json_string_length(v));
@@ -201,18 +250,10 @@ static int mb_ps_event(struct mb_procstream *ps, json_t *root) {
   if (!json_is_object(ev)) return MB_OK;
   json_t *st = json_object_get(ev, "start"), *end = json_object_get(ev, "end");
   if (json_is_object(st)) {
-    if (ps->seen_start)
-      return mb_error_set(&ps->err, MB_E_PROTOCOL, "process event: a second start event");
-    ps->seen_start = 1;
-    struct mb_ps_fact *f = mb_ps_fact(ps, MB_PS_START);
-    if (!f) return ps->err.code;
     json_t *pid = json_object_get(st, "pid");
-    f->value = json_is_integer(pid) ? (long long)json_integer_value(pid) : 0;
+    return mb_ps_start(ps, json_is_integer(pid) ? (long long)json_integer_value(pid) : 0);
   } else if (json_is_object(end)) {
-    if (ps->seen_end)
-      return mb_error_set(&ps->err, MB_E_PROTOCOL, "process event: a second end event");
-    ps->seen_end = 1;
-    struct mb_ps_fact *f = mb_ps_fact(ps, MB_PS_END);
+    struct mb_ps_fact *f = mb_ps_end(ps);
     if (!f) return ps->err.code;
     json_t *code = json_object_get(end, "exitCode");
     f->value = json_is_integer(code) ? (long long)json_integer_value(code) : 0;
@@ -221,6 +262,49 @@ static int mb_ps_event(struct mb_procstream *ps, json_t *root) {
     mb_ps_json_text(end, "error", f->code, sizeof f->code);
   }
   return MB_OK;
+}
+
+/* One binary event (StartResponse and ConnectResponse are the same message on the wire). */
+static int mb_ps_proto_event(struct mb_procstream *ps, const struct mb_envelope *e) {
+  ps->arena.used = 0;
+  ps->arena.exhausted = 0;
+  ProtobufCMessage *m;
+  struct mb_error uerr;
+  if (mb_rpc_unpack(&process__start_response__descriptor, e->data, e->len, &ps->arena, &m, &uerr)) {
+    ps->err = uerr;
+    return uerr.code;
+  }
+  const Process__ProcessEvent *ev = ((const Process__StartResponse *)m)->event;
+  if (!ev) return MB_OK;
+  switch (ev->event_case) {
+  case PROCESS__PROCESS_EVENT__EVENT_START:
+    return mb_ps_start(ps, ev->start ? (long long)ev->start->pid : 0);
+  case PROCESS__PROCESS_EVENT__EVENT_DATA: {
+    const Process__ProcessEvent__DataEvent *d = ev->data;
+    if (!d) return MB_OK;
+    if (d->output_case == PROCESS__PROCESS_EVENT__DATA_EVENT__OUTPUT_STDOUT)
+      return mb_ps_data(ps, 0, d->stdout.data, d->stdout.len);
+    if (d->output_case == PROCESS__PROCESS_EVENT__DATA_EVENT__OUTPUT_STDERR)
+      return mb_ps_data(ps, 1, d->stderr.data, d->stderr.len);
+    if (d->output_case == PROCESS__PROCESS_EVENT__DATA_EVENT__OUTPUT_PTY)
+      return mb_ps_data(ps, 2, d->pty.data, d->pty.len);
+    return MB_OK;
+  }
+  case PROCESS__PROCESS_EVENT__EVENT_END: {
+    struct mb_ps_fact *f = mb_ps_end(ps);
+    if (!f) return ps->err.code;
+    const Process__ProcessEvent__EndEvent *x = ev->end;
+    if (x) {
+      f->value = x->exit_code;
+      f->flag = x->exited;
+      if (x->status) mb_copy_text(f->text, sizeof f->text, x->status, strlen(x->status));
+      if (x->error) mb_copy_text(f->code, sizeof f->code, x->error, strlen(x->error));
+    }
+    return MB_OK;
+  }
+  default: /* keepalive */
+    return MB_OK;
+  }
 }
 
 static int mb_ps_on_envelope(void *ud, const struct mb_envelope *e) {
@@ -236,6 +320,7 @@ static int mb_ps_on_envelope(void *ud, const struct mb_envelope *e) {
     }
     return MB_OK;
   }
+  if (ps->proto) return mb_ps_proto_event(ps, e);
   size_t need = mb_b64_decoded_max(e->len);
   if (ps->scratch_cap < need) {
     unsigned char *nb = realloc(ps->scratch, need);
@@ -254,22 +339,7 @@ static int mb_ps_on_envelope(void *ud, const struct mb_envelope *e) {
     ps->err = jerr;
     return jerr.code;
   }
-  if (ps->raw && leaf >= 0) /* raw bytes: no frames inside */
-    return mb_ps_sink_data(ps, leaf == 1 ? MB_PS_STDERR : MB_PS_STDOUT, ps->scratch, n);
-  if (leaf == 0) {
-    struct mb_error ferr;
-    if (mb_frame_decoder_push(ps->frames, ps->scratch, n, mb_ps_on_frame, ps, &ferr)) {
-      if (!ps->err.code) ps->err = ferr;
-      return ps->err.code;
-    }
-    return MB_OK;
-  }
-  if (leaf == 1) {
-    mb_ps_diag_add(ps, ps->scratch, n);
-    return MB_OK;
-  }
-  if (leaf == 2) /* PTY bytes of a framed stream: never wrapper output */
-    return mb_error_set(&ps->err, MB_E_PROTOCOL, "process event: terminal output in a wrapper stream");
+  if (leaf >= 0) return mb_ps_data(ps, leaf, ps->scratch, n);
   int rc = mb_ps_event(ps, root);
   json_decref(root);
   return rc;

@@ -39,6 +39,8 @@ struct mb_ps_config {
   int raw;                /* raw mode: no mbwrap frames inside (a terminal, a plain program) */
   int direct;             /* the input is not an envd stream but its content itself: a local
                              wrapper's stdout (frames), or with raw, a PTY's bytes */
+  int proto;              /* envd's binary codec (application/connect+proto): each envelope is
+                             a StartResponse/ConnectResponse protobuf, data bytes are raw */
   struct mb_ps_sink sink[2];
 };
 
@@ -78,7 +80,7 @@ struct mb_procstream *mb_procstream_new(const struct mb_ps_config *cfg);
 void mb_procstream_free(struct mb_procstream *ps);
 
 /* Feeds raw body bytes (any split). Errors (MB_E_PROTOCOL, MB_E_TOO_LARGE, MB_E_TRUNCATED,
- * MB_E_NOMEM) are sticky. Rejected: invalid envelopes or JSON, a second start or end event,
+ * MB_E_NOMEM) are sticky. Rejected: invalid envelopes, JSON or protobuf, a second start or end event,
  * anything the frame decoder rejects, a QUEUE over its max. */
 int mb_procstream_push(struct mb_procstream *ps, const void *data, size_t len,
                        struct mb_error *err);

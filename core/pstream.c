@@ -179,7 +179,7 @@ int mb_pst_new(mb_loop *l, const struct mb_pst_config *cfg, mb_pst_cb cb, void *
   s->high_water = cfg->high_water ? cfg->high_water : MB_PST_DEFAULT_HIGH_WATER;
   s->emax = cfg->error_body_max ? cfg->error_body_max : MB_PST_DEFAULT_ERROR_BODY;
   struct mb_ps_config pc = {.max_message = cfg->max_message, .max_line = cfg->max_line,
-                            .raw = cfg->raw, .direct = cfg->direct};
+                            .raw = cfg->raw, .direct = cfg->direct, .proto = cfg->proto};
   int rc = MB_OK;
   for (int i = 0; i < 2; i++) {
     const struct mb_pst_sink *k = &cfg->sink[i];

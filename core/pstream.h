@@ -35,6 +35,7 @@ struct mb_pst_config {
   size_t max_line;       /* longest mbwrap frame line */
   int raw;               /* no mbwrap frames inside (a terminal, a plain program) */
   int direct;            /* set by mb_pstream_spawn: the input is not an envd stream */
+  int proto;             /* envd's binary codec: protobuf events, raw data bytes */
   struct mb_pst_sink sink[2];
   size_t high_water;     /* PIPE/FD bytes held that pause the transfer (0: 256 KiB) */
   size_t error_body_max; /* bytes kept of a non-200 answer's body (0: 64 KiB) */

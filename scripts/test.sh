@@ -40,7 +40,8 @@ run_ctest build release
 # The installed tree, as a user gets it: cmake --install to a temporary prefix; the embedding
 # example built against it through pkg-config (shared and static) and run with a clean
 # environment (it starts the prefix's own sandboxd); a stock lua5.4 and the installed moonbox
-# with only the prefix's standard paths; luarocks make from a copy of the checkout.
+# with only the prefix's standard paths; luarocks make from a copy of the checkout; the
+# committed protobuf-c code matches proto/.
 install_suite() {
   local T P ip=0 ifl=0 pc
   T=$(mktemp -d /tmp/moonbox-install.XXXXXX); P=$T/prefix
@@ -66,12 +67,14 @@ install_suite() {
       assert(f:sub(1, #tree) == tree, "shipped policies from the prefix: " .. f)
       print("lua5.4: require moonbox: ok, shipped policies from " .. f)'
   }
+  # core/gen is committed: regenerating it from proto/ must give the same files
+  check proto-generated sh -c "scripts/gen-proto.sh $T/gen && diff -r core/gen $T/gen"
   check cmake-install cmake --install build --prefix "$P"
   pc=$P/lib/pkgconfig
   mkdir -p "$T/embed" && cp examples/embed/embed.c examples/embed/Makefile "$T/embed/"
   check embed-build clean PKG_CONFIG_PATH="$pc" make -s -C "$T/embed"
   check embed-run embed_ok clean "$T/embed/embed" "$ROOT/examples/embed"
-  check embed-static-build clean sh -c "cc -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror \$(PKG_CONFIG_PATH=$pc pkg-config --cflags moonbox) -DEMBED_LUA_DIR=\\\"\$(PKG_CONFIG_PATH=$pc pkg-config --variable=lmoddir moonbox)\\\" -o $T/embed/embed-static $T/embed/embed.c $P/lib/libmoonbox.a \$(PKG_CONFIG_PATH=$pc pkg-config --libs lua5.4 libuv libcurl libcrypto jansson) -ldl -lm"
+  check embed-static-build clean sh -c "cc -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror \$(PKG_CONFIG_PATH=$pc pkg-config --cflags moonbox) -DEMBED_LUA_DIR=\\\"\$(PKG_CONFIG_PATH=$pc pkg-config --variable=lmoddir moonbox)\\\" -o $T/embed/embed-static $T/embed/embed.c $P/lib/libmoonbox.a \$(PKG_CONFIG_PATH=$pc pkg-config --libs lua5.4 libuv libcurl libcrypto jansson libprotobuf-c) -ldl -lm"
   check embed-static-run embed_ok clean "$T/embed/embed-static" "$ROOT/examples/embed"
   check lua-require lua_ok "$P/share/lua/5.4" "$P/lib/lua/5.4"
   check moonbox-installed clean sh -c "$P/bin/moonbox --help | grep -qF 'Lua modules: $P/bin/../share/lua/5.4' && $P/bin/moonbox policy env --from-host >/dev/null && $P/bin/moonbox dump-config $ROOT/examples/demo/compose.lua | grep -qF '$P/share/lua/5.4/moonbox/policies/env.lua'"

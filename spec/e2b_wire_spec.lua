@@ -199,6 +199,60 @@ describe("moonbox.envd", function()
     assert.truthy(err.message:find("The sandbox was not found", 1, true))
   end)
 
+  -- The binary codec: the same Lua shapes, protobuf on the wire (core.rpc_encode/rpc_decode).
+  describe("in the binary codec", function()
+    before_each(function() client.codec = "proto" end)
+
+    it("sends application/proto and decodes the protobuf answer", function()
+      local answer = core.rpc_encode("filesystem.StatResponse", cjson.encode{ entry = { name = "a", size = "12" } })
+      fake.push{ status = 200, headers = { ["content-type"] = "application/proto" }, body = answer }
+      local r = assert(client:unary("filesystem.Filesystem/Stat", { path = "/a" }))
+      assert.are.equal("a", r.entry.name); assert.are.equal("12", r.entry.size)
+      local req = fake.log[1]
+      assert.are.equal("application/proto", req.headers["Content-Type"])
+      assert.are.same({ path = "/a" }, cjson.decode(core.rpc_decode("filesystem.StatRequest", req.body)))
+    end)
+
+    it("sends stdin as raw bytes in a SendInputRequest", function()
+      fake.push{ status = 200, headers = { ["content-type"] = "application/proto" }, body = "" }
+      assert(client:send_input(42, "a\0b\255", false))
+      local j = cjson.decode(core.rpc_decode("process.SendInputRequest", fake.log[1].body))
+      assert.are.same({ process = { pid = 42 }, input = { stdin = core.b64encode("a\0b\255") } }, j)
+    end)
+
+    for _, refusal in ipairs{
+      { 415, "text/plain", "unsupported media type" },
+      { 404, "application/json", '{"code":"unimplemented","message":"no proto here"}' },
+    } do
+      it(("turns to JSON for good when the server answers %d %s"):format(refusal[1], refusal[2]), function()
+        fake.push{ status = refusal[1], headers = { ["content-type"] = refusal[2] }, body = refusal[3] }
+        fake.push{ status = 200, headers = { ["content-type"] = "application/json" }, body = '{"entry":{"name":"a"}}' }
+        fake.push{ status = 200, headers = { ["content-type"] = "application/json" }, body = '{}' }
+        assert.are.equal("a", assert(client:unary("filesystem.Filesystem/Stat", { path = "/a" })).entry.name)
+        assert(client:unary("filesystem.Filesystem/Remove", { path = "/a" }))
+        assert.are.equal("json", client.codec)
+        assert.are.equal("application/proto", fake.log[1].headers["Content-Type"])
+        assert.are.same({ "application/json", "application/json" },
+          { fake.log[2].headers["Content-Type"], fake.log[3].headers["Content-Type"] })
+        assert.are.same({ path = "/a" }, cjson.decode(fake.log[2].body))
+      end)
+    end
+
+    it("names the method when a protobuf answer does not decode", function()
+      fake.push{ status = 200, headers = { ["content-type"] = "application/proto" }, body = "\255\255\255" }
+      local r, err = client:unary("filesystem.Filesystem/Stat", { path = "/a" })
+      assert.is_nil(r); assert.are.equal("E2B_PROTOCOL", err.code)
+      assert.truthy(err.message:find("filesystem.Filesystem/Stat", 1, true), err.message)
+    end)
+
+    it("refuses a request that does not fit the message, naming the field", function()
+      local r, err = client:unary("filesystem.Filesystem/Stat", { path = 7 })
+      assert.is_nil(r); assert.are.equal("E2B_INVALID", err.code)
+      assert.truthy(err.message:find("path", 1, true), err.message)
+      assert.are.equal(0, #fake.log)
+    end)
+  end)
+
   it("downloads with routing headers and a URL-encoded path", function()
     fake.push{ status = 200, headers = { ["content-length"] = "5" }, chunks = { "he", "llo" } }
     assert.are.equal("hello", assert(client:download("/w/a b.txt", { max_bytes = 5 })))

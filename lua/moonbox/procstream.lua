@@ -8,6 +8,9 @@
 --   s:wait_closed(timeout_ms)  → true | nil, err;   s:result() → true | nil, err (once closed)
 --   s:read_from(stream, offset), s:total(stream), s:discard(stream), s:seal(stream), s:diag(), s:info(),
 --   s:status(), s:error_body(), s:cancel(), s:close()
+--   cfg.fallback = fn(status, error_body) → http_opts, cfg | nil: asked once when the server
+--     answers with an error before any output (a codec it refuses); what it returns is opened
+--     in place, behind the same object.
 --
 -- The C side decodes every byte as it arrives and wakes this object only when it has
 -- something: control facts, bytes for a reader that waits, the end. A task blocked here is
@@ -29,10 +32,11 @@ local function new(start, what, cfg)
   -- The C side holds the callback; it reaches s weakly, so a stream dropped without close()
   -- is collected and its __gc cancels the transfer (a local process is TERMed).
   local weak = setmetatable({ s }, WEAK_V)
-  local c, err = start(function()
+  s.wake = function()
     local st = weak[1]
     if st then sched.wake_all(st.waiters, st, true) end
-  end)
+  end
+  local c, err = start(s.wake)
   if not c then return nil, err end
   s.c = c
   open_streams[s] = { url = what, started = sched.now(), tag = cfg.tag }
@@ -41,7 +45,26 @@ end
 
 -- An envd process stream over HTTP. → stream | nil, err (the request could not start)
 function M.open(http_opts, cfg)
-  return new(function(cb) return core.pstream(http_opts, cfg, cb) end, http_opts.url, cfg)
+  local s, err = new(function(cb) return core.pstream(http_opts, cfg, cb) end, http_opts.url, cfg)
+  if s then s.fallback = cfg.fallback end
+  return s, err
+end
+
+-- A stream the server refused before any output is reopened as cfg.fallback says (in the
+-- task, never from the loop's callback). → true when it was.
+function Stream:_refused()
+  local fb = self.fallback
+  if not fb or self.freed or not self.c:closed() then return false end
+  local status = self.c:status()
+  if status == nil or status == 200 then self.fallback = nil return false end
+  self.fallback = nil
+  local opts, cfg = fb(status, self.c:error_body())
+  if not opts then return false end
+  local c = core.pstream(opts, cfg, self.wake)
+  if not c then return false end
+  self.c:close()
+  self.c = c
+  return true
 end
 
 -- A process on this host: spawn = { argv (argv[1] absolute), env = {NAME = value}, cwd,
@@ -91,8 +114,8 @@ function Stream:next_facts(timeout_ms)
     if self.freed then return nil, closed_err() end
     local f = self.c:facts()
     if #f > 0 then return f end
-    if self.c:closed() then return nil end
-    local err = self:_wait(timeout_ms, "process stream")
+    if self.c:closed() and not self:_refused() then return nil end
+    local err = not self.c:closed() and self:_wait(timeout_ms, "process stream")
     if err then return nil, err end
   end
 end
@@ -102,7 +125,7 @@ function Stream:read(stream, timeout_ms)
     if self.freed then return nil, closed_err() end
     local b = self.c:read(stream)
     if b then return b end
-    if b == nil then return nil end
+    if b == nil and not self:_refused() then return nil end
     self.c:want(stream)
     local err = self:_wait(timeout_ms, "process stream read")
     if err then return nil, err end
@@ -112,14 +135,15 @@ end
 function Stream:wait_closed(timeout_ms)
   while true do
     if self.freed then return nil, closed_err() end
-    if self.c:closed() then return self:result() end
-    local err = self:_wait(timeout_ms, "process stream")
+    if self.c:closed() and not self:_refused() then return self:result() end
+    local err = not self.c:closed() and self:_wait(timeout_ms, "process stream")
     if err then return nil, err end
   end
 end
 
 -- How the stream ended: true | nil, err (transport, HTTP status, decoding) | nil when open.
 function Stream:result()
+  self:_refused()
   local closed, err = self.c:closed()
   if not closed then return nil end
   if err then return nil, err end

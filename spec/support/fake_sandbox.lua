@@ -30,6 +30,12 @@ function M.new(handlers)
   function sb:explain(err) return err end
   sb.envd = {
     unary = function(_, method, msg) return call("unary", method, msg) end,
+    -- as the JSON codec sends it
+    send_input = function(_, pid, data, pty)
+      local b64 = require("moonbox.core").b64encode(data)
+      return call("unary", "process.Process/SendInput", { process = { pid = pid },
+        input = pty and { pty = b64 } or { stdin = b64 } })
+    end,
     -- handlers.stream returns a script for support.fake_pstream (or nil, err)
     process_stream = function(_, method, msg, cfg, opts)
       local items, err = call("stream", method, msg, opts, cfg)

@@ -2,7 +2,8 @@
 -- (sandboxd, mbwrap) are. Configuration follows E2B's own variables: E2B_API_KEY,
 -- E2B_API_URL, E2B_SANDBOX_URL, E2B_DOMAIN. With none of them (and no apiKey), moonbox starts
 -- its own sandboxd (local_sandboxd = true). MOONBOX_CA_FILE and MOONBOX_CONNECT_TO (or the
--- plugin's caFile / connectTo) say how to reach them.
+-- plugin's caFile / connectTo) say how to reach them; MOONBOX_ENVD_CODEC (envdCodec) how to
+-- speak to envd ("proto", the default, or "json").
 local M = {}
 
 M.ENVD_PORT = 49983
@@ -38,6 +39,12 @@ function M.resolve(config, getenv)
     for item in get("MOONBOX_CONNECT_TO"):gmatch("[^,%s]+") do ct[#ct + 1] = item end
   end
   e.transport = { ca_file = config.caFile or get("MOONBOX_CA_FILE"), connect_to = ct }
+  -- envd's codec: binary protobuf unless told otherwise (a server that refuses it turns the
+  -- client to JSON by itself).
+  e.codec = config.envdCodec or get("MOONBOX_ENVD_CODEC") or "json"
+  if e.codec ~= "proto" and e.codec ~= "json" then
+    error(("MOONBOX_ENVD_CODEC must be \"proto\" or \"json\", got %q"):format(e.codec), 0)
+  end
   return e
 end
 

@@ -1,5 +1,9 @@
 -- moonbox.e2b.envd — the in-sandbox daemon's API: Connect unary RPC and process streams in
--- JSON mode, plus GET/POST /files (reference §3–6). One client per sandbox; every request carries
+-- either codec — binary protobuf (application/proto, application/connect+proto: raw bytes,
+-- decoded in C) or JSON — plus GET/POST /files (reference §3–6). Callers speak one Lua shape
+-- (the JSON codec's objects); core.rpc_encode/rpc_decode map it to protobuf. With codec
+-- "proto", a server that refuses it (415, `unimplemented`) turns the client to JSON for good
+-- and the unary call is retried once. One client per sandbox; every request carries
 -- E2b-Sandbox-Id / E2b-Sandbox-Port (routing) and X-Access-Token when the sandbox has one.
 -- Errors: Connect codes become E2B_<CODE> (E2B_NOT_FOUND, E2B_ALREADY_EXISTS, …) with
 -- `connect_code`, `status`; /files errors map by HTTP status; transport errors pass through.
@@ -27,7 +31,8 @@ end
 
 -- cfg: { url (E2B_SANDBOX_URL or the per-sandbox host), sandbox_id, access_token?, user?,
 --        http, procstream (moonbox.procstream, or a stand-in), core (codecs), timeout_ms,
---        stream_open_ms, stream_idle_ms, keepalive_s, transport = { ca_file, connect_to } }
+--        stream_open_ms, stream_idle_ms, keepalive_s, transport = { ca_file, connect_to },
+--        codec = "json" | "proto" }
 function envd.new(cfg)
   assert(type(cfg.url) == "string" and cfg.url ~= "", "envd: url required")
   assert(type(cfg.sandbox_id) == "string" and cfg.sandbox_id ~= "", "envd: sandbox_id required")
@@ -44,6 +49,8 @@ function envd.new(cfg)
   self.stream_idle_ms = cfg.stream_idle_ms or 150000
   self.keepalive_s = cfg.keepalive_s or 50
   self.transport = cfg.transport or {}
+  self.codec = cfg.codec or "json"
+  assert(self.codec == "json" or self.codec == "proto", "envd: codec must be \"json\" or \"proto\"")
   return self
 end
 
@@ -92,17 +99,26 @@ local function is_json(ct)
   return ct ~= nil and ct:lower():match("^application/json") ~= nil
 end
 
--- Unary call: method is "filesystem.Filesystem/Stat" etc. → decoded response | nil, err
-function envd:unary(method, msg, opts)
-  opts = opts or {}
+-- A server that does not take the binary codec.
+local function refuses_proto(res)
+  if res.status == 415 then return true end
+  if res.status ~= 200 and is_json(res.headers and res.headers["content-type"]) then
+    local ok, v = pcall(cjson.decode, res.body)
+    return ok and type(v) == "table" and v.code == "unimplemented"
+  end
+  return false
+end
+
+-- One unary request with a ready body; `proto` = the body and the answer are protobuf.
+function envd:_unary(method, body, proto, opts)
   local res, err = self.http.request(self:_req{
     method = "POST", url = self.url .. "/" .. method,
     headers = self:_auth(self:_headers{
-      ["Content-Type"] = "application/json", ["Connect-Protocol-Version"] = "1" }),
-    body = cjson.encode(msg or {}),
-    max_bytes = opts.max_bytes or MAX_UNARY, timeout_ms = opts.timeout_ms or self.timeout_ms,
+      ["Content-Type"] = proto and "application/proto" or "application/json", ["Connect-Protocol-Version"] = "1" }),
+    body = body, max_bytes = opts.max_bytes or MAX_UNARY, timeout_ms = opts.timeout_ms or self.timeout_ms,
   })
   if not res then return nil, err end
+  if proto and refuses_proto(res) then return nil, nil, true end
   local ct = res.headers and res.headers["content-type"]
   if res.status ~= 200 then
     if is_json(ct) then
@@ -115,14 +131,51 @@ function envd:unary(method, msg, opts)
     end
     return nil, status_error(method, res.status, "HTTP " .. res.status)
   end
-  if not is_json(ct) then
+  local text = res.body ~= "" and res.body or "{}"
+  if proto then
+    if not (ct and ct:lower():match("^application/proto")) then
+      return nil, rpc_error(method, "unknown", "unsupported content type " .. tostring(ct), res.status)
+    end
+    local _, out = self:_core().rpc_method(method)
+    local j, derr = self:_core().rpc_decode(out, res.body)
+    if not j then return nil, errors.new("E2B_PROTOCOL", method .. ": " .. derr.message) end
+    text = j
+  elseif not is_json(ct) then
     return nil, rpc_error(method, "unknown", "unsupported content type " .. tostring(ct), res.status)
   end
-  local ok, v = pcall(cjson.decode, res.body ~= "" and res.body or "{}")
+  local ok, v = pcall(cjson.decode, text)
   if not ok or type(v) ~= "table" then
     return nil, errors.new("E2B_PROTOCOL", method .. ": invalid JSON response")
   end
   return v
+end
+
+-- Unary call: method is "filesystem.Filesystem/Stat" etc. → decoded response | nil, err.
+-- `proto_body`: the request already in protobuf (SendInput's raw bytes skip JSON and base64).
+function envd:unary(method, msg, opts, proto_body)
+  opts = opts or {}
+  if self.codec == "proto" then
+    local body = proto_body
+    if not body then
+      local inn = self:_core().rpc_method(method)
+      local berr
+      body, berr = self:_core().rpc_encode(inn, cjson.encode(msg or {}))
+      if not body then return nil, errors.new("E2B_INVALID", method .. ": " .. berr.message) end
+    end
+    local r, err, refused = self:_unary(method, body, true, opts)
+    if not refused then return r, err end
+    self.codec = "json"                          -- the server speaks JSON only: from now on too
+  end
+  return self:_unary(method, cjson.encode(msg or {}), false, opts)
+end
+
+-- SendInput: stdin (or a terminal's input) bytes.
+function envd:send_input(pid, data, pty)
+  local core = self:_core()
+  local b64 = self.codec == "json" and core.b64encode(data) or nil
+  local input = pty and { pty = b64 } or { stdin = b64 }
+  return self:unary("process.Process/SendInput", { process = { pid = pid }, input = input }, nil,
+    self.codec == "proto" and core.rpc_send_input(pid, data, pty) or nil)
 end
 
 -- A process stream (process.Process/Start or Connect), decoded in C as it arrives into the
@@ -141,12 +194,30 @@ function envd:process_stream(method, msg, cfg, opts)
   local p = type(msg) == "table" and msg.process
   cfg.tag = cfg.tag or (p and table.concat({ tostring(p.cmd), p.args and tostring(p.args[1]) or nil,
     p.args and tostring(p.args[#p.args]) or nil }, " "))
-  return self.procstream.open(self:_req{
-    method = "POST", url = self.url .. "/" .. method, headers = headers,
-    body = core.envelope(0, cjson.encode(msg or {})),
-    timeout_ms = opts.open_timeout_ms or self.stream_open_ms,
-    idle_timeout_ms = opts.idle_ms or self.stream_idle_ms,
-  }, cfg)
+  local json = cjson.encode(msg or {})
+  local function request(body, ct)
+    local h = {}
+    for k, v in pairs(headers) do h[k] = v end
+    h["Content-Type"] = ct
+    return self:_req{
+      method = "POST", url = self.url .. "/" .. method, headers = h, body = core.envelope(0, body),
+      timeout_ms = opts.open_timeout_ms or self.stream_open_ms,
+      idle_timeout_ms = opts.idle_ms or self.stream_idle_ms,
+    }
+  end
+  if self.codec ~= "proto" then return self.procstream.open(request(json, "application/connect+json"), cfg) end
+  local payload, perr = core.rpc_encode(core.rpc_method(method), json)
+  if not payload then return nil, errors.new("E2B_INVALID", method .. ": " .. perr.message) end
+  local pcfg = setmetatable({ proto = true }, { __index = cfg })
+  -- a server that refuses the binary codec gets this stream again in JSON, and JSON from now on
+  pcfg.fallback = function(status, body)
+    if not refuses_proto{ status = status, body = body, headers = { ["content-type"] = "application/json" } } then
+      return nil
+    end
+    self.codec = "json"
+    return request(json, "application/connect+json"), cfg
+  end
+  return self.procstream.open(request(payload, "application/connect+proto"), pcfg)
 end
 
 -- The error of a process stream that closed with `err`: an HTTP answer is mapped like a unary

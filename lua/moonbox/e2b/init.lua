@@ -3,7 +3,8 @@
 -- Config: apiKey (else E2B_API_KEY), cwd (absolute, default: the composition's lifecycle
 -- policy, default_cwd), timeoutMs (the lease, default: its default_timeout_ms), sandboxId (connect to an existing
 -- sandbox instead of creating one), template (or a snapshot), metadata, envVars,
--- allowInternetAccess, autoPause, secure (the create options, as the SDK names them). Endpoints come from E2B_API_URL /
+-- allowInternetAccess, autoPause, secure (the create options, as the SDK names them), envdCodec
+-- ("proto" | "json": how envd is spoken to; MOONBOX_ENVD_CODEC). Endpoints come from E2B_API_URL /
 -- E2B_SANDBOX_URL / E2B_DOMAIN; with none of them set, the owner starts a local sandboxd and
 -- stops it at teardown (moonbox.e2b.launcher). The pieces: owner.lua (lifecycle),
 -- sandbox.lua (the handle providers use), envd.lua and api.lua (the wire), endpoints.lua,
@@ -40,6 +41,9 @@ M.schema = {
   allowInternetAccess = { type = "boolean" },
   autoPause = { type = "boolean" },
   secure = { type = "boolean" },
+  envdCodec = { type = "string", check = function(v)
+    if v ~= "proto" and v ~= "json" then return "must be \"proto\" or \"json\", got " .. v end
+  end },
   caFile = { type = "string", check = function(v) if v == "" then return "must be a path to a PEM CA bundle" end end },
   connectTo = { type = "table", check = function(v)
     local n = 0

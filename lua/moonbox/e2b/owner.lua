@@ -123,6 +123,7 @@ function Owner:_prepare(info)
   }
   sb.envd = envd_mod.new{ url = endpoints.sandbox_url(ep, info.id, info.domain), sandbox_id = info.id,
     access_token = info.access_token, http = m.http, procstream = m.procstream, core = core, transport = ep.transport,
+    codec = ep.codec,
     timeout_ms = self.timeouts.request_ms, stream_open_ms = self.timeouts.stream_open_ms,
     stream_idle_ms = self.timeouts.stream_idle_ms, keepalive_s = self.timeouts.keepalive_interval_s }
   local hex = ids.hex(8)

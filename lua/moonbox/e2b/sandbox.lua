@@ -108,8 +108,7 @@ function Sandbox:signal_process(_, pid, sig)
 end
 
 function Sandbox:send_input(_, pid, data, pty)
-  local input = pty and { pty = self.core.b64encode(data) } or { stdin = self.core.b64encode(data) }
-  return ok_or(self.envd:unary("process.Process/SendInput", { process = { pid = pid }, input = input }))
+  return ok_or(self.envd:send_input(pid, data, pty))
 end
 
 function Sandbox:close_input(_, pid)
