@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "net.h"
 #include "registry.h"
 
 static char g_state_dir[4096] = ".";
@@ -184,6 +185,12 @@ static void create_sandbox(sd_request *r) {
   if (get_bool(r, body, "secure", false, &o.secure) || get_bool(r, body, "allow_internet_access", true, &o.internet) ||
       get_bool(r, body, "autoPause", false, &o.auto_pause))
     goto out;
+  char why[512];
+  if (o.internet && !net_available(why, sizeof why)) {
+    sd_reply_error(r, 501, "field 'allow_internet_access': true is not available on this host (%s); create the "
+                   "sandbox with allowInternetAccess: false", why);
+    goto out;
+  }
   reg_info in;
   char err[512];
   if (reg_create(&o, &in, err, sizeof err) != 0) {

@@ -157,7 +157,7 @@ static pid_t mount_system_overlays(int sbx_fd, char *sysdirs, char names[][16], 
   _exit(0);
 }
 
-static void setup_root(int tpl_fd, int sbx_fd, int newnet, char *sysdirs) {
+static void setup_root(int tpl_fd, int sbx_fd, char *sysdirs) {
   char path[128], names[8][16];
   int nsys;
   CHECK(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), "make mounts private");
@@ -201,14 +201,14 @@ static void setup_root(int tpl_fd, int sbx_fd, int newnet, char *sysdirs) {
   CHECK(symlink("/proc/self/fd/0", "dev/stdin"), "link /dev/stdin");
   CHECK(symlink("/proc/self/fd/1", "dev/stdout"), "link /dev/stdout");
   CHECK(symlink("/proc/self/fd/2", "dev/stderr"), "link /dev/stderr");
-  /* sysfs may only be mounted by the owner of the network namespace. */
-  if (newnet) (void)mount("sysfs", "sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+  /* sysfs may only be mounted by the owner of the network namespace: ours, always. */
+  (void)mount("sysfs", "sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
   mark("proc+dev+sys");
   CHECK(syscall(SYS_pivot_root, ".", "."), "pivot_root");
   CHECK(umount2(".", MNT_DETACH), "detach host root");
   CHECK(chdir("/"), "chdir /");
   CHECK(sethostname("sandbox", 7), "sethostname");   /* the sandbox id comes with INIT_REQ_HOSTNAME */
-  if (newnet) {
+  {
     int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     struct ifreq ifr;
     memset(&ifr, 0, sizeof ifr);
@@ -325,6 +325,9 @@ static void do_spawn(const init_req *rq, const char *str, size_t slen) {
     if ((g_clear_groups && setgroups(0, NULL) != 0) || setresgid(rq->gid, rq->gid, rq->gid) != 0 ||
         setresuid(rq->uid, rq->uid, rq->uid) != 0) { ce.step = STEP_IDS; goto cfail; }
     umask(022);
+    /* The init is not dumpable; the command is its own: root inside may trace it, and its /proc
+     * files are its own (needed for oom_score_adj below). exec decides again for the program. */
+    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
     /* The init is shielded from the OOM killer (-1000, set by sandboxd); commands are not. */
     int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (oom >= 0) { if (write(oom, "100", 3) < 0) {} close(oom); }
@@ -402,15 +405,15 @@ static void reap(void) {
 
 
 int sbx_init_main(int argc, char **argv) {
-  if (argc != 7) return 2;
+  if (argc != 6) return 2;
   g_ctl = parse_fd(argv[1]);
   int tpl_fd = parse_fd(argv[2]), sbx_fd = parse_fd(argv[3]);
   if (g_ctl < 0 || tpl_fd < 0 || sbx_fd < 0) return 2;
-  g_clear_groups = argv[5][0] == 'c';
+  g_clear_groups = argv[4][0] == 'c';
   /* Inherit nothing from sandboxd but the descriptors named in argv, whatever it forgot to mark
    * CLOEXEC: the channel, the two layer directories and the idmapped trees ("usr=<fd>"). */
   int keep[3 + 16] = {g_ctl, tpl_fd, sbx_fd}, nkeep = 3;
-  for (const char *q = strchr(argv[6], '='); q && nkeep < 19; q = strchr(q + 1, '=')) {
+  for (const char *q = strchr(argv[5], '='); q && nkeep < 19; q = strchr(q + 1, '=')) {
     int fd = (int)strtol(q + 1, NULL, 10);
     if (fd > 2) keep[nkeep++] = fd;
   }
@@ -427,13 +430,16 @@ int sbx_init_main(int argc, char **argv) {
   int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (nul >= 0) { dup2(nul, 0); dup2(nul, 1); dup2(nul, 2); if (nul > 2) close(nul); }
   prctl(PR_SET_NAME, "sandboxd-init", 0, 0, 0);   /* what `ps` shows as pid 1 inside */
+  /* Nobody inside may ptrace us (the image is unreadable to them, see sandbox.c init_exe_fd; this
+   * keeps it so whatever the image's mode): a tracer that stops pid 1 would stop every command. */
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   /* Our own mask, whatever the sandboxd thread that cloned us had blocked: only SIGCHLD (read
    * through a signalfd). */
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
   sigprocmask(SIG_SETMASK, &chld, NULL);
-  setup_root(tpl_fd, sbx_fd, argv[4][0] == 'n', argv[6]);
+  setup_root(tpl_fd, sbx_fd, argv[5]);
   close(tpl_fd);
   close(sbx_fd);
   int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);

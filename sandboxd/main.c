@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "control.h"
+#include "net.h"
 #include "registry.h"
 #include "sandbox.h"
 #include "server.h"
@@ -88,10 +89,11 @@ static void report_caps(void) {
   sbx_probe_host(&caps);
   struct { bool ok; const char *name; } f[] = {
     { caps.userns, "user namespaces" }, { caps.overlay, "overlay root" }, { caps.pidns, "pid namespace" },
-    { caps.netns, "network namespace (allow_internet_access=false)" }, { caps.cgroup_pids, "cgroup pids limit" },
+    { caps.netns, "network namespace" }, { caps.internet, "internet access (pasta)" },
+    { caps.net_guard, "host address guard (nftables)" }, { caps.cgroup_pids, "cgroup pids limit" },
     { caps.cgroup_memory, "cgroup memory limit" }, { caps.freezer, "freezer (pause)" },
   };
-  char missing[512] = "";
+  char missing[640] = "";
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (!f[i].ok) {
       size_t n = strlen(missing);
@@ -170,14 +172,22 @@ int main(int argc, char **argv) {
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) { perror("sandboxd: prctl(PR_SET_PDEATHSIG)"); return 1; }
     if (getppid() != parent) { fprintf(stderr, "sandboxd: --exit-with-parent: the parent already exited\n"); return 1; }
   }
+  net_init(state_dir, NULL, 0);   /* before any sandbox: the host guard (report_caps says what is missing) */
   sbx_cleanup_stale(state_dir);
   report_caps();
   control_init(state_dir);
-  if (reg_init(state_dir)) { fprintf(stderr, "sandboxd: cannot start the expiry thread\n"); return 1; }
+  if (reg_init(state_dir)) {
+    fprintf(stderr, "sandboxd: cannot start the expiry thread\n");
+    sbx_pool_stop();
+    net_shutdown();
+    return 1;
+  }
   char err[512];
   if (sd_server_start(host, (int)port, api_key, err, sizeof err)) {
     fprintf(stderr, "sandboxd: %s\n", err);
     reg_shutdown();
+    sbx_pool_stop();
+    net_shutdown();
     return 1;
   }
   if (api_key == keybuf) printf("sandboxd api key: %s (kept in %s/api-key)\n", api_key, state_dir);
@@ -189,5 +199,7 @@ int main(int argc, char **argv) {
   fprintf(stderr, "sandboxd: %s: destroying every sandbox\n", strsignal(sig));
   reg_shutdown();
   sd_server_stop();
+  sbx_pool_stop();     /* the spares' pastas, before their guard goes */
+  net_shutdown();
   return 0;
 }

@@ -2,6 +2,7 @@
 #include "sandbox.h"
 
 #include "init.h"
+#include "net.h"
 #include "process.h"
 #include "template.h"
 
@@ -16,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -44,6 +47,7 @@ struct sbx {
   gid_t gid0;
   bool killed;
   bool internet;
+  net_proc net;                /* pasta, with internet access */
   int ctl;                     /* channel to the init until the process table owns it (then -1) */
   pthread_mutex_t mu;
   ptab *pt;
@@ -116,6 +120,18 @@ static int read_str(const char *path, char *buf, size_t cap) {
   return 0;
 }
 
+/* A new file (O_EXCL) holding s. */
+static int write_new(const char *path, const char *s) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  size_t len = strlen(s);
+  ssize_t w = write(fd, s, len);
+  int e = errno;
+  close(fd);
+  if (w != (ssize_t)len) { errno = w < 0 ? e : EIO; return -1; }
+  return 0;
+}
+
 /* Sandboxes of different state dirs (parallel test runs) get separate cgroup parents. */
 static void cg_parent(const char *state_dir, char *out, size_t cap) {
   char real[4096];
@@ -146,7 +162,14 @@ void sbx_probe_host(sbx_host_caps *caps) {
   caps->userns = caps->pidns = errs[0] == 0;
   if (errs[0]) WHY("user/mount/pid/uts/ipc namespaces: %s (kernel.unprivileged_userns_clone or user.max_user_namespaces?); ", strerror(errs[0]));
   caps->netns = errs[1] == 0;
-  if (errs[1]) WHY("network namespace: %s; ", strerror(errs[1]));
+  if (errs[1]) WHY("network namespace (every sandbox needs its own): %s; ", strerror(errs[1]));
+  char nwhy[512];
+  caps->internet = net_available(nwhy, sizeof nwhy);
+  if (!caps->internet) WHY("internet access: %s (sandboxes need allow_internet_access: false); ", nwhy);
+  caps->net_guard = net_guarded();
+  if (caps->internet && !caps->net_guard)
+    WHY("not root: pasta runs as you, and nothing keeps sandboxes with internet access from the host's "
+        "non-loopback addresses; ");
   char fs[8192] = "";
   caps->overlay = read_str("/proc/filesystems", fs, sizeof fs) == 0 && strstr(fs, "\toverlay\n");
   if (!caps->overlay) WHY("overlay file system not available; ");
@@ -306,8 +329,16 @@ void sbx_kill_init(sbx_t *s) {
 }
 
 /* The init image: sandboxd-init next to the sandboxd binary when it exists (tiny, static: fast
- * to exec and no library constructors running inside the sandbox), else sandboxd itself. */
-static int init_exe_fd(void) {
+ * to exec and no library constructors running inside the sandbox), else sandboxd itself.
+ *
+ * It is copied once into a sealed memfd of mode 0111 that sandbox root may execute but not read.
+ * Executing an unreadable image makes the kernel mark the init non-dumpable and tie its memory to
+ * the host's user namespace (fs/exec.c would_dump), so root inside cannot ptrace pid 1, open
+ * /proc/1/mem or /proc/1/fd: an attach that stops the init would wedge the whole sandbox. */
+static pthread_mutex_t image_mu = PTHREAD_MUTEX_INITIALIZER;
+static int image_fd = -2;      /* -2 not made yet, -1 unavailable (the file is used as it is) */
+
+static int init_file_fd(void) {
   char self[4096], path[4200];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n > 0) {
@@ -322,6 +353,47 @@ static int init_exe_fd(void) {
     }
   }
   return open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+}
+
+#ifndef MFD_EXEC
+#define MFD_EXEC 0x0010U
+#endif
+static int make_image(void) {
+  char mode[8] = "0";
+  (void)read_str("/proc/sys/vm/memfd_noexec", mode, sizeof mode);
+  if (mode[0] == '2') return -1;           /* the host forbids executable memfds */
+  int src = init_file_fd();
+  if (src < 0) return -1;
+  int fd = (int)syscall(SYS_memfd_create, "sandboxd-init", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_EXEC);
+  if (fd < 0 && errno == EINVAL) fd = (int)syscall(SYS_memfd_create, "sandboxd-init", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  struct stat st;
+  bool ok = fd >= 0 && fstat(src, &st) == 0;
+  for (off_t done = 0; ok && done < st.st_size;) {
+    ssize_t k = sendfile(fd, src, NULL, (size_t)(st.st_size - done));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) ok = false;
+    else done += k;
+  }
+  ok = ok && fchmod(fd, 0111) == 0 &&
+       fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) == 0;
+  close(src);
+  if (!ok) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static int init_exe_fd(void) {
+  pthread_mutex_lock(&image_mu);
+  if (image_fd == -2) {
+    image_fd = geteuid() == 0 ? make_image() : -1;   /* rootless: the owner may read it anyway */
+    if (image_fd < 0 && geteuid() == 0)
+      fprintf(stderr, "sandboxd: cannot make an unreadable init image (memfd): root inside a sandbox may ptrace its pid 1\n");
+  }
+  int fd = image_fd >= 0 ? fcntl(image_fd, F_DUPFD_CLOEXEC, 3) : -1;
+  pthread_mutex_unlock(&image_mu);
+  return fd >= 0 ? fd : init_file_fd();
 }
 
 /* ---- idmapped lower layers ----
@@ -420,6 +492,7 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   pthread_mutex_init(&s->mu, NULL);
   snprintf(s->id, sizeof s->id, "%s", cfg->id);
   s->internet = cfg->internet;
+  s->net = NET_PROC_NONE;
   s->ctl = -1;
   s->root_fd = -1;
   s->privileged = geteuid() == 0;
@@ -431,7 +504,7 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   int sv[2] = {-1, -1}, exe_fd = -1, tpl_fd = -1, sbx_fd = -1, idfds[TPL_MAX_SYSDIRS], nidfds = 0;
   bool dir_made = false;
   tpl_info tpl;
-  if (tpl_ensure(cfg->state_dir, ru, rg, uu, ug, &tpl, err, errlen) != 0) goto fail;
+  if (tpl_ensure(cfg->state_dir, ru, rg, uu, ug, NET_DNS_FORWARDER, &tpl, err, errlen) != 0) goto fail;
   step(tr, "tpl");
 
   char p[4200];
@@ -504,15 +577,25 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   snprintf(a_sbx, sizeof a_sbx, "%d", sbx_fd);
   /* Nothing in argv names the sandbox (it shows as /proc/1/cmdline inside): the host name comes
    * later, over the channel, so that a pre-booted spare looks exactly like this. */
-  char *iargv[] = {SBX_INIT_ARGV0, a_ctl, a_tpl, a_sbx, cfg->internet ? "h" : "n",
-                   s->privileged ? "c" : "k", sysdirs, NULL};
+  char *iargv[] = {SBX_INIT_ARGV0, a_ctl, a_tpl, a_sbx, s->privileged ? "c" : "k", sysdirs, NULL};
   char *ienv[] = {NULL};
-  unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | SIGCHLD;
-  if (!cfg->internet) flags |= CLONE_NEWNET;
+  /* A network namespace of its own whatever the internet flag (net.h). */
+  unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | SIGCHLD;
   step(tr, "fds");
   cg_home home;
   if (cg_enter(s, &home, err, errlen) != 0) goto fail;
   step(tr, "cg join");
+  /* The new user namespace is owned by the effective uid of its creator: NET_UID here, pasta's uid,
+   * so that pasta may join it (it drops root first). Only this thread changes (raw system call);
+   * the file-system uid stays 0 for the child's look-ups in the state dir. */
+  if (s->privileged) {
+    if (syscall(SYS_setresuid, -1, NET_UID, -1) != 0) {
+      seterr(err, errlen, "seteuid: %s", strerror(errno));
+      cg_leave(s, &home);
+      goto fail;
+    }
+    syscall(SYS_setfsuid, 0);   /* allowed without privilege: the real uid is 0 */
+  }
   long pid = syscall(SYS_clone, flags, 0, 0, 0, 0);
   if (pid == 0) {
     char go;
@@ -535,6 +618,12 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
     syscall(SYS_exit_group, 127);
   }
   int clone_errno = errno;
+  if (s->privileged && syscall(SYS_setresuid, -1, 0, -1) != 0) {
+    /* Cannot happen (the real and saved uids are 0); a thread that stayed unprivileged would fail
+     * every later step of sandboxd, so stop here. */
+    fprintf(stderr, "sandboxd: cannot return to euid 0: %s\n", strerror(errno));
+    abort();
+  }
   step(tr, "clone");
   cg_leave(s, &home);
   step(tr, "cg leave");
@@ -567,6 +656,15 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   }
   step(tr, "id maps");
   if (send(sv[0], "G", 1, MSG_NOSIGNAL) != 1) { seterr(err, errlen, "start init: %s", strerror(errno)); goto fail; }
+  /* pasta connects the namespace while the init builds its root. */
+  if (cfg->internet) {
+    if (net_start(s->init_pid, s->dir, &s->net, err, errlen) != 0) goto fail;
+    char info[64];
+    snprintf(info, sizeof info, "%d %lld\n", (int)s->net.pid, proc_starttime(s->net.pid));
+    xfmt(p, sizeof p, "%s/pasta.pid", s->dir);
+    if (write_new(p, info) != 0) { seterr(err, errlen, "write %s: %s", p, strerror(errno)); goto fail; }
+    step(tr, "pasta");
+  }
   /* While the init builds its root (a crash of sandboxd before this is written leaves an init
    * that exits by itself: its channel is gone; the cgroup sweep finds it too). */
   {
@@ -574,13 +672,7 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
     char info[64];
     snprintf(info, sizeof info, "%ld %lld\n", pid, proc_starttime(s->init_pid));
     xfmt(p, sizeof p, "%s/init.pid", s->dir);
-    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0 || write(fd, info, strlen(info)) != (ssize_t)strlen(info)) {
-      seterr(err, errlen, "write %s: %s", p, strerror(errno));
-      if (fd >= 0) close(fd);
-      goto fail;
-    }
-    close(fd);
+    if (write_new(p, info) != 0) { seterr(err, errlen, "write %s: %s", p, strerror(errno)); goto fail; }
   }
   /* An OOM-killed init would take the whole sandbox down: let the kernel pick a command. */
   xfmt(p, sizeof p, "/proc/%ld/oom_score_adj", pid);
@@ -605,6 +697,8 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
     seterr(err, errlen, "sandbox setup failed: %s", m.type == INIT_MSG_FAILED ? m.text : "unexpected message");
     goto fail;
   }
+  if (net_wait(&s->net, s->dir, NET_READY_TIMEOUT_MS, err, errlen) != 0) goto fail;
+  step(tr, "network");
   xfmt(p, sizeof p, "/proc/%ld/root", pid);
   s->root_fd = open(p, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (s->root_fd < 0) { seterr(err, errlen, "open sandbox root: %s", strerror(errno)); goto fail; }
@@ -626,6 +720,7 @@ fail:
     kill(s->init_pid, SIGKILL);
     while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR) {}
   }
+  net_stop(&s->net);
   cg_remove(s);
   if (dir_made) (void)tpl_rm_tree(s->dir);
   pthread_mutex_destroy(&s->mu);
@@ -635,6 +730,7 @@ fail:
 
 /* The last of discard and sbx_destroy, once init is gone: root fd, cgroup, directory, the struct. */
 static void release(sbx_t *s) {
+  net_stop(&s->net);
   if (s->root_fd >= 0) close(s->root_fd);
   cg_remove(s);
   if (tpl_rm_tree(s->dir) != 0)
@@ -920,6 +1016,21 @@ static void kill_cgroup(const char *dir) {
   if (rmdir(dir) != 0 && errno != ENOENT) fprintf(stderr, "sandboxd: cleanup: rmdir %s: %s\n", dir, strerror(errno));
 }
 
+/* SIGKILL to the process a "<pid> <start time>" file names, if it still runs; waits (bounded). */
+static void kill_recorded(const char *file) {
+  char buf[64];
+  long pid = 0;
+  long long start = -1;
+  if (read_str(file, buf, sizeof buf) != 0 || sscanf(buf, "%ld %lld", &pid, &start) != 2 || pid <= 1 ||
+      proc_starttime((pid_t)pid) != start)
+    return;
+  kill((pid_t)pid, SIGKILL);
+  for (int i = 0; i < 1000 && proc_starttime((pid_t)pid) == start; i++) {
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 void sbx_cleanup_stale(const char *state_dir) {
   char parent[64], p[4200];
   sbx_pool_stop();   /* our own spares first: the sweep below would kill them under the pool */
@@ -944,17 +1055,13 @@ void sbx_cleanup_stale(const char *state_dir) {
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
       if (de->d_name[0] == '.') continue;
-      char sd[4600], buf[64];
-      xfmt(sd, sizeof sd, "%s/%s/init.pid", p, de->d_name);
-      long pid = 0;
-      long long start = -1;
-      if (read_str(sd, buf, sizeof buf) == 0 && sscanf(buf, "%ld %lld", &pid, &start) == 2 && pid > 1 &&
-          proc_starttime((pid_t)pid) == start) {
-        kill((pid_t)pid, SIGKILL);   /* its pid namespace goes with it */
-        for (int i = 0; i < 1000 && proc_starttime((pid_t)pid) == start; i++) {
-          struct timespec ts = {0, 2000000};
-          nanosleep(&ts, NULL);
-        }
+      char sd[4600];
+      /* The init (its pid namespace goes with it) and pasta, which outlives the namespace's
+       * processes: pid + start time identify each unambiguously. */
+      static const char *const pidfiles[] = {"init.pid", "pasta.pid"};
+      for (size_t k = 0; k < 2; k++) {
+        xfmt(sd, sizeof sd, "%s/%s/%s", p, de->d_name, pidfiles[k]);
+        kill_recorded(sd);
       }
       xfmt(sd, sizeof sd, "%s/%s", p, de->d_name);
       if (tpl_rm_tree(sd) != 0) fprintf(stderr, "sandboxd: cleanup: removing %s: %s\n", sd, strerror(errno));
@@ -968,7 +1075,7 @@ void sbx_cleanup_stale(const char *state_dir) {
   if (uu == (uid_t)-1) { uu = sbx_host_uid(&probe, 0); ug = sbx_host_gid(&probe, 0); }
   tpl_info tpl;
   char err[512];
-  if (tpl_ensure(state_dir, sbx_host_uid(&probe, 0), sbx_host_gid(&probe, 0), uu, ug, &tpl, err, sizeof err) != 0)
+  if (tpl_ensure(state_dir, sbx_host_uid(&probe, 0), sbx_host_gid(&probe, 0), uu, ug, NET_DNS_FORWARDER, &tpl, err, sizeof err) != 0)
     fprintf(stderr, "sandboxd: cleanup: %s\n", err);
   else
     sbx_pool_start(state_dir);

@@ -12,7 +12,7 @@ typedef struct sbx sbx_t;
 typedef struct {
   const char *id;               /* lowercase alnum, unique */
   const char *state_dir;        /* sandboxd state dir; the sandbox keeps its layers under <state_dir>/sandboxes/<id> */
-  bool internet;                /* false: network namespace with loopback only */
+  bool internet;                /* its own network namespace either way; true: pasta connects it (net.h) */
   const char *const *envs;      /* NULL-terminated "NAME=VALUE" list added to every process (create envVars) */
   long memory_mb;               /* cgroup memory limit; 0 = SBX_DEFAULT_MEMORY_MB (ignored without the controller) */
   long pids_max;                /* cgroup pids limit; 0 = SBX_DEFAULT_PIDS_MAX */
@@ -22,7 +22,7 @@ typedef struct {
 bool  sbx_valid_id(const char *id);    /* 1..64 of [a-z0-9]: what sbx_config.id accepts */
 
 /* Capabilities probed once at start-up; `why` says what is missing and why. */
-typedef struct { bool userns, overlay, pidns, netns, cgroup_pids, cgroup_memory, freezer; char why[512]; } sbx_host_caps;
+typedef struct { bool userns, overlay, pidns, netns, internet, net_guard, cgroup_pids, cgroup_memory, freezer; char why[768]; } sbx_host_caps;
 void sbx_probe_host(sbx_host_caps *caps);
 
 int   sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen);

@@ -9,6 +9,7 @@ import net from 'node:net'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Sandbox } from 'e2b'
+export { Sandbox }
 
 export const HERE = path.dirname(fileURLToPath(import.meta.url))
 export const ZERO_KEY = 'e2b_' + '0'.repeat(40)

@@ -217,3 +217,22 @@ test('allowInternetAccess false: the sandbox has loopback only', T, async (t) =>
   )
   assert.equal(r.stdout, 'lo-ok\n')
 })
+
+test('root inside cannot ptrace pid 1: the attempt fails at once and every later command runs', T, async (t) => {
+  const sbx = await newSandbox(t)
+  // PTRACE_ATTACH (16) to the init: EPERM (1). Before, it stopped pid 1 and every later command
+  // hit its deadline.
+  const attach = await sh(sbx, `python3 -c "import ctypes; l=ctypes.CDLL(None, use_errno=True); print(l.ptrace(16, 1, 0, 0), ctypes.get_errno())"`, { user: 'root' })
+  assert.equal(attach.out.trim(), '-1 1')
+  const strace = await sh(sbx, 'strace -p 1 2>&1', { user: 'root', timeoutMs: 20_000 })
+  assert.notEqual(strace.code, 0)
+  assert.match(strace.out, /Operation not permitted/)
+  // nor through /proc: its memory, descriptors and environment stay closed
+  for (const f of ['/proc/1/mem', '/proc/1/environ', '/proc/1/fd/0'])
+    assert.notEqual((await sh(sbx, `head -c1 ${f}`, { user: 'root' })).code, 0, `${f} readable`)
+  assert.equal((await sbx.commands.run('echo alive', { timeoutMs: 20_000 })).stdout, 'alive\n')
+  // root inside still traces its own programs
+  assert.equal((await sh(sbx, 'strace -f -o /dev/null true; echo rc=$?', { user: 'root' })).out.trim(), 'rc=0')
+  // and what `ps` shows of pid 1 is unchanged
+  assert.equal((await sbx.commands.run('cat /proc/1/comm')).stdout, 'sandboxd-init\n')
+})

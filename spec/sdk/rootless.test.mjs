@@ -66,10 +66,22 @@ test('sandboxd as an ordinary user: reports missing isolation, serves the SDK, S
     assert.match(reasons, reason)
   }
   // and what it does have is not reported missing (the probe above just cloned these namespaces)
-  for (const ok of ['user namespaces', 'pid namespace']) assert.ok(!missing.split(', ').includes(ok), `${ok} reported missing: ${missing}`)
+  for (const ok of ['user namespaces', 'pid namespace', 'network namespace']) assert.ok(!missing.split(', ').includes(ok), `${ok} reported missing: ${missing}`)
+  // Internet access needs pasta and a tun device this user may open (a host's /dev/net/tun is often
+  // root's alone); without it, a create that asks for it is refused, naming the field and why.
+  const internet = !missing.split(', ').includes('internet access (pasta)')
+  if (internet) {
+    // pasta runs as this user, so nothing guards the host's own addresses: reported
+    assert.ok(missing.split(', ').includes('host address guard (nftables)'), `no guard reported missing: ${missing}`)
+    assert.match(reasons, /not root: pasta runs as you, and nothing keeps sandboxes with internet access from the host's non-loopback addresses/)
+  } else {
+    assert.match(reasons, /internet access: .+ \(sandboxes need allow_internet_access: false\)/)
+    await assert.rejects(Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000 }),
+      /^SandboxError: 501: field 'allow_internet_access': true is not available on this host \(.+\); create the sandbox with allowInternetAccess: false$/)
+  }
 
   // The SDK path.
-  const sbx = await Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000 })
+  const sbx = await Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000, allowInternetAccess: internet })
   const r = await sbx.commands.run('echo rootless-ok; id -u')
   assert.equal(r.exitCode, 0)
   assert.match(r.stdout, /^rootless-ok\n\d+\n$/)
@@ -90,7 +102,7 @@ test('sandboxd as an ordinary user: reports missing isolation, serves the SDK, S
   })
 
   // SIGTERM with a live sandbox: exit 0, and nothing of either sandbox remains.
-  const live = await Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000 })
+  const live = await Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000, allowInternetAccess: internet })
   const m2 = marker(7)
   await live.commands.run(`sleep ${m2}`, { background: true, timeoutMs: 0 })
   await waitFor(() => hostProcessesWith(`sleep ${m2}`).length > 0, { what: 'the second sleep on the host' })
