@@ -1,5 +1,6 @@
 /* net.c — pasta per sandbox and the host guard (see net.h). */
 #include "net.h"
+#include "pidfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,12 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <dirent.h>
 #include <arpa/inet.h>
 
 #ifndef CLOSE_RANGE_CLOEXEC
@@ -32,6 +35,7 @@ static struct {
   char pasta[256], nft[256];
   char resolver[64];              /* the host's first IPv4 nameserver, "" if none */
   char table[64];                 /* nftables table of this state dir */
+  char recdir[4200];              /* <state>/net: records of running pastas */
   char why[512];
 } g;
 
@@ -142,9 +146,25 @@ bool net_init(const char *state_dir, char *why, size_t whylen) {
   uint64_t h = 1469598103934665603ull;           /* the same name the cgroups use */
   for (const char *p = state_dir; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
   snprintf(g.table, sizeof g.table, "sandboxd_%016llx", (unsigned long long)h);
+  /* The pastas a crashed run left (they outlive everything else of a sandbox). */
+  if (snprintf(g.recdir, sizeof g.recdir, "%s/net", state_dir) >= (int)sizeof g.recdir) g.recdir[0] = 0;
+  DIR *d = g.recdir[0] ? opendir(g.recdir) : NULL;
+  if (d) {
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+      if (strncmp(de->d_name, "pasta-", 6) != 0) continue;
+      char rec[4500];
+      snprintf(rec, sizeof rec, "%s/%s", g.recdir, de->d_name);
+      pidfile_kill(rec);
+      unlink(rec);
+    }
+    closedir(d);
+  }
   read_resolver();
   struct stat st;
-  if (!find_program("pasta", g.pasta, sizeof g.pasta))
+  if (!g.recdir[0] || (mkdir(g.recdir, 0700) != 0 && errno != EEXIST))
+    snprintf(g.why, sizeof g.why, "cannot make %.300s: %s", g.recdir, strerror(errno ? errno : ENAMETOOLONG));
+  else if (!find_program("pasta", g.pasta, sizeof g.pasta))
     snprintf(g.why, sizeof g.why, "pasta not found (Debian package passt)");
   else if (stat("/dev/net/tun", &st) != 0 || !S_ISCHR(st.st_mode))
     snprintf(g.why, sizeof g.why, "no /dev/net/tun (tun module)");
@@ -179,37 +199,98 @@ void net_shutdown(void) {
   g.guard = false;
 }
 
-int net_start(pid_t init_pid, const char *logdir, net_proc *np, char *err, size_t errlen) {
-  *np = NET_PROC_NONE;
-  char why[256];
-  if (!net_available(why, sizeof why)) { snprintf(err, errlen, "internet access is unavailable: %s", why); return -1; }
-  char p[64], logfile[4200], runas[32];
-  /* Descriptors pasta gets as 3..6: user namespace, network namespace, readiness pipe, log. */
-  int fds[4] = {-1, -1, -1, -1}, hi[4] = {-1, -1, -1, -1}, ready[2] = {-1, -1};
-  snprintf(p, sizeof p, "/proc/%d/ns/user", (int)init_pid);
-  fds[0] = open(p, O_RDONLY | O_CLOEXEC);
-  snprintf(p, sizeof p, "/proc/%d/ns/net", (int)init_pid);
-  fds[1] = open(p, O_RDONLY | O_CLOEXEC);
-  if (fds[0] < 0 || fds[1] < 0 || pipe2(ready, O_CLOEXEC) != 0) {
-    snprintf(err, errlen, "pasta: namespaces of %d: %s", (int)init_pid, strerror(errno));
+/* ---- pairs ---- */
+
+struct net_pair {
+  int userns, netns;
+  pid_t pasta;
+  char record[4300];              /* <state>/net/pasta-<pid>, "" when none */
+};
+
+int net_pair_userns(const net_pair *p) { return p->userns; }
+int net_pair_netns(const net_pair *p) { return p->netns; }
+pid_t net_pair_pasta(const net_pair *p) { return p->pasta; }
+
+static int write_proc(pid_t pid, const char *file, const char *s) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, file);
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  size_t len = strlen(s);
+  ssize_t w = write(fd, s, len);
+  int e = errno;
+  close(fd);
+  if (w != (ssize_t)len) { errno = w < 0 ? e : EIO; return -1; }
+  return 0;
+}
+
+/* A throwaway process makes the namespaces; their descriptors keep them once it is gone. */
+static int make_namespaces(const net_idmap *map, net_pair *p, char *err, size_t errlen) {
+  int hold[2];
+  if (pipe2(hold, O_CLOEXEC) != 0) { snprintf(err, errlen, "pipe: %s", strerror(errno)); return -1; }
+  /* A new user namespace is owned by the effective uid of its creator. Only this thread changes
+   * (raw system call), and only for the clone. */
+  bool own = map->own_by_net_uid && g.privileged;
+  if (own && syscall(SYS_setresuid, -1, NET_UID, -1) != 0) {
+    snprintf(err, errlen, "seteuid: %s", strerror(errno));
+    close(hold[0]); close(hold[1]);
+    return -1;
+  }
+  long pid = syscall(SYS_clone, (unsigned long)(CLONE_NEWUSER | CLONE_NEWNET | SIGCHLD), 0, 0, 0, 0);
+  if (pid == 0) {
+    /* Until the parent has the namespaces: a byte, not EOF (children cloned meanwhile by other
+     * threads hold copies of the write end); and gone with the thread that made it. */
+    char c;
+    syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    syscall(SYS_read, hold[0], &c, 1);
+    syscall(SYS_exit_group, 0);
+  }
+  int clone_errno = errno;
+  if (own && syscall(SYS_setresuid, -1, 0, -1) != 0) {
+    /* Cannot happen (the real and saved uids are 0); a thread that stayed unprivileged would fail
+     * every later step of sandboxd. */
+    fprintf(stderr, "sandboxd: cannot return to euid 0: %s\n", strerror(errno));
+    abort();
+  }
+  close(hold[0]);
+  if (pid < 0) { close(hold[1]); snprintf(err, errlen, "clone (user+net namespaces): %s", strerror(clone_errno)); return -1; }
+  int rc = 0;
+  if ((map->deny_setgroups && write_proc((pid_t)pid, "setgroups", "deny") != 0) ||
+      write_proc((pid_t)pid, "uid_map", map->uid_map) != 0 || write_proc((pid_t)pid, "gid_map", map->gid_map) != 0) {
+    snprintf(err, errlen, "id maps: %s", strerror(errno));
+    rc = -1;
+  }
+  char path[64];
+  if (rc == 0) {
+    snprintf(path, sizeof path, "/proc/%ld/ns/user", pid);
+    p->userns = open(path, O_RDONLY | O_CLOEXEC);
+    snprintf(path, sizeof path, "/proc/%ld/ns/net", pid);
+    p->netns = open(path, O_RDONLY | O_CLOEXEC);
+    if (p->userns < 0 || p->netns < 0) { snprintf(err, errlen, "open namespaces: %s", strerror(errno)); rc = -1; }
+  }
+  if (write(hold[1], "x", 1) != 1) kill((pid_t)pid, SIGKILL);
+  close(hold[1]);
+  while (waitpid((pid_t)pid, NULL, 0) < 0 && errno == EINTR) {}
+  return rc;
+}
+
+/* pasta for p's namespaces; returns once its network is up (it writes its pid to the readiness
+ * pipe then), or -1 with its own words in err. */
+static int start_pasta(net_pair *p, char *err, size_t errlen) {
+  int fds[3] = {p->userns, p->netns, -1}, hi[3] = {-1, -1, -1}, ready[2] = {-1, -1}, errp[2] = {-1, -1};
+  char runas[32];
+  if (pipe2(ready, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0) {
+    snprintf(err, errlen, "pasta: pipe: %s", strerror(errno));
     goto fail;
   }
   fds[2] = ready[1];
-  ready[1] = -1;
-  if (snprintf(logfile, sizeof logfile, "%s/pasta.log", logdir) >= (int)sizeof logfile) {
-    snprintf(err, errlen, "pasta: log path too long");
+  /* pasta opens its pid file, our readiness pipe (/proc/self/fd/5), once it dropped to NET_UID. */
+  if (g.privileged && fchown(ready[1], NET_UID, NET_UID) != 0) {
+    snprintf(err, errlen, "pasta: chown pipe: %s", strerror(errno));
     goto fail;
   }
-  fds[3] = open(logfile, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fds[3] < 0) { snprintf(err, errlen, "pasta: %s: %s", logfile, strerror(errno)); goto fail; }
-  /* pasta opens its log (/proc/self/fd/6) as root without CAP_DAC_OVERRIDE: root's file; its pid
-   * file, our readiness pipe (/proc/self/fd/5), once it dropped to NET_UID: NET_UID's. */
-  if (g.privileged && fchown(fds[2], NET_UID, NET_UID) != 0) {
-    snprintf(err, errlen, "pasta: chown: %s", strerror(errno));
-    goto fail;
-  }
-  /* Out of the way of 0..6, where the child puts stdio and the descriptors pasta names. */
-  for (int i = 0; i < 4; i++)
+  /* Out of the way of 0..5, where the child puts stdio and the descriptors pasta names. */
+  for (int i = 0; i < 3; i++)
     if ((hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10)) < 0) { snprintf(err, errlen, "pasta: dup: %s", strerror(errno)); goto fail; }
   snprintf(runas, sizeof runas, "%u:%u", NET_UID, NET_UID);
   /* Everything the child needs is built here: after clone it makes raw system calls only. */
@@ -227,8 +308,6 @@ int net_start(pid_t init_pid, const char *logdir, net_proc *np, char *err, size_
   argv[a++] = "-U"; argv[a++] = "none";
   argv[a++] = "--no-map-gw";
   argv[a++] = "--dns-forward"; argv[a++] = NET_DNS_FORWARDER;
-  argv[a++] = "--log-file"; argv[a++] = "/proc/self/fd/6";
-  argv[a++] = "--log-size"; argv[a++] = "65536";
   argv[a++] = "--pid"; argv[a++] = "/proc/self/fd/5";
   argv[a++] = "--userns"; argv[a++] = "/proc/self/fd/3";
   argv[a++] = "--netns"; argv[a++] = "/proc/self/fd/4";
@@ -236,11 +315,12 @@ int net_start(pid_t init_pid, const char *logdir, net_proc *np, char *err, size_
   argv[a] = NULL;
   char *envp[] = {NULL};
   const char *path = g.pasta;
-  /* sandboxd ignores SIGPIPE (inherited over exec) and the creating thread may block signals:
+  bool priv = g.privileged;
+  int errw = errp[1];
+  /* sandboxd ignores SIGPIPE (inherited over exec) and the calling thread may block signals:
    * pasta gets neither (this version even refuses to start with SIGPIPE already ignored). */
   struct { void *handler; unsigned long flags; void *restorer; uint64_t mask; } dfl = {0};
   uint64_t nomask = 0;
-  bool priv = g.privileged;
   /* As root pasta gets a tun device node of its own (NET_UID's) in a private mount namespace:
    * the host's /dev/net/tun may be root's alone, and it stays as it is. */
   long pid = syscall(SYS_clone, (unsigned long)(priv ? CLONE_NEWNS : 0) | SIGCHLD, 0, 0, 0, 0);
@@ -254,92 +334,123 @@ int net_start(pid_t init_pid, const char *logdir, net_proc *np, char *err, size_
     }
     if (syscall(SYS_rt_sigaction, SIGPIPE, &dfl, NULL, sizeof dfl.mask) != 0 ||
         syscall(SYS_rt_sigprocmask, SIG_SETMASK, &nomask, NULL, sizeof nomask) != 0)
-      syscall(SYS_exit_group, 123);
+      syscall(SYS_exit_group, 121);
     long nul = syscall(SYS_openat, AT_FDCWD, "/dev/null", O_RDWR);
-    if (nul < 0) syscall(SYS_exit_group, 121);
-    for (int i = 0; i < 3; i++) syscall(SYS_dup3, nul, i, 0);
-    for (int i = 0; i < 4; i++)
+    if (nul < 0 || syscall(SYS_dup3, nul, 0, 0) < 0 || syscall(SYS_dup3, nul, 1, 0) < 0 ||
+        syscall(SYS_dup3, errw, 2, 0) < 0)
+      syscall(SYS_exit_group, 122);
+    for (int i = 0; i < 3; i++)
       if (syscall(SYS_dup3, hi[i], 3 + i, 0) < 0) syscall(SYS_exit_group, 122);
-    syscall(SYS_close_range, 7, ~0U, CLOSE_RANGE_CLOEXEC);
+    syscall(SYS_close_range, 6, ~0U, CLOSE_RANGE_CLOEXEC);
     syscall(SYS_execve, path, argv, envp);
     syscall(SYS_exit_group, 127);
   }
   if (pid < 0) { snprintf(err, errlen, "pasta: clone: %s", strerror(errno)); goto fail; }
-  np->pid = (pid_t)pid;
-  np->ready_fd = ready[0];
-  ready[0] = -1;
-  for (int i = 0; i < 4; i++) { close(fds[i]); close(hi[i]); }
-  return 0;
-fail:
-  for (int i = 0; i < 4; i++) {
-    if (fds[i] >= 0) close(fds[i]);
-    if (hi[i] >= 0) close(hi[i]);
-  }
-  for (int i = 0; i < 2; i++) if (ready[i] >= 0) close(ready[i]);
-  return -1;
-}
-
-/* The last line pasta logged, for an error message. */
-static void log_tail(const char *logdir, char *out, size_t cap) {
-  out[0] = 0;
-  char path[4200];
-  snprintf(path, sizeof path, "%s/pasta.log", logdir);
-  FILE *f = fopen(path, "re");
-  if (!f) return;
-  char line[512];
-  while (fgets(line, sizeof line, f)) {
-    line[strcspn(line, "\n")] = 0;
-    if (line[0]) snprintf(out, cap, "%.*s", (int)(cap > 1 ? cap - 1 : 0), line);
-  }
-  fclose(f);
-}
-
-int net_wait(net_proc *np, const char *logdir, int timeout_ms, char *err, size_t errlen) {
-  if (np->ready_fd < 0) return 0;
-  /* pasta writes its pid to the pipe once the namespace's interface, addresses and routes are up. */
-  char buf[32];
-  size_t n = 0;
-  int64_t until = mono_ms() + timeout_ms;
-  bool line = false, eof = false;
-  while (!line && !eof) {
+  p->pasta = (pid_t)pid;
+  for (int i = 0; i < 3; i++) { close(hi[i]); hi[i] = -1; }
+  close(ready[1]);
+  close(errp[1]);
+  ready[1] = errp[1] = -1;
+  /* The pid line arrives once the namespace's interface, addresses and routes are up; until then
+   * whatever pasta says on stderr is kept for the error message. */
+  /* Its exit is seen by waitpid, not by EOF: children other threads clone meanwhile may hold
+   * copies of the pipes' write ends for a moment. */
+  char line[32], text[512];
+  size_t nl = 0, nt = 0;
+  bool up = false, eof = false;
+  int status = 0;
+  int64_t until = mono_ms() + NET_READY_TIMEOUT_MS;
+  while (!up && !eof) {
     int64_t left = until - mono_ms();
     if (left <= 0) break;
-    struct pollfd pf = {np->ready_fd, POLLIN, 0};
-    int pr = poll(&pf, 1, (int)left);
-    if (pr < 0 && errno == EINTR) continue;
-    if (pr <= 0) break;
-    ssize_t k = read(np->ready_fd, buf + n, sizeof buf - 1 - n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) { eof = true; break; }
-    n += (size_t)k;
-    buf[n] = 0;
-    line = memchr(buf, '\n', n) != NULL || n == sizeof buf - 1;
+    struct pollfd pf[2] = {{ready[0], POLLIN, 0}, {errp[0], POLLIN, 0}};
+    int pr = poll(pf, errp[0] >= 0 ? 2 : 1, left > 20 ? 20 : (int)left);
+    if (pr < 0 && errno != EINTR) break;
+    if (pr <= 0) {
+      if (waitpid(p->pasta, &status, WNOHANG) == p->pasta) { eof = true; p->pasta = -p->pasta; }
+      continue;
+    }
+    if (pf[1].revents && errp[0] >= 0) {
+      ssize_t k = read(errp[0], text + nt, sizeof text - 1 - nt);
+      if (k > 0) nt += (size_t)k;
+      else { close(errp[0]); errp[0] = -1; }
+    }
+    if (pf[0].revents) {
+      ssize_t k = read(ready[0], line + nl, sizeof line - 1 - nl);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) eof = true;
+      else nl += (size_t)k;
+      up = memchr(line, '\n', nl) != NULL || nl == sizeof line - 1;
+    }
   }
-  close(np->ready_fd);
-  np->ready_fd = -1;
-  if (line) return 0;
-  char tail[300];
-  log_tail(logdir, tail, sizeof tail);
-  int status = 0;
-  if (eof && waitpid(np->pid, &status, 0) == np->pid) {
-    np->pid = 0;
-    if (WIFEXITED(status))
-      snprintf(err, errlen, "pasta exited with status %d before the network was up%s%s", WEXITSTATUS(status),
-               tail[0] ? ": " : "", tail);
-    else
-      snprintf(err, errlen, "pasta died of signal %d before the network was up%s%s", WTERMSIG(status),
-               tail[0] ? ": " : "", tail);
-  } else {
-    snprintf(err, errlen, "pasta did not bring the network up within %d ms%s%s", timeout_ms, tail[0] ? ": " : "", tail);
+  if (!up && errp[0] >= 0) {   /* what it said on its way out, as far as it is there */
+    fcntl(errp[0], F_SETFL, O_NONBLOCK);
+    ssize_t k;
+    while (nt < sizeof text - 1 && (k = read(errp[0], text + nt, sizeof text - 1 - nt)) > 0) nt += (size_t)k;
   }
-  net_stop(np);
+  for (int i = 0; i < 2; i++) {
+    if (ready[i] >= 0) close(ready[i]);
+    if (errp[i] >= 0) close(errp[i]);
+  }
+  if (up) return 0;
+  /* The last line that is not pasta's own complaint about a missing syslog. */
+  text[nt] = 0;
+  char *last = NULL;
+  for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
+    if (!strstr(l, "to syslog")) last = l;
+  if (p->pasta > 0) {           /* still running (timed out, or its pipe closed early): stop it */
+    kill(p->pasta, SIGKILL);
+    while (waitpid(p->pasta, &status, 0) < 0 && errno == EINTR) {}
+  }
+  p->pasta = 0;
+  if (!eof)
+    snprintf(err, errlen, "pasta did not bring the network up within %d ms%s%.200s", NET_READY_TIMEOUT_MS,
+             last ? ": " : "", last ? last : "");
+  else if (WIFEXITED(status))
+    snprintf(err, errlen, "pasta exited with status %d before the network was up%s%.200s", WEXITSTATUS(status),
+             last ? ": " : "", last ? last : "");
+  else
+    snprintf(err, errlen, "pasta died of signal %d before the network was up", WTERMSIG(status));
+  return -1;
+fail:
+  for (int i = 0; i < 3; i++) if (hi[i] >= 0) close(hi[i]);
+  for (int i = 0; i < 2; i++) {
+    if (ready[i] >= 0) close(ready[i]);
+    if (errp[i] >= 0) close(errp[i]);
+  }
   return -1;
 }
 
-void net_stop(net_proc *np) {
-  if (np->ready_fd >= 0) { close(np->ready_fd); np->ready_fd = -1; }
-  if (np->pid <= 0) return;
-  kill(np->pid, SIGKILL);
-  while (waitpid(np->pid, NULL, 0) < 0 && errno == EINTR) {}
-  np->pid = 0;
+net_pair *net_pair_new(const net_idmap *map, bool internet, char *err, size_t errlen) {
+  char why[256];
+  if (internet && !net_available(why, sizeof why)) {
+    snprintf(err, errlen, "internet access is unavailable: %s", why);
+    return NULL;
+  }
+  net_pair *p = calloc(1, sizeof *p);
+  if (!p) { snprintf(err, errlen, "out of memory"); return NULL; }
+  p->userns = p->netns = -1;
+  if (make_namespaces(map, p, err, errlen) != 0) { net_pair_free(p); return NULL; }
+  if (!internet) return p;
+  if (start_pasta(p, err, errlen) != 0) { net_pair_free(p); return NULL; }
+  snprintf(p->record, sizeof p->record, "%s/pasta-%d", g.recdir, (int)p->pasta);
+  if (pidfile_write(p->record, p->pasta) != 0) {
+    snprintf(err, errlen, "write %s: %s", p->record, strerror(errno));
+    p->record[0] = 0;
+    net_pair_free(p);
+    return NULL;
+  }
+  return p;
+}
+
+void net_pair_free(net_pair *p) {
+  if (!p) return;
+  if (p->pasta > 0) {
+    kill(p->pasta, SIGKILL);
+    while (waitpid(p->pasta, NULL, 0) < 0 && errno == EINTR) {}
+  }
+  if (p->record[0]) unlink(p->record);
+  if (p->userns >= 0) close(p->userns);
+  if (p->netns >= 0) close(p->netns);
+  free(p);
 }

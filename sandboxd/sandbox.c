@@ -3,6 +3,7 @@
 
 #include "init.h"
 #include "net.h"
+#include "pidfile.h"
 #include "process.h"
 #include "template.h"
 
@@ -47,7 +48,7 @@ struct sbx {
   gid_t gid0;
   bool killed;
   bool internet;
-  net_proc net;                /* pasta, with internet access */
+  net_pair *net;               /* its user and network namespaces (and pasta) */
   int ctl;                     /* channel to the init until the process table owns it (then -1) */
   pthread_mutex_t mu;
   ptab *pt;
@@ -96,6 +97,20 @@ static uid_t map_uid(bool priv, uid_t uid0, uid_t inner) {
 uid_t sbx_host_uid(const sbx_t *s, uid_t inner) { return map_uid(s->privileged, s->uid0, inner); }
 gid_t sbx_host_gid(const sbx_t *s, gid_t inner) { return (gid_t)map_uid(s->privileged, (uid_t)s->gid0, (uid_t)inner); }
 int sbx_root_fd(sbx_t *s) { return s->root_fd; }
+
+/* How a sandbox's user namespace maps ids: the 65536-id range as root, else sandboxd's own id. */
+static void idmap_here(net_idmap *m) {
+  memset(m, 0, sizeof *m);
+  if (geteuid() == 0) {
+    snprintf(m->uid_map, sizeof m->uid_map, "0 %u %u\n", SBX_UID_BASE, SBX_UID_COUNT);
+    snprintf(m->gid_map, sizeof m->gid_map, "0 %u %u\n", SBX_UID_BASE, SBX_UID_COUNT);
+    m->own_by_net_uid = true;
+  } else {
+    snprintf(m->uid_map, sizeof m->uid_map, "0 %u 1\n", (unsigned)geteuid());
+    snprintf(m->gid_map, sizeof m->gid_map, "0 %u 1\n", (unsigned)getegid());
+    m->deny_setgroups = true;
+  }
+}
 ptab *sbx_ptab(sbx_t *s) { return s->pt; }
 
 /* ---- small file helpers ---- */
@@ -117,18 +132,6 @@ static int read_str(const char *path, char *buf, size_t cap) {
   close(fd);
   if (n < 0) return -1;
   buf[n] = 0;
-  return 0;
-}
-
-/* A new file (O_EXCL) holding s. */
-static int write_new(const char *path, const char *s) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return -1;
-  size_t len = strlen(s);
-  ssize_t w = write(fd, s, len);
-  int e = errno;
-  close(fd);
-  if (w != (ssize_t)len) { errno = w < 0 ? e : EIO; return -1; }
   return 0;
 }
 
@@ -470,17 +473,7 @@ bool sbx_valid_id(const char *id) {
   return true;
 }
 
-static long long proc_starttime(pid_t pid) {
-  char p[64], buf[1024];
-  xfmt(p, sizeof p, "/proc/%d/stat", (int)pid);
-  if (read_str(p, buf, sizeof buf) != 0) return -1;
-  char *q = strrchr(buf, ')');   /* comm may contain spaces */
-  if (!q) return -1;
-  int field = 2;
-  for (q++; *q && field < 22; q++)
-    if (*q == ' ') field++;
-  return field == 22 ? strtoll(q, NULL, 10) : -1;
-}
+static net_pair *pool_take_pair(const char *state_dir);
 
 /* Layers, cgroups, namespaces, init up and READY; the channel stays in s->ctl (no process
  * table yet, host name not yet set). cfg is validated by the caller. */
@@ -492,7 +485,6 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   pthread_mutex_init(&s->mu, NULL);
   snprintf(s->id, sizeof s->id, "%s", cfg->id);
   s->internet = cfg->internet;
-  s->net = NET_PROC_NONE;
   s->ctl = -1;
   s->root_fd = -1;
   s->privileged = geteuid() == 0;
@@ -579,55 +571,78 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
    * later, over the channel, so that a pre-booted spare looks exactly like this. */
   char *iargv[] = {SBX_INIT_ARGV0, a_ctl, a_tpl, a_sbx, s->privileged ? "c" : "k", sysdirs, NULL};
   char *ienv[] = {NULL};
-  /* A network namespace of its own whatever the internet flag (net.h). */
-  unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | SIGCHLD;
   step(tr, "fds");
-  cg_home home;
-  if (cg_enter(s, &home, err, errlen) != 0) goto fail;
-  step(tr, "cg join");
-  /* The new user namespace is owned by the effective uid of its creator: NET_UID here, pasta's uid,
-   * so that pasta may join it (it drops root first). Only this thread changes (raw system call);
-   * the file-system uid stays 0 for the child's look-ups in the state dir. */
-  if (s->privileged) {
-    if (syscall(SYS_setresuid, -1, NET_UID, -1) != 0) {
-      seterr(err, errlen, "seteuid: %s", strerror(errno));
-      cg_leave(s, &home);
-      goto fail;
-    }
-    syscall(SYS_setfsuid, 0);   /* allowed without privilege: the real uid is 0 */
+  /* Its user and network namespaces: a pair from the pool (pasta already up) or a new one. */
+  if (cfg->internet) s->net = pool_take_pair(cfg->state_dir);
+  if (!s->net) {
+    net_idmap map;
+    idmap_here(&map);
+    if (!(s->net = net_pair_new(&map, cfg->internet, err, errlen))) goto fail;
+    step(tr, cfg->internet ? "network (pasta)" : "network");
+  } else {
+    step(tr, "network (pool)");
   }
-  long pid = syscall(SYS_clone, flags, 0, 0, 0, 0);
-  if (pid == 0) {
-    char go;
-    syscall(SYS_close, sv[0]);
-    if (syscall(SYS_read, sv[1], &go, 1) != 1) syscall(SYS_exit_group, 126);
-    /* Overlay refuses layers whose mounts belong to another mount namespace, so the layer
-     * directories are opened again here, in the new one, while we still have the host
-     * credentials that own the state directory; they replace the parent's fds. */
-    long nt = syscall(SYS_open, tpl_parent, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    long ns = syscall(SYS_open, s->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (nt < 0 || ns < 0 || syscall(SYS_dup3, nt, tpl_fd, 0) < 0 || syscall(SYS_dup3, ns, sbx_fd, 0) < 0)
-      syscall(SYS_exit_group, 124);
-    syscall(SYS_close, nt);
-    syscall(SYS_close, ns);
-    /* Root inside (host SBX_UID_BASE): without this, exec would drop the namespace's caps. */
-    if (syscall(SYS_setresgid, 0, 0, 0) != 0 || syscall(SYS_setresuid, 0, 0, 0) != 0) syscall(SYS_exit_group, 125);
-    syscall(SYS_fcntl, sv[1], F_SETFD, 0);
-    for (int i = 0; i < nidfds; i++) syscall(SYS_fcntl, idfds[i], F_SETFD, 0);
-    syscall(SYS_execveat, exe_fd, "", iargv, ienv, AT_EMPTY_PATH);
-    syscall(SYS_exit_group, 127);
+  int uns = net_pair_userns(s->net), nns = net_pair_netns(s->net);
+  int report[2] = {-1, -1};   /* the init's pid, from the intermediate process */
+  if (pipe2(report, O_CLOEXEC) != 0) { seterr(err, errlen, "pipe: %s", strerror(errno)); goto fail; }
+  cg_home home;
+  if (cg_enter(s, &home, err, errlen) != 0) { close(report[0]); close(report[1]); goto fail; }
+  step(tr, "cg join");
+  /* The init cannot be cloned straight into existing namespaces: an intermediate process (born
+   * in the sandbox's cgroups, like everything it clones) joins the pair, then clones the init
+   * with new mount/pid/uts/ipc namespaces and sandboxd as its parent (CLONE_PARENT), reports
+   * its pid and exits. Both make raw system calls only (other sandboxd threads may hold libc
+   * locks that are never released in a child). */
+  long mid = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+  if (mid == 0) {
+    syscall(SYS_close, report[0]);
+    long rc = 0;
+    if (syscall(SYS_setns, uns, CLONE_NEWUSER) != 0 || syscall(SYS_setns, nns, CLONE_NEWNET) != 0) rc = -errno;
+    long pid = rc ? 0 : syscall(SYS_clone, CLONE_PARENT | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | SIGCHLD, 0, 0, 0, 0);
+    if (pid == 0) {
+      syscall(SYS_close, sv[0]);
+      /* Overlay refuses layers whose mounts belong to another mount namespace, so the layer
+       * directories are opened again here, in the new one, while we still have the host
+       * credentials that own the state directory; they replace the parent's fds. */
+      long nt = syscall(SYS_open, tpl_parent, O_PATH | O_DIRECTORY | O_CLOEXEC);
+      long ns = syscall(SYS_open, s->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (nt < 0 || ns < 0 || syscall(SYS_dup3, nt, tpl_fd, 0) < 0 || syscall(SYS_dup3, ns, sbx_fd, 0) < 0)
+        syscall(SYS_exit_group, 124);
+      syscall(SYS_close, nt);
+      syscall(SYS_close, ns);
+      /* Root inside (host SBX_UID_BASE): without this, exec would drop the namespace's caps. */
+      if (syscall(SYS_setresgid, 0, 0, 0) != 0 || syscall(SYS_setresuid, 0, 0, 0) != 0) syscall(SYS_exit_group, 125);
+      syscall(SYS_fcntl, sv[1], F_SETFD, 0);
+      for (int i = 0; i < nidfds; i++) syscall(SYS_fcntl, idfds[i], F_SETFD, 0);
+      syscall(SYS_execveat, exe_fd, "", iargv, ienv, AT_EMPTY_PATH);
+      syscall(SYS_exit_group, 127);
+    }
+    if (pid < 0) rc = -errno;
+    long msg = rc ? rc : pid;
+    syscall(SYS_write, report[1], &msg, sizeof msg);
+    syscall(SYS_exit_group, 0);
   }
   int clone_errno = errno;
-  if (s->privileged && syscall(SYS_setresuid, -1, 0, -1) != 0) {
-    /* Cannot happen (the real and saved uids are 0); a thread that stayed unprivileged would fail
-     * every later step of sandboxd, so stop here. */
-    fprintf(stderr, "sandboxd: cannot return to euid 0: %s\n", strerror(errno));
-    abort();
-  }
   step(tr, "clone");
   cg_leave(s, &home);
   step(tr, "cg leave");
-  if (pid < 0) { seterr(err, errlen, "clone: %s", strerror(clone_errno)); goto fail; }
+  close(report[1]);
+  long got = 0;
+  ssize_t rn = -1;
+  if (mid > 0) {
+    /* It writes before it exits; after the wait the report is in the pipe (no EOF wait: children
+     * other threads clone meanwhile may hold copies of the write end). */
+    while (waitpid((pid_t)mid, NULL, 0) < 0 && errno == EINTR) {}
+    fcntl(report[0], F_SETFL, O_NONBLOCK);
+    do rn = read(report[0], &got, sizeof got); while (rn < 0 && errno == EINTR);
+  }
+  close(report[0]);
+  if (mid < 0) { seterr(err, errlen, "clone: %s", strerror(clone_errno)); goto fail; }
+  if (rn != (ssize_t)sizeof got || got <= 0) {
+    seterr(err, errlen, "clone of the init into its namespaces: %s", rn == (ssize_t)sizeof got ? strerror((int)-got) : "no report");
+    goto fail;
+  }
+  long pid = got;
   s->init_pid = (pid_t)pid;
   close(sv[1]);
   sv[1] = -1;
@@ -636,44 +651,11 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   close(sbx_fd);
   exe_fd = tpl_fd = sbx_fd = -1;
   for (; nidfds > 0; nidfds--) close(idfds[nidfds - 1]);
-
-  char map[64];
-  if (s->privileged) {
-    snprintf(map, sizeof map, "0 %u %u\n", SBX_UID_BASE, SBX_UID_COUNT);
-    xfmt(p, sizeof p, "/proc/%ld/uid_map", pid);
-    if (write_str(p, map) != 0) { seterr(err, errlen, "write uid_map: %s", strerror(errno)); goto fail; }
-    xfmt(p, sizeof p, "/proc/%ld/gid_map", pid);
-    if (write_str(p, map) != 0) { seterr(err, errlen, "write gid_map: %s", strerror(errno)); goto fail; }
-  } else {
-    xfmt(p, sizeof p, "/proc/%ld/setgroups", pid);
-    if (write_str(p, "deny") != 0) { seterr(err, errlen, "write setgroups: %s", strerror(errno)); goto fail; }
-    snprintf(map, sizeof map, "0 %u 1\n", (unsigned)s->uid0);
-    xfmt(p, sizeof p, "/proc/%ld/uid_map", pid);
-    if (write_str(p, map) != 0) { seterr(err, errlen, "write uid_map: %s", strerror(errno)); goto fail; }
-    snprintf(map, sizeof map, "0 %u 1\n", (unsigned)s->gid0);
-    xfmt(p, sizeof p, "/proc/%ld/gid_map", pid);
-    if (write_str(p, map) != 0) { seterr(err, errlen, "write gid_map: %s", strerror(errno)); goto fail; }
-  }
-  step(tr, "id maps");
-  if (send(sv[0], "G", 1, MSG_NOSIGNAL) != 1) { seterr(err, errlen, "start init: %s", strerror(errno)); goto fail; }
-  /* pasta connects the namespace while the init builds its root. */
-  if (cfg->internet) {
-    if (net_start(s->init_pid, s->dir, &s->net, err, errlen) != 0) goto fail;
-    char info[64];
-    snprintf(info, sizeof info, "%d %lld\n", (int)s->net.pid, proc_starttime(s->net.pid));
-    xfmt(p, sizeof p, "%s/pasta.pid", s->dir);
-    if (write_new(p, info) != 0) { seterr(err, errlen, "write %s: %s", p, strerror(errno)); goto fail; }
-    step(tr, "pasta");
-  }
-  /* While the init builds its root (a crash of sandboxd before this is written leaves an init
-   * that exits by itself: its channel is gone; the cgroup sweep finds it too). */
-  {
-    /* For sbx_cleanup_stale after a crash: pid + start time identify our init unambiguously. */
-    char info[64];
-    snprintf(info, sizeof info, "%ld %lld\n", pid, proc_starttime(s->init_pid));
-    xfmt(p, sizeof p, "%s/init.pid", s->dir);
-    if (write_new(p, info) != 0) { seterr(err, errlen, "write %s: %s", p, strerror(errno)); goto fail; }
-  }
+  step(tr, "init");
+  /* For sbx_cleanup_stale after a crash (a crash before this is written leaves an init that
+   * exits by itself: its channel is gone; the cgroup sweep finds it too). */
+  xfmt(p, sizeof p, "%s/init.pid", s->dir);
+  if (pidfile_write(p, s->init_pid) != 0) { seterr(err, errlen, "write %s: %s", p, strerror(errno)); goto fail; }
   /* An OOM-killed init would take the whole sandbox down: let the kernel pick a command. */
   xfmt(p, sizeof p, "/proc/%ld/oom_score_adj", pid);
   (void)write_str(p, "-1000");
@@ -697,8 +679,6 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
     seterr(err, errlen, "sandbox setup failed: %s", m.type == INIT_MSG_FAILED ? m.text : "unexpected message");
     goto fail;
   }
-  if (net_wait(&s->net, s->dir, NET_READY_TIMEOUT_MS, err, errlen) != 0) goto fail;
-  step(tr, "network");
   xfmt(p, sizeof p, "/proc/%ld/root", pid);
   s->root_fd = open(p, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (s->root_fd < 0) { seterr(err, errlen, "open sandbox root: %s", strerror(errno)); goto fail; }
@@ -720,7 +700,7 @@ fail:
     kill(s->init_pid, SIGKILL);
     while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR) {}
   }
-  net_stop(&s->net);
+  net_pair_free(s->net);
   cg_remove(s);
   if (dir_made) (void)tpl_rm_tree(s->dir);
   pthread_mutex_destroy(&s->mu);
@@ -730,7 +710,8 @@ fail:
 
 /* The last of discard and sbx_destroy, once init is gone: root fd, cgroup, directory, the struct. */
 static void release(sbx_t *s) {
-  net_stop(&s->net);
+  net_pair_free(s->net);
+  s->net = NULL;
   if (s->root_fd >= 0) close(s->root_fd);
   cg_remove(s);
   if (tpl_rm_tree(s->dir) != 0)
@@ -800,15 +781,24 @@ static int write_limits(sbx_t *s, const sbx_config *cfg) {
  * just claimed a spare is starting its first commands, which it would slow down, nor in the
  * moments after a short-lived sandbox ends (a caller tearing down right after). */
 #define POOL_REFILL_DELAY_MS 1000
+/* A pair only starts pasta (one process, ~30 ms of one core): sooner, so that a burst of creates
+ * finds the next one ready. */
+#define POOL_PAIR_REFILL_DELAY_MS 100
 static struct {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool running, stopping, claimed;
-  int want;
+  int want;                    /* spares per internet flag (SANDBOXD_WARM_POOL) */
+  int want_pairs;              /* stocked network pairs (SANDBOXD_NET_POOL) */
   unsigned long serial;
   char state_dir[3001];
   sbx_t *spare[2][POOL_MAX];   /* [internet] */
   int n[2];
+  /* Network pairs with pasta up (net.h), for sandboxes with internet access that find no spare:
+   * pasta's start-up (~30 ms) is most of what they would wait for. */
+  net_pair *pair[POOL_MAX];
+  int npairs;
+  bool pair_taken;
   pthread_t th;
 } g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
@@ -833,16 +823,47 @@ static void pool_sleep(unsigned ms) {
 static void *pool_main(void *arg) {
   (void)arg;
   unsigned backoff_ms = 0;
+  /* Without pasta (the start-up report says why) nothing with internet access is kept. */
+  bool net_ok = net_available(NULL, 0);
+  int want_net = net_ok ? g_pool.want : 0, want_pairs = net_ok ? g_pool.want_pairs : 0;
   pthread_mutex_lock(&g_pool.mu);
   for (;;) {
-    while (!g_pool.stopping && g_pool.n[0] >= g_pool.want && g_pool.n[1] >= g_pool.want)
+    while (!g_pool.stopping && g_pool.n[0] >= g_pool.want && g_pool.n[1] >= want_net && g_pool.npairs >= want_pairs)
       pthread_cond_wait(&g_pool.cv, &g_pool.mu);
     if (g_pool.claimed) {
       g_pool.claimed = false;
+      g_pool.pair_taken = false;
       pool_sleep(POOL_REFILL_DELAY_MS);
+    } else if (g_pool.pair_taken) {
+      g_pool.pair_taken = false;
+      pool_sleep(POOL_PAIR_REFILL_DELAY_MS);
     }
     if (g_pool.stopping) break;
-    bool net = g_pool.n[1] <= g_pool.n[0];   /* internet access is the E2B default: fill it first */
+    if (g_pool.npairs < want_pairs) {
+      pthread_mutex_unlock(&g_pool.mu);
+      net_idmap map;
+      idmap_here(&map);
+      char err[512];
+      struct timespec t0;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      net_pair *np = net_pair_new(&map, true, err, sizeof err);
+      if (!np) fprintf(stderr, "sandboxd: warm pool: network: %s\n", err);
+      else if (trace_on()) fprintf(stderr, "sandboxd: network pair ready in %.2f ms (pasta %d)\n", ms_since(t0), (int)net_pair_pasta(np));
+      pthread_mutex_lock(&g_pool.mu);
+      if (np && !g_pool.stopping && g_pool.npairs < POOL_MAX) {
+        g_pool.pair[g_pool.npairs++] = np;
+        np = NULL;
+        backoff_ms = 0;
+      }
+      if (np) { pthread_mutex_unlock(&g_pool.mu); net_pair_free(np); pthread_mutex_lock(&g_pool.mu); }
+      else if (!g_pool.stopping && g_pool.npairs < want_pairs) {   /* it failed: do not spin */
+        backoff_ms = backoff_ms ? (backoff_ms * 2 > 30000 ? 30000 : backoff_ms * 2) : 100;
+        pool_sleep(backoff_ms);
+      }
+      continue;
+    }
+    /* internet access is the E2B default: fill it first */
+    bool net = g_pool.n[1] < want_net && (g_pool.n[1] <= g_pool.n[0] || g_pool.n[0] >= g_pool.want);
     char id[32];
     snprintf(id, sizeof id, "spare%lx%lx", (unsigned long)getpid(), ++g_pool.serial);
     sbx_config cfg = {.id = id, .state_dir = g_pool.state_dir, .internet = net};
@@ -882,34 +903,39 @@ void sbx_pool_stop(void) {
   pthread_mutex_lock(&g_pool.mu);
   g_pool.running = false;
   sbx_t *all[2 * POOL_MAX];
-  int k = 0;
+  net_pair *pairs[POOL_MAX];
+  int k = 0, np = g_pool.npairs;
   for (int f = 0; f < 2; f++) {
     for (int i = 0; i < g_pool.n[f]; i++) all[k++] = g_pool.spare[f][i];
     g_pool.n[f] = 0;
   }
+  memcpy(pairs, g_pool.pair, sizeof pairs);
+  g_pool.npairs = 0;
   pthread_mutex_unlock(&g_pool.mu);
   for (int i = 0; i < k; i++) discard(all[i]);
+  for (int i = 0; i < np; i++) net_pair_free(pairs[i]);
 }
 
 static pid_t g_pool_owner;   /* a forked child that calls exit() must not touch our spares */
 static void pool_atexit(void) { if (getpid() == g_pool_owner) sbx_pool_stop(); }
 
-static int pool_size(void) {
-  const char *e = getenv("SANDBOXD_WARM_POOL");
-  if (!e || !*e) return SBX_WARM_POOL;
+static int pool_size(const char *var, int dflt) {
+  const char *e = getenv(var);
+  if (!e || !*e) return dflt;
   char *end;
   long v = strtol(e, &end, 10);
-  if (*end || v < 0) return SBX_WARM_POOL;
+  if (*end || v < 0) return dflt;
   return v > POOL_MAX ? POOL_MAX : (int)v;
 }
 
 void sbx_pool_start(const char *state_dir) {
-  int want = pool_size();
-  if (want == 0 || !state_dir || state_dir[0] != '/' || strlen(state_dir) > 3000) return;
+  int want = pool_size("SANDBOXD_WARM_POOL", SBX_WARM_POOL), want_pairs = pool_size("SANDBOXD_NET_POOL", SBX_NET_POOL);
+  if ((want == 0 && want_pairs == 0) || !state_dir || state_dir[0] != '/' || strlen(state_dir) > 3000) return;
   pthread_mutex_lock(&g_pool.mu);
   if (g_pool.running) { pthread_mutex_unlock(&g_pool.mu); return; }
   snprintf(g_pool.state_dir, sizeof g_pool.state_dir, "%s", state_dir);
   g_pool.want = want;
+  g_pool.want_pairs = want_pairs;
   g_pool.stopping = false;
   /* The pool thread must not take the signals main waits for (the init sets its own mask). */
   sigset_t all, old;
@@ -955,6 +981,19 @@ bad:
   fprintf(stderr, "sandboxd: warm pool: claiming %s for %s: %s\n", s->id, cfg->id, strerror(errno));
   discard(s);
   return NULL;
+}
+
+/* A network pair with pasta up, or NULL (none stocked, or another state dir). */
+static net_pair *pool_take_pair(const char *state_dir) {
+  pthread_mutex_lock(&g_pool.mu);
+  net_pair *p = NULL;
+  if (g_pool.running && !g_pool.stopping && g_pool.npairs > 0 && !strcmp(state_dir, g_pool.state_dir)) {
+    p = g_pool.pair[--g_pool.npairs];
+    g_pool.pair_taken = true;
+    pthread_cond_signal(&g_pool.cv);
+  }
+  pthread_mutex_unlock(&g_pool.mu);
+  return p;
 }
 
 int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
@@ -1016,21 +1055,6 @@ static void kill_cgroup(const char *dir) {
   if (rmdir(dir) != 0 && errno != ENOENT) fprintf(stderr, "sandboxd: cleanup: rmdir %s: %s\n", dir, strerror(errno));
 }
 
-/* SIGKILL to the process a "<pid> <start time>" file names, if it still runs; waits (bounded). */
-static void kill_recorded(const char *file) {
-  char buf[64];
-  long pid = 0;
-  long long start = -1;
-  if (read_str(file, buf, sizeof buf) != 0 || sscanf(buf, "%ld %lld", &pid, &start) != 2 || pid <= 1 ||
-      proc_starttime((pid_t)pid) != start)
-    return;
-  kill((pid_t)pid, SIGKILL);
-  for (int i = 0; i < 1000 && proc_starttime((pid_t)pid) == start; i++) {
-    struct timespec ts = {0, 2000000};
-    nanosleep(&ts, NULL);
-  }
-}
-
 void sbx_cleanup_stale(const char *state_dir) {
   char parent[64], p[4200];
   sbx_pool_stop();   /* our own spares first: the sweep below would kill them under the pool */
@@ -1056,13 +1080,9 @@ void sbx_cleanup_stale(const char *state_dir) {
     while ((de = readdir(d)) != NULL) {
       if (de->d_name[0] == '.') continue;
       char sd[4600];
-      /* The init (its pid namespace goes with it) and pasta, which outlives the namespace's
-       * processes: pid + start time identify each unambiguously. */
-      static const char *const pidfiles[] = {"init.pid", "pasta.pid"};
-      for (size_t k = 0; k < 2; k++) {
-        xfmt(sd, sizeof sd, "%s/%s/%s", p, de->d_name, pidfiles[k]);
-        kill_recorded(sd);
-      }
+      /* The init: its pid namespace goes with it (its pasta, if any, net_init stopped). */
+      xfmt(sd, sizeof sd, "%s/%s/init.pid", p, de->d_name);
+      pidfile_kill(sd);
       xfmt(sd, sizeof sd, "%s/%s", p, de->d_name);
       if (tpl_rm_tree(sd) != 0) fprintf(stderr, "sandboxd: cleanup: removing %s: %s\n", sd, strerror(errno));
     }

@@ -46,6 +46,9 @@ void  sbx_cleanup_stale(const char *state_dir);
  * sbx_pool_start is idempotent; sbx_pool_stop ends the refill thread and destroys every spare
  * (it also runs at exit). */
 #define SBX_WARM_POOL 1
+/* And SBX_NET_POOL network pairs with pasta up (env SANDBOXD_NET_POOL; 0 disables), for sandboxes
+ * with internet access that find no spare: they then wait for their own boot only. */
+#define SBX_NET_POOL 1
 void  sbx_pool_start(const char *state_dir);
 void  sbx_pool_stop(void);
 

@@ -10,7 +10,8 @@ DEB_PACKAGES=(
   lua5.4 liblua5.4-dev lua-cjson lua-busted
   libuv1-dev libcurl4-openssl-dev libssl-dev libmicrohttpd-dev libjansson-dev zlib1g-dev
   musl-tools clang libclang-rt-14-dev
-  attr iproute2 procps ncurses-bin python3 git sudo curl
+  attr iproute2 procps ncurses-bin python3 git sudo curl strace
+  passt nftables
   nodejs npm
 )
 

@@ -182,6 +182,22 @@ export function hostProcessesWith(marker) {
   return out
 }
 
+/** Host pids of the processes whose parent is `ppid` and whose argv[0] is `argv0`. */
+export function hostChildren(ppid, argv0) {
+  const out = []
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue
+    try {
+      const st = readFileSync(`/proc/${d}/stat`, 'utf8')
+      const parent = Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[1])
+      if (parent === ppid && readFileSync(`/proc/${d}/cmdline`, 'utf8').split('\0')[0] === argv0) out.push(Number(d))
+    } catch {
+      /* gone */
+    }
+  }
+  return out
+}
+
 /** Host uid line of /proc/<pid>/status: [real, effective, saved, fs]. */
 export function hostUids(pid) {
   const st = readFileSync(`/proc/${pid}/status`, 'utf8')

@@ -5,11 +5,11 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFileSync, spawn } from 'node:child_process'
 import dgram from 'node:dgram'
-import { readFileSync, readdirSync, existsSync } from 'node:fs'
+import { readFileSync, readdirSync, readlinkSync, existsSync } from 'node:fs'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
-import { T, newSandbox, requireEnv, uniq, waitFor, sh, freePort, sharedStateDir, startSandboxd, stopSandboxd, Sandbox } from './helpers.mjs'
+import { T, newSandbox, requireEnv, uniq, waitFor, sh, freePort, sharedStateDir, startSandboxd, stopSandboxd, hostChildren, Sandbox } from './helpers.mjs'
 
 /** A TCP server on the host that counts the connections it accepted. */
 async function hostListener(t, host) {
@@ -256,17 +256,19 @@ except Exception as e: print(type(e).__name__)
 })
 
 /** Host pids of pasta processes whose parent is `ppid`. */
-function pastasOf(ppid) {
+const pastasOf = (ppid) => hostChildren(ppid, 'pasta')
+
+/** pasta processes in the user namespace of the sandbox's init (pasta joins it). */
+function pastaOfSandbox(stateDir, id) {
+  const init = readFileSync(path.join(stateDir, 'sandboxes', id, 'init.pid'), 'utf8').split(' ')[0]
+  const userns = readlinkSync(`/proc/${init}/ns/user`)
   const out = []
   for (const d of readdirSync('/proc')) {
     if (!/^\d+$/.test(d)) continue
     try {
-      const st = readFileSync(`/proc/${d}/stat`, 'utf8')
-      const parent = Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[1])
-      const cmd = readFileSync(`/proc/${d}/cmdline`, 'utf8').split('\0')[0]
-      if (parent === ppid && cmd === 'pasta') out.push(Number(d))
+      if (readFileSync(`/proc/${d}/cmdline`, 'utf8').split('\0')[0] === 'pasta' && readlinkSync(`/proc/${d}/ns/user`) === userns) out.push(Number(d))
     } catch {
-      /* gone */
+      /* gone, or not ours to read */
     }
   }
   return out
@@ -280,41 +282,50 @@ function nftTables() {
   }
 }
 
+/** The host guard's table of a sandboxd with this (absolute) state dir: sandboxd's FNV-1a-style hash of the path (its basis is 1469598103934665603). */
+function guardTable(stateDir) {
+  let h = 1469598103934665603n
+  for (const b of Buffer.from(stateDir)) h = ((h ^ BigInt(b)) * 0x100000001b3n) & 0xffffffffffffffffn
+  return `table inet sandboxd_${h.toString(16).padStart(16, '0')}`
+}
+
 test('pasta runs per sandbox with internet access and goes with it; sandboxd removes its host guard at exit', T, async (t) => {
   if (process.getuid() !== 0) return t.skip('not root')
-  const tablesBefore = nftTables()
-  const srv = await startSandboxd({ env: { SANDBOXD_WARM_POOL: '0' } })
+  const srv = await startSandboxd({ env: { SANDBOXD_WARM_POOL: '0', SANDBOXD_NET_POOL: '0' } })
   t.after(() => stopSandboxd(srv))
-  const mine = nftTables().filter((l) => !tablesBefore.includes(l))
-  assert.equal(mine.length, 1, `one host guard table of its own: ${nftTables()}`)
-  assert.deepEqual(pastasOf(srv.proc.pid), [], 'no pasta before any sandbox (pool off)')
+  const table = guardTable(srv.stateDir)
+  assert.ok(nftTables().includes(table), `its host guard ${table} is installed: ${nftTables()}`)
+  assert.deepEqual(pastasOf(srv.proc.pid), [], 'no pasta before any sandbox (pools off)')
   const on = await Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000, allowInternetAccess: true })
   const off = await Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000, allowInternetAccess: false })
   const pids = pastasOf(srv.proc.pid)
   assert.equal(pids.length, 1, 'exactly one pasta: for the sandbox with internet access')
   const alive = (pid) => existsSync(`/proc/${pid}`)
-  const recorded = readFileSync(path.join(srv.stateDir, 'sandboxes', on.sandboxId, 'pasta.pid'), 'utf8').split(' ')[0]
-  assert.equal(Number(recorded), pids[0], 'recorded for the clean-up after a crash')
-  assert.ok(!existsSync(path.join(srv.stateDir, 'sandboxes', off.sandboxId, 'pasta.pid')))
+  const records = () => readdirSync(path.join(srv.stateDir, 'net'))
+  assert.deepEqual(records(), [`pasta-${pids[0]}`], 'recorded for the clean-up after a crash')
+  assert.deepEqual(pastaOfSandbox(srv.stateDir, on.sandboxId), pids)
+  assert.deepEqual(pastaOfSandbox(srv.stateDir, off.sandboxId), [])
   await on.kill()
   assert.ok(!alive(pids[0]), 'pasta ends with its sandbox')
   assert.deepEqual(pastasOf(srv.proc.pid), [])
+  assert.deepEqual(records(), [])
   await Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000 })   // internet access: the SDK's default
   const live = pastasOf(srv.proc.pid)
   assert.equal(live.length, 1)
   srv.proc.kill('SIGTERM')
   assert.deepEqual(await srv.exited, { code: 0, signal: null })
   assert.ok(!alive(live[0]), 'pasta of a sandbox alive at SIGTERM ends too')
-  assert.deepEqual(nftTables().filter((l) => !tablesBefore.includes(l)), [], 'the host guard is removed')
+  assert.deepEqual(records(), [])
+  assert.ok(!nftTables().includes(table), 'the host guard is removed')
 })
 
 test('the shared sandboxd records each internet sandbox\'s pasta; killing the sandbox ends it', T, async (t) => {
   const state = sharedStateDir()
   if (!state) return t.skip('the shared sandboxd\'s state dir is unknown')
   const sbx = await newSandbox(t)
-  const file = path.join(state, 'sandboxes', sbx.sandboxId, 'pasta.pid')
-  const pid = Number(readFileSync(file, 'utf8').split(' ')[0])
-  assert.equal(readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0], 'pasta')
+  const [pid, ...more] = pastaOfSandbox(state, sbx.sandboxId)
+  assert.ok(pid && more.length === 0, 'one pasta in the sandbox\'s user namespace')
+  assert.ok(existsSync(path.join(state, 'net', `pasta-${pid}`)), 'recorded')
   await sbx.kill()
   await waitFor(() => !existsSync(`/proc/${pid}`), { what: `pasta ${pid} to end` })
 })
