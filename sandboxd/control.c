@@ -119,7 +119,11 @@ static int get_bool(sd_request *r, json_t *body, const char *field, bool dflt, b
   return 0;
 }
 
-static void create_sandbox(sd_request *r) {
+/* POST /sandboxes (SDK 2.29.1) and POST /v2/sandboxes (the current SDK: every sandbox secure, no
+ * `secure` field). Fields that ask for nothing (an empty `network`, no `volumeMounts`,
+ * `autoPauseMemory: true`, which a freezer pause always keeps) are taken; any other request
+ * sandboxd cannot honour is refused, naming the field. */
+static void create_sandbox(sd_request *r, bool v2) {
   json_t *body = body_object(r, false);
   if (!body) return;
   char **envs = NULL;
@@ -130,15 +134,27 @@ static void create_sandbox(sd_request *r) {
   json_object_foreach(body, k, v) {
     if (json_is_null(v)) continue;
     if (!strcmp(k, "templateID") || !strcmp(k, "timeout") || !strcmp(k, "metadata") || !strcmp(k, "envVars") ||
-        !strcmp(k, "secure") || !strcmp(k, "allow_internet_access") || !strcmp(k, "autoPause") ||
-        !strcmp(k, "autoResume"))
+        !strcmp(k, "allow_internet_access") || !strcmp(k, "autoPause") || !strcmp(k, "autoResume"))
       continue;
-    if (!strcmp(k, "network"))
-      sd_reply_error(r, 400, "field 'network' (egress rules) is not supported by sandboxd; use allow_internet_access");
+    if (!strcmp(k, "secure") && (!v2 || json_is_true(v))) continue;
+    if (!strcmp(k, "network") && json_is_object(v) && json_object_size(v) == 0) continue;
+    if (!strcmp(k, "volumeMounts") && json_is_array(v) && json_array_size(v) == 0) continue;
+    if (!strcmp(k, "autoPauseMemory") && json_is_true(v)) continue;
+    if (!strcmp(k, "secure"))
+      sd_reply_error(r, 400, "field 'secure': /v2/sandboxes creates secure sandboxes only (the field is not part of it)");
+    else if (!strcmp(k, "network"))
+      sd_reply_error(r, 400, "field 'network' (egress rules: allowOut, denyOut, rules, allowPublicTraffic, "
+                     "maskRequestHost, httpsPorts) is not supported by sandboxd; use allow_internet_access");
     else if (!strcmp(k, "mcp"))
       sd_reply_error(r, 400, "field 'mcp' is not supported by sandboxd (no MCP gateway in the base template)");
     else if (!strcmp(k, "volumeMounts"))
       sd_reply_error(r, 400, "field 'volumeMounts' is not supported by sandboxd (no volumes)");
+    else if (!strcmp(k, "iam"))
+      sd_reply_error(r, 400, "field 'iam' (IAM tokens for the sandbox's egress) is not supported by sandboxd");
+    else if (!strcmp(k, "autoPauseMemory"))
+      sd_reply_error(r, 400, json_is_boolean(v) ? "field 'autoPauseMemory': false (a filesystem-only auto-pause, "
+                     "lifecycle.onTimeout.keepMemory: false) is not supported by sandboxd: a paused sandbox keeps its memory"
+                     : "field 'autoPauseMemory' must be a boolean");
     else
       sd_reply_error(r, 400, "field '%s' is not supported by sandboxd", k);
     goto out;
@@ -182,7 +198,7 @@ static void create_sandbox(sd_request *r) {
     }
   }
   o.envs = (const char *const *)envs;
-  if (get_bool(r, body, "secure", false, &o.secure) || get_bool(r, body, "allow_internet_access", true, &o.internet) ||
+  if (get_bool(r, body, "secure", v2, &o.secure) || get_bool(r, body, "allow_internet_access", true, &o.internet) ||
       get_bool(r, body, "autoPause", false, &o.auto_pause))
     goto out;
   char why[512];
@@ -224,11 +240,35 @@ static void set_timeout(sd_request *r, const char *id) {
   json_decref(body);
 }
 
+/* Fields of a body other than `allowed` (a NULL-terminated list): replies 400 naming the first. */
+static int only_fields(sd_request *r, json_t *body, const char *const *allowed) {
+  const char *k;
+  json_t *v;
+  json_object_foreach(body, k, v) {
+    bool ok = false;
+    for (const char *const *a = allowed; *a && !ok; a++) ok = !strcmp(k, *a);
+    if (!ok) { sd_reply_error(r, 400, "field '%s' is not supported by sandboxd here", k); return -1; }
+  }
+  return 0;
+}
+
+/* `memory` (connect, pause: the current SDK): a freezer pause always keeps the memory, so only
+ * true (or absent) can be honoured. */
+static int memory_field(sd_request *r, json_t *body, const char *what) {
+  json_t *m = json_object_get(body, "memory");
+  if (!m || json_is_null(m) || json_is_true(m)) return 0;
+  if (!json_is_boolean(m)) sd_reply_error(r, 400, "field 'memory' must be a boolean");
+  else sd_reply_error(r, 400, "field 'memory': false (%s) is not supported by sandboxd: a paused sandbox keeps its memory", what);
+  return -1;
+}
+
 static void connect_sandbox(sd_request *r, const char *id) {
   json_t *body = body_object(r, true);
   if (!body) return;
   int64_t t;
-  if (get_timeout(r, body, 300, &t) == 0) {
+  static const char *const fields[] = {"timeout", "memory", NULL};
+  if (only_fields(r, body, fields) == 0 && memory_field(r, body, "resume by rebooting from the file system, onResume: 'reboot'") == 0 &&
+      get_timeout(r, body, 300, &t) == 0) {
     bool resumed;
     reg_info in;
     int rc = reg_connect(id, t, &resumed, &in);
@@ -242,7 +282,22 @@ static void connect_sandbox(sd_request *r, const char *id) {
   json_decref(body);
 }
 
+/* POST /sandboxes/{id}/fork (the current SDK): not implemented; an unknown sandbox is 404 first,
+ * as the SDK turns that into SandboxNotFoundError. */
+static void fork_sandbox(sd_request *r, const char *id) {
+  reg_info in;
+  if (reg_lookup_info(id, &in) != 0) { sd_reply_error(r, 404, "sandbox '%s' not found", id); return; }
+  json_decref(in.metadata);
+  sd_reply_error(r, 501, "forking a sandbox (POST /sandboxes/%s/fork) is not implemented by sandboxd", id);
+}
+
 static void pause_sandbox(sd_request *r, const char *id) {
+  json_t *body = body_object(r, true);
+  if (!body) return;
+  static const char *const fields[] = {"memory", NULL};
+  int bad = only_fields(r, body, fields) || memory_field(r, body, "a filesystem-only pause, keepMemory: false");
+  json_decref(body);
+  if (bad) return;
   switch (reg_pause(id)) {
   case 0: sd_reply_bytes(r, 204, NULL, NULL, 0); break;
   case -1: sd_reply_error(r, 404, "sandbox '%s' not found", id); break;
@@ -295,7 +350,51 @@ static json_t *parse_metadata_filter(sd_request *r, const char *q) {
   return m;
 }
 
+/* RFC 3339 (what JavaScript's toISOString gives: 2026-12-01T17:05:39.123Z, or an offset) → ms
+ * since the epoch; -1 when malformed. */
+static int64_t parse_rfc3339(const char *s) {
+  int y, mo, d, h, mi, sec, n = 0;
+  if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 || n != 19) return -1;
+  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) return -1;
+  const char *p = s + n;
+  int64_t ms = 0;
+  if (*p == '.') {
+    int digits = 0;
+    for (p++; *p >= '0' && *p <= '9'; p++, digits++)
+      if (digits < 3) ms = ms * 10 + (*p - '0');
+    if (!digits) return -1;
+    for (; digits < 3; digits++) ms *= 10;
+  }
+  int64_t off = 0;
+  if (*p == 'Z' || *p == 'z') p++;
+  else if (*p == '+' || *p == '-') {
+    int oh, om, k = 0;
+    if (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &k) != 2 || k != 5 || oh > 23 || om > 59) return -1;
+    off = (int64_t)(oh * 60 + om) * 60000 * (*p == '+' ? 1 : -1);
+    p += 6;
+  } else return -1;
+  if (*p) return -1;
+  struct tm tm = {.tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d, .tm_hour = h, .tm_min = mi, .tm_sec = sec};
+  time_t t = timegm(&tm);
+  if (t == (time_t)-1) return -1;
+  return (int64_t)t * 1000 + ms - off;
+}
+
+static int known_list_param(void *cls, const char *name, const char *value) {
+  (void)value;
+  static const char *const known[] = {"state", "limit", "nextToken", "metadata", "startedAfter", "template", "order", NULL};
+  for (const char *const *k = known; *k; k++) if (!strcmp(name, *k)) return 0;
+  *(const char **)cls = name;
+  return 1;
+}
+
 static void list_sandboxes(sd_request *r) {
+  const char *unknown = NULL;
+  if (sd_query_each(r, known_list_param, &unknown)) {
+    sd_reply_error(r, 400, "query parameter '%s' is not supported by sandboxd (state, limit, nextToken, metadata, "
+                   "startedAfter, template, order are)", unknown);
+    return;
+  }
   bool want_running = true, want_paused = true;
   const char *state = sd_query(r, "state");
   if (state && *state) {
@@ -319,13 +418,28 @@ static void list_sandboxes(sd_request *r) {
       return;
     }
   }
-  uint64_t before = UINT64_MAX;
+  bool asc = false;   /* newest first, by default */
+  const char *ord = sd_query(r, "order");
+  if (ord && *ord) {
+    if (!strcmp(ord, "asc")) asc = true;
+    else if (strcmp(ord, "desc") != 0) { sd_reply_error(r, 400, "query parameter 'order': '%s' is not one of asc, desc", ord); return; }
+  }
+  /* The token is the creation number of the last sandbox listed: the next page starts after it. */
+  uint64_t token = 0;
   const char *nt = sd_query(r, "nextToken");
   if (nt && *nt) {
     char *end;
-    before = strtoull(nt, &end, 10);
-    if (*end || before == 0) { sd_reply_error(r, 400, "query parameter 'nextToken' is not a token sandboxd issued"); return; }
+    token = strtoull(nt, &end, 10);
+    if (*end || token == 0) { sd_reply_error(r, 400, "query parameter 'nextToken' is not a token sandboxd issued"); return; }
   }
+  int64_t after_ms = INT64_MIN;
+  const char *sa = sd_query(r, "startedAfter");
+  if (sa && *sa && (after_ms = parse_rfc3339(sa)) < 0) {
+    sd_reply_error(r, 400, "query parameter 'startedAfter': '%s' is not an RFC 3339 time (e.g. 2026-01-02T03:04:05Z)", sa);
+    return;
+  }
+  const char *tq = sd_query(r, "template");
+  bool none = tq && *tq && strcmp(tq, SANDBOXD_TEMPLATE) != 0;   /* every sandbox is of the one template */
   json_t *filter = NULL;
   const char *mq = sd_query(r, "metadata");
   if (mq && *mq && !(filter = parse_metadata_filter(r, mq))) return;
@@ -335,10 +449,11 @@ static void list_sandboxes(sd_request *r) {
   json_t *out = json_array();
   uint64_t last = 0;
   bool more = false;
-  for (size_t i = 0; i < n; i++) {          /* reg_list is newest first */
-    reg_info *in = &all[i];
-    if (in->seq >= before) continue;
+  for (size_t j = 0; j < n && !none; j++) {   /* reg_list is newest first */
+    reg_info *in = &all[asc ? n - 1 - j : j];
+    if (token && (asc ? in->seq <= token : in->seq >= token)) continue;
     if (in->paused ? !want_paused : !want_running) continue;
+    if (in->started_ms <= after_ms) continue;
     if (filter) {
       const char *k;
       json_t *v;
@@ -379,24 +494,27 @@ void control_handle(sd_request *r, const char *api_key) {
     return;
   }
   if (!strcmp(p, "/sandboxes") || !strcmp(p, "/sandboxes/")) {
-    if (!strcmp(m, "POST")) create_sandbox(r);
+    if (!strcmp(m, "POST")) create_sandbox(r, false);
     else if (!strcmp(m, "GET")) list_sandboxes(r);
     else sd_reply_error(r, 405, "method %s is not allowed on %s", m, p);
     return;
   }
   if (!strcmp(p, "/v2/sandboxes")) {
     if (!strcmp(m, "GET")) list_sandboxes(r);
+    else if (!strcmp(m, "POST")) create_sandbox(r, true);
     else sd_reply_error(r, 405, "method %s is not allowed on %s", m, p);
     return;
   }
-  if (strncmp(p, "/sandboxes/", 11) == 0) {
+  bool v2 = strncmp(p, "/v2/sandboxes/", 14) == 0;
+  if (v2 || strncmp(p, "/sandboxes/", 11) == 0) {
     char id[72];
-    const char *rest = p + 11, *slash = strchr(rest, '/');
+    const char *rest = p + (v2 ? 14 : 11), *slash = strchr(rest, '/');
     size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
     if (n >= sizeof id) n = sizeof id - 1;
     memcpy(id, rest, n);
     id[n] = '\0';
     const char *sub = slash ? slash + 1 : "";
+    if (v2 && strcmp(sub, "connect") != 0) { sd_reply_error(r, 404, "no endpoint %s %s", m, p); return; }
     if (!sbx_valid_id(id)) { sd_reply_error(r, 404, "sandbox '%s' not found", id); return; }
     if (!*sub) {
       if (!strcmp(m, "GET")) get_sandbox(r, id);
@@ -411,6 +529,7 @@ void control_handle(sd_request *r, const char *api_key) {
     else if (!strcmp(sub, "connect") && post) connect_sandbox(r, id);
     else if (!strcmp(sub, "pause") && post) pause_sandbox(r, id);
     else if (!strcmp(sub, "resume") && post) connect_sandbox(r, id);   /* deprecated alias */
+    else if (!strcmp(sub, "fork") && post) fork_sandbox(r, id);
     else if (!strcmp(sub, "metrics") && !strcmp(m, "GET"))
       sd_reply_error(r, 501, "sandbox metrics are not implemented by sandboxd");
     else if (!strcmp(sub, "network") && !strcmp(m, "PUT"))
@@ -421,7 +540,8 @@ void control_handle(sd_request *r, const char *api_key) {
     return;
   }
   if (!strncmp(p, "/snapshots", 10) || !strncmp(p, "/templates", 10) || !strncmp(p, "/v2/templates", 13) ||
-      !strncmp(p, "/v3/templates", 13) || !strncmp(p, "/volumes", 8) || !strncmp(p, "/volumecontent", 14)) {
+      !strncmp(p, "/v3/templates", 13) || !strncmp(p, "/volumes", 8) || !strncmp(p, "/volumecontent", 14) ||
+      !strncmp(p, "/secrets", 8)) {
     sd_reply_error(r, 501, "%s is not implemented by sandboxd (only the template 'base' exists)", p);
     return;
   }

@@ -109,6 +109,14 @@ int sd_header_each(const sd_request *r, int (*cb)(void *, const char *, const ch
   return 0;
 }
 
+int sd_query_each(const sd_request *r, int (*cb)(void *, const char *, const char *), void *cls) {
+  for (size_t i = 0; i < r->nquery; i++) {
+    int rc = cb(cls, r->query[i].name, r->query[i].value);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 const char *sd_query(const sd_request *r, const char *name) {
   for (size_t i = 0; i < r->nquery; i++)
     if (strcmp(r->query[i].name, name) == 0) return r->query[i].value;

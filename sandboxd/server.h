@@ -54,6 +54,7 @@ bool sd_const_eq(const char *a, const char *b);     /* secret comparison in time
 const char *sd_user(const sd_request *r);           /* envd: authenticated user ("user" by default), else NULL */
 void sd_reply_header(sd_request *r, const char *name, const char *value); /* extra header on the reply or stream */
 int  sd_header_each(const sd_request *r, int (*cb)(void *cls, const char *name, const char *value), void *cls);
+int  sd_query_each(const sd_request *r, int (*cb)(void *cls, const char *name, const char *value), void *cls);
 int  sd_is_streaming(const sd_request *r);          /* Content-Type application/connect+json */
 /* The Connect request message: the JSON body (unary) or the single envelope (streaming). NULL with
  * err set when malformed; then reply with invalid_argument. New reference. */

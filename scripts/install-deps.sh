@@ -36,8 +36,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The official E2B SDK, pinned, for the conformance suite (spec/sdk).
-if [ -f spec/sdk/package.json ] && [ ! -d spec/sdk/node_modules/e2b ]; then
+# The official E2B SDK for the conformance suite (spec/sdk): the pinned 2.29.1 and the current
+# release side by side (e2b, e2b-latest), exactly as spec/sdk/package-lock.json has them.
+if [ -f spec/sdk/package.json ] && { [ ! -d spec/sdk/node_modules/e2b ] || [ ! -d spec/sdk/node_modules/e2b-latest ]; }; then
   (cd spec/sdk && npm install --no-audit --no-fund --loglevel=error >/dev/null)
 fi
 echo "install-deps: ok"

@@ -3,22 +3,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import http from 'node:http'
 import { existsSync } from 'node:fs'
-import { Sandbox, AuthenticationError, SandboxError, FileNotFoundError } from 'e2b'
-import { T, newSandbox, apiFetch, envdFetch, connectStream, connectUnary, requireEnv, uniq } from './helpers.mjs'
-
-/** Asserts an error response: given status, JSON body {code: status, message: non-empty string}. */
-async function assertError(res, status, what) {
-  assert.equal(res.status, status, `${what}: status`)
-  assert.match(res.headers.get('content-type') ?? '', /application\/json/, `${what}: content type`)
-  const body = await res.json()
-  assert.equal(body.code, status, `${what}: body.code`)
-  assert.equal(typeof body.message, 'string', `${what}: body.message`)
-  assert.ok(body.message.length > 0, `${what}: empty message`)
-  return body
-}
-
-const postJson = (p, body, headers = {}) =>
-  apiFetch(p, { method: 'POST', headers: { 'Content-Type': 'application/json', ...headers }, body })
+import { T, newSandbox, apiFetch, envdFetch, connectStream, connectUnary, requireEnv, uniq, assertApiError as assertError, postJson, SDK_V2, Sandbox, AuthenticationError, SandboxError, FileNotFoundError } from './helpers.mjs'
 
 test('malformed JSON and wrongly typed fields on POST /sandboxes → 400 {code,message}', T, async () => {
   await assertError(await postJson('/sandboxes', '{"templateID": "base",'), 400, 'truncated JSON')
@@ -242,6 +227,7 @@ test('upload onto a FIFO → 400 "not a regular file"; the FIFO is never opened'
 })
 
 test('signed URLs of a sandbox created without secure: true → 401 naming the reason', T, async (t) => {
+  if (SDK_V2) return t.skip('the current SDK has no secure option: its sandboxes are always secure (controlplane_v2.test.mjs)')
   const sbx = await newSandbox(t, { secure: false })
   for (const [method, url] of [['POST', await sbx.uploadUrl('/tmp/x')], ['GET', await sbx.downloadUrl('/etc/hostname')]]) {
     assert.ok(!new URL(url).searchParams.get('signature'), 'no signature without secure: true')

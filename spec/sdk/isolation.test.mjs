@@ -4,7 +4,6 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { mkdirSync, writeFileSync, rmSync, existsSync, readFileSync } from 'node:fs'
-import { Sandbox } from 'e2b'
 import {
   T,
   newSandbox,
@@ -18,6 +17,7 @@ import {
   killQuietly,
   marker,
   sh,
+  Sandbox,
 } from './helpers.mjs'
 
 /** Host files with a unique secret, removed after the test. */

@@ -4,7 +4,6 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { existsSync, readdirSync, rmSync } from 'node:fs'
 import path from 'node:path'
-import { Sandbox, SandboxNotFoundError } from 'e2b'
 import {
   T,
   startSandboxd,
@@ -18,6 +17,8 @@ import {
   newSandbox,
   marker,
   hostChildren,
+  Sandbox,
+  SandboxNotFoundError,
 } from './helpers.mjs'
 
 /** Everything the sandbox `id` could have left on the host for a sandboxd with `stateDir`. */

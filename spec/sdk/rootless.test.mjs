@@ -7,7 +7,6 @@ import { spawnSync } from 'node:child_process'
 import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { Sandbox, SandboxNotFoundError } from 'e2b'
 import {
   T,
   startSandboxdArgs,
@@ -19,6 +18,8 @@ import {
   hostUids,
   pathsUnder,
   marker,
+  Sandbox,
+  SandboxNotFoundError,
 } from './helpers.mjs'
 
 const NOBODY = 65534
