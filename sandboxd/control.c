@@ -478,72 +478,23 @@ static void list_sandboxes(sd_request *r) {
   sd_reply_json(r, 200, out);
 }
 
-bool control_key_ok(const char *key, const char *api_key) {
-  if (!key) return false;
-  size_t lk = strlen(key), la = strlen(api_key);
-  unsigned char d = lk != la;
-  for (size_t i = 0; i < la; i++) d |= (unsigned char)(api_key[i] ^ (i < lk ? key[i] : 0));   /* time depends on the real key only */
-  return d == 0;
-}
-
-void control_handle(sd_request *r, const char *api_key) {
-  const char *m = sd_method(r), *p = sd_path(r);
-  const char *key = sd_header(r, "X-API-KEY");
-  if (!control_key_ok(key, api_key)) {
-    sd_reply_error(r, 401, key ? "invalid API key" : "missing X-API-KEY header");
-    return;
+void control_handle(sd_request *r, const rt_decision *d) {
+  const char *id = d->id;
+  switch (d->route) {
+    case RT_CREATE: create_sandbox(r, false); break;
+    case RT_CREATE_V2: create_sandbox(r, true); break;
+    case RT_LIST: list_sandboxes(r); break;
+    case RT_GET: get_sandbox(r, id); break;
+    case RT_KILL:
+      if (reg_kill(id) == 0) sd_reply_bytes(r, 204, NULL, NULL, 0);
+      else sd_reply_error(r, 404, "sandbox '%s' not found", id);
+      break;
+    case RT_TIMEOUT: set_timeout(r, id); break;
+    case RT_CONNECT: connect_sandbox(r, id); break;
+    case RT_PAUSE: pause_sandbox(r, id); break;
+    case RT_FORK: fork_sandbox(r, id); break;
+    case RT_UNIMPLEMENTED: sd_reply_error(r, 501, "%s", d->message ? d->message : "not implemented by sandboxd"); break;
+    case RT_HEALTH: sd_reply_json(r, 200, json_pack("{s:s}", "message", "Health check successful")); break;
+    default: sd_reply_error(r, 500, "internal error: route %d is not the control plane's", (int)d->route); break;
   }
-  if (!strcmp(p, "/sandboxes") || !strcmp(p, "/sandboxes/")) {
-    if (!strcmp(m, "POST")) create_sandbox(r, false);
-    else if (!strcmp(m, "GET")) list_sandboxes(r);
-    else sd_reply_error(r, 405, "method %s is not allowed on %s", m, p);
-    return;
-  }
-  if (!strcmp(p, "/v2/sandboxes")) {
-    if (!strcmp(m, "GET")) list_sandboxes(r);
-    else if (!strcmp(m, "POST")) create_sandbox(r, true);
-    else sd_reply_error(r, 405, "method %s is not allowed on %s", m, p);
-    return;
-  }
-  bool v2 = strncmp(p, "/v2/sandboxes/", 14) == 0;
-  if (v2 || strncmp(p, "/sandboxes/", 11) == 0) {
-    char id[72];
-    const char *rest = p + (v2 ? 14 : 11), *slash = strchr(rest, '/');
-    size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
-    if (n >= sizeof id) n = sizeof id - 1;
-    memcpy(id, rest, n);
-    id[n] = '\0';
-    const char *sub = slash ? slash + 1 : "";
-    if (v2 && strcmp(sub, "connect") != 0) { sd_reply_error(r, 404, "no endpoint %s %s", m, p); return; }
-    if (!sbx_valid_id(id)) { sd_reply_error(r, 404, "sandbox '%s' not found", id); return; }
-    if (!*sub) {
-      if (!strcmp(m, "GET")) get_sandbox(r, id);
-      else if (!strcmp(m, "DELETE")) {
-        if (reg_kill(id) == 0) sd_reply_bytes(r, 204, NULL, NULL, 0);
-        else sd_reply_error(r, 404, "sandbox '%s' not found", id);
-      } else sd_reply_error(r, 405, "method %s is not allowed on %s", m, p);
-      return;
-    }
-    bool post = !strcmp(m, "POST");
-    if (!strcmp(sub, "timeout") && post) set_timeout(r, id);
-    else if (!strcmp(sub, "connect") && post) connect_sandbox(r, id);
-    else if (!strcmp(sub, "pause") && post) pause_sandbox(r, id);
-    else if (!strcmp(sub, "resume") && post) connect_sandbox(r, id);   /* deprecated alias */
-    else if (!strcmp(sub, "fork") && post) fork_sandbox(r, id);
-    else if (!strcmp(sub, "metrics") && !strcmp(m, "GET"))
-      sd_reply_error(r, 501, "sandbox metrics are not implemented by sandboxd");
-    else if (!strcmp(sub, "network") && !strcmp(m, "PUT"))
-      sd_reply_error(r, 501, "network updates are not implemented by sandboxd");
-    else if (!strcmp(sub, "snapshots"))
-      sd_reply_error(r, 501, "snapshots are not implemented by sandboxd");
-    else sd_reply_error(r, 404, "no endpoint %s %s", m, p);
-    return;
-  }
-  if (!strncmp(p, "/snapshots", 10) || !strncmp(p, "/templates", 10) || !strncmp(p, "/v2/templates", 13) ||
-      !strncmp(p, "/v3/templates", 13) || !strncmp(p, "/volumes", 8) || !strncmp(p, "/volumecontent", 14) ||
-      !strncmp(p, "/secrets", 8)) {
-    sd_reply_error(r, 501, "%s is not implemented by sandboxd (only the template 'base' exists)", p);
-    return;
-  }
-  sd_reply_error(r, 404, "no endpoint %s %s", m, p);
 }

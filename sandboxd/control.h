@@ -1,15 +1,16 @@
-/* control.h — E2B's control-plane REST API (reference §2) over the registry. */
+/* control.h — E2B's control-plane REST API (reference §2, and the v2 routes of the current SDK)
+ * over the registry. Routing and the API key are the router's. */
 #ifndef SANDBOXD_CONTROL_H
 #define SANDBOXD_CONTROL_H
 #include <stdbool.h>
-#include "server.h"
+#include "http.h"
+#include "router.h"
 
 #define SANDBOXD_ENVD_VERSION "0.6.3"
 #define SANDBOXD_TEMPLATE "base"
 #define SANDBOXD_MAX_TIMEOUT_S 86400
 
 void control_init(const char *state_dir);             /* for diskSizeMB */
-void control_handle(sd_request *r, const char *api_key);
-/* X-API-KEY check in constant time (over the configured key's length). */
-bool control_key_ok(const char *key, const char *api_key);
+/* The control-plane routes, and GET /health. */
+void control_handle(sd_request *r, const rt_decision *d);
 #endif

@@ -17,10 +17,12 @@
 #include <unistd.h>
 
 #include "control.h"
+#include "dispatch.h"
+#include "http.h"
 #include "net.h"
 #include "registry.h"
+#include "router.h"
 #include "sandbox.h"
-#include "server.h"
 
 static void usage(FILE *f) {
   fprintf(f, "usage: sandboxd --listen HOST:PORT [--api-key e2b_HEX] [--state-dir DIR] [--exit-with-parent]\n"
@@ -82,6 +84,17 @@ static int load_or_make_key(const char *state_dir, char *key, size_t len) {
   close(fd);
   return 0;
 }
+
+/* The registry's sandboxes are sandbox.c's; its deaths end the HTTP layer's streams. */
+static char g_state_dir[4096];
+static int backend_create(const char *id, const reg_create_opts *o, sbx_t **out, char *err, size_t errlen) {
+  sbx_config cfg = {.id = id, .state_dir = g_state_dir, .internet = o->internet, .envs = o->envs};
+  return sbx_create(&cfg, out, err, errlen);
+}
+static const reg_backend BACKEND = {backend_create, sbx_stop, sbx_destroy, sbx_pause, sbx_resume};
+static void on_dying(const reg_entry *e) { sd_streams_abort(e); }
+static void on_gone(const reg_entry *e) { sd_streams_release(e); }
+static const reg_hooks DEATHS = {on_dying, on_gone};
 
 static void report_caps(void) {
   sbx_host_caps caps;
@@ -176,14 +189,16 @@ int main(int argc, char **argv) {
   sbx_cleanup_stale(state_dir);
   report_caps();
   control_init(state_dir);
-  if (reg_init(state_dir)) {
+  snprintf(g_state_dir, sizeof g_state_dir, "%s", state_dir);
+  router_init(api_key);
+  if (reg_init(&BACKEND, &DEATHS)) {
     fprintf(stderr, "sandboxd: cannot start the expiry thread\n");
     sbx_pool_stop();
     net_shutdown();
     return 1;
   }
   char err[512];
-  if (sd_server_start(host, (int)port, api_key, err, sizeof err)) {
+  if (sd_server_start(host, (int)port, dispatch_hooks(), err, sizeof err)) {
     fprintf(stderr, "sandboxd: %s\n", err);
     reg_shutdown();
     sbx_pool_stop();
@@ -199,6 +214,7 @@ int main(int argc, char **argv) {
   fprintf(stderr, "sandboxd: %s: destroying every sandbox\n", strsignal(sig));
   reg_shutdown();
   sd_server_stop();
+  router_shutdown();
   sbx_pool_stop();     /* the spares' pastas, before their guard goes */
   net_shutdown();
   return 0;

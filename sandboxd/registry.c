@@ -1,6 +1,5 @@
 /* registry.c — sandbox table, ids, tokens, lease expiry, pause state (see registry.h). */
 #include "registry.h"
-#include "server.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -32,7 +31,8 @@ static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;   /* table or lease ch
 static pthread_cond_t released = PTHREAD_COND_INITIALIZER;  /* a ref of a dying entry dropped */
 static reg_entry *head;
 static uint64_t next_seq = 1;
-static char *g_state_dir;
+static reg_backend g_be;
+static reg_hooks g_hooks;
 static pthread_t expiry_thread;
 static bool expiry_running, stopping;
 static int reapers;                                          /* expiry kill/pause threads running */
@@ -113,8 +113,7 @@ int reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errle
   e->secure = o->secure; e->internet = o->internet; e->auto_pause = o->auto_pause;
   e->metadata = o->metadata ? json_deep_copy(o->metadata) : json_object();
   pthread_mutex_init(&e->life, NULL);
-  sbx_config cfg = { .id = e->id, .state_dir = g_state_dir, .internet = o->internet, .envs = o->envs };
-  if (sbx_create(&cfg, &e->sbx, err, errlen) != 0) {
+  if (g_be.create(e->id, o, &e->sbx, err, errlen) != 0) {
     close(e->kill_fd);
     json_decref(e->metadata);
     pthread_mutex_destroy(&e->life);
@@ -161,15 +160,15 @@ reg_entry *reg_find_by_token(bool (*match)(const char *token, void *cls), void *
 
 /* Called with the entry marked dying (still linked) and the table's ref owned by the caller. */
 static void destroy_entry(reg_entry *e) {
-  sd_streams_abort(e);                 /* streams to clients that stopped reading end now */
+  if (g_hooks.dying) g_hooks.dying(e); /* streams to clients that stopped reading end now */
   pthread_mutex_lock(&e->life);
-  if (e->paused) sbx_resume(e->sbx);   /* frozen processes cannot die */
-  process_kill_all(e->sbx);
+  if (e->paused) g_be.resume(e->sbx);  /* frozen processes cannot die */
+  g_be.stop(e->sbx);
   pthread_mutex_unlock(&e->life);
   pthread_mutex_lock(&mu);
   while (e->refs > 1) {
     pthread_mutex_unlock(&mu);
-    sd_streams_abort(e);               /* a stream a handler opened after the first abort */
+    if (g_hooks.dying) g_hooks.dying(e);   /* a stream a handler opened after the first abort */
     pthread_mutex_lock(&mu);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -177,7 +176,7 @@ static void destroy_entry(reg_entry *e) {
     if (e->refs > 1) pthread_cond_timedwait(&released, &mu, &ts);
   }
   pthread_mutex_unlock(&mu);
-  sbx_destroy(e->sbx);
+  g_be.destroy(e->sbx);
   pthread_mutex_lock(&mu);             /* gone from the table only now that nothing is left */
   reg_entry **pp = &head;
   while (*pp && *pp != e) pp = &(*pp)->next;
@@ -185,7 +184,7 @@ static void destroy_entry(reg_entry *e) {
   pthread_cond_broadcast(&changed);
   pthread_cond_broadcast(&reaped);
   pthread_mutex_unlock(&mu);
-  sd_streams_release(e);               /* clients now see their streams end */
+  if (g_hooks.gone) g_hooks.gone(e);   /* clients now see their streams end */
   close(e->kill_fd);
   json_decref(e->metadata);
   pthread_mutex_destroy(&e->life);
@@ -233,7 +232,7 @@ int reg_connect(const char *id, int64_t timeout_s, bool *resumed, reg_info *info
   pthread_mutex_lock(&mu);
   was_paused = e->paused;
   pthread_mutex_unlock(&mu);
-  if (was_paused && sbx_resume(e->sbx) != 0) rc = -2;
+  if (was_paused && g_be.resume(e->sbx) != 0) rc = -2;
   pthread_mutex_lock(&mu);
   if (rc == 0) {
     int64_t want = reg_now_ms() + timeout_s * 1000;
@@ -257,7 +256,7 @@ int reg_pause(const char *id) {
   bool already = e->paused;
   pthread_mutex_unlock(&mu);
   if (already) rc = -2;
-  else if (sbx_pause(e->sbx) != 0) rc = -3;
+  else if (g_be.pause(e->sbx) != 0) rc = -3;
   else {
     pthread_mutex_lock(&mu);
     e->paused = true;
@@ -370,9 +369,18 @@ static void *expiry_main(void *arg) {
   return NULL;
 }
 
-int reg_init(const char *state_dir) {
-  g_state_dir = strdup(state_dir);
-  if (!g_state_dir) return -1;
+bool reg_valid_id(const char *id) {
+  size_t n = id ? strlen(id) : 0;
+  if (n == 0 || n > 64) return false;
+  for (size_t i = 0; i < n; i++)
+    if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9'))) return false;
+  return true;
+}
+
+int reg_init(const reg_backend *backend, const reg_hooks *hooks) {
+  g_be = *backend;
+  if (hooks) g_hooks = *hooks;
+  stopping = false;
   if (pthread_create(&expiry_thread, NULL, expiry_main, NULL) != 0) return -1;
   expiry_running = true;
   return 0;
@@ -399,6 +407,4 @@ void reg_shutdown(void) {
     pthread_mutex_unlock(&mu);
     reg_kill(id);
   }
-  free(g_state_dir);
-  g_state_dir = NULL;
 }

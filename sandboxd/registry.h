@@ -1,16 +1,20 @@
 /* registry.h — the table of live sandboxes: ids, envd tokens, lease expiry, pause state.
  * One mutex guards the table; an entry is reference-counted so a sandbox that is being killed is
- * never used after it is freed: reg_kill marks it dying (reg_get no longer returns it), ends its
- * streams, waits for every other holder to let go, destroys it, and only then unlinks it. */
+ * never used after it is freed: reg_kill marks it dying (reg_get no longer returns it), tells the
+ * `dying` hook (sandboxd ends its streams), stops it, waits for every other holder to let go,
+ * destroys it, unlinks it, and tells the `gone` hook.
+ *
+ * The registry knows sandboxes only through the backend main.c gives it (sandbox.c there; fakes in
+ * the unit tests), and the HTTP layer not at all: its hooks are main.c's too. */
 #ifndef SANDBOXD_REGISTRY_H
 #define SANDBOXD_REGISTRY_H
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
-#include "sandbox.h"
 
 typedef struct reg_entry reg_entry;
+typedef struct sbx sbx_t;       /* the backend's sandbox (opaque here) */
 
 typedef struct {
   int64_t timeout_s;            /* lease length from now */
@@ -28,7 +32,26 @@ typedef struct {
   json_t *metadata;             /* new reference, caller decrefs */
 } reg_info;
 
-int  reg_init(const char *state_dir);           /* starts the expiry thread */
+/* What a sandbox is, to the registry. create boots one with the registry's id; stop kills every
+ * process and ends every process stream (the entry is still held then); destroy frees it. */
+typedef struct {
+  int  (*create)(const char *id, const reg_create_opts *o, sbx_t **out, char *err, size_t errlen);
+  void (*stop)(sbx_t *s);
+  void (*destroy)(sbx_t *s);
+  int  (*pause)(sbx_t *s);
+  int  (*resume)(sbx_t *s);
+} reg_backend;
+/* Deaths, as they happen (any thread, no registry lock held). dying: a kill started, and again
+ * while it waits for holders (streams opened meanwhile); gone: destruction is complete. */
+typedef struct {
+  void (*dying)(const reg_entry *e);
+  void (*gone)(const reg_entry *e);
+} reg_hooks;
+
+/* Ids: "i" + 20 of [a-z0-9] are issued; any 1..64 of [a-z0-9] is a well-formed id. */
+bool reg_valid_id(const char *id);
+
+int  reg_init(const reg_backend *backend, const reg_hooks *hooks);   /* starts the expiry thread */
 void reg_shutdown(void);                        /* kills every sandbox, stops the thread */
 
 /* 0 and *info filled, or -1 with err (sbx_create's reason). */

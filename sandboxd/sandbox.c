@@ -4,8 +4,9 @@
 #include "init.h"
 #include "net.h"
 #include "pidfile.h"
-#include "process.h"
+#include "ptab.h"
 #include "template.h"
+#include "users.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -83,12 +84,6 @@ static void step(step_trace *t, const char *what) {
   t->last = now;
 }
 
-int sbx_lookup_user(const char *name, uid_t *uid, gid_t *gid, const char **home) {
-  if (!name) return -1;
-  if (!strcmp(name, "root")) { *uid = 0; *gid = 0; *home = "/root"; return 0; }
-  if (!strcmp(name, "user")) { *uid = 1000; *gid = 1000; *home = "/home/user"; return 0; }
-  return -1;
-}
 
 static uid_t map_uid(bool priv, uid_t uid0, uid_t inner) {
   if (priv) return inner < SBX_UID_COUNT ? SBX_UID_BASE + inner : (uid_t)-1;
@@ -112,6 +107,20 @@ static void idmap_here(net_idmap *m) {
   }
 }
 ptab *sbx_ptab(sbx_t *s) { return s->pt; }
+
+int sbx_fs_ctx(sbx_t *s, const char *user, fs_ctx *c) {
+  memset(c, 0, sizeof *c);
+  c->root = s->root_fd;
+  c->user = user;
+  if (users_lookup(user, &c->uid, &c->gid, &c->home) != 0) return -1;
+  c->host_uid = sbx_host_uid(s, c->uid);
+  c->host_gid = sbx_host_gid(s, c->gid);
+  c->host_root_uid = sbx_host_uid(s, 0);
+  c->host_user_uid = sbx_host_uid(s, 1000);
+  c->host_root_gid = sbx_host_gid(s, 0);
+  c->host_user_gid = sbx_host_gid(s, 1000);
+  return 0;
+}
 
 /* ---- small file helpers ---- */
 static int write_str(const char *path, const char *s) {
@@ -319,7 +328,7 @@ int sbx_resume(sbx_t *s) {
   return ptab_killall(s->pt, SIGCONT);
 }
 
-void sbx_kill_init(sbx_t *s) {
+static void sbx_kill_init(sbx_t *s) {
   pthread_mutex_lock(&s->mu);
   if (!s->killed && s->init_pid > 0) {
     kill(s->init_pid, SIGKILL);
@@ -1032,9 +1041,14 @@ named:
   return 0;
 }
 
+void sbx_stop(sbx_t *s) {
+  sbx_kill_init(s);
+  ptab_shutdown(s->pt);
+}
+
 void sbx_destroy(sbx_t *s) {
   if (!s) return;
-  process_kill_all(s);   /* kills init, ends every stream with its end event, joins the pump */
+  sbx_stop(s);   /* kills init, ends every stream with its end event, joins the pump */
   ptab_free(s->pt);
   release(s);
 }

@@ -19,7 +19,7 @@ typedef struct {
 } sbx_config;
 #define SBX_DEFAULT_MEMORY_MB 2048
 #define SBX_DEFAULT_PIDS_MAX 4096
-bool  sbx_valid_id(const char *id);    /* 1..64 of [a-z0-9]: what sbx_config.id accepts */
+bool  sbx_valid_id(const char *id);    /* 1..64 of [a-z0-9]: what sbx_config.id accepts (a directory name) */
 
 /* Capabilities probed once at start-up; `why` says what is missing and why. */
 typedef struct { bool userns, overlay, pidns, netns, internet, net_guard, cgroup_pids, cgroup_memory, freezer; char why[768]; } sbx_host_caps;
@@ -52,11 +52,15 @@ void  sbx_cleanup_stale(const char *state_dir);
 void  sbx_pool_start(const char *state_dir);
 void  sbx_pool_stop(void);
 
-/* Users inside every sandbox: root (0) and user (1000, home /home/user). */
-int sbx_lookup_user(const char *name, uid_t *uid, gid_t *gid, const char **home);
+/* Kill every process (SIGKILL to pid 1: the pid namespace dies with it; thawed first), end every
+ * process stream cleanly. Idempotent; sbx_destroy calls it too. */
+void sbx_stop(sbx_t *s);
 
-/* process.Process/<method> for this sandbox (implemented in process.c). */
-struct sd_request;
-void process_rpc(struct sd_request *r, sbx_t *s, const char *method);
-void process_kill_all(sbx_t *s);        /* kill every process, end every stream cleanly; idempotent (destroy calls it too) */
+/* The process table (ptab.h) of a created sandbox. */
+struct ptab;
+struct ptab *sbx_ptab(sbx_t *s);
+
+/* The file-system context (paths.h) of `user` in s: -1 for an unknown user. */
+#include "paths.h"
+int sbx_fs_ctx(sbx_t *s, const char *user, fs_ctx *c);
 #endif
