@@ -130,7 +130,8 @@ elif [ -f fuzz/CMakeLists.txt ]; then
     fp=0; ff=0
     for f in build-fuzz/fuzz/fuzz_*; do
       [ -x "$f" ] || continue
-      if "$f" -max_total_time="${FUZZ_SECONDS:-20}" -rss_limit_mb=1024 >"$LOG/$(basename "$f").log" 2>&1; then fp=$((fp+1)); else ff=$((ff+1)); tail -30 "$LOG/$(basename "$f").log"; fi
+      dict=(); [ -f "fuzz/$(basename "$f").dict" ] && dict=(-dict="fuzz/$(basename "$f").dict")
+      if "$f" -max_total_time="${FUZZ_SECONDS:-20}" -rss_limit_mb=1024 "${dict[@]}" >"$LOG/$(basename "$f").log" 2>&1; then fp=$((fp+1)); else ff=$((ff+1)); tail -30 "$LOG/$(basename "$f").log"; fi
     done
     add "$fp" "$ff" "fuzzers"
   else tail -30 "$LOG/build-build-fuzz.log"; add 0 1 "fuzz build"; fi

@@ -245,9 +245,16 @@ export function hostChildren(ppid, argv0) {
   return out
 }
 
-/** Host uid line of /proc/<pid>/status: [real, effective, saved, fs]. */
+/** Host uid line of /proc/<pid>/status: [real, effective, saved, fs]; null once the process is gone
+ * (a login shell that exec'd or exited after hostProcessesWith saw it). */
 export function hostUids(pid) {
-  const st = readFileSync(`/proc/${pid}/status`, 'utf8')
+  let st
+  try {
+    st = readFileSync(`/proc/${pid}/status`, 'utf8')
+  } catch (e) {
+    if (e.code === 'ENOENT' || e.code === 'ESRCH') return null
+    throw e
+  }
   return st.match(/^Uid:\s+(.*)$/m)[1].trim().split(/\s+/).map(Number)
 }
 

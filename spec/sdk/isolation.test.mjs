@@ -196,13 +196,10 @@ test('uid inside: user is 1000, root is 0 but maps to an unprivileged host uid',
   const mk = marker(6)
   await sbx.commands.run(`sleep ${mk}`, { background: true, timeoutMs: 0, user: 'root' })
   const procs = await waitFor(() => {
-    const p = hostProcessesWith(`sleep ${mk}`)
+    const p = hostProcessesWith(`sleep ${mk}`).map((x) => ({ ...x, uids: hostUids(x.pid) })).filter((x) => x.uids)
     return p.length ? p : null
   }, { what: 'root sleep on the host' })
-  for (const p of procs) {
-    const uids = hostUids(p.pid)
-    assert.ok(uids.every((u) => u !== 0), `sandbox root runs as host uid ${uids.join(',')}`)
-  }
+  for (const p of procs) assert.ok(p.uids.every((u) => u !== 0), `sandbox root runs as host uid ${p.uids.join(',')}`)
   const map = (await sbx.commands.run('cat /proc/self/uid_map', { user: 'root' })).stdout.trim().split(/\s+/).map(Number)
   assert.ok(!(map[0] === 0 && map[1] === 0), `uid 0 inside is uid 0 outside: ${map.join(' ')}`)
 })

@@ -88,8 +88,10 @@ test('sandboxd as an ordinary user: reports missing isolation, serves the SDK, S
   assert.match(r.stdout, /^rootless-ok\n\d+\n$/)
   const m = marker(6)
   await sbx.commands.run(`sleep ${m}`, { background: true, timeoutMs: 0 })
-  const hostSleep = await waitFor(() => hostProcessesWith(`sleep ${m}`)[0], { what: 'the sandbox sleep on the host' })
-  assert.deepEqual(hostUids(hostSleep.pid), [NOBODY, NOBODY, NOBODY, NOBODY], 'sandbox commands run as 65534 on the host')
+  const uids = await waitFor(() => hostProcessesWith(`sleep ${m}`).map((p) => hostUids(p.pid)).find((u) => u), {
+    what: 'the sandbox sleep on the host',
+  })
+  assert.deepEqual(uids, [NOBODY, NOBODY, NOBODY, NOBODY], 'sandbox commands run as 65534 on the host')
   const info = await sbx.files.write('notes/hello.txt', 'hello from a rootless sandbox')
   assert.equal(info.path, '/home/user/notes/hello.txt')
   assert.equal(await sbx.files.read('notes/hello.txt'), 'hello from a rootless sandbox')
