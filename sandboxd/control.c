@@ -12,12 +12,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api_body.h"
+#include "layers.h"
 #include "net.h"
 #include "registry.h"
+#include "snapshots.h"
 
 static char g_state_dir[4096] = ".";
 
 void control_init(const char *state_dir) { snprintf(g_state_dir, sizeof g_state_dir, "%s", state_dir); }
+
+bool control_is_base(const char *ref) { return !strcmp(ref, SANDBOXD_TEMPLATE) || !strcmp(ref, SANDBOXD_TEMPLATE ":" SNAP_DEFAULT_TAG); }
 
 static json_t *rfc3339(int64_t ms) {
   time_t t = (time_t)(ms / 1000);
@@ -29,9 +34,9 @@ static json_t *rfc3339(int64_t ms) {
   return json_string(buf);
 }
 
-static json_t *sandbox_json(const reg_info *in) {
-  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:n,s:n}", "sandboxID", in->id, "templateID", SANDBOXD_TEMPLATE,
-                        "alias", SANDBOXD_TEMPLATE, "clientID", "6532622b", "envdVersion", SANDBOXD_ENVD_VERSION,
+json_t *control_sandbox_json(const reg_info *in) {
+  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:n,s:n}", "sandboxID", in->id, "templateID", in->template_id,
+                        "alias", in->template_alias, "clientID", "6532622b", "envdVersion", SANDBOXD_ENVD_VERSION,
                         "trafficAccessToken", "domain");
   if (j && in->secure) json_object_set_new(j, "envdAccessToken", json_string(in->token));
   return j;
@@ -50,8 +55,8 @@ static void host_sizes(json_t *j) {
 }
 
 static json_t *listed_json(const reg_info *in) {
-  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:O,s:s,s:s,s:[]}", "templateID", SANDBOXD_TEMPLATE,
-                        "alias", SANDBOXD_TEMPLATE, "sandboxID", in->id, "clientID", "6532622b",
+  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:O,s:s,s:s,s:[]}", "templateID", in->template_id,
+                        "alias", in->template_alias, "sandboxID", in->id, "clientID", "6532622b",
                         "startedAt", rfc3339(in->started_ms), "endAt", rfc3339(in->end_ms),
                         "metadata", in->metadata, "state", in->paused ? "paused" : "running",
                         "envdVersion", SANDBOXD_ENVD_VERSION, "volumeMounts");
@@ -69,65 +74,17 @@ static json_t *detail_json(const reg_info *in) {
   return j;
 }
 
-/* The request body as a JSON object; replies 400 itself and returns NULL when it is not one. */
-static json_t *body_object(sd_request *r, bool optional) {
-  size_t len;
-  const uint8_t *b = sd_body(r, &len);
-  if (len == 0) {
-    if (optional) return json_object();
-    sd_reply_error(r, 400, "request body is required (a JSON object)");
-    return NULL;
-  }
-  json_error_t je;
-  json_t *j = json_loadb((const char *)b, len, JSON_REJECT_DUPLICATES, &je);
-  if (!j) { sd_reply_error(r, 400, "malformed JSON body: %s (line %d, column %d)", je.text, je.line, je.column); return NULL; }
-  if (!json_is_object(j)) { json_decref(j); sd_reply_error(r, 400, "request body must be a JSON object"); return NULL; }
-  return j;
-}
-
-/* timeout field: absent → dflt; else an integer in [0, max]. Replies 400 and returns -1 if bad. */
-static int get_timeout(sd_request *r, json_t *body, int64_t dflt, int64_t *out) {
-  json_t *t = json_object_get(body, "timeout");
-  if (!t || json_is_null(t)) { *out = dflt; return 0; }
-  if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > SANDBOXD_MAX_TIMEOUT_S) {
-    sd_reply_error(r, 400, "field 'timeout' must be an integer number of seconds between 0 and %d", SANDBOXD_MAX_TIMEOUT_S);
-    return -1;
-  }
-  *out = json_integer_value(t);
-  return 0;
-}
-
-static int check_string_map(sd_request *r, json_t *v, const char *field, bool env_names) {
-  if (!json_is_object(v)) { sd_reply_error(r, 400, "field '%s' must be an object of strings", field); return -1; }
-  const char *k;
-  json_t *x;
-  json_object_foreach(v, k, x) {
-    if (!json_is_string(x)) { sd_reply_error(r, 400, "field '%s.%s' must be a string", field, k); return -1; }
-    if (env_names && (!k[0] || strchr(k, '='))) {
-      sd_reply_error(r, 400, "field '%s': '%s' is not a valid environment variable name", field, k);
-      return -1;
-    }
-  }
-  return 0;
-}
-
-static int get_bool(sd_request *r, json_t *body, const char *field, bool dflt, bool *out) {
-  json_t *v = json_object_get(body, field);
-  if (!v || json_is_null(v)) { *out = dflt; return 0; }
-  if (!json_is_boolean(v)) { sd_reply_error(r, 400, "field '%s' must be a boolean", field); return -1; }
-  *out = json_is_true(v);
-  return 0;
-}
-
 /* POST /sandboxes (SDK 2.29.1) and POST /v2/sandboxes (the current SDK: every sandbox secure, no
  * `secure` field). Fields that ask for nothing (an empty `network`, no `volumeMounts`,
  * `autoPauseMemory: true`, which a freezer pause always keeps) are taken; any other request
  * sandboxd cannot honour is refused, naming the field. */
 static void create_sandbox(sd_request *r, bool v2) {
-  json_t *body = body_object(r, false);
+  json_t *body = api_body_object(r, false);
   if (!body) return;
   char **envs = NULL;
   size_t nenv = 0;
+  layer *from = NULL;   /* a snapshot's layer, held until the sandbox holds its own */
+  snap_info snap;
   const char *k;
   json_t *v;
   /* Refuse what sandboxd cannot enforce instead of silently accepting it. */
@@ -161,10 +118,21 @@ static void create_sandbox(sd_request *r, bool v2) {
   }
   json_t *tpl = json_object_get(body, "templateID");
   if (!json_is_string(tpl)) { sd_reply_error(r, 400, "field 'templateID' is required and must be a string"); goto out; }
-  if (strcmp(json_string_value(tpl), SANDBOXD_TEMPLATE) != 0) {
-    sd_reply_error(r, 400, "template '%s' is not available: sandboxd provides only the template '%s'",
-                   json_string_value(tpl), SANDBOXD_TEMPLATE);
-    goto out;
+  reg_create_opts o = { 0 };
+  if (!control_is_base(json_string_value(tpl))) {
+    /* a snapshot, by id or name: the sandbox starts from its layers */
+    int status;
+    char why[512];
+    if (!(from = snap_resolve(json_string_value(tpl), &snap, &status, why, sizeof why))) {
+      if (status == 404)
+        sd_reply_error(r, 404, "template '%s' not found (sandboxd has the template '%s' and the snapshots GET /snapshots lists)",
+                       json_string_value(tpl), SANDBOXD_TEMPLATE);
+      else sd_reply_error(r, status, "field 'templateID': %s", why);
+      goto out;
+    }
+    o.layer = from;
+    o.template_id = snap.id;
+    o.template_alias = snap.name[0] ? snap.name : snap.id;
   }
   json_t *ar = json_object_get(body, "autoResume");
   if (ar && !json_is_null(ar)) {
@@ -178,16 +146,15 @@ static void create_sandbox(sd_request *r, bool v2) {
       goto out;
     }
   }
-  reg_create_opts o = { 0 };
-  if (get_timeout(r, body, 300, &o.timeout_s)) goto out;
+  if (api_timeout(r, body, 300, &o.timeout_s)) goto out;
   json_t *md = json_object_get(body, "metadata");
   if (md && !json_is_null(md)) {
-    if (check_string_map(r, md, "metadata", false)) goto out;
+    if (api_string_map(r, md, "metadata", false)) goto out;
     o.metadata = md;
   }
   json_t *ev = json_object_get(body, "envVars");
   if (ev && !json_is_null(ev)) {
-    if (check_string_map(r, ev, "envVars", true)) goto out;
+    if (api_string_map(r, ev, "envVars", true)) goto out;
     envs = calloc(json_object_size(ev) + 1, sizeof *envs);
     if (!envs) { sd_reply_error(r, 500, "out of memory"); goto out; }
     json_object_foreach(ev, k, v) {
@@ -198,8 +165,8 @@ static void create_sandbox(sd_request *r, bool v2) {
     }
   }
   o.envs = (const char *const *)envs;
-  if (get_bool(r, body, "secure", v2, &o.secure) || get_bool(r, body, "allow_internet_access", true, &o.internet) ||
-      get_bool(r, body, "autoPause", false, &o.auto_pause))
+  if (api_bool(r, body, "secure", v2, &o.secure) || api_bool(r, body, "allow_internet_access", true, &o.internet) ||
+      api_bool(r, body, "autoPause", false, &o.auto_pause))
     goto out;
   char why[512];
   if (o.internet && !net_available(why, sizeof why)) {
@@ -213,11 +180,12 @@ static void create_sandbox(sd_request *r, bool v2) {
     sd_reply_error(r, 500, "cannot create the sandbox: %s", err);
     goto out;
   }
-  sd_reply_json(r, 201, sandbox_json(&in));
+  sd_reply_json(r, 201, control_sandbox_json(&in));
   json_decref(in.metadata);
 out:
   for (size_t i = 0; i < nenv; i++) free(envs[i]);
   free(envs);
+  ly_release(from);
   json_decref(body);
 }
 
@@ -229,27 +197,15 @@ static void get_sandbox(sd_request *r, const char *id) {
 }
 
 static void set_timeout(sd_request *r, const char *id) {
-  json_t *body = body_object(r, false);
+  json_t *body = api_body_object(r, false);
   if (!body) return;
   int64_t t;
   if (!json_object_get(body, "timeout")) sd_reply_error(r, 400, "field 'timeout' is required");
-  else if (get_timeout(r, body, 0, &t) == 0) {
+  else if (api_timeout(r, body, 0, &t) == 0) {
     if (reg_set_timeout(id, t) != 0) sd_reply_error(r, 404, "sandbox '%s' not found", id);
     else sd_reply_bytes(r, 204, NULL, NULL, 0);
   }
   json_decref(body);
-}
-
-/* Fields of a body other than `allowed` (a NULL-terminated list): replies 400 naming the first. */
-static int only_fields(sd_request *r, json_t *body, const char *const *allowed) {
-  const char *k;
-  json_t *v;
-  json_object_foreach(body, k, v) {
-    bool ok = false;
-    for (const char *const *a = allowed; *a && !ok; a++) ok = !strcmp(k, *a);
-    if (!ok) { sd_reply_error(r, 400, "field '%s' is not supported by sandboxd here", k); return -1; }
-  }
-  return 0;
 }
 
 /* `memory` (connect, pause: the current SDK): a freezer pause always keeps the memory, so only
@@ -263,39 +219,30 @@ static int memory_field(sd_request *r, json_t *body, const char *what) {
 }
 
 static void connect_sandbox(sd_request *r, const char *id) {
-  json_t *body = body_object(r, true);
+  json_t *body = api_body_object(r, true);
   if (!body) return;
   int64_t t;
   static const char *const fields[] = {"timeout", "memory", NULL};
-  if (only_fields(r, body, fields) == 0 && memory_field(r, body, "resume by rebooting from the file system, onResume: 'reboot'") == 0 &&
-      get_timeout(r, body, 300, &t) == 0) {
+  if (api_only_fields(r, body, fields) == 0 && memory_field(r, body, "resume by rebooting from the file system, onResume: 'reboot'") == 0 &&
+      api_timeout(r, body, 300, &t) == 0) {
     bool resumed;
     reg_info in;
     int rc = reg_connect(id, t, &resumed, &in);
     if (rc == -1) sd_reply_error(r, 404, "sandbox '%s' not found", id);
     else {
       if (rc == -2) sd_reply_error(r, 500, "sandbox '%s' could not be resumed", id);
-      else sd_reply_json(r, resumed ? 201 : 200, sandbox_json(&in));
+      else sd_reply_json(r, resumed ? 201 : 200, control_sandbox_json(&in));
       json_decref(in.metadata);
     }
   }
   json_decref(body);
 }
 
-/* POST /sandboxes/{id}/fork (the current SDK): not implemented; an unknown sandbox is 404 first,
- * as the SDK turns that into SandboxNotFoundError. */
-static void fork_sandbox(sd_request *r, const char *id) {
-  reg_info in;
-  if (reg_lookup_info(id, &in) != 0) { sd_reply_error(r, 404, "sandbox '%s' not found", id); return; }
-  json_decref(in.metadata);
-  sd_reply_error(r, 501, "forking a sandbox (POST /sandboxes/%s/fork) is not implemented by sandboxd", id);
-}
-
 static void pause_sandbox(sd_request *r, const char *id) {
-  json_t *body = body_object(r, true);
+  json_t *body = api_body_object(r, true);
   if (!body) return;
   static const char *const fields[] = {"memory", NULL};
-  int bad = only_fields(r, body, fields) || memory_field(r, body, "a filesystem-only pause, keepMemory: false");
+  int bad = api_only_fields(r, body, fields) || memory_field(r, body, "a filesystem-only pause, keepMemory: false");
   json_decref(body);
   if (bad) return;
   switch (reg_pause(id)) {
@@ -438,8 +385,7 @@ static void list_sandboxes(sd_request *r) {
     sd_reply_error(r, 400, "query parameter 'startedAfter': '%s' is not an RFC 3339 time (e.g. 2026-01-02T03:04:05Z)", sa);
     return;
   }
-  const char *tq = sd_query(r, "template");
-  bool none = tq && *tq && strcmp(tq, SANDBOXD_TEMPLATE) != 0;   /* every sandbox is of the one template */
+  const char *tq = sd_query(r, "template");   /* an id or alias, as the listing reports them */
   json_t *filter = NULL;
   const char *mq = sd_query(r, "metadata");
   if (mq && *mq && !(filter = parse_metadata_filter(r, mq))) return;
@@ -449,8 +395,9 @@ static void list_sandboxes(sd_request *r) {
   json_t *out = json_array();
   uint64_t last = 0;
   bool more = false;
-  for (size_t j = 0; j < n && !none; j++) {   /* reg_list is newest first */
+  for (size_t j = 0; j < n; j++) {   /* reg_list is newest first */
     reg_info *in = &all[asc ? n - 1 - j : j];
+    if (tq && *tq && strcmp(tq, in->template_id) != 0 && strcmp(tq, in->template_alias) != 0) continue;
     if (token && (asc ? in->seq <= token : in->seq >= token)) continue;
     if (in->paused ? !want_paused : !want_running) continue;
     if (in->started_ms <= after_ms) continue;
@@ -492,7 +439,6 @@ void control_handle(sd_request *r, const rt_decision *d) {
     case RT_TIMEOUT: set_timeout(r, id); break;
     case RT_CONNECT: connect_sandbox(r, id); break;
     case RT_PAUSE: pause_sandbox(r, id); break;
-    case RT_FORK: fork_sandbox(r, id); break;
     case RT_UNIMPLEMENTED: sd_reply_error(r, 501, "%s", d->message ? d->message : "not implemented by sandboxd"); break;
     case RT_HEALTH: sd_reply_json(r, 200, json_pack("{s:s}", "message", "Health check successful")); break;
     default: sd_reply_error(r, 500, "internal error: route %d is not the control plane's", (int)d->route); break;

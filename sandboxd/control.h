@@ -4,13 +4,17 @@
 #define SANDBOXD_CONTROL_H
 #include <stdbool.h>
 #include "http.h"
+#include "registry.h"
 #include "router.h"
 
 #define SANDBOXD_ENVD_VERSION "0.6.3"
 #define SANDBOXD_TEMPLATE "base"
-#define SANDBOXD_MAX_TIMEOUT_S 86400
 
 void control_init(const char *state_dir);             /* for diskSizeMB */
+/* E2B's Sandbox object (create, connect, fork): id, template, token. */
+json_t *control_sandbox_json(const reg_info *in);
+/* "base" (or "base:default"): the template every sandbox without a snapshot starts from. */
+bool control_is_base(const char *ref);
 /* The control-plane routes, and GET /health. */
 void control_handle(sd_request *r, const rt_decision *d);
 #endif

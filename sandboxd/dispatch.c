@@ -11,6 +11,7 @@
 #include "process_rpc.h"
 #include "router.h"
 #include "rpc.h"
+#include "snapshot_api.h"
 
 static const char *view_header(const void *req, const char *name) { return sd_header(req, name); }
 static const char *view_query(const void *req, const char *name) { return sd_query(req, name); }
@@ -43,6 +44,7 @@ static void handle(sd_request *r, void *ctx) {
     case RT_PROCESS: process_rpc(r, d); break;
     case RT_FILESYSTEM: fs_rpc(r, d); break;
     case RT_RPC_UNKNOWN: rpc_reply_error(r, "unimplemented", "unknown procedure %s", sd_path(r)); break;
+    case RT_SNAPSHOT_CREATE: case RT_SNAPSHOT_LIST: case RT_TEMPLATE_DELETE: case RT_FORK: snapshot_api_handle(r, d); break;
     default: control_handle(r, d); break;
   }
   /* The sandbox is let go as soon as its handler is done, not when the response has gone out: a

@@ -108,19 +108,50 @@ static void bind_dev(const char *name) {
   if (mount(src, dst, NULL, MS_BIND, NULL) != 0) fail_setup("bind %s: %s", src, strerror(errno));
 }
 
-/* Layers in <sbx>: "upper"/"work" for the root, "upper-<d>"/"work-<d>" for system directory d. */
+/* Snapshot layers (argv[6]): the store's fd and the chain's ids, top first; none by default. */
+static int g_layers_fd = -1;
+static char g_layer_ids[40][24];
+static int g_nlayers;
+
+static void parse_layers(const char *spec) {
+  if (!strcmp(spec, "-")) return;
+  const char *colon = strchr(spec, ':');
+  char fdtext[16];
+  if (!colon || (size_t)(colon - spec) >= sizeof fdtext) _exit(2);
+  memcpy(fdtext, spec, (size_t)(colon - spec));
+  fdtext[colon - spec] = 0;
+  if ((g_layers_fd = parse_fd(fdtext)) < 0) _exit(2);
+  for (const char *p = colon + 1; *p;) {
+    size_t n = strcspn(p, ",");
+    if (n == 0 || n >= sizeof g_layer_ids[0] || g_nlayers == 40) _exit(2);
+    memcpy(g_layer_ids[g_nlayers], p, n);
+    g_layer_ids[g_nlayers++][n] = 0;
+    p += n;
+    if (*p == ',') p++;
+  }
+}
+
+/* Layers in <sbx>: "upper"/"work" for the root, "upper-<d>"/"work-<d>" for system directory d;
+ * below the upper layer each snapshot layer's tree ("root" or d), then `lower`. */
 static void mount_overlay(const char *target, const char *lower, int sbx_fd, const char *layer) {
-  char opts[1024];
+  char opts[4096], lowers[3072] = "";
   const char *dash = layer[0] ? "-" : "";
-  snprintf(opts, sizeof opts,
-           "lowerdir=%s,upperdir=/proc/self/fd/%d/upper%s%s,workdir=/proc/self/fd/%d/work%s%s,userxattr,volatile",
-           lower, sbx_fd, dash, layer, sbx_fd, dash, layer);
+  size_t n = 0;
+  for (int i = 0; i < g_nlayers; i++) {
+    int k = snprintf(lowers + n, sizeof lowers - n, "/proc/self/fd/%d/%s/%s:", g_layers_fd, g_layer_ids[i], layer[0] ? layer : "root");
+    if (k < 0 || (size_t)k >= sizeof lowers - n) fail_setup("overlay on %s: too many snapshot layers", target);
+    n += (size_t)k;
+  }
+  int k = snprintf(opts, sizeof opts,
+           "lowerdir=%s%s,upperdir=/proc/self/fd/%d/upper%s%s,workdir=/proc/self/fd/%d/work%s%s,userxattr,volatile",
+           lowers, lower, sbx_fd, dash, layer, sbx_fd, dash, layer);
+  if (k < 0 || (size_t)k >= sizeof opts) fail_setup("overlay on %s: options too long", target);
   if (mount("overlay", target, "overlay", 0, opts) == 0) return;
   /* "volatile" skips syncs of a layer that is deleted anyway; older kernels lack it. */
   char *v = strstr(opts, ",volatile");
   if (v) *v = 0;
   if (mount("overlay", target, "overlay", 0, opts) != 0)
-    fail_setup("overlay on %s (lower %s): %s", target, lower, strerror(errno));
+    fail_setup("overlay on %s (lower %s%s): %s", target, g_nlayers ? "snapshot layers and " : "", lower, strerror(errno));
 }
 
 /* The system overlays (/usr, ...) are mounted by a helper process while we mount the root
@@ -405,15 +436,17 @@ static void reap(void) {
 
 
 int sbx_init_main(int argc, char **argv) {
-  if (argc != 6) return 2;
+  if (argc != 7) return 2;
   g_ctl = parse_fd(argv[1]);
   int tpl_fd = parse_fd(argv[2]), sbx_fd = parse_fd(argv[3]);
   if (g_ctl < 0 || tpl_fd < 0 || sbx_fd < 0) return 2;
   g_clear_groups = argv[4][0] == 'c';
+  parse_layers(argv[6]);
   /* Inherit nothing from sandboxd but the descriptors named in argv, whatever it forgot to mark
-   * CLOEXEC: the channel, the two layer directories and the idmapped trees ("usr=<fd>"). */
-  int keep[3 + 16] = {g_ctl, tpl_fd, sbx_fd}, nkeep = 3;
-  for (const char *q = strchr(argv[5], '='); q && nkeep < 19; q = strchr(q + 1, '=')) {
+   * CLOEXEC: the channel, the layer directories and the idmapped trees ("usr=<fd>"). */
+  int keep[4 + 16] = {g_ctl, tpl_fd, sbx_fd}, nkeep = 3;
+  if (g_layers_fd >= 0) keep[nkeep++] = g_layers_fd;
+  for (const char *q = strchr(argv[5], '='); q && nkeep < 20; q = strchr(q + 1, '=')) {
     int fd = (int)strtol(q + 1, NULL, 10);
     if (fd > 2) keep[nkeep++] = fd;
   }
@@ -442,6 +475,7 @@ int sbx_init_main(int argc, char **argv) {
   setup_root(tpl_fd, sbx_fd, argv[5]);
   close(tpl_fd);
   close(sbx_fd);
+  if (g_layers_fd >= 0) close(g_layers_fd);
   int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0) fail_setup("signalfd: %s", strerror(errno));
   init_msg ready;

@@ -19,10 +19,12 @@
 #include "control.h"
 #include "dispatch.h"
 #include "http.h"
+#include "layers.h"
 #include "net.h"
 #include "registry.h"
 #include "router.h"
 #include "sandbox.h"
+#include "snapshots.h"
 
 static void usage(FILE *f) {
   fprintf(f, "usage: sandboxd --listen HOST:PORT [--api-key e2b_HEX] [--state-dir DIR] [--exit-with-parent]\n"
@@ -88,7 +90,7 @@ static int load_or_make_key(const char *state_dir, char *key, size_t len) {
 /* The registry's sandboxes are sandbox.c's; its deaths end the HTTP layer's streams. */
 static char g_state_dir[4096];
 static int backend_create(const char *id, const reg_create_opts *o, sbx_t **out, char *err, size_t errlen) {
-  sbx_config cfg = {.id = id, .state_dir = g_state_dir, .internet = o->internet, .envs = o->envs};
+  sbx_config cfg = {.id = id, .state_dir = g_state_dir, .internet = o->internet, .envs = o->envs, .layer = o->layer};
   return sbx_create(&cfg, out, err, errlen);
 }
 static const reg_backend BACKEND = {backend_create, sbx_stop, sbx_destroy, sbx_pause, sbx_resume};
@@ -188,6 +190,16 @@ int main(int argc, char **argv) {
   net_init(state_dir, NULL, 0);   /* before any sandbox: the host guard (report_caps says what is missing) */
   sbx_cleanup_stale(state_dir);
   report_caps();
+  /* Snapshots: the layer store, the catalogue over it, then what nothing refers to any more. */
+  char serr[512];
+  if (ly_init(state_dir, serr, sizeof serr) != 0 || snap_init(state_dir, serr, sizeof serr) != 0) {
+    fprintf(stderr, "sandboxd: %s\n", serr);
+    sbx_pool_stop();
+    net_shutdown();
+    return 1;
+  }
+  int swept = ly_sweep();
+  if (swept > 0) fprintf(stderr, "sandboxd: removed %d snapshot layer%s nothing refers to\n", swept, swept == 1 ? "" : "s");
   control_init(state_dir);
   snprintf(g_state_dir, sizeof g_state_dir, "%s", state_dir);
   router_init(api_key);
@@ -215,6 +227,8 @@ int main(int argc, char **argv) {
   reg_shutdown();
   sd_server_stop();
   router_shutdown();
+  snap_shutdown();
+  ly_shutdown();
   sbx_pool_stop();     /* the spares' pastas, before their guard goes */
   net_shutdown();
   return 0;

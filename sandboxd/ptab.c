@@ -363,6 +363,8 @@ static void *pump_main(void *arg) {
   return NULL;
 }
 
+const char *const *ptab_envs(ptab *t) { return (const char *const *)t->envs; }
+
 ptab *ptab_create(int ctl_fd, const char *const *envs, char *err, size_t errlen) {
   ptab *t = calloc(1, sizeof *t);
   if (!t) { snprintf(err, errlen, "out of memory"); close(ctl_fd); return NULL; }

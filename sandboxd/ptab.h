@@ -27,6 +27,8 @@ typedef struct ptab_sub ptab_sub;
 /* Takes ownership of ctl_fd (sandboxd's end of the init channel); copies envs ("NAME=VALUE",
  * added to every process). NULL with err. */
 ptab *ptab_create(int ctl_fd, const char *const *envs, char *err, size_t errlen);
+/* The table's envs (NULL-terminated "NAME=VALUE"), fixed at create: borrowed. */
+const char *const *ptab_envs(ptab *t);
 int   ptab_killall(ptab *t, int sig);    /* signal every process but init (pause fallback) */
 void  ptab_shutdown(ptab *t);            /* init is dead: end every stream, wait for subscribers, join pump */
 void  ptab_free(ptab *t);

@@ -1,19 +1,21 @@
 /* registry.c — sandbox table, ids, tokens, lease expiry, pause state (see registry.h). */
 #include "registry.h"
 
+#include "ids.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
 #include <unistd.h>
 #include <time.h>
 
 struct reg_entry {
   reg_entry *next;
   char id[32], token[40];
+  char template_id[REG_TEMPLATE_MAX], template_alias[REG_TEMPLATE_MAX];
   bool secure, internet, auto_pause, paused, dying;
   bool expiring;                  /* the expiry thread handed it to a reaper thread */
   int watch_streams;              /* open WatchDir streams */
@@ -42,21 +44,6 @@ int64_t reg_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* n random characters from [a-z0-9]; rejection sampling keeps them uniform. */
-static int random_alnum(char *out, size_t n) {
-  static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
-  size_t i = 0;
-  while (i < n) {
-    unsigned char buf[64];
-    ssize_t got = getrandom(buf, sizeof buf, 0);
-    if (got < 0) { if (errno == EINTR) continue; return -1; }
-    for (ssize_t k = 0; k < got && i < n; k++)
-      if (buf[k] < 252) out[i++] = alphabet[buf[k] % 36];
-  }
-  out[n] = '\0';
-  return 0;
 }
 
 /* Dying entries stay linked until sbx_destroy returned (so GET, list and /health report them
@@ -94,6 +81,8 @@ static void info_locked(reg_entry *e, reg_info *in) {
   memset(in, 0, sizeof *in);
   snprintf(in->id, sizeof in->id, "%s", e->id);
   snprintf(in->token, sizeof in->token, "%s", e->secure ? e->token : "");
+  memcpy(in->template_id, e->template_id, sizeof in->template_id);
+  memcpy(in->template_alias, e->template_alias, sizeof in->template_alias);
   in->secure = e->secure; in->internet = e->internet; in->auto_pause = e->auto_pause;
   in->paused = e->paused; in->started_ms = e->started_ms; in->end_ms = e->end_ms; in->seq = e->seq;
   in->metadata = json_incref(e->metadata);
@@ -103,7 +92,7 @@ int reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errle
   reg_entry *e = calloc(1, sizeof *e);
   if (!e) { snprintf(err, errlen, "out of memory"); return -1; }
   e->id[0] = 'i';
-  if (random_alnum(e->id + 1, 20) || random_alnum(e->token, 32)) {
+  if (ids_random(e->id + 1, 20) || ids_random(e->token, 32)) {
     snprintf(err, errlen, "getrandom: %s", strerror(errno));
     free(e);
     return -1;
@@ -111,6 +100,8 @@ int reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errle
   e->kill_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (e->kill_fd < 0) { snprintf(err, errlen, "eventfd: %s", strerror(errno)); free(e); return -1; }
   e->secure = o->secure; e->internet = o->internet; e->auto_pause = o->auto_pause;
+  snprintf(e->template_id, sizeof e->template_id, "%s", o->template_id ? o->template_id : "base");
+  snprintf(e->template_alias, sizeof e->template_alias, "%s", o->template_alias ? o->template_alias : e->template_id);
   e->metadata = o->metadata ? json_deep_copy(o->metadata) : json_object();
   pthread_mutex_init(&e->life, NULL);
   if (g_be.create(e->id, o, &e->sbx, err, errlen) != 0) {
@@ -268,6 +259,22 @@ int reg_pause(const char *id) {
   return rc;
 }
 
+int reg_with_running(const char *id, int (*fn)(sbx_t *s, const reg_info *info, void *cls), void *cls) {
+  reg_entry *e = reg_get(id);
+  if (!e) return -1;
+  pthread_mutex_lock(&e->life);
+  reg_info in;
+  pthread_mutex_lock(&mu);
+  bool paused = e->paused, dying = e->dying;
+  info_locked(e, &in);
+  pthread_mutex_unlock(&mu);
+  int rc = dying ? -1 : paused ? -2 : fn(e->sbx, &in, cls);
+  json_decref(in.metadata);
+  pthread_mutex_unlock(&e->life);
+  reg_put(e);
+  return rc;
+}
+
 reg_info *reg_list(size_t *n) {
   pthread_mutex_lock(&mu);
   size_t count = 0;
@@ -369,13 +376,7 @@ static void *expiry_main(void *arg) {
   return NULL;
 }
 
-bool reg_valid_id(const char *id) {
-  size_t n = id ? strlen(id) : 0;
-  if (n == 0 || n > 64) return false;
-  for (size_t i = 0; i < n; i++)
-    if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9'))) return false;
-  return true;
-}
+bool reg_valid_id(const char *id) { return ids_alnum(id, 64); }
 
 int reg_init(const reg_backend *backend, const reg_hooks *hooks) {
   g_be = *backend;

@@ -16,16 +16,23 @@
 typedef struct reg_entry reg_entry;
 typedef struct sbx sbx_t;       /* the backend's sandbox (opaque here) */
 
+#define REG_TEMPLATE_MAX 160
+struct layer;                   /* the backend's snapshot layer (opaque here) */
+
 typedef struct {
   int64_t timeout_s;            /* lease length from now */
   json_t *metadata;             /* object of strings (borrowed; copied) */
   const char *const *envs;      /* NULL-terminated "NAME=VALUE" (borrowed) */
   bool secure, internet, auto_pause;
+  const char *template_id;      /* what the control plane reports as its template (NULL: "base") */
+  const char *template_alias;   /* and as its alias (NULL: the same) */
+  struct layer *layer;          /* passed to the backend: the snapshot it starts from, or NULL */
 } reg_create_opts;
 
 /* Snapshot of an entry for the control plane (no pointers into the entry). */
 typedef struct {
   char id[32], token[40];
+  char template_id[REG_TEMPLATE_MAX], template_alias[REG_TEMPLATE_MAX];
   bool secure, internet, auto_pause, paused;
   int64_t started_ms, end_ms;
   uint64_t seq;                 /* creation order: larger is newer */
@@ -68,6 +75,9 @@ int  reg_lookup_info(const char *id, reg_info *info);   /* 0, or -1 unknown; dyi
 int  reg_set_timeout(const char *id, int64_t timeout_s);
 int  reg_connect(const char *id, int64_t timeout_s, bool *resumed, reg_info *info);
 int  reg_pause(const char *id);                 /* 0, -1 unknown, -2 already paused, -3 freeze failed */
+/* fn(sandbox, info, cls) while the sandbox runs and nothing pauses, resumes or kills it (a kill
+ * waits): fn's result, or -1 unknown (or dying), -2 paused. */
+int  reg_with_running(const char *id, int (*fn)(sbx_t *s, const reg_info *info, void *cls), void *cls);
 
 /* Every entry, newest first; the caller frees with reg_list_free. */
 reg_info *reg_list(size_t *n);

@@ -35,8 +35,8 @@ static auth_kind auth_of(int r) {
   }
 }
 
-/* The control plane's routes. A pattern's "{id}" is one path segment (a sandbox id); a trailing
- * "*" matches any rest. Method "*" is any method. */
+/* The control plane's routes. A pattern's "{id}" is one path segment (a sandbox id), "{ref}" one
+ * segment naming a template; a trailing "*" matches any rest. Method "*" is any method. */
 static const struct {
   const char *method, *pattern;
   rt_route route;
@@ -54,29 +54,34 @@ static const struct {
   {"POST", "/sandboxes/{id}/resume", RT_CONNECT, NULL},   /* deprecated alias */
   {"POST", "/sandboxes/{id}/pause", RT_PAUSE, NULL},
   {"POST", "/sandboxes/{id}/fork", RT_FORK, NULL},
+  {"POST", "/sandboxes/{id}/snapshots", RT_SNAPSHOT_CREATE, NULL},
+  {"GET", "/snapshots", RT_SNAPSHOT_LIST, NULL},
+  {"DELETE", "/templates/{ref}", RT_TEMPLATE_DELETE, NULL},
   {"GET", "/sandboxes/{id}/metrics", RT_UNIMPLEMENTED, "sandbox metrics are not implemented by sandboxd"},
   {"PUT", "/sandboxes/{id}/network", RT_UNIMPLEMENTED, "network updates are not implemented by sandboxd"},
-  {"*", "/sandboxes/{id}/snapshots*", RT_UNIMPLEMENTED, "snapshots are not implemented by sandboxd"},
-  {"*", "/snapshots*", RT_UNIMPLEMENTED, "snapshots are not implemented by sandboxd"},
-  {"*", "/templates*", RT_UNIMPLEMENTED, "templates are not implemented by sandboxd (only the template 'base' exists)"},
-  {"*", "/v2/templates*", RT_UNIMPLEMENTED, "templates are not implemented by sandboxd (only the template 'base' exists)"},
-  {"*", "/v3/templates*", RT_UNIMPLEMENTED, "templates are not implemented by sandboxd (only the template 'base' exists)"},
+  {"*", "/snapshots/*", RT_UNIMPLEMENTED, "snapshot routes other than GET /snapshots are not implemented by sandboxd"},
+  {"*", "/templates*", RT_UNIMPLEMENTED, "template builds are not implemented by sandboxd (templates are 'base' and snapshots; DELETE /templates/{id} deletes a snapshot)"},
+  {"*", "/v2/templates*", RT_UNIMPLEMENTED, "template builds are not implemented by sandboxd (templates are 'base' and snapshots)"},
+  {"*", "/v3/templates*", RT_UNIMPLEMENTED, "template builds are not implemented by sandboxd (templates are 'base' and snapshots)"},
   {"*", "/volumes*", RT_UNIMPLEMENTED, "volumes are not implemented by sandboxd"},
   {"*", "/volumecontent*", RT_UNIMPLEMENTED, "volumes are not implemented by sandboxd"},
   {"*", "/secrets*", RT_UNIMPLEMENTED, "secrets are not implemented by sandboxd"},
 };
 
-/* Does path match pattern? The {id} segment goes to id (NUL-terminated, truncated to cap). */
-static bool match(const char *pattern, const char *path, char *id, size_t cap) {
+/* Does path match pattern? The {id} or {ref} segment goes to seg (NUL-terminated; *seglen is its
+ * length, which may exceed what fits). */
+static bool match(const char *pattern, const char *path, char *seg, size_t cap, size_t *seglen) {
   const char *p = pattern, *s = path;
   while (*p) {
     if (*p == '*') return true;
-    if (!strncmp(p, "{id}", 4)) {
+    size_t ph = !strncmp(p, "{id}", 4) ? 4 : !strncmp(p, "{ref}", 5) ? 5 : 0;
+    if (ph) {
       size_t n = strcspn(s, "/");
       if (n == 0) return false;
-      snprintf(id, cap, "%.*s", (int)(n < cap ? n : cap - 1), s);
+      snprintf(seg, cap, "%.*s", (int)(n < cap ? n : cap - 1), s);
+      *seglen = n;
       s += n;
-      p += 4;
+      p += ph;
       continue;
     }
     if (*p != *s) return false;
@@ -171,17 +176,23 @@ static int files_user(const rt_view *v, rt_decision *d, char *body, size_t bodyl
 /* ---- admission: 1. the route (and, for envd, its sandbox), 2. the auth table's check, 3. what
  * only the route can refuse ---- */
 
-enum { RT_NO_ENDPOINT = 1000, RT_BAD_METHOD, RT_BAD_ID };   /* refusals found while routing */
+enum { RT_NO_ENDPOINT = 1000, RT_BAD_METHOD, RT_BAD_ID, RT_BAD_REF };   /* refusals found while routing */
 
 static rt_route control_route(const rt_view *v, rt_decision *d) {
   bool path_known = false;
   for (size_t i = 0; i < sizeof CONTROL / sizeof CONTROL[0]; i++) {
-    char id[72] = "";
-    if (!match(CONTROL[i].pattern, v->path, id, sizeof id)) continue;
+    char seg[RT_REF_MAX + 2] = "";
+    size_t seglen = 0;
+    if (!match(CONTROL[i].pattern, v->path, seg, sizeof seg, &seglen)) continue;
     path_known = true;
     if (strcmp(CONTROL[i].method, "*") != 0 && strcmp(CONTROL[i].method, v->method) != 0) continue;
-    snprintf(d->id, sizeof d->id, "%.64s", id);
-    if (id[0] && !reg_valid_id(id)) return (rt_route)RT_BAD_ID;
+    if (strstr(CONTROL[i].pattern, "{ref}")) {
+      snprintf(d->ref, sizeof d->ref, "%.*s", RT_REF_MAX, seg);
+      d->message = CONTROL[i].message;
+      return seglen > RT_REF_MAX ? (rt_route)RT_BAD_REF : CONTROL[i].route;
+    }
+    snprintf(d->id, sizeof d->id, "%.64s", seg);
+    if (seg[0] && !reg_valid_id(seg)) return (rt_route)RT_BAD_ID;
     d->message = CONTROL[i].message;
     return CONTROL[i].route;
   }
@@ -276,6 +287,7 @@ int router_admit(const rt_view *v, int64_t now_s, rt_decision *d, char *body, si
   if (!st && (int)d->route == RT_NO_ENDPOINT) st = refuse(body, bodylen, 404, "no endpoint %.60s %.300s", v->method, v->path);
   if (!st && (int)d->route == RT_BAD_METHOD) st = refuse(body, bodylen, 405, "method %.60s is not allowed on %.300s", v->method, v->path);
   if (!st && (int)d->route == RT_BAD_ID) st = refuse(body, bodylen, 404, "sandbox '%s' not found", d->id);
+  if (!st && (int)d->route == RT_BAD_REF) st = refuse(body, bodylen, 400, "template reference of more than %d bytes", RT_REF_MAX);
   if (!st && d->route == RT_FILES) d->upload = !strcmp(v->method, "POST");
   if (st) router_release(d);
   return st;

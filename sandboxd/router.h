@@ -22,6 +22,9 @@
 typedef enum {
   /* the control plane (X-API-KEY) */
   RT_CREATE = 1, RT_CREATE_V2, RT_LIST, RT_GET, RT_KILL, RT_TIMEOUT, RT_CONNECT, RT_PAUSE, RT_FORK,
+  RT_SNAPSHOT_CREATE,        /* POST /sandboxes/{id}/snapshots */
+  RT_SNAPSHOT_LIST,          /* GET /snapshots */
+  RT_TEMPLATE_DELETE,        /* DELETE /templates/{ref}: a snapshot (in E2B a snapshot is a template) */
   RT_UNIMPLEMENTED,          /* known to E2B, not to sandboxd: 501 with decision.message */
   RT_HEALTH,                 /* GET /health (no credentials) */
   /* envd of one sandbox */
@@ -40,9 +43,12 @@ typedef struct {
   const void *req;
 } rt_view;
 
+#define RT_REF_MAX 200
+
 typedef struct {
   rt_route route;
   char id[65];               /* control routes with {id}: a well-formed sandbox id */
+  char ref[RT_REF_MAX + 1];  /* control routes with {ref}: a template reference, as sent (the handler checks it) */
   char rpc[64];              /* RPC routes: the method name */
   reg_entry *entry;          /* envd routes but ENVD_HEALTH: the sandbox (held until router_release) */
   char user[AUTH_USER_MAX + 1];   /* envd routes: the user (default "user") */

@@ -2,6 +2,7 @@
 #include "sandbox.h"
 
 #include "init.h"
+#include "layers.h"
 #include "net.h"
 #include "pidfile.h"
 #include "ptab.h"
@@ -53,6 +54,9 @@ struct sbx {
   int ctl;                     /* channel to the init until the process table owns it (then -1) */
   pthread_mutex_t mu;
   ptab *pt;
+  layer *layer;                /* the snapshot layer it started from (held), or NULL */
+  int nsys;                    /* its system overlays (upper-<d>), as the template had them */
+  char sys[TPL_MAX_SYSDIRS][16];
 };
 
 /* Path formatting; state_dir is bounded at create, so truncation means a bug: fail closed. */
@@ -502,10 +506,13 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   uid_t ru = sbx_host_uid(s, 0), uu = sbx_host_uid(s, 1000);
   gid_t rg = sbx_host_gid(s, 0), ug = sbx_host_gid(s, 1000);
   if (uu == (uid_t)-1) { uu = ru; ug = rg; }
-  int sv[2] = {-1, -1}, exe_fd = -1, tpl_fd = -1, sbx_fd = -1, idfds[TPL_MAX_SYSDIRS], nidfds = 0;
+  int sv[2] = {-1, -1}, exe_fd = -1, tpl_fd = -1, sbx_fd = -1, lay_fd = -1, idfds[TPL_MAX_SYSDIRS], nidfds = 0;
   bool dir_made = false;
   tpl_info tpl;
   if (tpl_ensure(cfg->state_dir, ru, rg, uu, ug, NET_DNS_FORWARDER, &tpl, err, errlen) != 0) goto fail;
+  s->nsys = tpl.nsys;
+  memcpy(s->sys, tpl.sys, sizeof s->sys);
+  if (cfg->layer) { ly_hold(cfg->layer); s->layer = cfg->layer; }
   step(tr, "tpl");
 
   char p[4200];
@@ -578,7 +585,29 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   snprintf(a_sbx, sizeof a_sbx, "%d", sbx_fd);
   /* Nothing in argv names the sandbox (it shows as /proc/1/cmdline inside): the host name comes
    * later, over the channel, so that a pre-booted spare looks exactly like this. */
-  char *iargv[] = {SBX_INIT_ARGV0, a_ctl, a_tpl, a_sbx, s->privileged ? "c" : "k", sysdirs, NULL};
+  /* Snapshot layers: "<fd>:<top id>,...,<bottom id>" (init.h), each checked to hold every tree. */
+  char a_layers[16 + LY_MAX_DEPTH * (LY_ID_LEN + 1)] = "-";
+  const char *lay_dir = ly_dir();
+  if (cfg->layer) {
+    lay_fd = open(lay_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (lay_fd < 0) { seterr(err, errlen, "open %s: %s", lay_dir, strerror(errno)); goto fail; }
+    size_t n = (size_t)snprintf(a_layers, sizeof a_layers, "%d:", lay_fd);
+    for (layer *l = cfg->layer; l; l = ly_parent(l)) {
+      for (int i = -1; i < tpl.nsys; i++) {
+        char tree[LY_ID_LEN + 32];
+        struct stat st;
+        snprintf(tree, sizeof tree, "%s/%s", ly_id(l), i < 0 ? "root" : tpl.sys[i]);
+        errno = 0;
+        if (fstatat(lay_fd, tree, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) {
+          seterr(err, errlen, "snapshot layer %s has no /%s tree (taken where the host had other system directories?): %s",
+                 ly_id(l), i < 0 ? "" : tpl.sys[i], strerror(errno ? errno : ENOTDIR));
+          goto fail;
+        }
+      }
+      n += (size_t)snprintf(a_layers + n, sizeof a_layers - n, "%s%s", l == cfg->layer ? "" : ",", ly_id(l));
+    }
+  }
+  char *iargv[] = {SBX_INIT_ARGV0, a_ctl, a_tpl, a_sbx, s->privileged ? "c" : "k", sysdirs, a_layers, NULL};
   char *ienv[] = {NULL};
   step(tr, "fds");
   /* Its user and network namespaces: a pair from the pool (pasta already up) or a new one. */
@@ -619,6 +648,11 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
         syscall(SYS_exit_group, 124);
       syscall(SYS_close, nt);
       syscall(SYS_close, ns);
+      if (lay_fd >= 0) {   /* inherited (dup3 clears CLOEXEC) */
+        long nl = syscall(SYS_open, lay_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (nl < 0 || syscall(SYS_dup3, nl, lay_fd, 0) < 0) syscall(SYS_exit_group, 124);
+        syscall(SYS_close, nl);
+      }
       /* Root inside (host SBX_UID_BASE): without this, exec would drop the namespace's caps. */
       if (syscall(SYS_setresgid, 0, 0, 0) != 0 || syscall(SYS_setresuid, 0, 0, 0) != 0) syscall(SYS_exit_group, 125);
       syscall(SYS_fcntl, sv[1], F_SETFD, 0);
@@ -658,7 +692,8 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   close(exe_fd);
   close(tpl_fd);
   close(sbx_fd);
-  exe_fd = tpl_fd = sbx_fd = -1;
+  if (lay_fd >= 0) close(lay_fd);
+  exe_fd = tpl_fd = sbx_fd = lay_fd = -1;
   for (; nidfds > 0; nidfds--) close(idfds[nidfds - 1]);
   step(tr, "init");
   /* For sbx_cleanup_stale after a crash (a crash before this is written leaves an init that
@@ -703,6 +738,7 @@ fail:
   if (exe_fd >= 0) close(exe_fd);
   if (tpl_fd >= 0) close(tpl_fd);
   if (sbx_fd >= 0) close(sbx_fd);
+  if (lay_fd >= 0) close(lay_fd);
   for (; nidfds > 0; nidfds--) close(idfds[nidfds - 1]);
   if (s->root_fd >= 0) close(s->root_fd);
   if (s->init_pid > 0) {
@@ -712,6 +748,7 @@ fail:
   net_pair_free(s->net);
   cg_remove(s);
   if (dir_made) (void)tpl_rm_tree(s->dir);
+  ly_release(s->layer);
   pthread_mutex_destroy(&s->mu);
   free(s);
   return -1;
@@ -725,6 +762,7 @@ static void release(sbx_t *s) {
   cg_remove(s);
   if (tpl_rm_tree(s->dir) != 0)
     fprintf(stderr, "sandboxd: sandbox %s: removing %s: %s\n", s->id, s->dir, strerror(errno));
+  ly_release(s->layer);   /* after its directory: a chain no one else holds goes too */
   pthread_mutex_destroy(&s->mu);
   free(s);
 }
@@ -962,7 +1000,7 @@ static sbx_t *pool_claim(const sbx_config *cfg, step_trace *tr) {
   pthread_mutex_lock(&g_pool.mu);
   sbx_t *s = NULL;
   int f = cfg->internet ? 1 : 0;
-  if (g_pool.running && !g_pool.stopping && g_pool.n[f] > 0 && !strcmp(cfg->state_dir, g_pool.state_dir)) {
+  if (!cfg->layer && g_pool.running && !g_pool.stopping && g_pool.n[f] > 0 && !strcmp(cfg->state_dir, g_pool.state_dir)) {
     s = g_pool.spare[f][--g_pool.n[f]];
     g_pool.claimed = true;
     pthread_cond_signal(&g_pool.cv);   /* refill (after POOL_REFILL_DELAY_MS) */
@@ -1039,6 +1077,37 @@ named:
   if (trace_on())
     fprintf(stderr, "sandboxd: sandbox %s ready in %.2f ms (%s: %s)\n", s->id, ms_since(t0), warm ? "warm" : "cold", tr.text);
   return 0;
+}
+
+layer *sbx_layer(sbx_t *s) { return s->layer; }
+
+int sbx_capture(sbx_t *s, layer **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (s->layer && ly_depth(s->layer) >= LY_MAX_DEPTH) {
+    seterr(err, errlen, "the sandbox runs on a chain of %d snapshot layers, the most sandboxd stacks: a snapshot of it "
+           "would be one more", ly_depth(s->layer));
+    return -1;
+  }
+  char src[TPL_MAX_SYSDIRS][32];
+  ly_tree trees[1 + TPL_MAX_SYSDIRS] = {{"upper", "root"}};
+  size_t n = 1;
+  for (int i = 0; i < s->nsys; i++) {
+    snprintf(src[i], sizeof src[i], "upper-%s", s->sys[i]);
+    trees[n++] = (ly_tree){src[i], s->sys[i]};
+  }
+  int dfd = open(s->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) { seterr(err, errlen, "open %s: %s", s->dir, strerror(errno)); return -1; }
+  /* Frozen, nothing inside changes a file while its layer is copied. */
+  if (sbx_pause(s) != 0) {
+    seterr(err, errlen, "cannot freeze the sandbox: %s", strerror(errno));
+    (void)sbx_resume(s);
+    close(dfd);
+    return -1;
+  }
+  int rc = ly_capture(dfd, trees, n, s->layer, sbx_host_uid(s, 0), sbx_host_gid(s, 0), out, err, errlen);
+  if (sbx_resume(s) != 0) fprintf(stderr, "sandboxd: sandbox %s: thaw after the snapshot: %s\n", s->id, strerror(errno));
+  close(dfd);
+  return rc;
 }
 
 void sbx_stop(sbx_t *s) {

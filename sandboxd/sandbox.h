@@ -16,6 +16,8 @@ typedef struct {
   const char *const *envs;      /* NULL-terminated "NAME=VALUE" list added to every process (create envVars) */
   long memory_mb;               /* cgroup memory limit; 0 = SBX_DEFAULT_MEMORY_MB (ignored without the controller) */
   long pids_max;                /* cgroup pids limit; 0 = SBX_DEFAULT_PIDS_MAX */
+  struct layer *layer;          /* a snapshot's top layer (layers.h) to start from, NULL: the template; the
+                                 * sandbox holds its own reference */
 } sbx_config;
 #define SBX_DEFAULT_MEMORY_MB 2048
 #define SBX_DEFAULT_PIDS_MAX 4096
@@ -55,6 +57,13 @@ void  sbx_pool_stop(void);
 /* Kill every process (SIGKILL to pid 1: the pid namespace dies with it; thawed first), end every
  * process stream cleanly. Idempotent; sbx_destroy calls it too. */
 void sbx_stop(sbx_t *s);
+
+/* A snapshot of s's file system: s is frozen (cgroup freezer, else SIGSTOP), its upper layers
+ * are copied into a new layer over the one s started from (layers.h), s is thawed. *out is a new
+ * reference. 0, or -1 with err. The caller keeps s from being paused or resumed meanwhile. */
+int sbx_capture(sbx_t *s, struct layer **out, char *err, size_t errlen);
+/* The layer s started from (NULL: the template); borrowed. */
+struct layer *sbx_layer(sbx_t *s);
 
 /* The process table (ptab.h) of a created sandbox. */
 struct ptab;

@@ -15,10 +15,15 @@ test('malformed JSON and wrongly typed fields on POST /sandboxes → 400 {code,m
   await assertError(await postJson('/sandboxes', '{"templateID":"base","timeout":-5}'), 400, 'negative timeout')
 })
 
-test('unknown template → 400; the SDK surfaces it as an error', T, async () => {
-  const body = await assertError(await postJson('/sandboxes', JSON.stringify({ templateID: 'no-such-template-' + uniq(''), timeout: 30 })), 400, 'unknown template')
-  assert.match(body.message, /template/i)
+test('unknown template → 404 "template \'x\' not found" (E2B\'s answer); a malformed one → 400 naming templateID', T, async () => {
+  const name = 'no-such-template-' + uniq('')
+  const body = await assertError(await postJson('/sandboxes', JSON.stringify({ templateID: name, timeout: 30 })), 404, 'unknown template')
+  assert.ok(body.message.startsWith(`template '${name}' not found`), body.message)
   await assert.rejects(Sandbox.create('no-such-template', { timeoutMs: 30_000 }), SandboxError)
+  for (const bad of ['has space', 'team/name', 'name:v2', '', 'x'.repeat(129)]) {
+    const b = await assertError(await postJson('/sandboxes', JSON.stringify({ templateID: bad, timeout: 30 })), 400, `templateID ${JSON.stringify(bad)}`)
+    assert.match(b.message, /^field 'templateID': /, b.message)
+  }
 })
 
 test('unknown sandbox on every control-plane route → 404 JSON', T, async () => {
@@ -265,8 +270,7 @@ test('unimplemented control-plane routes → 501 {code: 501, message}', T, async
   const routes = [
     ['GET', `/sandboxes/${id}/metrics`],
     ['PUT', `/sandboxes/${id}/network`, '{}'],
-    ['POST', `/sandboxes/${id}/snapshots`, '{}'],
-    ['GET', '/snapshots'],
+    ['GET', '/snapshots/x'],
     ['GET', '/templates'],
     ['GET', '/v2/templates'],
     ['POST', '/v3/templates', '{}'],

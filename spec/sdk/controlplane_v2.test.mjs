@@ -1,5 +1,5 @@
 // The control plane the current SDK speaks (e2b ≥ 2.30: POST /v2/sandboxes, /v2/sandboxes/{id}/connect,
-// /sandboxes/{id}/fork, pause and connect with `memory`, list with order/template/startedAfter):
+// pause and connect with `memory`, list with order/template/startedAfter; fork: snapshots.test.mjs):
 // on the wire (raw fetch, whichever SDK runs the suite) and through the SDK under test. What sandboxd
 // cannot honour is refused with the SDK's error shape and a message naming the field.
 import { test } from 'node:test'
@@ -107,13 +107,6 @@ test('pause with memory: false (keepMemory: false) → 400 naming the field; mem
   assert.equal((await (await apiFetch(`/sandboxes/${made.sandboxID}`)).json()).state, 'paused')
 })
 
-test('fork → 501 in the SDK\'s error shape naming the feature; an unknown sandbox → 404', T, async (t) => {
-  const made = await createV2(t, { timeout: 60 })
-  const body = await assertApiError(await postJson(`/sandboxes/${made.sandboxID}/fork`, { timeout: 60, count: 2 }), 501, 'fork')
-  assert.match(body.message, /fork/)
-  await assertApiError(await postJson('/sandboxes/nosuchsandbox0/fork', { count: 1 }), 404, 'fork of an unknown sandbox')
-})
-
 test('GET /v2/sandboxes: order, template and startedAfter filter and sort; pagination follows the order', T, async (t) => {
   const tag = uniq('ord')
   const ids = []
@@ -179,7 +172,8 @@ test(`the SDK under test (e2b@${SDK_VERSION}): create, connect, list, pause and 
   await assert.rejects(sbx.pause({ keepMemory: false }), (e) => e instanceof SandboxError && /'memory'/.test(e.message))
   assert.equal(await sbx.pause(), true)
   assert.equal(await sbx.pause(), false, 'already paused')
-  await assert.rejects(Sandbox.fork(sbx.sandboxId, { timeoutMs: 60_000 }), (e) => e instanceof SandboxError && /^501: .*fork/.test(e.message))
+  // forks (snapshots.test.mjs) of a paused sandbox: refused, naming the state
+  await assert.rejects(Sandbox.fork(sbx.sandboxId, { timeoutMs: 60_000 }), (e) => e instanceof SandboxError && /^409: .*paused/.test(e.message))
   await assert.rejects(Sandbox.fork('nosuchsandbox0'), SandboxNotFoundError)
   await killQuietly(keep)
 })

@@ -78,11 +78,12 @@ static void test_kill_waits_for_holders(void) {
   json_decref(in.metadata);
   CHECK(e != NULL);
   int dyings = fk_count(&fk.dyings), destroys = fk_count(&fk.destroys), gones = fk_count(&fk.gones);
+  int stops = fk_count(&fk.stops);   /* before the killer starts: it may stop it at once */
   kill_job j;
   snprintf(j.id, sizeof j.id, "%s", in.id);
   pthread_t t;
   pthread_create(&t, NULL, killer, &j);
-  CHECK(fk_wait(&fk.stops, fk_count(&fk.stops) + 1));
+  CHECK(fk_wait(&fk.stops, stops + 1));
   CHECK(fk_count(&fk.dyings) > dyings);
   CHECK(reg_get(in.id) == NULL);         /* dying: nothing new may use it */
   CHECK(reg_dying(e));
@@ -104,6 +105,64 @@ static void test_kill_waits_for_holders(void) {
   CHECK_HAS(fk.log, want);
   snprintf(want, sizeof want, "destroy:%s gone:%s", in.id, in.id);
   CHECK_HAS(fk.log, want);
+}
+
+/* reg_with_running: the callback sees the sandbox and its info while nothing pauses or kills it;
+ * a kill started meanwhile waits for it. Paused, unknown and dying sandboxes never reach it. */
+typedef struct { sbx_t *seen; char template_id[REG_TEMPLATE_MAX]; int calls; int rc; kill_job *kill; pthread_t killer; } run_ctx;
+static int run_cb(sbx_t *s, const reg_info *in, void *cls) {
+  run_ctx *c = cls;
+  c->seen = s;
+  c->calls++;
+  snprintf(c->template_id, sizeof c->template_id, "%s", in->template_id);
+  if (c->kill) {   /* a kill while we run: it stops the sandbox only after we return */
+    int stops = fk_count(&fk.stops);
+    pthread_create(&c->killer, NULL, killer, c->kill);
+    struct timespec ts = {0, 50 * 1000000L};
+    nanosleep(&ts, NULL);
+    if (fk_count(&fk.stops) != stops) c->rc = -100;
+    CHECK(!s->stopped);
+  }
+  return c->rc;
+}
+
+static void test_with_running(void) {
+  reg_create_opts o = fk_opts(false, 300);
+  o.template_id = "snapid0000000000000a";
+  o.template_alias = "my-snap";
+  reg_info in;
+  char err[256];
+  CHECK_INT(reg_create(&o, &in, err, sizeof err), 0);
+  CHECK_STR(in.template_id, "snapid0000000000000a");
+  CHECK_STR(in.template_alias, "my-snap");
+  json_decref(in.metadata);
+  run_ctx c = {.rc = 7};
+  CHECK_INT(reg_with_running(in.id, run_cb, &c), 7);   /* the callback's result */
+  CHECK_INT(c.calls, 1);
+  CHECK(c.seen != NULL && !strcmp(c.seen->id, in.id));
+  CHECK_STR(c.template_id, "snapid0000000000000a");
+  CHECK_INT(reg_with_running("nosuchsandbox", run_cb, &c), -1);
+  CHECK_INT(reg_pause(in.id), 0);
+  CHECK_INT(reg_with_running(in.id, run_cb, &c), -2);
+  CHECK_INT(c.calls, 1);                                 /* paused: never called */
+  bool resumed;
+  reg_info again;
+  CHECK_INT(reg_connect(in.id, 300, &resumed, &again), 0);
+  json_decref(again.metadata);
+  kill_job j;
+  snprintf(j.id, sizeof j.id, "%s", in.id);
+  c = (run_ctx){.rc = 0, .kill = &j};
+  CHECK_INT(reg_with_running(in.id, run_cb, &c), 0);
+  pthread_join(c.killer, NULL);
+  CHECK_INT(j.rc, 0);
+  CHECK(!reg_exists(in.id));
+  /* defaults: "base" for both */
+  reg_create_opts d = fk_opts(false, 300);
+  CHECK_INT(reg_create(&d, &in, err, sizeof err), 0);
+  CHECK_STR(in.template_id, "base");
+  CHECK_STR(in.template_alias, "base");
+  json_decref(in.metadata);
+  CHECK_INT(reg_kill(in.id), 0);
 }
 
 static void test_expiry(void) {
@@ -248,6 +307,7 @@ int main(void) {
   MBT_RUN(test_ids_and_tokens);
   MBT_RUN(test_create_failure);
   MBT_RUN(test_kill_waits_for_holders);
+  MBT_RUN(test_with_running);
   MBT_RUN(test_expiry);
   MBT_RUN(test_auto_pause);
   MBT_RUN(test_lease);

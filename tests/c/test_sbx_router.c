@@ -92,6 +92,32 @@ static void test_control_plane(void) {
   want_route(&r, RT_UNIMPLEMENTED);
   r.path = "/sandboxes/abc/snapshots";
   r.method = "POST";
+  want_route(&r, RT_SNAPSHOT_CREATE);
+  r.method = "GET";
+  want_refusal(&r, 405, "method GET is not allowed on /sandboxes/abc/snapshots");
+  r.path = "/snapshots";
+  want_route(&r, RT_SNAPSHOT_LIST);
+  r.path = "/snapshots/abc";
+  want_route(&r, RT_UNIMPLEMENTED);
+  r.path = "/templates";
+  want_route(&r, RT_UNIMPLEMENTED);
+  /* a template reference: any one segment, as sent (the handler checks it), up to RT_REF_MAX */
+  r.method = "DELETE";
+  r.path = "/templates/My-Snap:default";
+  CHECK_INT(admit(&r, &d, body), 0);
+  CHECK_INT(d.route, RT_TEMPLATE_DELETE);
+  CHECK_STR(d.ref, "My-Snap:default");
+  CHECK_STR(d.id, "");
+  router_release(&d);
+  char longref[300] = "/templates/";
+  memset(longref + 11, 'a', RT_REF_MAX);
+  r.path = longref;
+  want_route(&r, RT_TEMPLATE_DELETE);
+  longref[11 + RT_REF_MAX] = 'a';
+  want_refusal(&r, 400, "template reference of more than 200 bytes");
+  r.path = "/templates/abc/builds";
+  want_route(&r, RT_UNIMPLEMENTED);
+  r.path = "/templates/";
   want_route(&r, RT_UNIMPLEMENTED);
   /* refusals */
   r.method = "PUT";
