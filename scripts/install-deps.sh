@@ -11,7 +11,7 @@ DEB_PACKAGES=(
   libuv1-dev libcurl4-openssl-dev libssl-dev libmicrohttpd-dev libjansson-dev zlib1g-dev
   musl-tools clang libclang-rt-14-dev
   attr iproute2 procps ncurses-bin python3 git sudo curl strace
-  passt nftables
+  passt nftables xfsprogs
   nodejs npm
 )
 
