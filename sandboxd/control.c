@@ -16,7 +16,9 @@
 #include "layers.h"
 #include "net.h"
 #include "registry.h"
+#include "sandbox.h"
 #include "snapshots.h"
+#include "volumes.h"
 
 static char g_state_dir[4096] = ".";
 
@@ -55,11 +57,11 @@ static void host_sizes(json_t *j) {
 }
 
 static json_t *listed_json(const reg_info *in) {
-  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:O,s:s,s:s,s:[]}", "templateID", in->template_id,
+  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:O,s:s,s:s,s:o}", "templateID", in->template_id,
                         "alias", in->template_alias, "sandboxID", in->id, "clientID", "6532622b",
                         "startedAt", rfc3339(in->started_ms), "endAt", rfc3339(in->end_ms),
                         "metadata", in->metadata, "state", in->paused ? "paused" : "running",
-                        "envdVersion", SANDBOXD_ENVD_VERSION, "volumeMounts");
+                        "envdVersion", SANDBOXD_ENVD_VERSION, "volumeMounts", reg_volume_mounts(in->id));
   if (j) host_sizes(j);
   return j;
 }
@@ -74,6 +76,69 @@ static json_t *detail_json(const reg_info *in) {
   return j;
 }
 
+/* A mount point: absolute and clean (E2B's rules), not "/", not on a kernel file system. NULL if
+ * fine, else why not. */
+static const char *bad_mount_path(const char *p) {
+  size_t n = strlen(p);
+  if (!n) return "path cannot be empty";
+  if (p[0] != '/') return "path must be absolute";
+  if (strstr(p, "//") || strstr(p, "/./") || strstr(p, "/../") || (n > 1 && p[n - 1] == '/') ||
+      (n >= 2 && !strcmp(p + n - 2, "/.")) || (n >= 3 && !strcmp(p + n - 3, "/..")))
+    return "path must not contain any '.' or '..' components";
+  if (n == 1) return "a volume cannot be mounted over the root";
+  static const char *const kernel[] = {"/proc", "/sys", "/dev"};
+  for (size_t i = 0; i < 3; i++) {
+    size_t k = strlen(kernel[i]);
+    if (!strncmp(p, kernel[i], k) && (p[k] == 0 || p[k] == '/'))
+      return "the path is on one of the sandbox's kernel file systems (/proc, /sys, /dev)";
+  }
+  if (n > SBX_MOUNT_PATH_MAX) return "path is too long";
+  return NULL;
+}
+
+/* volumeMounts [{name, path}]: each volume held for a mount in mounts. What the control plane
+ * reports of them, or NULL after replying 400. */
+static json_t *volume_mounts(sd_request *r, json_t *vm, sbx_mount *mounts, size_t *n) {
+  json_t *out = json_array();
+  if (!vm || json_is_null(vm)) return out;
+  const char *why = NULL, *field = NULL;
+  char buf[300];
+  size_t i = 0;
+  if (!json_is_array(vm)) why = "must be an array of {name, path}";
+  else if (json_array_size(vm) > SBX_MAX_MOUNTS) { snprintf(buf, sizeof buf, "at most %d volumes per sandbox", SBX_MAX_MOUNTS); why = buf; }
+  json_t *m;
+  if (!why) json_array_foreach(vm, i, m) {
+    json_t *name = json_object_get(m, "name"), *path = json_object_get(m, "path");
+    if (!json_is_object(m) || !json_is_string(name) || !json_is_string(path) || json_object_size(m) != 2) {
+      why = "must be an object {name: string, path: string}";
+      field = "";
+      break;
+    }
+    field = "path";
+    if ((why = bad_mount_path(json_string_value(path)))) break;
+    for (size_t k = 0; k < *n && !why; k++)
+      if (!strcmp(mounts[k].path, json_string_value(path))) {
+        snprintf(buf, sizeof buf, "path '%.200s' is already used", json_string_value(path));
+        why = buf;
+      }
+    if (why) break;
+    int st;
+    volume *v = vol_mount(json_string_value(name), &st, buf, sizeof buf);
+    if (!v) { why = buf; field = "name"; break; }
+    mounts[*n].volume = v;
+    mounts[(*n)++].path = json_string_value(path);   /* borrowed from the body, which outlives the create */
+    json_array_append_new(out, json_pack("{s:s,s:s}", "name", json_string_value(name), "path", json_string_value(path)));
+  }
+  if (!why) return out;
+  if (!field) sd_reply_error(r, 400, "field 'volumeMounts' %s", why);
+  else if (!field[0]) sd_reply_error(r, 400, "field 'volumeMounts[%zu]' %s", i, why);
+  else sd_reply_error(r, 400, "field 'volumeMounts[%zu].%s': %s", i, field, why);
+  for (size_t k = 0; k < *n; k++) vol_unmount(mounts[k].volume);
+  *n = 0;
+  json_decref(out);
+  return NULL;
+}
+
 /* POST /sandboxes (SDK 2.29.1) and POST /v2/sandboxes (the current SDK: every sandbox secure, no
  * `secure` field). Fields that ask for nothing (an empty `network`, no `volumeMounts`,
  * `autoPauseMemory: true`, which a freezer pause always keeps) are taken; any other request
@@ -85,6 +150,9 @@ static void create_sandbox(sd_request *r, bool v2) {
   size_t nenv = 0;
   layer *from = NULL;   /* a snapshot's layer, held until the sandbox holds its own */
   snap_info snap;
+  sbx_mount mounts[SBX_MAX_MOUNTS];   /* their volumes held until the sandbox holds its own */
+  size_t nmounts = 0;
+  json_t *reported = NULL;
   const char *k;
   json_t *v;
   /* Refuse what sandboxd cannot enforce instead of silently accepting it. */
@@ -95,7 +163,7 @@ static void create_sandbox(sd_request *r, bool v2) {
       continue;
     if (!strcmp(k, "secure") && (!v2 || json_is_true(v))) continue;
     if (!strcmp(k, "network") && json_is_object(v) && json_object_size(v) == 0) continue;
-    if (!strcmp(k, "volumeMounts") && json_is_array(v) && json_array_size(v) == 0) continue;
+    if (!strcmp(k, "volumeMounts")) continue;
     if (!strcmp(k, "autoPauseMemory") && json_is_true(v)) continue;
     if (!strcmp(k, "secure"))
       sd_reply_error(r, 400, "field 'secure': /v2/sandboxes creates secure sandboxes only (the field is not part of it)");
@@ -104,8 +172,6 @@ static void create_sandbox(sd_request *r, bool v2) {
                      "maskRequestHost, httpsPorts) is not supported by sandboxd; use allow_internet_access");
     else if (!strcmp(k, "mcp"))
       sd_reply_error(r, 400, "field 'mcp' is not supported by sandboxd (no MCP gateway in the base template)");
-    else if (!strcmp(k, "volumeMounts"))
-      sd_reply_error(r, 400, "field 'volumeMounts' is not supported by sandboxd (no volumes)");
     else if (!strcmp(k, "iam"))
       sd_reply_error(r, 400, "field 'iam' (IAM tokens for the sandbox's egress) is not supported by sandboxd");
     else if (!strcmp(k, "autoPauseMemory"))
@@ -147,6 +213,10 @@ static void create_sandbox(sd_request *r, bool v2) {
     }
   }
   if (api_timeout(r, body, 300, &o.timeout_s)) goto out;
+  if (!(reported = volume_mounts(r, json_object_get(body, "volumeMounts"), mounts, &nmounts))) goto out;
+  o.mounts = mounts;
+  o.nmounts = nmounts;
+  o.volume_mounts = reported;
   json_t *md = json_object_get(body, "metadata");
   if (md && !json_is_null(md)) {
     if (api_string_map(r, md, "metadata", false)) goto out;
@@ -186,6 +256,8 @@ out:
   for (size_t i = 0; i < nenv; i++) free(envs[i]);
   free(envs);
   ly_release(from);
+  for (size_t i = 0; i < nmounts; i++) vol_unmount(mounts[i].volume);
+  json_decref(reported);
   json_decref(body);
 }
 

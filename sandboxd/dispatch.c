@@ -12,6 +12,7 @@
 #include "router.h"
 #include "rpc.h"
 #include "snapshot_api.h"
+#include "volume_api.h"
 
 static const char *view_header(const void *req, const char *name) { return sd_header(req, name); }
 static const char *view_query(const void *req, const char *name) { return sd_query(req, name); }
@@ -45,6 +46,9 @@ static void handle(sd_request *r, void *ctx) {
     case RT_FILESYSTEM: fs_rpc(r, d); break;
     case RT_RPC_UNKNOWN: rpc_reply_error(r, "unimplemented", "unknown procedure %s", sd_path(r)); break;
     case RT_SNAPSHOT_CREATE: case RT_SNAPSHOT_LIST: case RT_TEMPLATE_DELETE: case RT_FORK: snapshot_api_handle(r, d); break;
+    case RT_VOLUME_CREATE: case RT_VOLUME_LIST: case RT_VOLUME_GET: case RT_VOLUME_DELETE: case RT_VOLUME_CONTENT:
+      volume_api_handle(r, d);
+      break;
     default: control_handle(r, d); break;
   }
   /* The sandbox is let go as soon as its handler is done, not when the response has gone out: a

@@ -59,6 +59,7 @@ struct sd_request {
   char *method, *path;
   kv headers[SD_MAX_KV]; size_t nheaders;
   kv query[SD_MAX_KV]; size_t nquery;
+  char *nul_name;                /* a query parameter or header whose name or value holds a NUL byte */
   uint8_t *body; size_t len, cap, limit;
   bool too_large, busy, started;
   /* Streamed upload (POST /files): the handler runs while the body arrives; body[off .. off+len)
@@ -454,15 +455,21 @@ static void req_unref(sd_request *r) {
   kv_free(r->query, r->nquery);
   kv_free(r->extra, r->nextra);
   atomic_fetch_sub(&inflight, r->cap);
-  free(r->method); free(r->path); free(r->body); free(r->ctype); free(r->rbody);
+  free(r->method); free(r->path); free(r->body); free(r->ctype); free(r->rbody); free(r->nul_name);
   pthread_mutex_destroy(&r->mu);
   pthread_mutex_destroy(&r->conn_mu);
   pthread_cond_destroy(&r->cv);
   free(r);
 }
 
-static enum MHD_Result collect(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+static enum MHD_Result collect(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size, const char *value,
+                               size_t value_size) {
   sd_request *r = cls;
+  /* "%00" decodes to a NUL byte, which a C string would silently cut at: such a request is refused. */
+  if (key && (memchr(key, 0, key_size) || (value && memchr(value, 0, value_size)))) {
+    if (!r->nul_name) r->nul_name = strndup(key, strnlen(key, 200));
+    return MHD_YES;
+  }
   kv *arr = kind == MHD_HEADER_KIND ? r->headers : r->query;
   size_t *n = kind == MHD_HEADER_KIND ? &r->nheaders : &r->nquery;
   if (*n >= SD_MAX_KV || !key) return MHD_YES;
@@ -534,8 +541,17 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     r->path = strdup(url);
     *con_cls = r;
     if (!r->method || !r->path) return MHD_NO;
-    MHD_get_connection_values(c, MHD_HEADER_KIND, collect, r);
-    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect, r);
+    MHD_get_connection_values_n(c, MHD_HEADER_KIND, collect, r);
+    MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, collect, r);
+    if (r->nul_name) {
+      r->started = true;
+      json_t *j = json_pack("{s:i,s:s+++}", "code", 400, "message", "'", r->nul_name, "' holds a NUL byte (%00), which no path or value may hold", "");
+      char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+      json_decref(j);
+      enum MHD_Result ret = queue_simple(c, 400, text ? text : "{\"code\":400,\"message\":\"a query parameter holds a NUL byte\"}");
+      free(text);
+      return ret;
+    }
     /* Authentication and routing from the headers alone, before any body byte is read: an
      * unauthenticated client cannot make sandboxd buffer anything. */
     sd_admission a = {0};

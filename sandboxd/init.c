@@ -108,6 +108,65 @@ static void bind_dev(const char *name) {
   if (mount(src, dst, NULL, MS_BIND, NULL) != 0) fail_setup("bind %s: %s", src, strerror(errno));
 }
 
+/* Volumes (argv[7..]): each an fd of its directory and an absolute path inside the sandbox. */
+#define INIT_MAX_MOUNTS 16
+static int g_mount_fd[INIT_MAX_MOUNTS];
+static const char *g_mount_path[INIT_MAX_MOUNTS];
+static int g_nmounts;
+
+static void parse_mounts(int argc, char **argv) {
+  char *end;
+  long n = strtol(argv[7], &end, 10);
+  if (*end || n < 0 || n > INIT_MAX_MOUNTS || argc != 8 + n) _exit(2);
+  for (long i = 0; i < n; i++) {
+    char *colon = strchr(argv[8 + i], ':');
+    if (!colon || colon[1] != '/') _exit(2);
+    *colon = 0;
+    g_mount_fd[i] = parse_fd(argv[8 + i]);
+    *colon = ':';
+    if (g_mount_fd[i] < 0) _exit(2);
+    g_mount_path[i] = colon + 1;
+  }
+  g_nmounts = (int)n;
+}
+
+/* Each volume on its path inside the new root (the cwd): missing directories are made (0755,
+ * root's), and no level may be a symlink or a file, so a mount never lands outside the root or on
+ * what a snapshot put there in its place. The volume's tree is cloned and attached nosuid, nodev. */
+static void mount_volumes(void) {
+  for (int i = 0; i < g_nmounts; i++) {
+    const char *path = g_mount_path[i];
+    int dir = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) fail_setup("volume mount %s: %s", path, strerror(errno));
+    for (const char *p = path; *p;) {
+      while (*p == '/') p++;
+      size_t n = strcspn(p, "/");
+      if (n == 0) break;
+      char comp[256];
+      if (n >= sizeof comp) fail_setup("volume mount %s: a component is too long", path);
+      memcpy(comp, p, n);
+      comp[n] = 0;
+      p += n;
+      int next = openat(dir, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (next < 0 && errno == ENOENT && mkdirat(dir, comp, 0755) == 0) next = openat(dir, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (next < 0)
+        fail_setup("volume mount %s: '%s' %s", path, comp, errno == ENOTDIR || errno == ELOOP ? "is not a directory (a file or a symlink)" : strerror(errno));
+      close(dir);
+      dir = next;
+    }
+    int tree = (int)syscall(SYS_open_tree, g_mount_fd[i], "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+    struct mount_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    if (tree < 0 || syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0 ||
+        syscall(SYS_move_mount, tree, "", dir, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0)
+      fail_setup("volume mount %s: %s", path, strerror(errno));
+    close(tree);
+    close(dir);
+    close(g_mount_fd[i]);
+  }
+}
+
 /* Snapshot layers (argv[6]): the store's fd and the chain's ids, top first; none by default. */
 static int g_layers_fd = -1;
 static char g_layer_ids[40][24];
@@ -235,6 +294,7 @@ static void setup_root(int tpl_fd, int sbx_fd, char *sysdirs) {
   /* sysfs may only be mounted by the owner of the network namespace: ours, always. */
   (void)mount("sysfs", "sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
   mark("proc+dev+sys");
+  mount_volumes();
   CHECK(syscall(SYS_pivot_root, ".", "."), "pivot_root");
   CHECK(umount2(".", MNT_DETACH), "detach host root");
   CHECK(chdir("/"), "chdir /");
@@ -436,17 +496,19 @@ static void reap(void) {
 
 
 int sbx_init_main(int argc, char **argv) {
-  if (argc != 7) return 2;
+  if (argc < 8) return 2;
   g_ctl = parse_fd(argv[1]);
   int tpl_fd = parse_fd(argv[2]), sbx_fd = parse_fd(argv[3]);
   if (g_ctl < 0 || tpl_fd < 0 || sbx_fd < 0) return 2;
   g_clear_groups = argv[4][0] == 'c';
   parse_layers(argv[6]);
+  parse_mounts(argc, argv);
   /* Inherit nothing from sandboxd but the descriptors named in argv, whatever it forgot to mark
    * CLOEXEC: the channel, the layer directories and the idmapped trees ("usr=<fd>"). */
-  int keep[4 + 16] = {g_ctl, tpl_fd, sbx_fd}, nkeep = 3;
+  int keep[4 + 16 + INIT_MAX_MOUNTS] = {g_ctl, tpl_fd, sbx_fd}, nkeep = 3;
   if (g_layers_fd >= 0) keep[nkeep++] = g_layers_fd;
-  for (const char *q = strchr(argv[5], '='); q && nkeep < 20; q = strchr(q + 1, '=')) {
+  for (int i = 0; i < g_nmounts; i++) keep[nkeep++] = g_mount_fd[i];
+  for (const char *q = strchr(argv[5], '='); q && nkeep < (int)(sizeof keep / sizeof keep[0]); q = strchr(q + 1, '=')) {
     int fd = (int)strtol(q + 1, NULL, 10);
     if (fd > 2) keep[nkeep++] = fd;
   }

@@ -25,6 +25,8 @@
 #include "router.h"
 #include "sandbox.h"
 #include "snapshots.h"
+#include "paths.h"
+#include "volumes.h"
 
 static void usage(FILE *f) {
   fprintf(f, "usage: sandboxd --listen HOST:PORT [--api-key e2b_HEX] [--state-dir DIR] [--exit-with-parent]\n"
@@ -90,7 +92,8 @@ static int load_or_make_key(const char *state_dir, char *key, size_t len) {
 /* The registry's sandboxes are sandbox.c's; its deaths end the HTTP layer's streams. */
 static char g_state_dir[4096];
 static int backend_create(const char *id, const reg_create_opts *o, sbx_t **out, char *err, size_t errlen) {
-  sbx_config cfg = {.id = id, .state_dir = g_state_dir, .internet = o->internet, .envs = o->envs, .layer = o->layer};
+  sbx_config cfg = {.id = id, .state_dir = g_state_dir, .internet = o->internet, .envs = o->envs, .layer = o->layer,
+                    .mounts = o->mounts, .nmounts = o->nmounts};
   return sbx_create(&cfg, out, err, errlen);
 }
 static const reg_backend BACKEND = {backend_create, sbx_stop, sbx_destroy, sbx_pause, sbx_resume};
@@ -198,6 +201,16 @@ int main(int argc, char **argv) {
     net_shutdown();
     return 1;
   }
+  /* Volumes: their owners are ids inside the sandboxes. */
+  vol_idmap vmap;
+  sbx_id_range(&vmap.uid_base, &vmap.gid_base, &vmap.count);
+  if (vol_init(state_dir, &vmap, serr, sizeof serr) != 0) {
+    fprintf(stderr, "sandboxd: %s\n", serr);
+    sbx_pool_stop();
+    net_shutdown();
+    return 1;
+  }
+  paths_allow_dev(vol_dev());
   int swept = ly_sweep();
   if (swept > 0) fprintf(stderr, "sandboxd: removed %d snapshot layer%s nothing refers to\n", swept, swept == 1 ? "" : "s");
   control_init(state_dir);
@@ -229,6 +242,7 @@ int main(int argc, char **argv) {
   router_shutdown();
   snap_shutdown();
   ly_shutdown();
+  vol_shutdown();
   sbx_pool_stop();     /* the spares' pastas, before their guard goes */
   net_shutdown();
   return 0;

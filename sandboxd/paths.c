@@ -88,12 +88,18 @@ int paths_open_parent(const fs_ctx *c, const char *abs, char *name, size_t namel
   return paths_open(c, parent, O_PATH | O_DIRECTORY, 0, 0);
 }
 
+static dev_t g_volume_dev;
+void paths_allow_dev(dev_t dev) { g_volume_dev = dev; }
+
 int paths_fs_check(int fd) {
   struct statfs sf;
   if (fstatfs(fd, &sf) != 0) return -errno;
-  /* An allowlist: the sandbox's own files live on its overlays and tmpfs mounts. proc, sysfs,
-   * devpts, cgroup and host bind mounts reach the whole kernel or the host. */
+  /* An allowlist: the sandbox's own files live on its overlays and tmpfs mounts, and in the
+   * volumes mounted into it. proc, sysfs, devpts, cgroup and host bind mounts reach the whole
+   * kernel or the host. */
   if (sf.f_type == OVERLAYFS_SUPER_MAGIC || sf.f_type == TMPFS_MAGIC) return 0;
+  struct stat st;
+  if (g_volume_dev && fstat(fd, &st) == 0 && st.st_dev == g_volume_dev) return 0;
   return -PATHS_EFOREIGN;
 }
 

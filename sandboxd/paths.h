@@ -33,6 +33,8 @@ int paths_open(const fs_ctx *c, const char *abs, int flags, mode_t mode, uint64_
 #define PATHS_EFOREIGN EREMOTE    /* on proc, sysfs, devpts, cgroup or any other foreign mount */
 #define PATHS_ENOTREG  ENODEV     /* not a regular file (FIFO, device, socket) */
 int paths_fs_check(int fd);
+/* And the file system (st_dev) of the volumes that sandboxes mount (volumes.h); 0: none. */
+void paths_allow_dev(dev_t dev);
 const char *paths_fs_name(int fd);   /* "proc", "sysfs", ... for messages */
 /* A regular file on the sandbox's own file systems, opened with flags (O_RDONLY, or
  * O_WRONLY|O_CREAT|O_TRUNC to create it 0644). Checked on an O_PATH fd, then reopened through

@@ -22,6 +22,7 @@ struct reg_entry {
   int64_t started_ms, end_ms;
   uint64_t seq;
   json_t *metadata;
+  json_t *volume_mounts;          /* [{name, path}] */
   sbx_t *sbx;
   int refs;                       /* the table holds one while linked */
   int kill_fd;                    /* eventfd: readable once dying, wakes long handlers at once */
@@ -88,6 +89,14 @@ static void info_locked(reg_entry *e, reg_info *in) {
   in->metadata = json_incref(e->metadata);
 }
 
+json_t *reg_volume_mounts(const char *id) {
+  pthread_mutex_lock(&mu);
+  reg_entry *e = find_any_locked(id);
+  json_t *v = e ? json_incref(e->volume_mounts) : json_array();   /* never changed after create */
+  pthread_mutex_unlock(&mu);
+  return v;
+}
+
 int reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errlen) {
   reg_entry *e = calloc(1, sizeof *e);
   if (!e) { snprintf(err, errlen, "out of memory"); return -1; }
@@ -103,10 +112,12 @@ int reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errle
   snprintf(e->template_id, sizeof e->template_id, "%s", o->template_id ? o->template_id : "base");
   snprintf(e->template_alias, sizeof e->template_alias, "%s", o->template_alias ? o->template_alias : e->template_id);
   e->metadata = o->metadata ? json_deep_copy(o->metadata) : json_object();
+  e->volume_mounts = o->volume_mounts ? json_deep_copy(o->volume_mounts) : json_array();
   pthread_mutex_init(&e->life, NULL);
   if (g_be.create(e->id, o, &e->sbx, err, errlen) != 0) {
     close(e->kill_fd);
     json_decref(e->metadata);
+    json_decref(e->volume_mounts);
     pthread_mutex_destroy(&e->life);
     free(e);
     return -1;
@@ -178,6 +189,7 @@ static void destroy_entry(reg_entry *e) {
   if (g_hooks.gone) g_hooks.gone(e);   /* clients now see their streams end */
   close(e->kill_fd);
   json_decref(e->metadata);
+  json_decref(e->volume_mounts);
   pthread_mutex_destroy(&e->life);
   free(e);
 }

@@ -18,6 +18,7 @@ typedef struct sbx sbx_t;       /* the backend's sandbox (opaque here) */
 
 #define REG_TEMPLATE_MAX 160
 struct layer;                   /* the backend's snapshot layer (opaque here) */
+struct sbx_mount;               /* the backend's volume mounts (opaque here) */
 
 typedef struct {
   int64_t timeout_s;            /* lease length from now */
@@ -27,6 +28,9 @@ typedef struct {
   const char *template_id;      /* what the control plane reports as its template (NULL: "base") */
   const char *template_alias;   /* and as its alias (NULL: the same) */
   struct layer *layer;          /* passed to the backend: the snapshot it starts from, or NULL */
+  const struct sbx_mount *mounts;   /* passed to the backend: volumes to mount */
+  size_t nmounts;
+  json_t *volume_mounts;        /* what the control plane reports of them: [{name, path}] (borrowed; copied) */
 } reg_create_opts;
 
 /* Snapshot of an entry for the control plane (no pointers into the entry). */
@@ -69,6 +73,8 @@ int  reg_kill(const char *id);                  /* 0 killed, -1 unknown */
 /* Until its destruction completed a killed sandbox is still reported (GET, /health): */
 bool reg_exists(const char *id);               /* known and not paused, dying included */
 int  reg_lookup_info(const char *id, reg_info *info);   /* 0, or -1 unknown; dying included */
+/* Its volume mounts as created, [{name, path}] (a new reference; [] for an unknown id). */
+json_t *reg_volume_mounts(const char *id);
 
 /* Lease: set_timeout replaces the end time; connect extends only and resumes a paused sandbox
  * (*resumed = true). Both return -1 for an unknown id, -2 when resuming failed. */

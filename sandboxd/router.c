@@ -5,9 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <jansson.h>
 
 #include "users.h"
+#include "volumes.h"
 
 static char *g_api_key;
 
@@ -25,11 +27,12 @@ void router_shutdown(void) {
 
 /* Who must prove what, per route: the auth table. Everything else (the control plane, including
  * its paths that lead nowhere) needs the API key. */
-typedef enum { AUTH_NONE, AUTH_API_KEY, AUTH_ENVD_TOKEN, AUTH_FILES } auth_kind;
+typedef enum { AUTH_NONE, AUTH_API_KEY, AUTH_ENVD_TOKEN, AUTH_FILES, AUTH_VOLUME_TOKEN } auth_kind;
 static auth_kind auth_of(int r) {
   switch (r) {
     case RT_HEALTH: case RT_ENVD_HEALTH: return AUTH_NONE;
     case RT_FILES: return AUTH_FILES;
+    case RT_VOLUME_CONTENT: return AUTH_VOLUME_TOKEN;
     case RT_PROCESS: case RT_FILESYSTEM: case RT_RPC_UNKNOWN: return AUTH_ENVD_TOKEN;
     default: return AUTH_API_KEY;
   }
@@ -63,8 +66,17 @@ static const struct {
   {"*", "/templates*", RT_UNIMPLEMENTED, "template builds are not implemented by sandboxd (templates are 'base' and snapshots; DELETE /templates/{id} deletes a snapshot)"},
   {"*", "/v2/templates*", RT_UNIMPLEMENTED, "template builds are not implemented by sandboxd (templates are 'base' and snapshots)"},
   {"*", "/v3/templates*", RT_UNIMPLEMENTED, "template builds are not implemented by sandboxd (templates are 'base' and snapshots)"},
-  {"*", "/volumes*", RT_UNIMPLEMENTED, "volumes are not implemented by sandboxd"},
-  {"*", "/volumecontent*", RT_UNIMPLEMENTED, "volumes are not implemented by sandboxd"},
+  {"POST", "/volumes", RT_VOLUME_CREATE, NULL},
+  {"GET", "/volumes", RT_VOLUME_LIST, NULL},
+  {"GET", "/volumes/{ref}", RT_VOLUME_GET, NULL},
+  {"DELETE", "/volumes/{ref}", RT_VOLUME_DELETE, NULL},
+  {"GET", "/volumecontent/{ref}/dir", RT_VOLUME_CONTENT, NULL},
+  {"POST", "/volumecontent/{ref}/dir", RT_VOLUME_CONTENT, NULL},
+  {"GET", "/volumecontent/{ref}/file", RT_VOLUME_CONTENT, NULL},
+  {"PUT", "/volumecontent/{ref}/file", RT_VOLUME_CONTENT, NULL},
+  {"GET", "/volumecontent/{ref}/path", RT_VOLUME_CONTENT, NULL},
+  {"PATCH", "/volumecontent/{ref}/path", RT_VOLUME_CONTENT, NULL},
+  {"DELETE", "/volumecontent/{ref}/path", RT_VOLUME_CONTENT, NULL},
   {"*", "/secrets*", RT_UNIMPLEMENTED, "secrets are not implemented by sandboxd"},
 };
 
@@ -105,6 +117,18 @@ static int refuse(char *body, size_t bodylen, int status, const char *fmt, ...) 
   char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
   json_decref(j);
   snprintf(body, bodylen, "%s", s ? s : "{\"code\":500,\"message\":\"out of memory\"}");
+  free(s);
+  return status;
+}
+
+/* The volume content API's error shape: {"code": "<what>", "message"} (its Error has a string code). */
+static int refuse_volume(char *body, size_t bodylen, int status, const char *msg) {
+  const char *code = status == 401 ? "unauthorized" : status == 404 ? "not_found" : "invalid_request";
+  json_t *m = json_string(msg);
+  json_t *j = json_pack("{s:s,s:o}", "code", code, "message", m ? m : json_string("(not UTF-8)"));
+  char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  json_decref(j);
+  snprintf(body, bodylen, "%s", s ? s : "{\"code\":\"internal\",\"message\":\"out of memory\"}");
   free(s);
   return status;
 }
@@ -189,6 +213,8 @@ static rt_route control_route(const rt_view *v, rt_decision *d) {
     if (strstr(CONTROL[i].pattern, "{ref}")) {
       snprintf(d->ref, sizeof d->ref, "%.*s", RT_REF_MAX, seg);
       d->message = CONTROL[i].message;
+      const char *last = strrchr(CONTROL[i].pattern, '/');
+      if (CONTROL[i].route == RT_VOLUME_CONTENT) snprintf(d->rpc, sizeof d->rpc, "%s", last + 1);   /* dir, file, path */
       return seglen > RT_REF_MAX ? (rt_route)RT_BAD_REF : CONTROL[i].route;
     }
     snprintf(d->id, sizeof d->id, "%.64s", seg);
@@ -243,6 +269,14 @@ static int check(const rt_view *v, int64_t now_s, rt_decision *d, char *body, si
       int st = files_auth(v, reg_token(d->entry), now_s, body, bodylen);
       return st ? st : files_user(v, d, body, bodylen);
     }
+    case AUTH_VOLUME_TOKEN: {
+      const char *authz = v->header(v->req, "Authorization");
+      const char *token = authz && !strncasecmp(authz, "Bearer ", 7) ? authz + 7 : NULL;
+      int st = 0;
+      char msg[300];
+      d->volume = vol_access(d->ref, token, &st, msg, sizeof msg);
+      return d->volume ? 0 : refuse_volume(body, bodylen, st, msg);
+    }
   }
   return refuse(body, bodylen, 500, "no credentials rule for this route");
 }
@@ -289,6 +323,7 @@ int router_admit(const rt_view *v, int64_t now_s, rt_decision *d, char *body, si
   if (!st && (int)d->route == RT_BAD_ID) st = refuse(body, bodylen, 404, "sandbox '%s' not found", d->id);
   if (!st && (int)d->route == RT_BAD_REF) st = refuse(body, bodylen, 400, "template reference of more than %d bytes", RT_REF_MAX);
   if (!st && d->route == RT_FILES) d->upload = !strcmp(v->method, "POST");
+  if (!st && d->route == RT_VOLUME_CONTENT) d->upload = !strcmp(v->method, "PUT");
   if (st) router_release(d);
   return st;
 }
@@ -296,4 +331,6 @@ int router_admit(const rt_view *v, int64_t now_s, rt_decision *d, char *body, si
 void router_release(rt_decision *d) {
   if (d->entry) reg_put(d->entry);
   d->entry = NULL;
+  if (d->volume) vol_put(d->volume);
+  d->volume = NULL;
 }

@@ -7,6 +7,7 @@
  *                            token when secure; the user from Basic authorization)
  *   /files without it      → the sandbox whose token verifies the URL's signature
  *   GET /health            → the control plane's readiness (none)
+ *   /volumecontent/{id}/…  → that volume's content (its token: Authorization: Bearer)
  *   anything else          → the control plane (X-API-KEY), by the table in router.c
  *
  * An unknown, paused or dying sandbox on envd ⇒ 502. The router holds a registry reference to an
@@ -25,6 +26,9 @@ typedef enum {
   RT_SNAPSHOT_CREATE,        /* POST /sandboxes/{id}/snapshots */
   RT_SNAPSHOT_LIST,          /* GET /snapshots */
   RT_TEMPLATE_DELETE,        /* DELETE /templates/{ref}: a snapshot (in E2B a snapshot is a template) */
+  RT_VOLUME_CREATE, RT_VOLUME_LIST, RT_VOLUME_GET, RT_VOLUME_DELETE,   /* /volumes[/{ref}] */
+  /* the volume content API (the volume's token, Authorization: Bearer) */
+  RT_VOLUME_CONTENT,         /* /volumecontent/{ref}/{dir,file,path}: d->volume held, d->rpc the last segment */
   RT_UNIMPLEMENTED,          /* known to E2B, not to sandboxd: 501 with decision.message */
   RT_HEALTH,                 /* GET /health (no credentials) */
   /* envd of one sandbox */
@@ -51,6 +55,7 @@ typedef struct {
   char ref[RT_REF_MAX + 1];  /* control routes with {ref}: a template reference, as sent (the handler checks it) */
   char rpc[64];              /* RPC routes: the method name */
   reg_entry *entry;          /* envd routes but ENVD_HEALTH: the sandbox (held until router_release) */
+  struct volume *volume;     /* RT_VOLUME_CONTENT: the volume (held until router_release) */
   char user[AUTH_USER_MAX + 1];   /* envd routes: the user (default "user") */
   const char *user_error;    /* RPC routes: why the Authorization header is refused, NULL if it is not */
   bool user_unknown;         /* RPC routes: the header names a user the sandbox does not have (in user) */

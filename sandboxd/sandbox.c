@@ -8,6 +8,7 @@
 #include "ptab.h"
 #include "template.h"
 #include "users.h"
+#include "volumes.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -55,6 +56,8 @@ struct sbx {
   pthread_mutex_t mu;
   ptab *pt;
   layer *layer;                /* the snapshot layer it started from (held), or NULL */
+  sbx_mount mounts[SBX_MAX_MOUNTS];   /* its volumes (held) and where (paths copied) */
+  size_t nmounts;
   int nsys;                    /* its system overlays (upper-<d>), as the template had them */
   char sys[TPL_MAX_SYSDIRS][16];
 };
@@ -96,6 +99,12 @@ static uid_t map_uid(bool priv, uid_t uid0, uid_t inner) {
 uid_t sbx_host_uid(const sbx_t *s, uid_t inner) { return map_uid(s->privileged, s->uid0, inner); }
 gid_t sbx_host_gid(const sbx_t *s, gid_t inner) { return (gid_t)map_uid(s->privileged, (uid_t)s->gid0, (uid_t)inner); }
 int sbx_root_fd(sbx_t *s) { return s->root_fd; }
+void sbx_id_range(uid_t *uid_base, gid_t *gid_base, uint32_t *count) {
+  bool priv = geteuid() == 0;
+  *uid_base = priv ? SBX_UID_BASE : geteuid();
+  *gid_base = priv ? SBX_UID_BASE : getegid();
+  *count = priv ? SBX_UID_COUNT : 1;
+}
 
 /* How a sandbox's user namespace maps ids: the 65536-id range as root, else sandboxd's own id. */
 static void idmap_here(net_idmap *m) {
@@ -507,12 +516,24 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   gid_t rg = sbx_host_gid(s, 0), ug = sbx_host_gid(s, 1000);
   if (uu == (uid_t)-1) { uu = ru; ug = rg; }
   int sv[2] = {-1, -1}, exe_fd = -1, tpl_fd = -1, sbx_fd = -1, lay_fd = -1, idfds[TPL_MAX_SYSDIRS], nidfds = 0;
+  int mnt_fd[SBX_MAX_MOUNTS];
+  size_t nmnt_fd = 0;
   bool dir_made = false;
   tpl_info tpl;
   if (tpl_ensure(cfg->state_dir, ru, rg, uu, ug, NET_DNS_FORWARDER, &tpl, err, errlen) != 0) goto fail;
   s->nsys = tpl.nsys;
   memcpy(s->sys, tpl.sys, sizeof s->sys);
   if (cfg->layer) { ly_hold(cfg->layer); s->layer = cfg->layer; }
+  if (cfg->nmounts > SBX_MAX_MOUNTS) { seterr(err, errlen, "more than %d volume mounts", SBX_MAX_MOUNTS); goto fail; }
+  /* Volume mounts, shallowest first (a mount inside another is made after it). */
+  for (size_t i = 0; i < cfg->nmounts; i++) {
+    char *p = strdup(cfg->mounts[i].path);
+    if (!p) { seterr(err, errlen, "out of memory"); goto fail; }
+    vol_mount_hold(cfg->mounts[i].volume);
+    size_t at = s->nmounts++;
+    while (at > 0 && strlen(s->mounts[at - 1].path) > strlen(p)) { s->mounts[at] = s->mounts[at - 1]; at--; }
+    s->mounts[at] = (sbx_mount){cfg->mounts[i].volume, p};
+  }
   step(tr, "tpl");
 
   char p[4200];
@@ -607,7 +628,20 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
       n += (size_t)snprintf(a_layers + n, sizeof a_layers - n, "%s%s", l == cfg->layer ? "" : ",", ly_id(l));
     }
   }
-  char *iargv[] = {SBX_INIT_ARGV0, a_ctl, a_tpl, a_sbx, s->privileged ? "c" : "k", sysdirs, a_layers, NULL};
+  /* Volumes: their count, then "<fd>:<path>" each (init.h). */
+  char a_nmounts[8], a_mount[SBX_MAX_MOUNTS][SBX_MOUNT_PATH_MAX + 16];
+  const char *mnt_dir[SBX_MAX_MOUNTS];
+  snprintf(a_nmounts, sizeof a_nmounts, "%zu", s->nmounts);
+  char *iargv[8 + SBX_MAX_MOUNTS + 1] = {SBX_INIT_ARGV0, a_ctl, a_tpl, a_sbx, s->privileged ? "c" : "k", sysdirs, a_layers, a_nmounts};
+  for (size_t i = 0; i < s->nmounts; i++) {
+    mnt_dir[i] = vol_dir(s->mounts[i].volume);
+    if ((mnt_fd[nmnt_fd] = open(mnt_dir[i], O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+      seterr(err, errlen, "volume '%s': open %s: %s", vol_name(s->mounts[i].volume), mnt_dir[i], strerror(errno));
+      goto fail;
+    }
+    snprintf(a_mount[i], sizeof a_mount[i], "%d:%s", mnt_fd[nmnt_fd++], s->mounts[i].path);
+    iargv[8 + i] = a_mount[i];
+  }
   char *ienv[] = {NULL};
   step(tr, "fds");
   /* Its user and network namespaces: a pair from the pool (pasta already up) or a new one. */
@@ -653,6 +687,11 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
         if (nl < 0 || syscall(SYS_dup3, nl, lay_fd, 0) < 0) syscall(SYS_exit_group, 124);
         syscall(SYS_close, nl);
       }
+      for (size_t i = 0; i < nmnt_fd; i++) {   /* the volumes, likewise */
+        long nv = syscall(SYS_open, mnt_dir[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (nv < 0 || syscall(SYS_dup3, nv, mnt_fd[i], 0) < 0) syscall(SYS_exit_group, 124);
+        syscall(SYS_close, nv);
+      }
       /* Root inside (host SBX_UID_BASE): without this, exec would drop the namespace's caps. */
       if (syscall(SYS_setresgid, 0, 0, 0) != 0 || syscall(SYS_setresuid, 0, 0, 0) != 0) syscall(SYS_exit_group, 125);
       syscall(SYS_fcntl, sv[1], F_SETFD, 0);
@@ -694,6 +733,7 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   close(sbx_fd);
   if (lay_fd >= 0) close(lay_fd);
   exe_fd = tpl_fd = sbx_fd = lay_fd = -1;
+  for (; nmnt_fd > 0; nmnt_fd--) close(mnt_fd[nmnt_fd - 1]);
   for (; nidfds > 0; nidfds--) close(idfds[nidfds - 1]);
   step(tr, "init");
   /* For sbx_cleanup_stale after a crash (a crash before this is written leaves an init that
@@ -739,6 +779,7 @@ fail:
   if (tpl_fd >= 0) close(tpl_fd);
   if (sbx_fd >= 0) close(sbx_fd);
   if (lay_fd >= 0) close(lay_fd);
+  for (; nmnt_fd > 0; nmnt_fd--) close(mnt_fd[nmnt_fd - 1]);
   for (; nidfds > 0; nidfds--) close(idfds[nidfds - 1]);
   if (s->root_fd >= 0) close(s->root_fd);
   if (s->init_pid > 0) {
@@ -749,6 +790,7 @@ fail:
   cg_remove(s);
   if (dir_made) (void)tpl_rm_tree(s->dir);
   ly_release(s->layer);
+  for (size_t i = 0; i < s->nmounts; i++) { vol_unmount(s->mounts[i].volume); free((char *)s->mounts[i].path); }
   pthread_mutex_destroy(&s->mu);
   free(s);
   return -1;
@@ -763,6 +805,7 @@ static void release(sbx_t *s) {
   if (tpl_rm_tree(s->dir) != 0)
     fprintf(stderr, "sandboxd: sandbox %s: removing %s: %s\n", s->id, s->dir, strerror(errno));
   ly_release(s->layer);   /* after its directory: a chain no one else holds goes too */
+  for (size_t i = 0; i < s->nmounts; i++) { vol_unmount(s->mounts[i].volume); free((char *)s->mounts[i].path); }
   pthread_mutex_destroy(&s->mu);
   free(s);
 }
@@ -1000,7 +1043,7 @@ static sbx_t *pool_claim(const sbx_config *cfg, step_trace *tr) {
   pthread_mutex_lock(&g_pool.mu);
   sbx_t *s = NULL;
   int f = cfg->internet ? 1 : 0;
-  if (!cfg->layer && g_pool.running && !g_pool.stopping && g_pool.n[f] > 0 && !strcmp(cfg->state_dir, g_pool.state_dir)) {
+  if (!cfg->layer && !cfg->nmounts && g_pool.running && !g_pool.stopping && g_pool.n[f] > 0 && !strcmp(cfg->state_dir, g_pool.state_dir)) {
     s = g_pool.spare[f][--g_pool.n[f]];
     g_pool.claimed = true;
     pthread_cond_signal(&g_pool.cv);   /* refill (after POOL_REFILL_DELAY_MS) */

@@ -5,9 +5,16 @@
 #define SANDBOXD_SANDBOX_H
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 typedef struct sbx sbx_t;
+
+/* A volume (volumes.h) to bind-mount at path (absolute, clean, checked by the caller). */
+struct volume;
+typedef struct sbx_mount { struct volume *volume; const char *path; } sbx_mount;
+#define SBX_MAX_MOUNTS 16
+#define SBX_MOUNT_PATH_MAX 1024
 
 typedef struct {
   const char *id;               /* lowercase alnum, unique */
@@ -18,6 +25,8 @@ typedef struct {
   long pids_max;                /* cgroup pids limit; 0 = SBX_DEFAULT_PIDS_MAX */
   struct layer *layer;          /* a snapshot's top layer (layers.h) to start from, NULL: the template; the
                                  * sandbox holds its own reference */
+  const sbx_mount *mounts;      /* volumes bind-mounted (nosuid, nodev); the sandbox holds its own mounts */
+  size_t nmounts;
 } sbx_config;
 #define SBX_DEFAULT_MEMORY_MB 2048
 #define SBX_DEFAULT_PIDS_MAX 4096
@@ -36,6 +45,8 @@ int   sbx_pause(sbx_t *s);              /* freeze every process (cgroup freezer,
 int   sbx_resume(sbx_t *s);
 int   sbx_root_fd(sbx_t *s);            /* O_PATH fd of "/" as the sandbox's processes see it: use openat2(RESOLVE_IN_ROOT) */
 uid_t sbx_host_uid(const sbx_t *s, uid_t inner);   /* inner uid/gid → host id, for fchown from the host */
+/* Every sandbox's map: inner id i < *count is host id *uid_base + i (*gid_base + i). */
+void  sbx_id_range(uid_t *uid_base, gid_t *gid_base, uint32_t *count);
 gid_t sbx_host_gid(const sbx_t *s, gid_t inner);
 /* Remove what a crashed earlier run left behind (and this process's spares), rebuild the
  * template, then start the warm pool for state_dir. */

@@ -14,6 +14,7 @@
 #include "registry.h"
 #include "sandbox.h"
 #include "snapshots.h"
+#include "volumes.h"
 
 /* What a capture of a running sandbox yields: its new layer and, for forks, how it was made. */
 typedef struct {
@@ -183,13 +184,26 @@ static void fork_sandbox(sd_request *r, const char *id) {
   }
   capture c;
   if (capture_running(r, id, "forked", &c) != 0) goto out;
+  /* the source's volumes, mounted where it has them */
+  json_t *vm = reg_volume_mounts(id);
+  sbx_mount mounts[SBX_MAX_MOUNTS];
+  size_t nmounts = 0;
+  size_t vi;
+  json_t *m;
+  json_array_foreach(vm, vi, m) {
+    int st;
+    char vmsg[300];
+    volume *v = nmounts < SBX_MAX_MOUNTS ? vol_mount(json_string_value(json_object_get(m, "name")), &st, vmsg, sizeof vmsg) : NULL;
+    if (v) mounts[nmounts++] = (sbx_mount){v, json_string_value(json_object_get(m, "path"))};
+  }
   json_t *results = json_array();
   char why[512];
   bool net_ok = !c.src.internet || net_available(why, sizeof why);
   for (json_int_t i = 0; i < count; i++) {
     reg_create_opts o = {.timeout_s = timeout, .metadata = c.src.metadata, .envs = (const char *const *)c.envs,
                          .secure = c.src.secure, .internet = c.src.internet, .template_id = c.src.template_id,
-                         .template_alias = c.src.template_alias, .layer = c.layer};
+                         .template_alias = c.src.template_alias, .layer = c.layer, .mounts = mounts,
+                         .nmounts = nmounts, .volume_mounts = vm};
     reg_info in;
     char err[512];
     json_t *entry;
@@ -202,6 +216,8 @@ static void fork_sandbox(sd_request *r, const char *id) {
     if (entry) json_array_append_new(results, entry);
   }
   capture_free(&c);   /* the forks hold the layer now; without any it is removed */
+  for (size_t i = 0; i < nmounts; i++) vol_unmount(mounts[i].volume);
+  json_decref(vm);
   sd_reply_json(r, 201, results);
 out:
   json_decref(body);

@@ -55,7 +55,7 @@ test('POST /v2/sandboxes: fields sandboxd cannot honour → 400 naming the field
     ['network', { network: { allowPublicTraffic: false } }],
     ['iam', { iam: { tokens: { gh: { audience: 'x', tokenType: 'y' } } } }],
     ['autoPauseMemory', { autoPause: true, autoPauseMemory: false }],
-    ['volumeMounts', { volumeMounts: [{ name: 'v', path: '/data' }] }],
+    ['volumeMounts[0].name', { volumeMounts: [{ name: 'no-such-volume-v2', path: '/data' }] }],
     ['mcp', { mcp: { 'some-server': {} } }],
     ['autoResume.enabled', { autoPause: true, autoResume: { enabled: true } }],
   ]
@@ -161,7 +161,7 @@ test(`the SDK under test (e2b@${SDK_VERSION}): create, connect, list, pause and 
   const refused = [
     [{ network: { denyOut: ['0.0.0.0/0'] } }, /'network'/],
     [{ lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } }, /'autoPauseMemory'/],
-    [{ volumeMounts: { '/data': 'some-volume' } }, /'volumeMounts'/],
+    [{ volumeMounts: { '/data': 'no-such-volume' } }, /'volumeMounts\[0\]\.name': volume 'no-such-volume' not found/],
   ]
   for (const [opts, field] of refused) {
     const made = Sandbox.create('base', { timeoutMs: 30_000, ...opts })

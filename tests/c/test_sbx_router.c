@@ -7,6 +7,9 @@
 #include "b64.h"
 #include "errors.h"
 #include "router.h"
+#include "volumes.h"
+
+#include <unistd.h>
 
 #define KEY "e2b_0123456789abcdef"
 
@@ -88,7 +91,7 @@ static void test_control_plane(void) {
   CHECK_INT(d.route, RT_UNIMPLEMENTED);
   CHECK_HAS(d.message, "metrics");
   router_release(&d);
-  r.path = "/volumes/v1/whatever";
+  r.path = "/secrets/s1/whatever";
   want_route(&r, RT_UNIMPLEMENTED);
   r.path = "/sandboxes/abc/snapshots";
   r.method = "POST";
@@ -348,6 +351,68 @@ static void test_basic_auth(void) {
   CHECK(!auth_secret_eq(NULL, "abc") && !auth_secret_eq("abc", NULL));
 }
 
+/* Volumes: the control plane's /volumes need the API key; the content API the volume's token
+ * (Bearer), checked against the catalogue, its refusals in the content API's error shape. */
+static void test_volumes(void) {
+  char state[64] = "/tmp/mb-router-vol-XXXXXX", msg[300];
+  CHECK(mkdtemp(state) != NULL);
+  vol_idmap map = {geteuid(), getegid(), 1};
+  CHECK_INT(vol_init(state, &map, msg, sizeof msg), 0);
+  vol_info in;
+  CHECK_INT(vol_create("vol1", &in, msg, sizeof msg), 0);
+  fake_req create = {"POST", "/volumes", {"X-API-KEY", KEY}, {0}};
+  want_route(&create, RT_VOLUME_CREATE);
+  create.method = "GET";
+  want_route(&create, RT_VOLUME_LIST);
+  char p[200];
+  snprintf(p, sizeof p, "/volumes/%s", in.id);
+  fake_req get = {"GET", p, {"X-API-KEY", KEY}, {0}};
+  rt_decision d;
+  char body[1024];
+  CHECK_INT(admit(&get, &d, body), 0);
+  CHECK_INT(d.route, RT_VOLUME_GET);
+  CHECK_STR(d.ref, in.id);
+  router_release(&d);
+  get.method = "DELETE";
+  want_route(&get, RT_VOLUME_DELETE);
+  fake_req nokey = {"GET", "/volumes", {0}, {0}};
+  want_refusal(&nokey, 401, "missing X-API-KEY header");
+  /* content: the token, not the API key */
+  char cp[200], bearer[100];
+  snprintf(cp, sizeof cp, "/volumecontent/%s/file", in.id);
+  snprintf(bearer, sizeof bearer, "Bearer %s", in.token);
+  fake_req c = {"PUT", cp, {"Authorization", bearer}, {"path", "/x"}};
+  CHECK_INT(admit(&c, &d, body), 0);
+  CHECK_INT(d.route, RT_VOLUME_CONTENT);
+  CHECK_STR(d.rpc, "file");
+  CHECK(d.volume != NULL && d.upload);        /* PUT file: streamed, the volume held */
+  router_release(&d);
+  CHECK(d.volume == NULL);
+  c.method = "GET";
+  CHECK_INT(admit(&c, &d, body), 0);
+  CHECK(!d.upload);
+  router_release(&d);
+  fake_req key_only = {"GET", cp, {"X-API-KEY", KEY}, {0}};
+  want_refusal(&key_only, 401, "{\"code\":\"unauthorized\",\"message\":\"missing volume token (Authorization: Bearer <token>)\"}");
+  fake_req wrong = {"GET", cp, {"Authorization", "Bearer nottheone"}, {0}};
+  want_refusal(&wrong, 401, "invalid volume token");
+  fake_req unknown = {"GET", "/volumecontent/00000000-0000-4000-8000-000000000000/path", {"Authorization", bearer}, {0}};
+  want_refusal(&unknown, 404, "{\"code\":\"not_found\",\"message\":\"volume '00000000-0000-4000-8000-000000000000' not found\"}");
+  snprintf(cp, sizeof cp, "/volumecontent/%s/other", in.id);
+  fake_req other = {"GET", cp, {"Authorization", bearer}, {0}};
+  want_refusal(&other, 401, "missing X-API-KEY header");   /* no such route: the control plane's rule, key first */
+  fake_req other_key = {"GET", cp, {"Authorization", bearer, "X-API-KEY", KEY}, {0}};
+  want_refusal(&other_key, 404, "no endpoint GET /volumecontent/");
+  snprintf(cp, sizeof cp, "/volumecontent/%s/dir", in.id);
+  fake_req badmethod = {"DELETE", cp, {"Authorization", bearer, "X-API-KEY", KEY}, {0}};
+  want_refusal(&badmethod, 405, "method DELETE is not allowed");
+  CHECK_INT(vol_delete(in.id, msg, sizeof msg), 0);
+  vol_shutdown();
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", state);
+  CHECK_INT(system(cmd), 0);
+}
+
 int main(void) {
   if (reg_init(&FK_BACKEND, &FK_HOOKS) != 0) return 1;
   router_init(KEY);
@@ -357,6 +422,7 @@ int main(void) {
   MBT_RUN(test_files);
   MBT_RUN(test_release);
   MBT_RUN(test_basic_auth);
+  MBT_RUN(test_volumes);
   router_shutdown();
   reg_shutdown();
   return mbt_report();
