@@ -9,6 +9,7 @@
 #include <net/if.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -313,6 +314,28 @@ static void setup_root(int tpl_fd, int sbx_fd, char *sysdirs) {
   mark("pivot+uts+net");
 }
 
+/* The host name resolves (sudo and others look it up): /etc/hosts gets "127.0.1.1 <name>" unless
+ * a line already names it. Best effort: a sandbox whose /etc/hosts is not a plain file keeps it. */
+static void hosts_entry(const char *name) {
+  int fd = open("/etc/hosts", O_RDWR | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  char buf[65536];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  size_t nl = strlen(name);
+  bool found = false;
+  if (n >= 0) {
+    buf[n] = 0;
+    for (char *p = buf; (p = strstr(p, name)) != NULL; p += nl)
+      if ((p == buf || p[-1] == ' ' || p[-1] == '\t') && (p[nl] == 0 || p[nl] == '\n' || p[nl] == ' ' || p[nl] == '\t')) found = true;
+  }
+  if (n >= 0 && n < (ssize_t)sizeof buf - 1 && !found) {
+    char line[128];
+    int k = snprintf(line, sizeof line, "%s127.0.1.1\t%s\n", n > 0 && buf[n - 1] != '\n' ? "\n" : "", name);
+    if (k > 0 && write(fd, line, (size_t)k) != k) { /* best effort */ }
+  }
+  close(fd);
+}
+
 /* ---- spawned children ---- */
 static int32_t *g_pids;
 static size_t g_npids, g_cap;
@@ -583,6 +606,7 @@ int sbx_init_main(int argc, char **argv) {
         m.type = INIT_MSG_HOSTNAME;
         if (len < 2 || len > 65 || name[len - 1] || memchr(name, 0, len - 1)) m.code = EINVAL;
         else if (sethostname(name, len - 1) != 0) m.code = errno;
+        else hosts_entry(name);
         send_msg(&m, NULL, 0);
       }
     }

@@ -170,11 +170,27 @@ static const char PASSWD[] =
 static const char GROUP[] =
     "root:x:0:\n"
     "tty:x:5:\n"
+    "sudo:x:27:user\n"
     "user:x:1000:\n"
     "nogroup:x:65534:\n";
 static const char HOSTS[] =
     "127.0.0.1\tlocalhost\n"
     "::1\tlocalhost ip6-localhost ip6-loopback\n";
+/* As in E2B's base template: `user` runs anything as root without a password. */
+static const char SUDOERS[] =
+    "# sandboxd: as in E2B's base template, user may run anything as root without a password\n"
+    "Defaults env_reset\n"
+    "Defaults secure_path=\"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\"\n"
+    "root ALL=(ALL:ALL) ALL\n"
+    "user ALL=(ALL:ALL) NOPASSWD: ALL\n"
+    "@includedir /etc/sudoers.d\n";
+/* sudo's PAM service: a sandbox has no passwords (no /etc/shadow); sudoers alone decides. Other
+ * services (su, login) have no file and so are denied. */
+static const char PAM_SUDO[] =
+    "# sandboxd: no passwords inside a sandbox; /etc/sudoers decides who may do what\n"
+    "auth     sufficient pam_permit.so\n"
+    "account  sufficient pam_permit.so\n"
+    "session  sufficient pam_permit.so\n";
 static const char NSSWITCH[] =
     "passwd: files\n"
     "group: files\n"
@@ -242,6 +258,15 @@ static int build(const char *dir, uid_t u, gid_t g, uid_t uu, gid_t ug, const ch
   if (rc == 0) rc = write_file(efd, "group", GROUP, 0644, u, g);
   if (rc == 0) rc = write_file(efd, "hosts", HOSTS, 0644, u, g);
   if (rc == 0) rc = write_file(efd, "nsswitch.conf", NSSWITCH, 0644, u, g);
+  if (rc == 0) rc = write_file(efd, "sudoers", SUDOERS, 0440, u, g);
+  if (rc == 0) rc = mkdir_own(efd, "sudoers.d", 0755, u, g);
+  if (rc == 0) rc = mkdir_own(efd, "pam.d", 0755, u, g);
+  if (rc == 0) {
+    int pfd = openat(efd, "pam.d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    rc = pfd < 0 ? -1 : write_file(pfd, "sudo", PAM_SUDO, 0644, u, g);
+    if (rc == 0) rc = write_file(pfd, "sudo-i", PAM_SUDO, 0644, u, g);
+    if (pfd >= 0) close(pfd);
+  }
   if (hfd >= 0) close(hfd);
   close(efd);
   if (rc != 0) goto fail;
