@@ -58,11 +58,19 @@ static void test_contents(void) {
   for (const char *q = rc; (q = strstr(q, "nameserver")); q++) servers++;
   CHECK_INT(servers, 1);
   /* what is never copied */
-  static const char *const never[] = {"etc/shadow", "etc/gshadow", "etc/sudoers", "etc/ssh", "etc/profile.d",
+  static const char *const never[] = {"etc/shadow", "etc/gshadow", "etc/sudoers.d/README", "etc/ssh", "etc/profile.d",
+                                      "etc/pam.d/su", "etc/pam.d/common-auth", "etc/pam.d/other",
                                       "etc/pip.conf", "etc/npmrc", "etc/gitconfig", "root/.bashrc", NULL};
   for (size_t i = 0; never[i]; i++)
     if (!mbt_check(mode_of(t.root, never[i], NULL) == 0, __FILE__, __LINE__, "not in the template"))
       fprintf(stderr, "     %s is in the template\n", never[i]);
+  /* sudo as in E2B's base template: sandboxd's own sudoers (root's, 0440) and PAM service, never the host's */
+  char *sudoers = slurp(t.root, "etc/sudoers");
+  CHECK_HAS(sudoers, "\nuser ALL=(ALL:ALL) NOPASSWD: ALL\n");
+  CHECK_HAS(sudoers, "# sandboxd:");
+  CHECK_INT(mode_of(t.root, "etc/sudoers", NULL) & 07777, 0440);
+  CHECK_HAS(slurp(t.root, "etc/pam.d/sudo"), "account  sufficient pam_permit.so\n");
+  CHECK_HAS(slurp(t.root, "etc/group"), "sudo:x:27:user\n");
   /* the mount points and homes */
   CHECK_INT(mode_of(t.root, "tmp", NULL) & 07777, 01777);
   CHECK_INT(mode_of(t.root, "var/tmp", NULL) & 07777, 01777);
