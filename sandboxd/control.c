@@ -399,6 +399,56 @@ static int64_t parse_rfc3339(const char *s) {
   return (int64_t)t * 1000 + ms - off;
 }
 
+static int known_metrics_param(void *cls, const char *name, const char *value) {
+  (void)value;
+  if (!strcmp(name, "start") || !strcmp(name, "end")) return 0;
+  *(const char **)cls = name;
+  return 1;
+}
+
+/* ?start= / ?end=: unix seconds; -1 after replying 400. */
+static int query_seconds(sd_request *r, const char *name, int64_t dflt_ms, int64_t *out_ms) {
+  const char *v = sd_query(r, name);
+  *out_ms = dflt_ms;
+  if (!v) return 0;
+  char *end;
+  long long x = strtoll(v, &end, 10);
+  if (!*v || *end || x < 0 || x > 100000000000LL) {
+    sd_reply_error(r, 400, "query parameter '%s' must be a Unix time in seconds (got '%.40s')", name, v);
+    return -1;
+  }
+  *out_ms = (int64_t)x * 1000;
+  return 0;
+}
+
+/* GET /sandboxes/{id}/metrics ?start= &end= (sandbox.h: a sample per request, at most one a second). */
+static void sandbox_metrics(sd_request *r, const char *id) {
+  const char *unknown = NULL;
+  if (sd_query_each(r, known_metrics_param, &unknown)) {
+    sd_reply_error(r, 400, "query parameter '%s' is not supported here (start, end are)", unknown);
+    return;
+  }
+  int64_t from, to;
+  if (query_seconds(r, "start", 0, &from) || query_seconds(r, "end", INT64_MAX, &to)) return;
+  if (to != INT64_MAX) to += 999;   /* the whole second named */
+  reg_entry *e = reg_get(id);
+  if (!e) { sd_reply_error(r, 404, "sandbox '%s' not found", id); return; }
+  sbx_metric *v;
+  size_t n;
+  int rc = sbx_metrics(reg_sbx(e), from, to, &v, &n);
+  reg_put(e);
+  if (rc != 0) { sd_reply_error(r, 500, "out of memory"); return; }
+  json_t *out = json_array();
+  for (size_t i = 0; i < n; i++)
+    json_array_append_new(out, json_pack("{s:o,s:I,s:i,s:f,s:I,s:I,s:I,s:I,s:I}", "timestamp", rfc3339(v[i].ts_ms), "timestampUnix",
+                                         (json_int_t)(v[i].ts_ms / 1000), "cpuCount", v[i].cpu_count, "cpuUsedPct", v[i].cpu_pct,
+                                         "memUsed", (json_int_t)v[i].mem_used, "memTotal", (json_int_t)v[i].mem_total, "memCache",
+                                         (json_int_t)v[i].mem_cache, "diskUsed", (json_int_t)v[i].disk_used, "diskTotal",
+                                         (json_int_t)v[i].disk_total));
+  free(v);
+  sd_reply_json(r, 200, out);
+}
+
 static int known_list_param(void *cls, const char *name, const char *value) {
   (void)value;
   static const char *const known[] = {"state", "limit", "nextToken", "metadata", "startedAfter", "template", "order", NULL};
@@ -511,6 +561,7 @@ void control_handle(sd_request *r, const rt_decision *d) {
     case RT_TIMEOUT: set_timeout(r, id); break;
     case RT_CONNECT: connect_sandbox(r, id); break;
     case RT_PAUSE: pause_sandbox(r, id); break;
+    case RT_METRICS: sandbox_metrics(r, id); break;
     case RT_UNIMPLEMENTED: sd_reply_error(r, 501, "%s", d->message ? d->message : "not implemented by sandboxd"); break;
     case RT_HEALTH: sd_reply_json(r, 200, json_pack("{s:s}", "message", "Health check successful")); break;
     default: sd_reply_error(r, 500, "internal error: route %d is not the control plane's", (int)d->route); break;

@@ -26,7 +26,9 @@
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <poll.h>
 #include <time.h>
@@ -37,8 +39,8 @@
 #define SBX_READY_TIMEOUT_MS 30000   /* safety net only: setup normally takes milliseconds */
 #define CG_ROOT "/sys/fs/cgroup"
 
-enum { CG_PIDS, CG_MEMORY, CG_FREEZER, CG_N };
-static const char *const CG_NAMES[CG_N] = {"pids", "memory", "freezer"};
+enum { CG_PIDS, CG_MEMORY, CG_FREEZER, CG_CPUACCT, CG_N };
+static const char *const CG_NAMES[CG_N] = {"pids", "memory", "freezer", "cpuacct"};   /* cpuacct: metrics */
 
 struct sbx {
   char id[65];
@@ -58,6 +60,11 @@ struct sbx {
   layer *layer;                /* the snapshot layer it started from (held), or NULL */
   sbx_mount mounts[SBX_MAX_MOUNTS];   /* its volumes (held) and where (paths copied) */
   size_t nmounts;
+  /* Metrics (sbx_metrics), guarded by mu: samples oldest first, and the CPU counter at the last. */
+  sbx_metric *samples;
+  size_t nsamples;
+  uint64_t cpu_ns_last;
+  struct timespec mono_last;   /* creation, then the last sample */
   int nsys;                    /* its system overlays (upper-<d>), as the template had them */
   char sys[TPL_MAX_SYSDIRS][16];
 };
@@ -505,6 +512,7 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   sbx_t *s = calloc(1, sizeof *s);
   if (!s) { seterr(err, errlen, "out of memory"); return -1; }
   pthread_mutex_init(&s->mu, NULL);
+  clock_gettime(CLOCK_MONOTONIC, &s->mono_last);
   snprintf(s->id, sizeof s->id, "%s", cfg->id);
   s->internet = cfg->internet;
   s->ctl = -1;
@@ -805,6 +813,7 @@ static void release(sbx_t *s) {
   if (tpl_rm_tree(s->dir) != 0)
     fprintf(stderr, "sandboxd: sandbox %s: removing %s: %s\n", s->id, s->dir, strerror(errno));
   ly_release(s->layer);   /* after its directory: a chain no one else holds goes too */
+  free(s->samples);
   for (size_t i = 0; i < s->nmounts; i++) { vol_unmount(s->mounts[i].volume); free((char *)s->mounts[i].path); }
   pthread_mutex_destroy(&s->mu);
   free(s);
@@ -1123,6 +1132,120 @@ named:
 }
 
 layer *sbx_layer(sbx_t *s) { return s->layer; }
+
+/* ---- metrics ---- */
+
+/* Bytes allocated below dirfd (its own entry not counted), at most `*budget` entries and
+ * SBX_DU_DEPTH levels: beyond them the sum is a lower bound. */
+#define SBX_DU_DEPTH 128
+static uint64_t du_below(int dirfd, int depth, uint64_t *budget) {
+  int dup_fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+  if (!d) { if (dup_fd >= 0) close(dup_fd); return 0; }
+  uint64_t sum = 0;
+  struct dirent *de;
+  while (*budget > 0 && (de = readdir(d)) != NULL) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    (*budget)--;
+    struct stat st;
+    if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (!S_ISDIR(st.st_mode) && st.st_nlink > 1) sum += (uint64_t)st.st_blocks * 512 / st.st_nlink;   /* shared inodes once */
+    else sum += (uint64_t)st.st_blocks * 512;
+    if (S_ISDIR(st.st_mode) && depth < SBX_DU_DEPTH) {
+      int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub >= 0) { sum += du_below(sub, depth + 1, budget); close(sub); }
+    }
+  }
+  closedir(d);
+  return sum;
+}
+
+static uint64_t read_u64(const char *path) {
+  char buf[64];
+  return read_str(path, buf, sizeof buf) == 0 ? strtoull(buf, NULL, 10) : 0;
+}
+
+/* "<key> <value>" of a cgroup stat file. */
+static uint64_t stat_field(const char *path, const char *key) {
+  char buf[8192];
+  if (read_str(path, buf, sizeof buf) != 0) return 0;
+  size_t k = strlen(key);
+  for (char *l = buf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+    if (!strncmp(l, key, k) && l[k] == ' ') return strtoull(l + k + 1, NULL, 10);
+  return 0;
+}
+
+int sbx_metrics(sbx_t *s, int64_t from_ms, int64_t to_ms, sbx_metric **out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  pthread_mutex_lock(&s->mu);
+  double since_ms = (double)(now.tv_sec - s->mono_last.tv_sec) * 1e3 + (double)(now.tv_nsec - s->mono_last.tv_nsec) / 1e6;
+  bool fresh = s->nsamples == 0 || since_ms >= SBX_METRICS_INTERVAL_MS;
+  pthread_mutex_unlock(&s->mu);
+  sbx_metric m;
+  memset(&m, 0, sizeof m);
+  char p[600];
+  if (fresh) {
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    m.ts_ms = (int64_t)wall.tv_sec * 1000 + wall.tv_nsec / 1000000;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    m.cpu_count = cpus > 0 ? (int)cpus : 1;
+    struct sysinfo si;
+    uint64_t host_mem = sysinfo(&si) == 0 ? (uint64_t)si.totalram * si.mem_unit : 0;
+    m.mem_total = host_mem;
+    if (s->cg[CG_MEMORY][0]) {
+      xfmt(p, sizeof p, "%s/memory.limit_in_bytes", s->cg[CG_MEMORY]);
+      uint64_t limit = read_u64(p);
+      if (limit && (!host_mem || limit < host_mem)) m.mem_total = limit;
+      xfmt(p, sizeof p, "%s/memory.stat", s->cg[CG_MEMORY]);
+      m.mem_cache = stat_field(p, "total_cache");
+      xfmt(p, sizeof p, "%s/memory.usage_in_bytes", s->cg[CG_MEMORY]);
+      uint64_t usage = read_u64(p);
+      m.mem_used = usage > m.mem_cache ? usage - m.mem_cache : 0;
+    }
+    uint64_t budget = SBX_DU_ENTRIES;
+    int dfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    for (int i = -1; dfd >= 0 && i < s->nsys; i++) {   /* the upper layers: what the sandbox wrote */
+      char name[32];
+      if (i < 0) snprintf(name, sizeof name, "upper");
+      else snprintf(name, sizeof name, "upper-%s", s->sys[i]);
+      int u = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (u >= 0) { m.disk_used += du_below(u, 0, &budget); close(u); }
+    }
+    if (dfd >= 0) close(dfd);
+    struct statvfs vf;
+    if (statvfs(s->dir, &vf) == 0) m.disk_total = (uint64_t)vf.f_blocks * vf.f_frsize;
+    uint64_t cpu_ns = 0;
+    if (s->cg[CG_CPUACCT][0]) {
+      xfmt(p, sizeof p, "%s/cpuacct.usage", s->cg[CG_CPUACCT]);
+      cpu_ns = read_u64(p);
+    }
+    pthread_mutex_lock(&s->mu);
+    double wall_ns = ((double)(now.tv_sec - s->mono_last.tv_sec) * 1e9 + (double)(now.tv_nsec - s->mono_last.tv_nsec));
+    if (wall_ns > 0 && cpu_ns >= s->cpu_ns_last) m.cpu_pct = (double)(cpu_ns - s->cpu_ns_last) / wall_ns / m.cpu_count * 100.0;
+    if (m.cpu_pct > 100) m.cpu_pct = 100;
+    s->cpu_ns_last = cpu_ns;
+    s->mono_last = now;
+    if (!s->samples) s->samples = malloc(SBX_METRICS_MAX * sizeof *s->samples);   /* bounded: one ring per sandbox */
+    if (s->samples) {
+      if (s->nsamples == SBX_METRICS_MAX) memmove(s->samples, s->samples + 1, --s->nsamples * sizeof *s->samples);
+      s->samples[s->nsamples++] = m;
+    }
+    pthread_mutex_unlock(&s->mu);
+  }
+  pthread_mutex_lock(&s->mu);
+  sbx_metric *v = malloc((s->nsamples ? s->nsamples : 1) * sizeof *v);
+  if (v)
+    for (size_t i = 0; i < s->nsamples; i++)
+      if (s->samples[i].ts_ms >= from_ms && s->samples[i].ts_ms <= to_ms) v[(*n)++] = s->samples[i];
+  pthread_mutex_unlock(&s->mu);
+  if (!v) return -1;
+  *out = v;
+  return 0;
+}
 
 int sbx_capture(sbx_t *s, layer **out, char *err, size_t errlen) {
   *out = NULL;

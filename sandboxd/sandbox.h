@@ -73,6 +73,23 @@ void sbx_stop(sbx_t *s);
  * are copied into a new layer over the one s started from (layers.h), s is thawed. *out is a new
  * reference. 0, or -1 with err. The caller keeps s from being paused or resumed meanwhile. */
 int sbx_capture(sbx_t *s, struct layer **out, char *err, size_t errlen);
+/* Metrics, as E2B's getMetrics has them: samples taken when asked (at most one per
+ * SBX_METRICS_INTERVAL_MS; the newest SBX_METRICS_MAX kept). CPU from the cpuacct cgroup, as a
+ * share of every host CPU since the previous sample (or the start); memory from the memory cgroup
+ * (used without page cache, the limit as total); disk: what the upper layers hold (at most
+ * SBX_DU_ENTRIES entries counted) of the state dir's file system. */
+typedef struct {
+  int64_t ts_ms;
+  int cpu_count;
+  double cpu_pct;
+  uint64_t mem_used, mem_total, mem_cache, disk_used, disk_total;
+} sbx_metric;
+#define SBX_METRICS_INTERVAL_MS 1000
+#define SBX_METRICS_MAX 720
+#define SBX_DU_ENTRIES 1000000
+/* A sample now if due, then every sample with from_ms <= ts_ms <= to_ms (*out: free()). 0 or -1. */
+int sbx_metrics(sbx_t *s, int64_t from_ms, int64_t to_ms, sbx_metric **out, size_t *n);
+
 /* The layer s started from (NULL: the template); borrowed. */
 struct layer *sbx_layer(sbx_t *s);
 

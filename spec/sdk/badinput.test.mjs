@@ -266,7 +266,6 @@ test('create fields sandboxd cannot enforce → 400 whose message names the fiel
 test('unimplemented control-plane routes → 501 {code: 501, message}', T, async () => {
   const id = 'nosuchsandbox' + uniq('')
   const routes = [
-    ['GET', `/sandboxes/${id}/metrics`],
     ['PUT', `/sandboxes/${id}/network`, '{}'],
     ['GET', '/snapshots/x'],
     ['GET', '/templates'],
