@@ -70,7 +70,7 @@ static json_t *detail_json(const reg_info *in) {
   json_t *j = listed_json(in);
   if (!j) return NULL;
   json_object_set_new(j, "allowInternetAccess", json_boolean(in->internet));
-  json_object_set_new(j, "lifecycle", json_pack("{s:s,s:b}", "onTimeout", in->auto_pause ? "pause" : "kill", "autoResume", 0));
+  json_object_set_new(j, "lifecycle", json_pack("{s:s,s:b}", "onTimeout", in->auto_pause ? "pause" : "kill", "autoResume", in->auto_resume));
   json_object_set_new(j, "domain", json_null());
   if (in->secure) json_object_set_new(j, "envdAccessToken", json_string(in->token));
   return j;
@@ -182,9 +182,9 @@ static void create_sandbox(sd_request *r, bool v2) {
       sd_reply_error(r, 400, "field '%s' is not supported by sandboxd", k);
     goto out;
   }
+  reg_create_opts o = { 0 };
   json_t *tpl = json_object_get(body, "templateID");
   if (!json_is_string(tpl)) { sd_reply_error(r, 400, "field 'templateID' is required and must be a string"); goto out; }
-  reg_create_opts o = { 0 };
   if (!control_is_base(json_string_value(tpl))) {
     /* a snapshot, by id or name: the sandbox starts from its layers */
     int status;
@@ -207,10 +207,7 @@ static void create_sandbox(sd_request *r, bool v2) {
       sd_reply_error(r, 400, "field 'autoResume' must be an object {\"enabled\": boolean}");
       goto out;
     }
-    if (json_is_true(en)) {
-      sd_reply_error(r, 400, "field 'autoResume.enabled': auto-resume is not supported by sandboxd");
-      goto out;
-    }
+    o.auto_resume = json_is_true(en);
   }
   if (api_timeout(r, body, 300, &o.timeout_s)) goto out;
   if (!(reported = volume_mounts(r, json_object_get(body, "volumeMounts"), mounts, &nmounts))) goto out;

@@ -16,7 +16,8 @@ struct reg_entry {
   reg_entry *next;
   char id[32], token[40];
   char template_id[REG_TEMPLATE_MAX], template_alias[REG_TEMPLATE_MAX];
-  bool secure, internet, auto_pause, paused, dying;
+  bool secure, internet, auto_pause, auto_resume, paused, dying;
+  int64_t resume_timeout_s;       /* the lease an auto-resume gives */
   bool expiring;                  /* the expiry thread handed it to a reaper thread */
   int watch_streams;              /* open WatchDir streams */
   int64_t started_ms, end_ms;
@@ -84,7 +85,7 @@ static void info_locked(reg_entry *e, reg_info *in) {
   snprintf(in->token, sizeof in->token, "%s", e->secure ? e->token : "");
   memcpy(in->template_id, e->template_id, sizeof in->template_id);
   memcpy(in->template_alias, e->template_alias, sizeof in->template_alias);
-  in->secure = e->secure; in->internet = e->internet; in->auto_pause = e->auto_pause;
+  in->secure = e->secure; in->internet = e->internet; in->auto_pause = e->auto_pause; in->auto_resume = e->auto_resume;
   in->paused = e->paused; in->started_ms = e->started_ms; in->end_ms = e->end_ms; in->seq = e->seq;
   in->metadata = json_incref(e->metadata);
 }
@@ -109,6 +110,8 @@ int reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errle
   e->kill_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (e->kill_fd < 0) { snprintf(err, errlen, "eventfd: %s", strerror(errno)); free(e); return -1; }
   e->secure = o->secure; e->internet = o->internet; e->auto_pause = o->auto_pause;
+  e->auto_resume = o->auto_resume;
+  e->resume_timeout_s = o->timeout_s;
   snprintf(e->template_id, sizeof e->template_id, "%s", o->template_id ? o->template_id : "base");
   snprintf(e->template_alias, sizeof e->template_alias, "%s", o->template_alias ? o->template_alias : e->template_id);
   e->metadata = o->metadata ? json_deep_copy(o->metadata) : json_object();
@@ -268,6 +271,31 @@ int reg_pause(const char *id) {
   }
   pthread_mutex_unlock(&e->life);
   reg_put(e);
+  return rc;
+}
+
+int reg_wake(reg_entry *e) {
+  pthread_mutex_lock(&mu);
+  bool paused = e->paused, can = e->auto_resume && !e->dying;
+  pthread_mutex_unlock(&mu);
+  if (!paused) return 0;
+  if (!can) return -1;
+  int rc = 0;
+  pthread_mutex_lock(&e->life);
+  pthread_mutex_lock(&mu);
+  paused = e->paused;   /* another request may have woken it meanwhile */
+  pthread_mutex_unlock(&mu);
+  if (paused) {
+    if (g_be.resume(e->sbx) != 0) rc = -1;
+    else {
+      pthread_mutex_lock(&mu);
+      e->paused = false;
+      e->end_ms = reg_now_ms() + e->resume_timeout_s * 1000;
+      pthread_cond_broadcast(&changed);
+      pthread_mutex_unlock(&mu);
+    }
+  }
+  pthread_mutex_unlock(&e->life);
   return rc;
 }
 

@@ -25,6 +25,7 @@ typedef struct {
   json_t *metadata;             /* object of strings (borrowed; copied) */
   const char *const *envs;      /* NULL-terminated "NAME=VALUE" (borrowed) */
   bool secure, internet, auto_pause;
+  bool auto_resume;             /* a paused sandbox resumes on its next envd request (reg_wake), for timeout_s */
   const char *template_id;      /* what the control plane reports as its template (NULL: "base") */
   const char *template_alias;   /* and as its alias (NULL: the same) */
   struct layer *layer;          /* passed to the backend: the snapshot it starts from, or NULL */
@@ -37,7 +38,7 @@ typedef struct {
 typedef struct {
   char id[32], token[40];
   char template_id[REG_TEMPLATE_MAX], template_alias[REG_TEMPLATE_MAX];
-  bool secure, internet, auto_pause, paused;
+  bool secure, internet, auto_pause, auto_resume, paused;
   int64_t started_ms, end_ms;
   uint64_t seq;                 /* creation order: larger is newer */
   json_t *metadata;             /* new reference, caller decrefs */
@@ -81,6 +82,10 @@ json_t *reg_volume_mounts(const char *id);
 int  reg_set_timeout(const char *id, int64_t timeout_s);
 int  reg_connect(const char *id, int64_t timeout_s, bool *resumed, reg_info *info);
 int  reg_pause(const char *id);                 /* 0, -1 unknown, -2 already paused, -3 freeze failed */
+/* Auto-resume: a paused sandbox created with auto_resume is resumed (its lease: its create
+ * timeout from now). 0 when e runs now, -1 when it stays paused (no auto-resume, or the resume
+ * failed). Envd traffic calls it (router.c). */
+int  reg_wake(reg_entry *e);
 /* fn(sandbox, info, cls) while the sandbox runs and nothing pauses, resumes or kills it (a kill
  * waits): fn's result, or -1 unknown (or dying), -2 paused. */
 int  reg_with_running(const char *id, int (*fn)(sbx_t *s, const reg_info *info, void *cls), void *cls);

@@ -287,13 +287,15 @@ int router_admit(const rt_view *v, int64_t now_s, rt_decision *d, char *body, si
   int st = 0;
   if (sid) {
     if (!strcmp(v->path, "/health")) {
+      reg_entry *w = reg_get(sid);   /* traffic wakes an auto-resume sandbox */
+      if (w) { (void)reg_wake(w); reg_put(w); }
       /* A sandbox being destroyed is still reported until it is completely gone (like GET). */
       if (!reg_exists(sid)) return refuse_502(body, bodylen, sid);
       d->route = RT_ENVD_HEALTH;
       return 0;
     }
     reg_entry *e = reg_get(sid);
-    if (!e || reg_paused(e)) { reg_put(e); return refuse_502(body, bodylen, sid); }
+    if (!e || reg_wake(e) != 0) { reg_put(e); return refuse_502(body, bodylen, sid); }
     d->entry = e;
     d->route = envd_route(v->path, d);
     if ((int)d->route == RT_NO_ENDPOINT) st = refuse(body, bodylen, 404, "envd has no endpoint %.60s %.300s", v->method, v->path);
@@ -309,7 +311,7 @@ int router_admit(const rt_view *v, int64_t now_s, rt_decision *d, char *body, si
     reg_entry *e = reg_find_by_token(sig_matches, &s);
     if (!e) return refuse(body, bodylen, 401, "invalid signature");
     d->entry = e;
-    if (reg_paused(e)) st = refuse_502(body, bodylen, reg_id(e));
+    if (reg_wake(e) != 0) st = refuse_502(body, bodylen, reg_id(e));
     d->route = RT_FILES;
   } else if (!strcmp(v->path, "/health") && !strcmp(v->method, "GET")) {
     d->route = RT_HEALTH;                  /* readiness probe, no key */

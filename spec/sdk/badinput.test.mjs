@@ -244,7 +244,7 @@ test('create fields sandboxd cannot enforce → 400 whose message names the fiel
   const cases = [
     ['network', { network: { denyOut: ['0.0.0.0/0'] } }],
     ['mcp', { mcp: { 'some-server': {} } }],
-    ['autoResume.enabled', { autoPause: true, autoResume: { enabled: true } }],
+    ['autoResume', { autoPause: true, autoResume: { enabled: 'yes' } }],
     ['noSuchField', { noSuchField: 1 }],
   ]
   for (const [field, extra] of cases) {

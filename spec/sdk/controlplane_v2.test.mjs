@@ -57,7 +57,7 @@ test('POST /v2/sandboxes: fields sandboxd cannot honour → 400 naming the field
     ['autoPauseMemory', { autoPause: true, autoPauseMemory: false }],
     ['volumeMounts[0].name', { volumeMounts: [{ name: 'no-such-volume-v2', path: '/data' }] }],
     ['mcp', { mcp: { 'some-server': {} } }],
-    ['autoResume.enabled', { autoPause: true, autoResume: { enabled: true } }],
+    ['autoResume', { autoPause: true, autoResume: { enabled: 'yes' } }],
   ]
   for (const [field, extra] of refused) {
     for (const path of ['/v2/sandboxes', '/sandboxes']) {

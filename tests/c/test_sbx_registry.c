@@ -165,6 +165,45 @@ static void test_with_running(void) {
   CHECK_INT(reg_kill(in.id), 0);
 }
 
+/* reg_wake: envd traffic resumes a paused sandbox made with auto_resume (its create timeout again);
+ * one without stays paused; a running one is left alone. */
+static void test_wake(void) {
+  reg_create_opts o = fk_opts(false, 120);
+  o.auto_resume = true;
+  reg_info in;
+  char err[256];
+  CHECK_INT(reg_create(&o, &in, err, sizeof err), 0);
+  CHECK(in.auto_resume);
+  json_decref(in.metadata);
+  reg_entry *e = reg_get(in.id);
+  int resumes = fk_count(&fk.resumes);
+  CHECK_INT(reg_wake(e), 0);                    /* running: nothing to do */
+  CHECK_INT(fk_count(&fk.resumes), resumes);
+  CHECK_INT(reg_set_timeout(in.id, 5), 0);
+  CHECK_INT(reg_pause(in.id), 0);
+  CHECK(reg_paused(e));
+  CHECK_INT(reg_wake(e), 0);
+  CHECK(!reg_paused(e));
+  CHECK_INT(fk_count(&fk.resumes), resumes + 1);
+  reg_info after;
+  CHECK_INT(reg_lookup_info(in.id, &after), 0);
+  CHECK(after.end_ms - reg_now_ms() > 100 * 1000);   /* the create's 120 s, not the 5 s set later */
+  json_decref(after.metadata);
+  reg_put(e);
+  CHECK_INT(reg_kill(in.id), 0);
+  /* without auto_resume */
+  reg_create_opts p = fk_opts(false, 120);
+  CHECK_INT(reg_create(&p, &in, err, sizeof err), 0);
+  CHECK(!in.auto_resume);
+  json_decref(in.metadata);
+  e = reg_get(in.id);
+  CHECK_INT(reg_pause(in.id), 0);
+  CHECK_INT(reg_wake(e), -1);
+  CHECK(reg_paused(e));
+  reg_put(e);
+  CHECK_INT(reg_kill(in.id), 0);
+}
+
 static void test_expiry(void) {
   int gones = fk_count(&fk.gones);
   reg_info in;
@@ -308,6 +347,7 @@ int main(void) {
   MBT_RUN(test_create_failure);
   MBT_RUN(test_kill_waits_for_holders);
   MBT_RUN(test_with_running);
+  MBT_RUN(test_wake);
   MBT_RUN(test_expiry);
   MBT_RUN(test_auto_pause);
   MBT_RUN(test_lease);
