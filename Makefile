@@ -3,8 +3,9 @@
 #   make test   installs dependencies, builds, runs every suite ("N passed, N failed")
 # and: make install [PREFIX=/usr/local]   (cmake --install: libmoonbox, headers, moonbox.pc,
 #      the Lua modules, policies and moonbox.core on the prefix's Lua 5.4 paths, the programs)
+#      make fuzz-long  every fuzzer for at least 10 M executions (fuzz/run-long.sh; CI runs them briefly)
 PREFIX ?= /usr/local
-.PHONY: deps build demo test bench soak install clean
+.PHONY: deps build demo test bench soak install clean fuzz-long
 deps:
 	@scripts/install-deps.sh
 # The compiler's output goes to build/build.log (shown when something fails).
@@ -23,5 +24,7 @@ soak: build
 	@build/bin/moonbox run examples/demo/compose.lua tests/soak/soak.lua 10000
 install: build
 	@cmake --install build --prefix "$(PREFIX)"
+fuzz-long: deps
+	@fuzz/run-long.sh
 clean:
 	rm -rf build build-asan build-fuzz

@@ -2,16 +2,20 @@
 // id maps + overlay mount + exec of `true`, bench/sandboxd_floor.c) measured in the same run.
 // Goal (issue 3): median ≤ 2× the floor.
 //
-// Two sandboxd configurations are measured, and both are reported:
+// Three sandboxd configurations are measured, and all are reported:
 //   cold    a second sandboxd started here with SANDBOXD_WARM_POOL=0: every create boots a
-//           sandbox (layers, cgroups, namespaces, overlays, init) while the client waits
+//           sandbox (layers, cgroups, namespaces, overlays, init) while the client waits; its
+//           network pair (user+net namespaces with pasta up, SANDBOXD_NET_POOL=1) is stocked
+//           ahead, and the bench waits (untimed) for the stock to refill between samples
+//   coldnet a third with SANDBOXD_WARM_POOL=0 SANDBOXD_NET_POOL=0: the create starts pasta too
+//           (internet access is the SDK's default) — a burst beyond the stock
 //   pooled  the sandboxd under test (E2B_API_URL) with its warm pool (default 1 spare per
 //           internet flag): a create claims a spare booted ahead of need and renames it
 // Samples are taken in turn (floor, cold, pooled, sdk, floor, ...), so that machine noise hits
 // every series alike; each ratio is median(series) / median(floor):
 //   floor   one timed iteration of sandboxd_floor     (kernel work only; its "exit" figure:
 //           until `true` has run and been reaped, as the raw series ends with /bin/true's exit)
-//   cold / pooled   POST /sandboxes → first successful `/bin/true` over envd's
+//   cold / coldnet / pooled   POST /sandboxes → first successful `/bin/true` over envd's
 //           process.Process/Start (Connect JSON, HTTP keep-alive); then DELETE (not timed)
 //   sdk     Sandbox.create('base') → commands.run('true') exits 0 against the pooled sandboxd,
 //           through the unmodified e2b SDK (its `run` is `bash -l -c`: a login shell is included)
@@ -26,7 +30,7 @@
 // its state: same file system as sandboxd's state); SANDBOXD_LOG; BENCH_N (samples per series,
 // default 30). Without a binary for the cold sandboxd only the pooled figures are reported.
 // Prints a human summary, then one line `RESULT {json}` (raw_* and ratio_raw are the cold
-// figures; pooled_* and ratio_pooled the pooled ones).
+// figures, rawnet_* and ratio_rawnet the coldnet ones; pooled_* and ratio_pooled the pooled ones).
 import { execFileSync, spawn } from 'node:child_process'
 import { mkdtempSync, openSync, closeSync, readFileSync, readlinkSync, rmSync } from 'node:fs'
 import path from 'node:path'
@@ -137,6 +141,11 @@ function readLog(file) {
   }
 }
 const sparesBooted = (file) => readLog(file).filter((l) => / spare \w+ booted in /.test(l)).length
+const pairsReady = (file) => readLog(file).filter((l) => / network pair ready in /.test(l)).length
+// Until the cold sandboxd has stocked another network pair (untimed, ≤ 3 s).
+async function waitPair(file, before) {
+  for (let t = 0; t < 3000 && pairsReady(file) <= before; t += 2) await sleep(2)
+}
 function createKind(file, id) {
   for (const l of readLog(file)) {
     const m = TRACE.exec(l)
@@ -160,8 +169,8 @@ async function pooled(fn) {
   return { ...x, kind }
 }
 
-// ---- the cold sandboxd: same binary, warm pool disabled
-async function startCold() {
+// ---- the cold sandboxds: same binary, warm pool disabled (and the network stock, for coldnet)
+async function startCold(env) {
   let bin = process.env.SANDBOXD_BIN
   if (!bin && process.env.SANDBOXD_PID) {
     try {
@@ -176,7 +185,7 @@ async function startCold() {
   const log = path.join(dir, 'sandboxd.log')
   const fd = openSync(log, 'w')
   const proc = spawn(bin, ['--listen', '127.0.0.1:0', '--api-key', KEY, '--state-dir', path.join(dir, 'state'), '--exit-with-parent'], {
-    env: { ...process.env, SANDBOXD_WARM_POOL: '0', SANDBOXD_TRACE_CREATE: '1' },
+    env: { ...process.env, SANDBOXD_WARM_POOL: '0', SANDBOXD_TRACE_CREATE: '1', ...env },
     stdio: ['ignore', 'pipe', fd],
   })
   closeSync(fd)
@@ -207,26 +216,37 @@ async function startCold() {
   }
 }
 
-const cold = await startCold()
+const cold = await startCold({})
+const coldnet = cold ? await startCold({ SANDBOXD_NET_POOL: '0' }) : null
 if (!cold) console.log('(no sandboxd binary for the cold series: set SANDBOXD_PID or SANDBOXD_BIN)')
+async function coldOnce() {
+  const before = pairsReady(cold.log)
+  await waitPair(cold.log, before - 1)   // the stock is full before the sample
+  return rawOnce(cold.api)
+}
 
 // Warm-up: template, connection pool, SDK module, page cache.
-if (cold) await rawOnce(cold.api)
+if (cold) {
+  await coldOnce()
+  await rawOnce(coldnet.api)
+}
 await pooled(() => rawOnce(API))
 await pooled(sdkOnce)
 floorOnce()
 
 // Samples are paired: one floor iteration, one cold create, one pooled create, one SDK create,
 // again and again, so that a burst of load elsewhere on the machine hits every series alike.
-const floor = [], floorExec = [], raw = [], post = [], cmd = [], pool = [], poolPost = [], sdk = []
-const coldIds = new Set(), poolIds = new Set(), kinds = { warm: 0, cold: 0, unknown: 0 }
+const floor = [], floorExec = [], raw = [], post = [], cmd = [], rawnet = [], pool = [], poolPost = [], sdk = []
+const coldIds = new Set(), coldnetIds = new Set(), poolIds = new Set(), kinds = { warm: 0, cold: 0, unknown: 0 }
 for (let i = 0; i < N; i++) {
   const fl = floorOnce()
   floor.push(fl.exit.median_ms)
   floorExec.push(fl.exec.median_ms)
   if (cold) {
-    const x = await rawOnce(cold.api)
+    const x = await coldOnce()
     raw.push(x.total); post.push(x.post); cmd.push(x.cmd); coldIds.add(x.id)
+    const z = await rawOnce(coldnet.api)
+    rawnet.push(z.total); coldnetIds.add(z.id)
   }
   const y = await pooled(() => rawOnce(API))
   pool.push(y.total); poolPost.push(y.post); poolIds.add(y.id)
@@ -249,6 +269,9 @@ if (raw.length) {
     median_pair_ratio: median(raw.map((x, i) => x / floor[i])),
   })
   res.ratio_raw = res.raw_ms / res.floor_ms
+  res.rawnet_ms = median(rawnet)
+  res.rawnet_min_ms = Math.min(...rawnet)
+  res.ratio_rawnet = res.rawnet_ms / res.floor_ms
 }
 Object.assign(res, {
   pooled_ms: median(pool),
@@ -277,12 +300,20 @@ function serverSide(log, ids) {
   return { ms: median(inner), min: Math.min(...inner), phases: Object.fromEntries(Object.entries(phases).map(([k, v]) => [k, Number(f2(median(v)))])) }
 }
 const cs = cold ? serverSide(cold.log, coldIds) : null
-if (cold) await cold.stop()
+const cns = cold ? serverSide(coldnet.log, coldnetIds) : null
+if (cold) {
+  await cold.stop()
+  await coldnet.stop()
+}
 if (cs) {
   res.sbx_create_ms = cs.ms
   res.sbx_create_min_ms = cs.min
   res.ratio_sbx_create = cs.ms / res.floor_ms
   res.cold_steps_ms = cs.phases
+}
+if (cns) {
+  res.coldnet_sbx_create_ms = cns.ms
+  res.coldnet_steps_ms = cns.phases
 }
 const ps = process.env.SANDBOXD_LOG ? serverSide(process.env.SANDBOXD_LOG, poolIds) : null
 if (ps) {
@@ -294,6 +325,8 @@ console.log(`create→ready, median of ${res.n} paired samples (min in brackets)
 console.log(`  floor (ns+maps+overlay+true, reaped)  ${f2(res.floor_ms)} ms (${f2(res.floor_min_ms)}); until exec'd ${f2(res.floor_exec_ms)} ms`)
 if (res.raw_ms !== undefined) {
   console.log(`  COLD (warm pool off) POST→first cmd   ${f2(res.raw_ms)} ms (${f2(res.raw_min_ms)})   ratio ${f2(res.ratio_raw)}× (goal ≤ 2×); median of pair ratios ${f2(res.median_pair_ratio)}×`)
+  console.log(`  COLD, no network stocked (pasta starts) ${f2(res.rawnet_ms)} ms (${f2(res.rawnet_min_ms)})   ratio ${f2(res.ratio_rawnet)}×` +
+    (cns ? `; sbx_create ${f2(cns.ms)} ms, of which network ${f2(cns.phases['network (pasta)'] ?? NaN)} ms` : ''))
   console.log(`    of which POST /sandboxes            ${f2(res.raw_post_ms)} ms, first /bin/true ${f2(res.raw_first_cmd_ms)} ms`)
   if (cs) {
     console.log(`    of which sbx_create (server log)    ${f2(res.sbx_create_ms)} ms   ratio ${f2(res.ratio_sbx_create)}×`)

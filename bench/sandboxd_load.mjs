@@ -45,21 +45,22 @@ function status() {
   return { hwm: kb('VmHWM') / 1024, rss: kb('VmRSS') / 1024, threads: kb('Threads') }
 }
 
-// Proportional memory (Pss) of sandboxd's direct children (the sandboxes' init processes),
-// which VmHWM does not include.
+// Proportional memory (Pss) of sandboxd's direct children, which VmHWM does not include: the
+// sandboxes' init processes and, for those with internet access, their pasta (and the stocked ones).
 function childrenRss() {
-  let kb = 0, n = 0
+  const acc = { init: { mb: 0, n: 0 }, pasta: { mb: 0, n: 0 } }
   for (const d of readdirSync('/proc')) {
     if (!/^\d+$/.test(d)) continue
     try {
       const st = readFileSync(`/proc/${d}/status`, 'utf8')
       if (Number(/^PPid:\s+(\d+)/m.exec(st)?.[1]) !== PID) continue
+      const kind = readFileSync(`/proc/${d}/cmdline`, 'utf8').split('\0')[0] === 'pasta' ? 'pasta' : 'init'
       // Pss: shared pages (the binary, libc) split among the processes that map them.
-      kb += Number(/^Pss:\s+(\d+)/m.exec(readFileSync(`/proc/${d}/smaps_rollup`, 'utf8'))?.[1] ?? 0)
-      n++
+      acc[kind].mb += Number(/^Pss:\s+(\d+)/m.exec(readFileSync(`/proc/${d}/smaps_rollup`, 'utf8'))?.[1] ?? 0) / 1024
+      acc[kind].n++
     } catch { /* gone */ }
   }
-  return { mb: kb / 1024, n }
+  return acc
 }
 
 // ---- host baseline ----
@@ -120,7 +121,7 @@ const tc0 = performance.now()
 const created = await Promise.allSettled(Array.from({ length: NS }, () => Sandbox.create('base', { timeoutMs: 600_000 })))
 const createWall = performance.now() - tc0
 const sandboxes = created.filter((x) => x.status === 'fulfilled').map((x) => x.value)
-const inits = childrenRss()
+const kids = childrenRss()
 const createFailures = created.filter((x) => x.status === 'rejected').map((x) => String(x.reason?.message ?? x.reason))
 
 const tr0 = performance.now()
@@ -156,8 +157,10 @@ const res = {
   rss_at_end_mb: peak.rss,
   rss_before_mb: before.rss,
   max_threads: maxThreads,
-  init_processes: inits.n,
-  inits_pss_mb: inits.mb,
+  init_processes: kids.init.n,
+  inits_pss_mb: kids.init.mb,
+  pasta_processes: kids.pasta.n,
+  pasta_pss_mb: kids.pasta.mb,
   p50_ms: sbx.lat.length ? pct(sbx.lat, 50) : NaN,
   p99_ms: sbx.lat.length ? pct(sbx.lat, 99) : NaN,
   host_p50_ms: pct(host, 50),
@@ -176,7 +179,8 @@ console.log(`  succeeded ${res.succeeded}/${total}; create failures ${res.create
   (ok ? '' : `  FIRST: ${[...createFailures, ...sbx.failures][0]}`))
 console.log(`  sandboxd peak RSS ${f2(res.peak_rss_mb)} MB${hwmReset ? '' : ' (VmHWM over the whole life: reset refused)'} (goal ≤ 100 MB), ` +
   `${f2(res.rss_at_end_mb)} MB with ${NS} alive; max ${maxThreads} threads`)
-console.log(`  plus ${inits.n} init processes: ${f2(inits.mb)} MB Pss together (${f2(inits.mb / Math.max(1, inits.n))} MB each)`)
+for (const [k, v] of Object.entries(kids))
+  console.log(`  plus ${v.n} ${k} processes: ${f2(v.mb)} MB Pss together (${f2(v.mb / Math.max(1, v.n))} MB each)`)
 console.log(`  create ${NS} concurrently: ${f2(createWall)} ms wall`)
 console.log(`  command latency p50 ${f2(res.p50_ms)} ms  p99 ${f2(res.p99_ms)} ms   wall ${f2(runWall)} ms`)
 console.log(`  host baseline  p50 ${f2(res.host_p50_ms)} ms  p99 ${f2(res.host_p99_ms)} ms   wall ${f2(hostWall)} ms`)

@@ -12,11 +12,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api_body.h"
+#include "layers.h"
+#include "net.h"
 #include "registry.h"
+#include "sandbox.h"
+#include "snapshots.h"
+#include "volumes.h"
 
 static char g_state_dir[4096] = ".";
 
 void control_init(const char *state_dir) { snprintf(g_state_dir, sizeof g_state_dir, "%s", state_dir); }
+
+bool control_is_base(const char *ref) { return !strcmp(ref, SANDBOXD_TEMPLATE) || !strcmp(ref, SANDBOXD_TEMPLATE ":" SNAP_DEFAULT_TAG); }
 
 static json_t *rfc3339(int64_t ms) {
   time_t t = (time_t)(ms / 1000);
@@ -28,9 +36,9 @@ static json_t *rfc3339(int64_t ms) {
   return json_string(buf);
 }
 
-static json_t *sandbox_json(const reg_info *in) {
-  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:n,s:n}", "sandboxID", in->id, "templateID", SANDBOXD_TEMPLATE,
-                        "alias", SANDBOXD_TEMPLATE, "clientID", "6532622b", "envdVersion", SANDBOXD_ENVD_VERSION,
+json_t *control_sandbox_json(const reg_info *in) {
+  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:n,s:n}", "sandboxID", in->id, "templateID", in->template_id,
+                        "alias", in->template_alias, "clientID", "6532622b", "envdVersion", SANDBOXD_ENVD_VERSION,
                         "trafficAccessToken", "domain");
   if (j && in->secure) json_object_set_new(j, "envdAccessToken", json_string(in->token));
   return j;
@@ -49,11 +57,11 @@ static void host_sizes(json_t *j) {
 }
 
 static json_t *listed_json(const reg_info *in) {
-  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:O,s:s,s:s,s:[]}", "templateID", SANDBOXD_TEMPLATE,
-                        "alias", SANDBOXD_TEMPLATE, "sandboxID", in->id, "clientID", "6532622b",
+  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:O,s:s,s:s,s:o}", "templateID", in->template_id,
+                        "alias", in->template_alias, "sandboxID", in->id, "clientID", "6532622b",
                         "startedAt", rfc3339(in->started_ms), "endAt", rfc3339(in->end_ms),
                         "metadata", in->metadata, "state", in->paused ? "paused" : "running",
-                        "envdVersion", SANDBOXD_ENVD_VERSION, "volumeMounts");
+                        "envdVersion", SANDBOXD_ENVD_VERSION, "volumeMounts", reg_volume_mounts(in->id));
   if (j) host_sizes(j);
   return j;
 }
@@ -62,92 +70,135 @@ static json_t *detail_json(const reg_info *in) {
   json_t *j = listed_json(in);
   if (!j) return NULL;
   json_object_set_new(j, "allowInternetAccess", json_boolean(in->internet));
-  json_object_set_new(j, "lifecycle", json_pack("{s:s,s:b}", "onTimeout", in->auto_pause ? "pause" : "kill", "autoResume", 0));
+  json_object_set_new(j, "lifecycle", json_pack("{s:s,s:b}", "onTimeout", in->auto_pause ? "pause" : "kill", "autoResume", in->auto_resume));
   json_object_set_new(j, "domain", json_null());
   if (in->secure) json_object_set_new(j, "envdAccessToken", json_string(in->token));
   return j;
 }
 
-/* The request body as a JSON object; replies 400 itself and returns NULL when it is not one. */
-static json_t *body_object(sd_request *r, bool optional) {
-  size_t len;
-  const uint8_t *b = sd_body(r, &len);
-  if (len == 0) {
-    if (optional) return json_object();
-    sd_reply_error(r, 400, "request body is required (a JSON object)");
-    return NULL;
+/* A mount point: absolute and clean (E2B's rules), not "/", not on a kernel file system. NULL if
+ * fine, else why not. */
+static const char *bad_mount_path(const char *p) {
+  size_t n = strlen(p);
+  if (!n) return "path cannot be empty";
+  if (p[0] != '/') return "path must be absolute";
+  if (strstr(p, "//") || strstr(p, "/./") || strstr(p, "/../") || (n > 1 && p[n - 1] == '/') ||
+      (n >= 2 && !strcmp(p + n - 2, "/.")) || (n >= 3 && !strcmp(p + n - 3, "/..")))
+    return "path must not contain any '.' or '..' components";
+  if (n == 1) return "a volume cannot be mounted over the root";
+  static const char *const kernel[] = {"/proc", "/sys", "/dev"};
+  for (size_t i = 0; i < 3; i++) {
+    size_t k = strlen(kernel[i]);
+    if (!strncmp(p, kernel[i], k) && (p[k] == 0 || p[k] == '/'))
+      return "the path is on one of the sandbox's kernel file systems (/proc, /sys, /dev)";
   }
-  json_error_t je;
-  json_t *j = json_loadb((const char *)b, len, JSON_REJECT_DUPLICATES, &je);
-  if (!j) { sd_reply_error(r, 400, "malformed JSON body: %s (line %d, column %d)", je.text, je.line, je.column); return NULL; }
-  if (!json_is_object(j)) { json_decref(j); sd_reply_error(r, 400, "request body must be a JSON object"); return NULL; }
-  return j;
+  if (n > SBX_MOUNT_PATH_MAX) return "path is too long";
+  return NULL;
 }
 
-/* timeout field: absent → dflt; else an integer in [0, max]. Replies 400 and returns -1 if bad. */
-static int get_timeout(sd_request *r, json_t *body, int64_t dflt, int64_t *out) {
-  json_t *t = json_object_get(body, "timeout");
-  if (!t || json_is_null(t)) { *out = dflt; return 0; }
-  if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > SANDBOXD_MAX_TIMEOUT_S) {
-    sd_reply_error(r, 400, "field 'timeout' must be an integer number of seconds between 0 and %d", SANDBOXD_MAX_TIMEOUT_S);
-    return -1;
-  }
-  *out = json_integer_value(t);
-  return 0;
-}
-
-static int check_string_map(sd_request *r, json_t *v, const char *field, bool env_names) {
-  if (!json_is_object(v)) { sd_reply_error(r, 400, "field '%s' must be an object of strings", field); return -1; }
-  const char *k;
-  json_t *x;
-  json_object_foreach(v, k, x) {
-    if (!json_is_string(x)) { sd_reply_error(r, 400, "field '%s.%s' must be a string", field, k); return -1; }
-    if (env_names && (!k[0] || strchr(k, '='))) {
-      sd_reply_error(r, 400, "field '%s': '%s' is not a valid environment variable name", field, k);
-      return -1;
+/* volumeMounts [{name, path}]: each volume held for a mount in mounts. What the control plane
+ * reports of them, or NULL after replying 400. */
+static json_t *volume_mounts(sd_request *r, json_t *vm, sbx_mount *mounts, size_t *n) {
+  json_t *out = json_array();
+  if (!vm || json_is_null(vm)) return out;
+  const char *why = NULL, *field = NULL;
+  char buf[300];
+  size_t i = 0;
+  if (!json_is_array(vm)) why = "must be an array of {name, path}";
+  else if (json_array_size(vm) > SBX_MAX_MOUNTS) { snprintf(buf, sizeof buf, "at most %d volumes per sandbox", SBX_MAX_MOUNTS); why = buf; }
+  json_t *m;
+  if (!why) json_array_foreach(vm, i, m) {
+    json_t *name = json_object_get(m, "name"), *path = json_object_get(m, "path");
+    if (!json_is_object(m) || !json_is_string(name) || !json_is_string(path) || json_object_size(m) != 2) {
+      why = "must be an object {name: string, path: string}";
+      field = "";
+      break;
     }
+    field = "path";
+    if ((why = bad_mount_path(json_string_value(path)))) break;
+    for (size_t k = 0; k < *n && !why; k++)
+      if (!strcmp(mounts[k].path, json_string_value(path))) {
+        snprintf(buf, sizeof buf, "path '%.200s' is already used", json_string_value(path));
+        why = buf;
+      }
+    if (why) break;
+    int st;
+    volume *v = vol_mount(json_string_value(name), &st, buf, sizeof buf);
+    if (!v) { why = buf; field = "name"; break; }
+    mounts[*n].volume = v;
+    mounts[(*n)++].path = json_string_value(path);   /* borrowed from the body, which outlives the create */
+    json_array_append_new(out, json_pack("{s:s,s:s}", "name", json_string_value(name), "path", json_string_value(path)));
   }
-  return 0;
+  if (!why) return out;
+  if (!field) sd_reply_error(r, 400, "field 'volumeMounts' %s", why);
+  else if (!field[0]) sd_reply_error(r, 400, "field 'volumeMounts[%zu]' %s", i, why);
+  else sd_reply_error(r, 400, "field 'volumeMounts[%zu].%s': %s", i, field, why);
+  for (size_t k = 0; k < *n; k++) vol_unmount(mounts[k].volume);
+  *n = 0;
+  json_decref(out);
+  return NULL;
 }
 
-static int get_bool(sd_request *r, json_t *body, const char *field, bool dflt, bool *out) {
-  json_t *v = json_object_get(body, field);
-  if (!v || json_is_null(v)) { *out = dflt; return 0; }
-  if (!json_is_boolean(v)) { sd_reply_error(r, 400, "field '%s' must be a boolean", field); return -1; }
-  *out = json_is_true(v);
-  return 0;
-}
-
-static void create_sandbox(sd_request *r) {
-  json_t *body = body_object(r, false);
+/* POST /sandboxes (SDK 2.29.1) and POST /v2/sandboxes (the current SDK: every sandbox secure, no
+ * `secure` field). Fields that ask for nothing (an empty `network`, no `volumeMounts`,
+ * `autoPauseMemory: true`, which a freezer pause always keeps) are taken; any other request
+ * sandboxd cannot honour is refused, naming the field. */
+static void create_sandbox(sd_request *r, bool v2) {
+  json_t *body = api_body_object(r, false);
   if (!body) return;
   char **envs = NULL;
   size_t nenv = 0;
+  layer *from = NULL;   /* a snapshot's layer, held until the sandbox holds its own */
+  snap_info snap;
+  sbx_mount mounts[SBX_MAX_MOUNTS];   /* their volumes held until the sandbox holds its own */
+  size_t nmounts = 0;
+  json_t *reported = NULL;
   const char *k;
   json_t *v;
   /* Refuse what sandboxd cannot enforce instead of silently accepting it. */
   json_object_foreach(body, k, v) {
     if (json_is_null(v)) continue;
     if (!strcmp(k, "templateID") || !strcmp(k, "timeout") || !strcmp(k, "metadata") || !strcmp(k, "envVars") ||
-        !strcmp(k, "secure") || !strcmp(k, "allow_internet_access") || !strcmp(k, "autoPause") ||
-        !strcmp(k, "autoResume"))
+        !strcmp(k, "allow_internet_access") || !strcmp(k, "autoPause") || !strcmp(k, "autoResume"))
       continue;
-    if (!strcmp(k, "network"))
-      sd_reply_error(r, 400, "field 'network' (egress rules) is not supported by sandboxd; use allow_internet_access");
+    if (!strcmp(k, "secure") && (!v2 || json_is_true(v))) continue;
+    if (!strcmp(k, "network") && json_is_object(v) && json_object_size(v) == 0) continue;
+    if (!strcmp(k, "volumeMounts")) continue;
+    if (!strcmp(k, "autoPauseMemory") && json_is_true(v)) continue;
+    if (!strcmp(k, "secure"))
+      sd_reply_error(r, 400, "field 'secure': /v2/sandboxes creates secure sandboxes only (the field is not part of it)");
+    else if (!strcmp(k, "network"))
+      sd_reply_error(r, 400, "field 'network' (egress rules: allowOut, denyOut, rules, allowPublicTraffic, "
+                     "maskRequestHost, httpsPorts) is not supported by sandboxd; use allow_internet_access");
     else if (!strcmp(k, "mcp"))
       sd_reply_error(r, 400, "field 'mcp' is not supported by sandboxd (no MCP gateway in the base template)");
-    else if (!strcmp(k, "volumeMounts"))
-      sd_reply_error(r, 400, "field 'volumeMounts' is not supported by sandboxd (no volumes)");
+    else if (!strcmp(k, "iam"))
+      sd_reply_error(r, 400, "field 'iam' (IAM tokens for the sandbox's egress) is not supported by sandboxd");
+    else if (!strcmp(k, "autoPauseMemory"))
+      sd_reply_error(r, 400, json_is_boolean(v) ? "field 'autoPauseMemory': false (a filesystem-only auto-pause, "
+                     "lifecycle.onTimeout.keepMemory: false) is not supported by sandboxd: a paused sandbox keeps its memory"
+                     : "field 'autoPauseMemory' must be a boolean");
     else
       sd_reply_error(r, 400, "field '%s' is not supported by sandboxd", k);
     goto out;
   }
+  reg_create_opts o = { 0 };
   json_t *tpl = json_object_get(body, "templateID");
   if (!json_is_string(tpl)) { sd_reply_error(r, 400, "field 'templateID' is required and must be a string"); goto out; }
-  if (strcmp(json_string_value(tpl), SANDBOXD_TEMPLATE) != 0) {
-    sd_reply_error(r, 400, "template '%s' is not available: sandboxd provides only the template '%s'",
-                   json_string_value(tpl), SANDBOXD_TEMPLATE);
-    goto out;
+  if (!control_is_base(json_string_value(tpl))) {
+    /* a snapshot, by id or name: the sandbox starts from its layers */
+    int status;
+    char why[512];
+    if (!(from = snap_resolve(json_string_value(tpl), &snap, &status, why, sizeof why))) {
+      if (status == 404)
+        sd_reply_error(r, 404, "template '%s' not found (sandboxd has the template '%s' and the snapshots GET /snapshots lists)",
+                       json_string_value(tpl), SANDBOXD_TEMPLATE);
+      else sd_reply_error(r, status, "field 'templateID': %s", why);
+      goto out;
+    }
+    o.layer = from;
+    o.template_id = snap.id;
+    o.template_alias = snap.name[0] ? snap.name : snap.id;
   }
   json_t *ar = json_object_get(body, "autoResume");
   if (ar && !json_is_null(ar)) {
@@ -156,21 +207,21 @@ static void create_sandbox(sd_request *r) {
       sd_reply_error(r, 400, "field 'autoResume' must be an object {\"enabled\": boolean}");
       goto out;
     }
-    if (json_is_true(en)) {
-      sd_reply_error(r, 400, "field 'autoResume.enabled': auto-resume is not supported by sandboxd");
-      goto out;
-    }
+    o.auto_resume = json_is_true(en);
   }
-  reg_create_opts o = { 0 };
-  if (get_timeout(r, body, 300, &o.timeout_s)) goto out;
+  if (api_timeout(r, body, 300, &o.timeout_s)) goto out;
+  if (!(reported = volume_mounts(r, json_object_get(body, "volumeMounts"), mounts, &nmounts))) goto out;
+  o.mounts = mounts;
+  o.nmounts = nmounts;
+  o.volume_mounts = reported;
   json_t *md = json_object_get(body, "metadata");
   if (md && !json_is_null(md)) {
-    if (check_string_map(r, md, "metadata", false)) goto out;
+    if (api_string_map(r, md, "metadata", false)) goto out;
     o.metadata = md;
   }
   json_t *ev = json_object_get(body, "envVars");
   if (ev && !json_is_null(ev)) {
-    if (check_string_map(r, ev, "envVars", true)) goto out;
+    if (api_string_map(r, ev, "envVars", true)) goto out;
     envs = calloc(json_object_size(ev) + 1, sizeof *envs);
     if (!envs) { sd_reply_error(r, 500, "out of memory"); goto out; }
     json_object_foreach(ev, k, v) {
@@ -181,20 +232,29 @@ static void create_sandbox(sd_request *r) {
     }
   }
   o.envs = (const char *const *)envs;
-  if (get_bool(r, body, "secure", false, &o.secure) || get_bool(r, body, "allow_internet_access", true, &o.internet) ||
-      get_bool(r, body, "autoPause", false, &o.auto_pause))
+  if (api_bool(r, body, "secure", v2, &o.secure) || api_bool(r, body, "allow_internet_access", true, &o.internet) ||
+      api_bool(r, body, "autoPause", false, &o.auto_pause))
     goto out;
+  char why[512];
+  if (o.internet && !net_available(why, sizeof why)) {
+    sd_reply_error(r, 501, "field 'allow_internet_access': true is not available on this host (%s); create the "
+                   "sandbox with allowInternetAccess: false", why);
+    goto out;
+  }
   reg_info in;
   char err[512];
   if (reg_create(&o, &in, err, sizeof err) != 0) {
     sd_reply_error(r, 500, "cannot create the sandbox: %s", err);
     goto out;
   }
-  sd_reply_json(r, 201, sandbox_json(&in));
+  sd_reply_json(r, 201, control_sandbox_json(&in));
   json_decref(in.metadata);
 out:
   for (size_t i = 0; i < nenv; i++) free(envs[i]);
   free(envs);
+  ly_release(from);
+  for (size_t i = 0; i < nmounts; i++) vol_unmount(mounts[i].volume);
+  json_decref(reported);
   json_decref(body);
 }
 
@@ -206,29 +266,41 @@ static void get_sandbox(sd_request *r, const char *id) {
 }
 
 static void set_timeout(sd_request *r, const char *id) {
-  json_t *body = body_object(r, false);
+  json_t *body = api_body_object(r, false);
   if (!body) return;
   int64_t t;
   if (!json_object_get(body, "timeout")) sd_reply_error(r, 400, "field 'timeout' is required");
-  else if (get_timeout(r, body, 0, &t) == 0) {
+  else if (api_timeout(r, body, 0, &t) == 0) {
     if (reg_set_timeout(id, t) != 0) sd_reply_error(r, 404, "sandbox '%s' not found", id);
     else sd_reply_bytes(r, 204, NULL, NULL, 0);
   }
   json_decref(body);
 }
 
+/* `memory` (connect, pause: the current SDK): a freezer pause always keeps the memory, so only
+ * true (or absent) can be honoured. */
+static int memory_field(sd_request *r, json_t *body, const char *what) {
+  json_t *m = json_object_get(body, "memory");
+  if (!m || json_is_null(m) || json_is_true(m)) return 0;
+  if (!json_is_boolean(m)) sd_reply_error(r, 400, "field 'memory' must be a boolean");
+  else sd_reply_error(r, 400, "field 'memory': false (%s) is not supported by sandboxd: a paused sandbox keeps its memory", what);
+  return -1;
+}
+
 static void connect_sandbox(sd_request *r, const char *id) {
-  json_t *body = body_object(r, true);
+  json_t *body = api_body_object(r, true);
   if (!body) return;
   int64_t t;
-  if (get_timeout(r, body, 300, &t) == 0) {
+  static const char *const fields[] = {"timeout", "memory", NULL};
+  if (api_only_fields(r, body, fields) == 0 && memory_field(r, body, "resume by rebooting from the file system, onResume: 'reboot'") == 0 &&
+      api_timeout(r, body, 300, &t) == 0) {
     bool resumed;
     reg_info in;
     int rc = reg_connect(id, t, &resumed, &in);
     if (rc == -1) sd_reply_error(r, 404, "sandbox '%s' not found", id);
     else {
       if (rc == -2) sd_reply_error(r, 500, "sandbox '%s' could not be resumed", id);
-      else sd_reply_json(r, resumed ? 201 : 200, sandbox_json(&in));
+      else sd_reply_json(r, resumed ? 201 : 200, control_sandbox_json(&in));
       json_decref(in.metadata);
     }
   }
@@ -236,6 +308,12 @@ static void connect_sandbox(sd_request *r, const char *id) {
 }
 
 static void pause_sandbox(sd_request *r, const char *id) {
+  json_t *body = api_body_object(r, true);
+  if (!body) return;
+  static const char *const fields[] = {"memory", NULL};
+  int bad = api_only_fields(r, body, fields) || memory_field(r, body, "a filesystem-only pause, keepMemory: false");
+  json_decref(body);
+  if (bad) return;
   switch (reg_pause(id)) {
   case 0: sd_reply_bytes(r, 204, NULL, NULL, 0); break;
   case -1: sd_reply_error(r, 404, "sandbox '%s' not found", id); break;
@@ -288,7 +366,101 @@ static json_t *parse_metadata_filter(sd_request *r, const char *q) {
   return m;
 }
 
+/* RFC 3339 (what JavaScript's toISOString gives: 2026-12-01T17:05:39.123Z, or an offset) → ms
+ * since the epoch; -1 when malformed. */
+static int64_t parse_rfc3339(const char *s) {
+  int y, mo, d, h, mi, sec, n = 0;
+  if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 || n != 19) return -1;
+  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) return -1;
+  const char *p = s + n;
+  int64_t ms = 0;
+  if (*p == '.') {
+    int digits = 0;
+    for (p++; *p >= '0' && *p <= '9'; p++, digits++)
+      if (digits < 3) ms = ms * 10 + (*p - '0');
+    if (!digits) return -1;
+    for (; digits < 3; digits++) ms *= 10;
+  }
+  int64_t off = 0;
+  if (*p == 'Z' || *p == 'z') p++;
+  else if (*p == '+' || *p == '-') {
+    int oh, om, k = 0;
+    if (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &k) != 2 || k != 5 || oh > 23 || om > 59) return -1;
+    off = (int64_t)(oh * 60 + om) * 60000 * (*p == '+' ? 1 : -1);
+    p += 6;
+  } else return -1;
+  if (*p) return -1;
+  struct tm tm = {.tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d, .tm_hour = h, .tm_min = mi, .tm_sec = sec};
+  time_t t = timegm(&tm);
+  if (t == (time_t)-1) return -1;
+  return (int64_t)t * 1000 + ms - off;
+}
+
+static int known_metrics_param(void *cls, const char *name, const char *value) {
+  (void)value;
+  if (!strcmp(name, "start") || !strcmp(name, "end")) return 0;
+  *(const char **)cls = name;
+  return 1;
+}
+
+/* ?start= / ?end=: unix seconds; -1 after replying 400. */
+static int query_seconds(sd_request *r, const char *name, int64_t dflt_ms, int64_t *out_ms) {
+  const char *v = sd_query(r, name);
+  *out_ms = dflt_ms;
+  if (!v) return 0;
+  char *end;
+  long long x = strtoll(v, &end, 10);
+  if (!*v || *end || x < 0 || x > 100000000000LL) {
+    sd_reply_error(r, 400, "query parameter '%s' must be a Unix time in seconds (got '%.40s')", name, v);
+    return -1;
+  }
+  *out_ms = (int64_t)x * 1000;
+  return 0;
+}
+
+/* GET /sandboxes/{id}/metrics ?start= &end= (sandbox.h: a sample per request, at most one a second). */
+static void sandbox_metrics(sd_request *r, const char *id) {
+  const char *unknown = NULL;
+  if (sd_query_each(r, known_metrics_param, &unknown)) {
+    sd_reply_error(r, 400, "query parameter '%s' is not supported here (start, end are)", unknown);
+    return;
+  }
+  int64_t from, to;
+  if (query_seconds(r, "start", 0, &from) || query_seconds(r, "end", INT64_MAX, &to)) return;
+  if (to != INT64_MAX) to += 999;   /* the whole second named */
+  reg_entry *e = reg_get(id);
+  if (!e) { sd_reply_error(r, 404, "sandbox '%s' not found", id); return; }
+  sbx_metric *v;
+  size_t n;
+  int rc = sbx_metrics(reg_sbx(e), from, to, &v, &n);
+  reg_put(e);
+  if (rc != 0) { sd_reply_error(r, 500, "out of memory"); return; }
+  json_t *out = json_array();
+  for (size_t i = 0; i < n; i++)
+    json_array_append_new(out, json_pack("{s:o,s:I,s:i,s:f,s:I,s:I,s:I,s:I,s:I}", "timestamp", rfc3339(v[i].ts_ms), "timestampUnix",
+                                         (json_int_t)(v[i].ts_ms / 1000), "cpuCount", v[i].cpu_count, "cpuUsedPct", v[i].cpu_pct,
+                                         "memUsed", (json_int_t)v[i].mem_used, "memTotal", (json_int_t)v[i].mem_total, "memCache",
+                                         (json_int_t)v[i].mem_cache, "diskUsed", (json_int_t)v[i].disk_used, "diskTotal",
+                                         (json_int_t)v[i].disk_total));
+  free(v);
+  sd_reply_json(r, 200, out);
+}
+
+static int known_list_param(void *cls, const char *name, const char *value) {
+  (void)value;
+  static const char *const known[] = {"state", "limit", "nextToken", "metadata", "startedAfter", "template", "order", NULL};
+  for (const char *const *k = known; *k; k++) if (!strcmp(name, *k)) return 0;
+  *(const char **)cls = name;
+  return 1;
+}
+
 static void list_sandboxes(sd_request *r) {
+  const char *unknown = NULL;
+  if (sd_query_each(r, known_list_param, &unknown)) {
+    sd_reply_error(r, 400, "query parameter '%s' is not supported by sandboxd (state, limit, nextToken, metadata, "
+                   "startedAfter, template, order are)", unknown);
+    return;
+  }
   bool want_running = true, want_paused = true;
   const char *state = sd_query(r, "state");
   if (state && *state) {
@@ -312,13 +484,27 @@ static void list_sandboxes(sd_request *r) {
       return;
     }
   }
-  uint64_t before = UINT64_MAX;
+  bool asc = false;   /* newest first, by default */
+  const char *ord = sd_query(r, "order");
+  if (ord && *ord) {
+    if (!strcmp(ord, "asc")) asc = true;
+    else if (strcmp(ord, "desc") != 0) { sd_reply_error(r, 400, "query parameter 'order': '%s' is not one of asc, desc", ord); return; }
+  }
+  /* The token is the creation number of the last sandbox listed: the next page starts after it. */
+  uint64_t token = 0;
   const char *nt = sd_query(r, "nextToken");
   if (nt && *nt) {
     char *end;
-    before = strtoull(nt, &end, 10);
-    if (*end || before == 0) { sd_reply_error(r, 400, "query parameter 'nextToken' is not a token sandboxd issued"); return; }
+    token = strtoull(nt, &end, 10);
+    if (*end || token == 0) { sd_reply_error(r, 400, "query parameter 'nextToken' is not a token sandboxd issued"); return; }
   }
+  int64_t after_ms = INT64_MIN;
+  const char *sa = sd_query(r, "startedAfter");
+  if (sa && *sa && (after_ms = parse_rfc3339(sa)) < 0) {
+    sd_reply_error(r, 400, "query parameter 'startedAfter': '%s' is not an RFC 3339 time (e.g. 2026-01-02T03:04:05Z)", sa);
+    return;
+  }
+  const char *tq = sd_query(r, "template");   /* an id or alias, as the listing reports them */
   json_t *filter = NULL;
   const char *mq = sd_query(r, "metadata");
   if (mq && *mq && !(filter = parse_metadata_filter(r, mq))) return;
@@ -328,10 +514,12 @@ static void list_sandboxes(sd_request *r) {
   json_t *out = json_array();
   uint64_t last = 0;
   bool more = false;
-  for (size_t i = 0; i < n; i++) {          /* reg_list is newest first */
-    reg_info *in = &all[i];
-    if (in->seq >= before) continue;
+  for (size_t j = 0; j < n; j++) {   /* reg_list is newest first */
+    reg_info *in = &all[asc ? n - 1 - j : j];
+    if (tq && *tq && strcmp(tq, in->template_id) != 0 && strcmp(tq, in->template_alias) != 0) continue;
+    if (token && (asc ? in->seq <= token : in->seq >= token)) continue;
     if (in->paused ? !want_paused : !want_running) continue;
+    if (in->started_ms <= after_ms) continue;
     if (filter) {
       const char *k;
       json_t *v;
@@ -356,67 +544,23 @@ static void list_sandboxes(sd_request *r) {
   sd_reply_json(r, 200, out);
 }
 
-bool control_key_ok(const char *key, const char *api_key) {
-  if (!key) return false;
-  size_t lk = strlen(key), la = strlen(api_key);
-  unsigned char d = lk != la;
-  for (size_t i = 0; i < la; i++) d |= (unsigned char)(api_key[i] ^ (i < lk ? key[i] : 0));   /* time depends on the real key only */
-  return d == 0;
-}
-
-void control_handle(sd_request *r, const char *api_key) {
-  const char *m = sd_method(r), *p = sd_path(r);
-  const char *key = sd_header(r, "X-API-KEY");
-  if (!control_key_ok(key, api_key)) {
-    sd_reply_error(r, 401, key ? "invalid API key" : "missing X-API-KEY header");
-    return;
+void control_handle(sd_request *r, const rt_decision *d) {
+  const char *id = d->id;
+  switch (d->route) {
+    case RT_CREATE: create_sandbox(r, false); break;
+    case RT_CREATE_V2: create_sandbox(r, true); break;
+    case RT_LIST: list_sandboxes(r); break;
+    case RT_GET: get_sandbox(r, id); break;
+    case RT_KILL:
+      if (reg_kill(id) == 0) sd_reply_bytes(r, 204, NULL, NULL, 0);
+      else sd_reply_error(r, 404, "sandbox '%s' not found", id);
+      break;
+    case RT_TIMEOUT: set_timeout(r, id); break;
+    case RT_CONNECT: connect_sandbox(r, id); break;
+    case RT_PAUSE: pause_sandbox(r, id); break;
+    case RT_METRICS: sandbox_metrics(r, id); break;
+    case RT_UNIMPLEMENTED: sd_reply_error(r, 501, "%s", d->message ? d->message : "not implemented by sandboxd"); break;
+    case RT_HEALTH: sd_reply_json(r, 200, json_pack("{s:s}", "message", "Health check successful")); break;
+    default: sd_reply_error(r, 500, "internal error: route %d is not the control plane's", (int)d->route); break;
   }
-  if (!strcmp(p, "/sandboxes") || !strcmp(p, "/sandboxes/")) {
-    if (!strcmp(m, "POST")) create_sandbox(r);
-    else if (!strcmp(m, "GET")) list_sandboxes(r);
-    else sd_reply_error(r, 405, "method %s is not allowed on %s", m, p);
-    return;
-  }
-  if (!strcmp(p, "/v2/sandboxes")) {
-    if (!strcmp(m, "GET")) list_sandboxes(r);
-    else sd_reply_error(r, 405, "method %s is not allowed on %s", m, p);
-    return;
-  }
-  if (strncmp(p, "/sandboxes/", 11) == 0) {
-    char id[72];
-    const char *rest = p + 11, *slash = strchr(rest, '/');
-    size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
-    if (n >= sizeof id) n = sizeof id - 1;
-    memcpy(id, rest, n);
-    id[n] = '\0';
-    const char *sub = slash ? slash + 1 : "";
-    if (!sbx_valid_id(id)) { sd_reply_error(r, 404, "sandbox '%s' not found", id); return; }
-    if (!*sub) {
-      if (!strcmp(m, "GET")) get_sandbox(r, id);
-      else if (!strcmp(m, "DELETE")) {
-        if (reg_kill(id) == 0) sd_reply_bytes(r, 204, NULL, NULL, 0);
-        else sd_reply_error(r, 404, "sandbox '%s' not found", id);
-      } else sd_reply_error(r, 405, "method %s is not allowed on %s", m, p);
-      return;
-    }
-    bool post = !strcmp(m, "POST");
-    if (!strcmp(sub, "timeout") && post) set_timeout(r, id);
-    else if (!strcmp(sub, "connect") && post) connect_sandbox(r, id);
-    else if (!strcmp(sub, "pause") && post) pause_sandbox(r, id);
-    else if (!strcmp(sub, "resume") && post) connect_sandbox(r, id);   /* deprecated alias */
-    else if (!strcmp(sub, "metrics") && !strcmp(m, "GET"))
-      sd_reply_error(r, 501, "sandbox metrics are not implemented by sandboxd");
-    else if (!strcmp(sub, "network") && !strcmp(m, "PUT"))
-      sd_reply_error(r, 501, "network updates are not implemented by sandboxd");
-    else if (!strcmp(sub, "snapshots"))
-      sd_reply_error(r, 501, "snapshots are not implemented by sandboxd");
-    else sd_reply_error(r, 404, "no endpoint %s %s", m, p);
-    return;
-  }
-  if (!strncmp(p, "/snapshots", 10) || !strncmp(p, "/templates", 10) || !strncmp(p, "/v2/templates", 13) ||
-      !strncmp(p, "/v3/templates", 13) || !strncmp(p, "/volumes", 8) || !strncmp(p, "/volumecontent", 14)) {
-    sd_reply_error(r, 501, "%s is not implemented by sandboxd (only the template 'base' exists)", p);
-    return;
-  }
-  sd_reply_error(r, 404, "no endpoint %s %s", m, p);
 }

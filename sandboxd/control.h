@@ -1,15 +1,20 @@
-/* control.h — E2B's control-plane REST API (reference §2) over the registry. */
+/* control.h — E2B's control-plane REST API (reference §2, and the v2 routes of the current SDK)
+ * over the registry. Routing and the API key are the router's. */
 #ifndef SANDBOXD_CONTROL_H
 #define SANDBOXD_CONTROL_H
 #include <stdbool.h>
-#include "server.h"
+#include "http.h"
+#include "registry.h"
+#include "router.h"
 
 #define SANDBOXD_ENVD_VERSION "0.6.3"
 #define SANDBOXD_TEMPLATE "base"
-#define SANDBOXD_MAX_TIMEOUT_S 86400
 
 void control_init(const char *state_dir);             /* for diskSizeMB */
-void control_handle(sd_request *r, const char *api_key);
-/* X-API-KEY check in constant time (over the configured key's length). */
-bool control_key_ok(const char *key, const char *api_key);
+/* E2B's Sandbox object (create, connect, fork): id, template, token. */
+json_t *control_sandbox_json(const reg_info *in);
+/* "base" (or "base:default"): the template every sandbox without a snapshot starts from. */
+bool control_is_base(const char *ref);
+/* The control-plane routes, and GET /health. */
+void control_handle(sd_request *r, const rt_decision *d);
 #endif

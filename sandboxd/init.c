@@ -10,6 +10,7 @@
 #include <net/if.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,19 +110,109 @@ static void bind_dev(const char *name) {
   if (mount(src, dst, NULL, MS_BIND, NULL) != 0) fail_setup("bind %s: %s", src, strerror(errno));
 }
 
-/* Layers in <sbx>: "upper"/"work" for the root, "upper-<d>"/"work-<d>" for system directory d. */
+/* Volumes (argv[7..]): each an fd of its directory and an absolute path inside the sandbox. */
+#define INIT_MAX_MOUNTS 16
+static int g_mount_fd[INIT_MAX_MOUNTS];
+static const char *g_mount_path[INIT_MAX_MOUNTS];
+static int g_nmounts;
+
+static void parse_mounts(int argc, char **argv) {
+  char *end;
+  long n = strtol(argv[7], &end, 10);
+  if (*end || n < 0 || n > INIT_MAX_MOUNTS || argc != 8 + n) _exit(2);
+  for (long i = 0; i < n; i++) {
+    char *colon = strchr(argv[8 + i], ':');
+    if (!colon || colon[1] != '/') _exit(2);
+    *colon = 0;
+    g_mount_fd[i] = parse_fd(argv[8 + i]);
+    *colon = ':';
+    if (g_mount_fd[i] < 0) _exit(2);
+    g_mount_path[i] = colon + 1;
+  }
+  g_nmounts = (int)n;
+}
+
+/* Each volume on its path inside the new root (the cwd): missing directories are made (0755,
+ * root's), and no level may be a symlink or a file, so a mount never lands outside the root or on
+ * what a snapshot put there in its place. The volume's tree is cloned and attached nosuid, nodev. */
+static void mount_volumes(void) {
+  for (int i = 0; i < g_nmounts; i++) {
+    const char *path = g_mount_path[i];
+    int dir = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) fail_setup("volume mount %s: %s", path, strerror(errno));
+    for (const char *p = path; *p;) {
+      while (*p == '/') p++;
+      size_t n = strcspn(p, "/");
+      if (n == 0) break;
+      char comp[256];
+      if (n >= sizeof comp) fail_setup("volume mount %s: a component is too long", path);
+      memcpy(comp, p, n);
+      comp[n] = 0;
+      p += n;
+      int next = openat(dir, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (next < 0 && errno == ENOENT && mkdirat(dir, comp, 0755) == 0) next = openat(dir, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (next < 0)
+        fail_setup("volume mount %s: '%s' %s", path, comp, errno == ENOTDIR || errno == ELOOP ? "is not a directory (a file or a symlink)" : strerror(errno));
+      close(dir);
+      dir = next;
+    }
+    int tree = (int)syscall(SYS_open_tree, g_mount_fd[i], "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+    struct mount_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    if (tree < 0 || syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0 ||
+        syscall(SYS_move_mount, tree, "", dir, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0)
+      fail_setup("volume mount %s: %s", path, strerror(errno));
+    close(tree);
+    close(dir);
+    close(g_mount_fd[i]);
+  }
+}
+
+/* Snapshot layers (argv[6]): the store's fd and the chain's ids, top first; none by default. */
+static int g_layers_fd = -1;
+static char g_layer_ids[40][24];
+static int g_nlayers;
+
+static void parse_layers(const char *spec) {
+  if (!strcmp(spec, "-")) return;
+  const char *colon = strchr(spec, ':');
+  char fdtext[16];
+  if (!colon || (size_t)(colon - spec) >= sizeof fdtext) _exit(2);
+  memcpy(fdtext, spec, (size_t)(colon - spec));
+  fdtext[colon - spec] = 0;
+  if ((g_layers_fd = parse_fd(fdtext)) < 0) _exit(2);
+  for (const char *p = colon + 1; *p;) {
+    size_t n = strcspn(p, ",");
+    if (n == 0 || n >= sizeof g_layer_ids[0] || g_nlayers == 40) _exit(2);
+    memcpy(g_layer_ids[g_nlayers], p, n);
+    g_layer_ids[g_nlayers++][n] = 0;
+    p += n;
+    if (*p == ',') p++;
+  }
+}
+
+/* Layers in <sbx>: "upper"/"work" for the root, "upper-<d>"/"work-<d>" for system directory d;
+ * below the upper layer each snapshot layer's tree ("root" or d), then `lower`. */
 static void mount_overlay(const char *target, const char *lower, int sbx_fd, const char *layer) {
-  char opts[1024];
+  char opts[4096], lowers[3072] = "";
   const char *dash = layer[0] ? "-" : "";
-  snprintf(opts, sizeof opts,
-           "lowerdir=%s,upperdir=/proc/self/fd/%d/upper%s%s,workdir=/proc/self/fd/%d/work%s%s,userxattr,volatile",
-           lower, sbx_fd, dash, layer, sbx_fd, dash, layer);
+  size_t n = 0;
+  for (int i = 0; i < g_nlayers; i++) {
+    int k = snprintf(lowers + n, sizeof lowers - n, "/proc/self/fd/%d/%s/%s:", g_layers_fd, g_layer_ids[i], layer[0] ? layer : "root");
+    if (k < 0 || (size_t)k >= sizeof lowers - n) fail_setup("overlay on %s: too many snapshot layers", target);
+    n += (size_t)k;
+  }
+  int k = snprintf(opts, sizeof opts,
+           "lowerdir=%s%s,upperdir=/proc/self/fd/%d/upper%s%s,workdir=/proc/self/fd/%d/work%s%s,userxattr,volatile",
+           lowers, lower, sbx_fd, dash, layer, sbx_fd, dash, layer);
+  if (k < 0 || (size_t)k >= sizeof opts) fail_setup("overlay on %s: options too long", target);
   if (mount("overlay", target, "overlay", 0, opts) == 0) return;
   /* "volatile" skips syncs of a layer that is deleted anyway; older kernels lack it. */
   char *v = strstr(opts, ",volatile");
   if (v) *v = 0;
   if (mount("overlay", target, "overlay", 0, opts) != 0)
-    fail_setup("overlay on %s (lower %s): %s", target, lower, strerror(errno));
+    fail_setup("overlay on %s (lower %s%s): %s", target, g_nlayers ? "snapshot layers and " : "", lower, strerror(errno));
 }
 
 /* The system overlays (/usr, ...) are mounted by a helper process while we mount the root
@@ -158,7 +249,7 @@ static pid_t mount_system_overlays(int sbx_fd, char *sysdirs, char names[][16], 
   _exit(0);
 }
 
-static void setup_root(int tpl_fd, int sbx_fd, int newnet, char *sysdirs) {
+static void setup_root(int tpl_fd, int sbx_fd, char *sysdirs) {
   char path[128], names[8][16];
   int nsys;
   CHECK(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), "make mounts private");
@@ -202,14 +293,15 @@ static void setup_root(int tpl_fd, int sbx_fd, int newnet, char *sysdirs) {
   CHECK(symlink("/proc/self/fd/0", "dev/stdin"), "link /dev/stdin");
   CHECK(symlink("/proc/self/fd/1", "dev/stdout"), "link /dev/stdout");
   CHECK(symlink("/proc/self/fd/2", "dev/stderr"), "link /dev/stderr");
-  /* sysfs may only be mounted by the owner of the network namespace. */
-  if (newnet) (void)mount("sysfs", "sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+  /* sysfs may only be mounted by the owner of the network namespace: ours, always. */
+  (void)mount("sysfs", "sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
   mark("proc+dev+sys");
+  mount_volumes();
   CHECK(syscall(SYS_pivot_root, ".", "."), "pivot_root");
   CHECK(umount2(".", MNT_DETACH), "detach host root");
   CHECK(chdir("/"), "chdir /");
   CHECK(sethostname("sandbox", 7), "sethostname");   /* the sandbox id comes with INIT_REQ_HOSTNAME */
-  if (newnet) {
+  {
     int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     struct ifreq ifr;
     memset(&ifr, 0, sizeof ifr);
@@ -221,6 +313,28 @@ static void setup_root(int tpl_fd, int sbx_fd, int newnet, char *sysdirs) {
   }
   if (g_clear_groups) CHECK(setgroups(0, NULL), "clear supplementary groups");
   mark("pivot+uts+net");
+}
+
+/* The host name resolves (sudo and others look it up): /etc/hosts gets "127.0.1.1 <name>" unless
+ * a line already names it. Best effort: a sandbox whose /etc/hosts is not a plain file keeps it. */
+static void hosts_entry(const char *name) {
+  int fd = open("/etc/hosts", O_RDWR | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  char buf[65536];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  size_t nl = strlen(name);
+  bool found = false;
+  if (n >= 0) {
+    buf[n] = 0;
+    for (char *p = buf; (p = strstr(p, name)) != NULL; p += nl)
+      if ((p == buf || p[-1] == ' ' || p[-1] == '\t') && (p[nl] == 0 || p[nl] == '\n' || p[nl] == ' ' || p[nl] == '\t')) found = true;
+  }
+  if (n >= 0 && n < (ssize_t)sizeof buf - 1 && !found) {
+    char line[128];
+    int k = snprintf(line, sizeof line, "%s127.0.1.1\t%s\n", n > 0 && buf[n - 1] != '\n' ? "\n" : "", name);
+    if (k > 0 && write(fd, line, (size_t)k) != k) { /* best effort */ }
+  }
+  close(fd);
 }
 
 /* ---- spawned children ---- */
@@ -324,6 +438,9 @@ static void do_spawn(const init_req *rq, const char *str, size_t slen) {
     if ((g_clear_groups && setgroups(0, NULL) != 0) || setresgid(rq->gid, rq->gid, rq->gid) != 0 ||
         setresuid(rq->uid, rq->uid, rq->uid) != 0) { ce.step = STEP_IDS; goto cfail; }
     umask(022);
+    /* The init is not dumpable; the command is its own: root inside may trace it, and its /proc
+     * files are its own (needed for oom_score_adj below). exec decides again for the program. */
+    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
     /* The init is shielded from the OOM killer (-1000, set by sandboxd); commands are not. */
     int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (oom >= 0) { if (write(oom, "100", 3) < 0) {} close(oom); }
@@ -401,15 +518,19 @@ static void reap(void) {
 
 
 int sbx_init_main(int argc, char **argv) {
-  if (argc != 7) return 2;
+  if (argc < 8) return 2;
   g_ctl = parse_fd(argv[1]);
   int tpl_fd = parse_fd(argv[2]), sbx_fd = parse_fd(argv[3]);
   if (g_ctl < 0 || tpl_fd < 0 || sbx_fd < 0) return 2;
-  g_clear_groups = argv[5][0] == 'c';
+  g_clear_groups = argv[4][0] == 'c';
+  parse_layers(argv[6]);
+  parse_mounts(argc, argv);
   /* Inherit nothing from sandboxd but the descriptors named in argv, whatever it forgot to mark
-   * CLOEXEC: the channel, the two layer directories and the idmapped trees ("usr=<fd>"). */
-  int keep[3 + 16] = {g_ctl, tpl_fd, sbx_fd}, nkeep = 3;
-  for (const char *q = strchr(argv[6], '='); q && nkeep < 19; q = strchr(q + 1, '=')) {
+   * CLOEXEC: the channel, the layer directories and the idmapped trees ("usr=<fd>"). */
+  int keep[4 + 16 + INIT_MAX_MOUNTS] = {g_ctl, tpl_fd, sbx_fd}, nkeep = 3;
+  if (g_layers_fd >= 0) keep[nkeep++] = g_layers_fd;
+  for (int i = 0; i < g_nmounts; i++) keep[nkeep++] = g_mount_fd[i];
+  for (const char *q = strchr(argv[5], '='); q && nkeep < (int)(sizeof keep / sizeof keep[0]); q = strchr(q + 1, '=')) {
     int fd = (int)strtol(q + 1, NULL, 10);
     if (fd > 2) keep[nkeep++] = fd;
   }
@@ -426,15 +547,19 @@ int sbx_init_main(int argc, char **argv) {
   int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (nul >= 0) { dup2(nul, 0); dup2(nul, 1); dup2(nul, 2); if (nul > 2) close(nul); }
   prctl(PR_SET_NAME, "sandboxd-init", 0, 0, 0);   /* what `ps` shows as pid 1 inside */
+  /* Nobody inside may ptrace us (the image is unreadable to them, see sandbox.c init_exe_fd; this
+   * keeps it so whatever the image's mode): a tracer that stops pid 1 would stop every command. */
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   /* Our own mask, whatever the sandboxd thread that cloned us had blocked: only SIGCHLD (read
    * through a signalfd). */
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
   sigprocmask(SIG_SETMASK, &chld, NULL);
-  setup_root(tpl_fd, sbx_fd, argv[4][0] == 'n', argv[6]);
+  setup_root(tpl_fd, sbx_fd, argv[5]);
   close(tpl_fd);
   close(sbx_fd);
+  if (g_layers_fd >= 0) close(g_layers_fd);
   int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0) fail_setup("signalfd: %s", strerror(errno));
   init_msg ready;
@@ -480,6 +605,7 @@ int sbx_init_main(int argc, char **argv) {
         m.type = INIT_MSG_HOSTNAME;
         if (len < 2 || len > 65 || name[len - 1] || memchr(name, 0, len - 1)) m.code = EINVAL;
         else if (sethostname(name, len - 1) != 0) m.code = errno;
+        else hosts_entry(name);
         send_msg(&m, NULL, 0);
       }
     }

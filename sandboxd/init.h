@@ -38,7 +38,11 @@ typedef struct {
   char text[256];
 } init_msg;
 
-/* argv: SBX_INIT_ARGV0 ctl_fd tpl_fd sbx_fd net(n|h) groups(c|k) sysdirs(comma list). Nothing
- * names the sandbox: the host name is "sandbox" until the HOSTNAME request. */
+/* argv: SBX_INIT_ARGV0 ctl_fd tpl_fd sbx_fd groups(c|k) sysdirs(comma list) layers ("-", or
+ * "<fd>:<id>,<id>..." top first: snapshot layers below the upper layer, in the store the fd
+ * opens, layers.h) nmounts, then nmounts of "<fd>:<path>" (a volume's directory, bind-mounted
+ * nosuid and nodev at path; shallowest first). Nothing names the
+ * sandbox: the host name is "sandbox" until the HOSTNAME request. The network namespace is
+ * always the sandbox's own (lo up; pasta adds the interface to the internet, net.h). */
 int sbx_init_main(int argc, char **argv);
 #endif

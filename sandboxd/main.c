@@ -17,9 +17,16 @@
 #include <unistd.h>
 
 #include "control.h"
+#include "dispatch.h"
+#include "http.h"
+#include "layers.h"
+#include "net.h"
 #include "registry.h"
+#include "router.h"
 #include "sandbox.h"
-#include "server.h"
+#include "snapshots.h"
+#include "paths.h"
+#include "volumes.h"
 
 static void usage(FILE *f) {
   fprintf(f, "usage: sandboxd --listen HOST:PORT [--api-key e2b_HEX] [--state-dir DIR] [--exit-with-parent]\n"
@@ -82,16 +89,29 @@ static int load_or_make_key(const char *state_dir, char *key, size_t len) {
   return 0;
 }
 
+/* The registry's sandboxes are sandbox.c's; its deaths end the HTTP layer's streams. */
+static char g_state_dir[4096];
+static int backend_create(const char *id, const reg_create_opts *o, sbx_t **out, char *err, size_t errlen) {
+  sbx_config cfg = {.id = id, .state_dir = g_state_dir, .internet = o->internet, .envs = o->envs, .layer = o->layer,
+                    .mounts = o->mounts, .nmounts = o->nmounts};
+  return sbx_create(&cfg, out, err, errlen);
+}
+static const reg_backend BACKEND = {backend_create, sbx_stop, sbx_destroy, sbx_pause, sbx_resume};
+static void on_dying(const reg_entry *e) { sd_streams_abort(e); }
+static void on_gone(const reg_entry *e) { sd_streams_release(e); }
+static const reg_hooks DEATHS = {on_dying, on_gone};
+
 static void report_caps(void) {
   sbx_host_caps caps;
   memset(&caps, 0, sizeof caps);
   sbx_probe_host(&caps);
   struct { bool ok; const char *name; } f[] = {
     { caps.userns, "user namespaces" }, { caps.overlay, "overlay root" }, { caps.pidns, "pid namespace" },
-    { caps.netns, "network namespace (allow_internet_access=false)" }, { caps.cgroup_pids, "cgroup pids limit" },
+    { caps.netns, "network namespace" }, { caps.internet, "internet access (pasta)" },
+    { caps.net_guard, "host address guard (nftables)" }, { caps.cgroup_pids, "cgroup pids limit" },
     { caps.cgroup_memory, "cgroup memory limit" }, { caps.freezer, "freezer (pause)" },
   };
-  char missing[512] = "";
+  char missing[640] = "";
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (!f[i].ok) {
       size_t n = strlen(missing);
@@ -170,14 +190,44 @@ int main(int argc, char **argv) {
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) { perror("sandboxd: prctl(PR_SET_PDEATHSIG)"); return 1; }
     if (getppid() != parent) { fprintf(stderr, "sandboxd: --exit-with-parent: the parent already exited\n"); return 1; }
   }
+  net_init(state_dir, NULL, 0);   /* before any sandbox: the host guard (report_caps says what is missing) */
   sbx_cleanup_stale(state_dir);
   report_caps();
+  /* Snapshots: the layer store, the catalogue over it, then what nothing refers to any more. */
+  char serr[512];
+  if (ly_init(state_dir, serr, sizeof serr) != 0 || snap_init(state_dir, serr, sizeof serr) != 0) {
+    fprintf(stderr, "sandboxd: %s\n", serr);
+    sbx_pool_stop();
+    net_shutdown();
+    return 1;
+  }
+  /* Volumes: their owners are ids inside the sandboxes. */
+  vol_idmap vmap;
+  sbx_id_range(&vmap.uid_base, &vmap.gid_base, &vmap.count);
+  if (vol_init(state_dir, &vmap, serr, sizeof serr) != 0) {
+    fprintf(stderr, "sandboxd: %s\n", serr);
+    sbx_pool_stop();
+    net_shutdown();
+    return 1;
+  }
+  paths_allow_dev(vol_dev());
+  int swept = ly_sweep();
+  if (swept > 0) fprintf(stderr, "sandboxd: removed %d snapshot layer%s nothing refers to\n", swept, swept == 1 ? "" : "s");
   control_init(state_dir);
-  if (reg_init(state_dir)) { fprintf(stderr, "sandboxd: cannot start the expiry thread\n"); return 1; }
+  snprintf(g_state_dir, sizeof g_state_dir, "%s", state_dir);
+  router_init(api_key);
+  if (reg_init(&BACKEND, &DEATHS)) {
+    fprintf(stderr, "sandboxd: cannot start the expiry thread\n");
+    sbx_pool_stop();
+    net_shutdown();
+    return 1;
+  }
   char err[512];
-  if (sd_server_start(host, (int)port, api_key, err, sizeof err)) {
+  if (sd_server_start(host, (int)port, dispatch_hooks(), err, sizeof err)) {
     fprintf(stderr, "sandboxd: %s\n", err);
     reg_shutdown();
+    sbx_pool_stop();
+    net_shutdown();
     return 1;
   }
   if (api_key == keybuf) printf("sandboxd api key: %s (kept in %s/api-key)\n", api_key, state_dir);
@@ -189,5 +239,11 @@ int main(int argc, char **argv) {
   fprintf(stderr, "sandboxd: %s: destroying every sandbox\n", strsignal(sig));
   reg_shutdown();
   sd_server_stop();
+  router_shutdown();
+  snap_shutdown();
+  ly_shutdown();
+  vol_shutdown();
+  sbx_pool_stop();     /* the spares' pastas, before their guard goes */
+  net_shutdown();
   return 0;
 }

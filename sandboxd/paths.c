@@ -21,17 +21,6 @@
 #define XATTR_PREFIX "user.e2b."
 #define XATTR_LIST_MAX_BYTES 65536
 
-int fs_ctx_init(fs_ctx *c, sbx_t *s, const char *user) {
-  memset(c, 0, sizeof *c);
-  c->sbx = s;
-  c->root = sbx_root_fd(s);
-  c->user = user;
-  if (sbx_lookup_user(user, &c->uid, &c->gid, &c->home) != 0) return -EINVAL;
-  c->host_uid = sbx_host_uid(s, c->uid);
-  c->host_gid = sbx_host_gid(s, c->gid);
-  return 0;
-}
-
 /* Appends component comp (length n) to out (absolute, clean), folding "." and "..". */
 static int push_comp(char *out, size_t outlen, size_t *len, const char *comp, size_t n) {
   if (n == 0 || (n == 1 && comp[0] == '.')) return 0;
@@ -99,12 +88,18 @@ int paths_open_parent(const fs_ctx *c, const char *abs, char *name, size_t namel
   return paths_open(c, parent, O_PATH | O_DIRECTORY, 0, 0);
 }
 
+static dev_t g_volume_dev;
+void paths_allow_dev(dev_t dev) { g_volume_dev = dev; }
+
 int paths_fs_check(int fd) {
   struct statfs sf;
   if (fstatfs(fd, &sf) != 0) return -errno;
-  /* An allowlist: the sandbox's own files live on its overlays and tmpfs mounts. proc, sysfs,
-   * devpts, cgroup and host bind mounts reach the whole kernel or the host. */
+  /* An allowlist: the sandbox's own files live on its overlays and tmpfs mounts, and in the
+   * volumes mounted into it. proc, sysfs, devpts, cgroup and host bind mounts reach the whole
+   * kernel or the host. */
   if (sf.f_type == OVERLAYFS_SUPER_MAGIC || sf.f_type == TMPFS_MAGIC) return 0;
+  struct stat st;
+  if (g_volume_dev && fstat(fd, &st) == 0 && st.st_dev == g_volume_dev) return 0;
   return -PATHS_EFOREIGN;
 }
 
@@ -289,10 +284,10 @@ static void id_name(uid_t id, uid_t host_root, uid_t host_user, char *out, size_
 }
 
 void paths_owner_name(const fs_ctx *c, uid_t id, char *out, size_t outlen) {
-  id_name(id, sbx_host_uid(c->sbx, 0), sbx_host_uid(c->sbx, 1000), out, outlen);
+  id_name(id, c->host_root_uid, c->host_user_uid, out, outlen);
 }
 void paths_group_name(const fs_ctx *c, gid_t id, char *out, size_t outlen) {
-  id_name(id, sbx_host_gid(c->sbx, 0), sbx_host_gid(c->sbx, 1000), out, outlen);
+  id_name(id, (uid_t)c->host_root_gid, (uid_t)c->host_user_gid, out, outlen);
 }
 
 static json_t *timestamp(const struct timespec *ts) {

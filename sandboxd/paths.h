@@ -1,6 +1,8 @@
 /* paths.h — every request path is resolved INSIDE the sandbox root (openat2 RESOLVE_IN_ROOT), and
  * EntryInfo (reference §5.4) is built from what the sandbox's processes would see. Functions
- * return 0 / an fd, or -errno. */
+ * return 0 / an fd, or -errno. A leaf: the root is a directory fd and the ids are numbers, so the
+ * unit tests and the fuzzer run it against a plain temporary tree (sandbox.c makes the context
+ * of a real sandbox: sbx_fs_ctx). */
 #ifndef SANDBOXD_PATHS_H
 #define SANDBOXD_PATHS_H
 #include <jansson.h>
@@ -9,21 +11,17 @@
 #include <stdint.h>
 #include <errno.h>
 #include <sys/types.h>
-#include "sandbox.h"
 
 #define PATHS_MAX 4096
 
 typedef struct {
-  sbx_t *sbx;
-  int root;                 /* sbx_root_fd */
-  const char *user;
-  uid_t uid; gid_t gid;     /* inside */
-  uid_t host_uid; gid_t host_gid;
-  const char *home;
+  int root;                 /* O_PATH fd of "/" as the sandbox's processes see it */
+  const char *user, *home;
+  uid_t uid; gid_t gid;     /* the user's ids inside */
+  uid_t host_uid; gid_t host_gid;             /* ... and on the host (what the file system stores) */
+  uid_t host_root_uid, host_user_uid;         /* host ids of root and user, for owner names */
+  gid_t host_root_gid, host_user_gid;
 } fs_ctx;
-
-/* -EINVAL: unknown user. */
-int fs_ctx_init(fs_ctx *c, sbx_t *s, const char *user);
 
 /* "~", "~/x", relative (against home) → a clean absolute path ("." and ".." folded lexically).
  * -EINVAL for NUL bytes, -ENAMETOOLONG. */
@@ -35,6 +33,8 @@ int paths_open(const fs_ctx *c, const char *abs, int flags, mode_t mode, uint64_
 #define PATHS_EFOREIGN EREMOTE    /* on proc, sysfs, devpts, cgroup or any other foreign mount */
 #define PATHS_ENOTREG  ENODEV     /* not a regular file (FIFO, device, socket) */
 int paths_fs_check(int fd);
+/* And the file system (st_dev) of the volumes that sandboxes mount (volumes.h); 0: none. */
+void paths_allow_dev(dev_t dev);
 const char *paths_fs_name(int fd);   /* "proc", "sysfs", ... for messages */
 /* A regular file on the sandbox's own file systems, opened with flags (O_RDONLY, or
  * O_WRONLY|O_CREAT|O_TRUNC to create it 0644). Checked on an O_PATH fd, then reopened through

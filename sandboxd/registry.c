@@ -1,6 +1,7 @@
 /* registry.c — sandbox table, ids, tokens, lease expiry, pause state (see registry.h). */
 #include "registry.h"
-#include "server.h"
+
+#include "ids.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -8,19 +9,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
 #include <unistd.h>
 #include <time.h>
 
 struct reg_entry {
   reg_entry *next;
   char id[32], token[40];
-  bool secure, internet, auto_pause, paused, dying;
+  char template_id[REG_TEMPLATE_MAX], template_alias[REG_TEMPLATE_MAX];
+  bool secure, internet, auto_pause, auto_resume, paused, dying;
+  int64_t resume_timeout_s;       /* the lease an auto-resume gives */
   bool expiring;                  /* the expiry thread handed it to a reaper thread */
   int watch_streams;              /* open WatchDir streams */
   int64_t started_ms, end_ms;
   uint64_t seq;
   json_t *metadata;
+  json_t *volume_mounts;          /* [{name, path}] */
   sbx_t *sbx;
   int refs;                       /* the table holds one while linked */
   int kill_fd;                    /* eventfd: readable once dying, wakes long handlers at once */
@@ -32,7 +35,8 @@ static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;   /* table or lease ch
 static pthread_cond_t released = PTHREAD_COND_INITIALIZER;  /* a ref of a dying entry dropped */
 static reg_entry *head;
 static uint64_t next_seq = 1;
-static char *g_state_dir;
+static reg_backend g_be;
+static reg_hooks g_hooks;
 static pthread_t expiry_thread;
 static bool expiry_running, stopping;
 static int reapers;                                          /* expiry kill/pause threads running */
@@ -42,21 +46,6 @@ int64_t reg_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* n random characters from [a-z0-9]; rejection sampling keeps them uniform. */
-static int random_alnum(char *out, size_t n) {
-  static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
-  size_t i = 0;
-  while (i < n) {
-    unsigned char buf[64];
-    ssize_t got = getrandom(buf, sizeof buf, 0);
-    if (got < 0) { if (errno == EINTR) continue; return -1; }
-    for (ssize_t k = 0; k < got && i < n; k++)
-      if (buf[k] < 252) out[i++] = alphabet[buf[k] % 36];
-  }
-  out[n] = '\0';
-  return 0;
 }
 
 /* Dying entries stay linked until sbx_destroy returned (so GET, list and /health report them
@@ -94,16 +83,26 @@ static void info_locked(reg_entry *e, reg_info *in) {
   memset(in, 0, sizeof *in);
   snprintf(in->id, sizeof in->id, "%s", e->id);
   snprintf(in->token, sizeof in->token, "%s", e->secure ? e->token : "");
-  in->secure = e->secure; in->internet = e->internet; in->auto_pause = e->auto_pause;
+  memcpy(in->template_id, e->template_id, sizeof in->template_id);
+  memcpy(in->template_alias, e->template_alias, sizeof in->template_alias);
+  in->secure = e->secure; in->internet = e->internet; in->auto_pause = e->auto_pause; in->auto_resume = e->auto_resume;
   in->paused = e->paused; in->started_ms = e->started_ms; in->end_ms = e->end_ms; in->seq = e->seq;
   in->metadata = json_incref(e->metadata);
+}
+
+json_t *reg_volume_mounts(const char *id) {
+  pthread_mutex_lock(&mu);
+  reg_entry *e = find_any_locked(id);
+  json_t *v = e ? json_incref(e->volume_mounts) : json_array();   /* never changed after create */
+  pthread_mutex_unlock(&mu);
+  return v;
 }
 
 int reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errlen) {
   reg_entry *e = calloc(1, sizeof *e);
   if (!e) { snprintf(err, errlen, "out of memory"); return -1; }
   e->id[0] = 'i';
-  if (random_alnum(e->id + 1, 20) || random_alnum(e->token, 32)) {
+  if (ids_random(e->id + 1, 20) || ids_random(e->token, 32)) {
     snprintf(err, errlen, "getrandom: %s", strerror(errno));
     free(e);
     return -1;
@@ -111,12 +110,17 @@ int reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errle
   e->kill_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (e->kill_fd < 0) { snprintf(err, errlen, "eventfd: %s", strerror(errno)); free(e); return -1; }
   e->secure = o->secure; e->internet = o->internet; e->auto_pause = o->auto_pause;
+  e->auto_resume = o->auto_resume;
+  e->resume_timeout_s = o->timeout_s;
+  snprintf(e->template_id, sizeof e->template_id, "%s", o->template_id ? o->template_id : "base");
+  snprintf(e->template_alias, sizeof e->template_alias, "%s", o->template_alias ? o->template_alias : e->template_id);
   e->metadata = o->metadata ? json_deep_copy(o->metadata) : json_object();
+  e->volume_mounts = o->volume_mounts ? json_deep_copy(o->volume_mounts) : json_array();
   pthread_mutex_init(&e->life, NULL);
-  sbx_config cfg = { .id = e->id, .state_dir = g_state_dir, .internet = o->internet, .envs = o->envs };
-  if (sbx_create(&cfg, &e->sbx, err, errlen) != 0) {
+  if (g_be.create(e->id, o, &e->sbx, err, errlen) != 0) {
     close(e->kill_fd);
     json_decref(e->metadata);
+    json_decref(e->volume_mounts);
     pthread_mutex_destroy(&e->life);
     free(e);
     return -1;
@@ -161,15 +165,15 @@ reg_entry *reg_find_by_token(bool (*match)(const char *token, void *cls), void *
 
 /* Called with the entry marked dying (still linked) and the table's ref owned by the caller. */
 static void destroy_entry(reg_entry *e) {
-  sd_streams_abort(e);                 /* streams to clients that stopped reading end now */
+  if (g_hooks.dying) g_hooks.dying(e); /* streams to clients that stopped reading end now */
   pthread_mutex_lock(&e->life);
-  if (e->paused) sbx_resume(e->sbx);   /* frozen processes cannot die */
-  process_kill_all(e->sbx);
+  if (e->paused) g_be.resume(e->sbx);  /* frozen processes cannot die */
+  g_be.stop(e->sbx);
   pthread_mutex_unlock(&e->life);
   pthread_mutex_lock(&mu);
   while (e->refs > 1) {
     pthread_mutex_unlock(&mu);
-    sd_streams_abort(e);               /* a stream a handler opened after the first abort */
+    if (g_hooks.dying) g_hooks.dying(e);   /* a stream a handler opened after the first abort */
     pthread_mutex_lock(&mu);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -177,7 +181,7 @@ static void destroy_entry(reg_entry *e) {
     if (e->refs > 1) pthread_cond_timedwait(&released, &mu, &ts);
   }
   pthread_mutex_unlock(&mu);
-  sbx_destroy(e->sbx);
+  g_be.destroy(e->sbx);
   pthread_mutex_lock(&mu);             /* gone from the table only now that nothing is left */
   reg_entry **pp = &head;
   while (*pp && *pp != e) pp = &(*pp)->next;
@@ -185,9 +189,10 @@ static void destroy_entry(reg_entry *e) {
   pthread_cond_broadcast(&changed);
   pthread_cond_broadcast(&reaped);
   pthread_mutex_unlock(&mu);
-  sd_streams_release(e);               /* clients now see their streams end */
+  if (g_hooks.gone) g_hooks.gone(e);   /* clients now see their streams end */
   close(e->kill_fd);
   json_decref(e->metadata);
+  json_decref(e->volume_mounts);
   pthread_mutex_destroy(&e->life);
   free(e);
 }
@@ -233,7 +238,7 @@ int reg_connect(const char *id, int64_t timeout_s, bool *resumed, reg_info *info
   pthread_mutex_lock(&mu);
   was_paused = e->paused;
   pthread_mutex_unlock(&mu);
-  if (was_paused && sbx_resume(e->sbx) != 0) rc = -2;
+  if (was_paused && g_be.resume(e->sbx) != 0) rc = -2;
   pthread_mutex_lock(&mu);
   if (rc == 0) {
     int64_t want = reg_now_ms() + timeout_s * 1000;
@@ -257,13 +262,54 @@ int reg_pause(const char *id) {
   bool already = e->paused;
   pthread_mutex_unlock(&mu);
   if (already) rc = -2;
-  else if (sbx_pause(e->sbx) != 0) rc = -3;
+  else if (g_be.pause(e->sbx) != 0) rc = -3;
   else {
     pthread_mutex_lock(&mu);
     e->paused = true;
     pthread_cond_broadcast(&changed);
     pthread_mutex_unlock(&mu);
   }
+  pthread_mutex_unlock(&e->life);
+  reg_put(e);
+  return rc;
+}
+
+int reg_wake(reg_entry *e) {
+  pthread_mutex_lock(&mu);
+  bool paused = e->paused, can = e->auto_resume && !e->dying;
+  pthread_mutex_unlock(&mu);
+  if (!paused) return 0;
+  if (!can) return -1;
+  int rc = 0;
+  pthread_mutex_lock(&e->life);
+  pthread_mutex_lock(&mu);
+  paused = e->paused;   /* another request may have woken it meanwhile */
+  pthread_mutex_unlock(&mu);
+  if (paused) {
+    if (g_be.resume(e->sbx) != 0) rc = -1;
+    else {
+      pthread_mutex_lock(&mu);
+      e->paused = false;
+      e->end_ms = reg_now_ms() + e->resume_timeout_s * 1000;
+      pthread_cond_broadcast(&changed);
+      pthread_mutex_unlock(&mu);
+    }
+  }
+  pthread_mutex_unlock(&e->life);
+  return rc;
+}
+
+int reg_with_running(const char *id, int (*fn)(sbx_t *s, const reg_info *info, void *cls), void *cls) {
+  reg_entry *e = reg_get(id);
+  if (!e) return -1;
+  pthread_mutex_lock(&e->life);
+  reg_info in;
+  pthread_mutex_lock(&mu);
+  bool paused = e->paused, dying = e->dying;
+  info_locked(e, &in);
+  pthread_mutex_unlock(&mu);
+  int rc = dying ? -1 : paused ? -2 : fn(e->sbx, &in, cls);
+  json_decref(in.metadata);
   pthread_mutex_unlock(&e->life);
   reg_put(e);
   return rc;
@@ -370,9 +416,12 @@ static void *expiry_main(void *arg) {
   return NULL;
 }
 
-int reg_init(const char *state_dir) {
-  g_state_dir = strdup(state_dir);
-  if (!g_state_dir) return -1;
+bool reg_valid_id(const char *id) { return ids_alnum(id, 64); }
+
+int reg_init(const reg_backend *backend, const reg_hooks *hooks) {
+  g_be = *backend;
+  if (hooks) g_hooks = *hooks;
+  stopping = false;
   if (pthread_create(&expiry_thread, NULL, expiry_main, NULL) != 0) return -1;
   expiry_running = true;
   return 0;
@@ -399,6 +448,4 @@ void reg_shutdown(void) {
     pthread_mutex_unlock(&mu);
     reg_kill(id);
   }
-  free(g_state_dir);
-  g_state_dir = NULL;
 }

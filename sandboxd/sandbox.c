@@ -2,8 +2,13 @@
 #include "sandbox.h"
 
 #include "init.h"
-#include "process.h"
+#include "layers.h"
+#include "net.h"
+#include "pidfile.h"
+#include "ptab.h"
 #include "template.h"
+#include "users.h"
+#include "volumes.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -16,10 +21,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <poll.h>
 #include <time.h>
@@ -30,8 +39,8 @@
 #define SBX_READY_TIMEOUT_MS 30000   /* safety net only: setup normally takes milliseconds */
 #define CG_ROOT "/sys/fs/cgroup"
 
-enum { CG_PIDS, CG_MEMORY, CG_FREEZER, CG_N };
-static const char *const CG_NAMES[CG_N] = {"pids", "memory", "freezer"};
+enum { CG_PIDS, CG_MEMORY, CG_FREEZER, CG_CPUACCT, CG_N };
+static const char *const CG_NAMES[CG_N] = {"pids", "memory", "freezer", "cpuacct"};   /* cpuacct: metrics */
 
 struct sbx {
   char id[65];
@@ -44,9 +53,20 @@ struct sbx {
   gid_t gid0;
   bool killed;
   bool internet;
+  net_pair *net;               /* its user and network namespaces (and pasta) */
   int ctl;                     /* channel to the init until the process table owns it (then -1) */
   pthread_mutex_t mu;
   ptab *pt;
+  layer *layer;                /* the snapshot layer it started from (held), or NULL */
+  sbx_mount mounts[SBX_MAX_MOUNTS];   /* its volumes (held) and where (paths copied) */
+  size_t nmounts;
+  /* Metrics (sbx_metrics), guarded by mu: samples oldest first, and the CPU counter at the last. */
+  sbx_metric *samples;
+  size_t nsamples;
+  uint64_t cpu_ns_last;
+  struct timespec mono_last;   /* creation, then the last sample */
+  int nsys;                    /* its system overlays (upper-<d>), as the template had them */
+  char sys[TPL_MAX_SYSDIRS][16];
 };
 
 /* Path formatting; state_dir is bounded at create, so truncation means a bug: fail closed. */
@@ -78,12 +98,6 @@ static void step(step_trace *t, const char *what) {
   t->last = now;
 }
 
-int sbx_lookup_user(const char *name, uid_t *uid, gid_t *gid, const char **home) {
-  if (!name) return -1;
-  if (!strcmp(name, "root")) { *uid = 0; *gid = 0; *home = "/root"; return 0; }
-  if (!strcmp(name, "user")) { *uid = 1000; *gid = 1000; *home = "/home/user"; return 0; }
-  return -1;
-}
 
 static uid_t map_uid(bool priv, uid_t uid0, uid_t inner) {
   if (priv) return inner < SBX_UID_COUNT ? SBX_UID_BASE + inner : (uid_t)-1;
@@ -92,7 +106,41 @@ static uid_t map_uid(bool priv, uid_t uid0, uid_t inner) {
 uid_t sbx_host_uid(const sbx_t *s, uid_t inner) { return map_uid(s->privileged, s->uid0, inner); }
 gid_t sbx_host_gid(const sbx_t *s, gid_t inner) { return (gid_t)map_uid(s->privileged, (uid_t)s->gid0, (uid_t)inner); }
 int sbx_root_fd(sbx_t *s) { return s->root_fd; }
+void sbx_id_range(uid_t *uid_base, gid_t *gid_base, uint32_t *count) {
+  bool priv = geteuid() == 0;
+  *uid_base = priv ? SBX_UID_BASE : geteuid();
+  *gid_base = priv ? SBX_UID_BASE : getegid();
+  *count = priv ? SBX_UID_COUNT : 1;
+}
+
+/* How a sandbox's user namespace maps ids: the 65536-id range as root, else sandboxd's own id. */
+static void idmap_here(net_idmap *m) {
+  memset(m, 0, sizeof *m);
+  if (geteuid() == 0) {
+    snprintf(m->uid_map, sizeof m->uid_map, "0 %u %u\n", SBX_UID_BASE, SBX_UID_COUNT);
+    snprintf(m->gid_map, sizeof m->gid_map, "0 %u %u\n", SBX_UID_BASE, SBX_UID_COUNT);
+    m->own_by_net_uid = true;
+  } else {
+    snprintf(m->uid_map, sizeof m->uid_map, "0 %u 1\n", (unsigned)geteuid());
+    snprintf(m->gid_map, sizeof m->gid_map, "0 %u 1\n", (unsigned)getegid());
+    m->deny_setgroups = true;
+  }
+}
 ptab *sbx_ptab(sbx_t *s) { return s->pt; }
+
+int sbx_fs_ctx(sbx_t *s, const char *user, fs_ctx *c) {
+  memset(c, 0, sizeof *c);
+  c->root = s->root_fd;
+  c->user = user;
+  if (users_lookup(user, &c->uid, &c->gid, &c->home) != 0) return -1;
+  c->host_uid = sbx_host_uid(s, c->uid);
+  c->host_gid = sbx_host_gid(s, c->gid);
+  c->host_root_uid = sbx_host_uid(s, 0);
+  c->host_user_uid = sbx_host_uid(s, 1000);
+  c->host_root_gid = sbx_host_gid(s, 0);
+  c->host_user_gid = sbx_host_gid(s, 1000);
+  return 0;
+}
 
 /* ---- small file helpers ---- */
 static int write_str(const char *path, const char *s) {
@@ -146,7 +194,14 @@ void sbx_probe_host(sbx_host_caps *caps) {
   caps->userns = caps->pidns = errs[0] == 0;
   if (errs[0]) WHY("user/mount/pid/uts/ipc namespaces: %s (kernel.unprivileged_userns_clone or user.max_user_namespaces?); ", strerror(errs[0]));
   caps->netns = errs[1] == 0;
-  if (errs[1]) WHY("network namespace: %s; ", strerror(errs[1]));
+  if (errs[1]) WHY("network namespace (every sandbox needs its own): %s; ", strerror(errs[1]));
+  char nwhy[512];
+  caps->internet = net_available(nwhy, sizeof nwhy);
+  if (!caps->internet) WHY("internet access: %s (sandboxes need allow_internet_access: false); ", nwhy);
+  caps->net_guard = net_guarded();
+  if (caps->internet && !caps->net_guard)
+    WHY("not root: pasta runs as you, and nothing keeps sandboxes with internet access from the host's "
+        "non-loopback addresses; ");
   char fs[8192] = "";
   caps->overlay = read_str("/proc/filesystems", fs, sizeof fs) == 0 && strstr(fs, "\toverlay\n");
   if (!caps->overlay) WHY("overlay file system not available; ");
@@ -293,7 +348,7 @@ int sbx_resume(sbx_t *s) {
   return ptab_killall(s->pt, SIGCONT);
 }
 
-void sbx_kill_init(sbx_t *s) {
+static void sbx_kill_init(sbx_t *s) {
   pthread_mutex_lock(&s->mu);
   if (!s->killed && s->init_pid > 0) {
     kill(s->init_pid, SIGKILL);
@@ -306,8 +361,16 @@ void sbx_kill_init(sbx_t *s) {
 }
 
 /* The init image: sandboxd-init next to the sandboxd binary when it exists (tiny, static: fast
- * to exec and no library constructors running inside the sandbox), else sandboxd itself. */
-static int init_exe_fd(void) {
+ * to exec and no library constructors running inside the sandbox), else sandboxd itself.
+ *
+ * It is copied once into a sealed memfd of mode 0111 that sandbox root may execute but not read.
+ * Executing an unreadable image makes the kernel mark the init non-dumpable and tie its memory to
+ * the host's user namespace (fs/exec.c would_dump), so root inside cannot ptrace pid 1, open
+ * /proc/1/mem or /proc/1/fd: an attach that stops the init would wedge the whole sandbox. */
+static pthread_mutex_t image_mu = PTHREAD_MUTEX_INITIALIZER;
+static int image_fd = -2;      /* -2 not made yet, -1 unavailable (the file is used as it is) */
+
+static int init_file_fd(void) {
   char self[4096], path[4200];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n > 0) {
@@ -322,6 +385,47 @@ static int init_exe_fd(void) {
     }
   }
   return open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+}
+
+#ifndef MFD_EXEC
+#define MFD_EXEC 0x0010U
+#endif
+static int make_image(void) {
+  char mode[8] = "0";
+  (void)read_str("/proc/sys/vm/memfd_noexec", mode, sizeof mode);
+  if (mode[0] == '2') return -1;           /* the host forbids executable memfds */
+  int src = init_file_fd();
+  if (src < 0) return -1;
+  int fd = (int)syscall(SYS_memfd_create, "sandboxd-init", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_EXEC);
+  if (fd < 0 && errno == EINVAL) fd = (int)syscall(SYS_memfd_create, "sandboxd-init", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  struct stat st;
+  bool ok = fd >= 0 && fstat(src, &st) == 0;
+  for (off_t done = 0; ok && done < st.st_size;) {
+    ssize_t k = sendfile(fd, src, NULL, (size_t)(st.st_size - done));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) ok = false;
+    else done += k;
+  }
+  ok = ok && fchmod(fd, 0111) == 0 &&
+       fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) == 0;
+  close(src);
+  if (!ok) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static int init_exe_fd(void) {
+  pthread_mutex_lock(&image_mu);
+  if (image_fd == -2) {
+    image_fd = geteuid() == 0 ? make_image() : -1;   /* rootless: the owner may read it anyway */
+    if (image_fd < 0 && geteuid() == 0)
+      fprintf(stderr, "sandboxd: cannot make an unreadable init image (memfd): root inside a sandbox may ptrace its pid 1\n");
+  }
+  int fd = image_fd >= 0 ? fcntl(image_fd, F_DUPFD_CLOEXEC, 3) : -1;
+  pthread_mutex_unlock(&image_mu);
+  return fd >= 0 ? fd : init_file_fd();
 }
 
 /* ---- idmapped lower layers ----
@@ -398,17 +502,7 @@ bool sbx_valid_id(const char *id) {
   return true;
 }
 
-static long long proc_starttime(pid_t pid) {
-  char p[64], buf[1024];
-  xfmt(p, sizeof p, "/proc/%d/stat", (int)pid);
-  if (read_str(p, buf, sizeof buf) != 0) return -1;
-  char *q = strrchr(buf, ')');   /* comm may contain spaces */
-  if (!q) return -1;
-  int field = 2;
-  for (q++; *q && field < 22; q++)
-    if (*q == ' ') field++;
-  return field == 22 ? strtoll(q, NULL, 10) : -1;
-}
+static net_pair *pool_take_pair(const char *state_dir);
 
 /* Layers, cgroups, namespaces, init up and READY; the channel stays in s->ctl (no process
  * table yet, host name not yet set). cfg is validated by the caller. */
@@ -418,6 +512,7 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   sbx_t *s = calloc(1, sizeof *s);
   if (!s) { seterr(err, errlen, "out of memory"); return -1; }
   pthread_mutex_init(&s->mu, NULL);
+  clock_gettime(CLOCK_MONOTONIC, &s->mono_last);
   snprintf(s->id, sizeof s->id, "%s", cfg->id);
   s->internet = cfg->internet;
   s->ctl = -1;
@@ -428,10 +523,25 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   uid_t ru = sbx_host_uid(s, 0), uu = sbx_host_uid(s, 1000);
   gid_t rg = sbx_host_gid(s, 0), ug = sbx_host_gid(s, 1000);
   if (uu == (uid_t)-1) { uu = ru; ug = rg; }
-  int sv[2] = {-1, -1}, exe_fd = -1, tpl_fd = -1, sbx_fd = -1, idfds[TPL_MAX_SYSDIRS], nidfds = 0;
+  int sv[2] = {-1, -1}, exe_fd = -1, tpl_fd = -1, sbx_fd = -1, lay_fd = -1, idfds[TPL_MAX_SYSDIRS], nidfds = 0;
+  int mnt_fd[SBX_MAX_MOUNTS];
+  size_t nmnt_fd = 0;
   bool dir_made = false;
   tpl_info tpl;
-  if (tpl_ensure(cfg->state_dir, ru, rg, uu, ug, &tpl, err, errlen) != 0) goto fail;
+  if (tpl_ensure(cfg->state_dir, ru, rg, uu, ug, NET_DNS_FORWARDER, &tpl, err, errlen) != 0) goto fail;
+  s->nsys = tpl.nsys;
+  memcpy(s->sys, tpl.sys, sizeof s->sys);
+  if (cfg->layer) { ly_hold(cfg->layer); s->layer = cfg->layer; }
+  if (cfg->nmounts > SBX_MAX_MOUNTS) { seterr(err, errlen, "more than %d volume mounts", SBX_MAX_MOUNTS); goto fail; }
+  /* Volume mounts, shallowest first (a mount inside another is made after it). */
+  for (size_t i = 0; i < cfg->nmounts; i++) {
+    char *p = strdup(cfg->mounts[i].path);
+    if (!p) { seterr(err, errlen, "out of memory"); goto fail; }
+    vol_mount_hold(cfg->mounts[i].volume);
+    size_t at = s->nmounts++;
+    while (at > 0 && strlen(s->mounts[at - 1].path) > strlen(p)) { s->mounts[at] = s->mounts[at - 1]; at--; }
+    s->mounts[at] = (sbx_mount){cfg->mounts[i].volume, p};
+  }
   step(tr, "tpl");
 
   char p[4200];
@@ -504,84 +614,140 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   snprintf(a_sbx, sizeof a_sbx, "%d", sbx_fd);
   /* Nothing in argv names the sandbox (it shows as /proc/1/cmdline inside): the host name comes
    * later, over the channel, so that a pre-booted spare looks exactly like this. */
-  char *iargv[] = {SBX_INIT_ARGV0, a_ctl, a_tpl, a_sbx, cfg->internet ? "h" : "n",
-                   s->privileged ? "c" : "k", sysdirs, NULL};
+  /* Snapshot layers: "<fd>:<top id>,...,<bottom id>" (init.h), each checked to hold every tree. */
+  char a_layers[16 + LY_MAX_DEPTH * (LY_ID_LEN + 1)] = "-";
+  const char *lay_dir = ly_dir();
+  if (cfg->layer) {
+    lay_fd = open(lay_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (lay_fd < 0) { seterr(err, errlen, "open %s: %s", lay_dir, strerror(errno)); goto fail; }
+    size_t n = (size_t)snprintf(a_layers, sizeof a_layers, "%d:", lay_fd);
+    for (layer *l = cfg->layer; l; l = ly_parent(l)) {
+      for (int i = -1; i < tpl.nsys; i++) {
+        char tree[LY_ID_LEN + 32];
+        struct stat st;
+        snprintf(tree, sizeof tree, "%s/%s", ly_id(l), i < 0 ? "root" : tpl.sys[i]);
+        errno = 0;
+        if (fstatat(lay_fd, tree, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) {
+          seterr(err, errlen, "snapshot layer %s has no /%s tree (taken where the host had other system directories?): %s",
+                 ly_id(l), i < 0 ? "" : tpl.sys[i], strerror(errno ? errno : ENOTDIR));
+          goto fail;
+        }
+      }
+      n += (size_t)snprintf(a_layers + n, sizeof a_layers - n, "%s%s", l == cfg->layer ? "" : ",", ly_id(l));
+    }
+  }
+  /* Volumes: their count, then "<fd>:<path>" each (init.h). */
+  char a_nmounts[8], a_mount[SBX_MAX_MOUNTS][SBX_MOUNT_PATH_MAX + 16];
+  const char *mnt_dir[SBX_MAX_MOUNTS];
+  snprintf(a_nmounts, sizeof a_nmounts, "%zu", s->nmounts);
+  char *iargv[8 + SBX_MAX_MOUNTS + 1] = {SBX_INIT_ARGV0, a_ctl, a_tpl, a_sbx, s->privileged ? "c" : "k", sysdirs, a_layers, a_nmounts};
+  for (size_t i = 0; i < s->nmounts; i++) {
+    mnt_dir[i] = vol_dir(s->mounts[i].volume);
+    if ((mnt_fd[nmnt_fd] = open(mnt_dir[i], O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+      seterr(err, errlen, "volume '%s': open %s: %s", vol_name(s->mounts[i].volume), mnt_dir[i], strerror(errno));
+      goto fail;
+    }
+    snprintf(a_mount[i], sizeof a_mount[i], "%d:%s", mnt_fd[nmnt_fd++], s->mounts[i].path);
+    iargv[8 + i] = a_mount[i];
+  }
   char *ienv[] = {NULL};
-  unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | SIGCHLD;
-  if (!cfg->internet) flags |= CLONE_NEWNET;
   step(tr, "fds");
+  /* Its user and network namespaces: a pair from the pool (pasta already up) or a new one. */
+  if (cfg->internet) s->net = pool_take_pair(cfg->state_dir);
+  if (!s->net) {
+    net_idmap map;
+    idmap_here(&map);
+    if (!(s->net = net_pair_new(&map, cfg->internet, err, errlen))) goto fail;
+    step(tr, cfg->internet ? "network (pasta)" : "network");
+  } else {
+    step(tr, "network (pool)");
+  }
+  int uns = net_pair_userns(s->net), nns = net_pair_netns(s->net);
+  int report[2] = {-1, -1};   /* the init's pid, from the intermediate process */
+  if (pipe2(report, O_CLOEXEC) != 0) { seterr(err, errlen, "pipe: %s", strerror(errno)); goto fail; }
   cg_home home;
-  if (cg_enter(s, &home, err, errlen) != 0) goto fail;
+  if (cg_enter(s, &home, err, errlen) != 0) { close(report[0]); close(report[1]); goto fail; }
   step(tr, "cg join");
-  long pid = syscall(SYS_clone, flags, 0, 0, 0, 0);
-  if (pid == 0) {
-    char go;
-    syscall(SYS_close, sv[0]);
-    if (syscall(SYS_read, sv[1], &go, 1) != 1) syscall(SYS_exit_group, 126);
-    /* Overlay refuses layers whose mounts belong to another mount namespace, so the layer
-     * directories are opened again here, in the new one, while we still have the host
-     * credentials that own the state directory; they replace the parent's fds. */
-    long nt = syscall(SYS_open, tpl_parent, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    long ns = syscall(SYS_open, s->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (nt < 0 || ns < 0 || syscall(SYS_dup3, nt, tpl_fd, 0) < 0 || syscall(SYS_dup3, ns, sbx_fd, 0) < 0)
-      syscall(SYS_exit_group, 124);
-    syscall(SYS_close, nt);
-    syscall(SYS_close, ns);
-    /* Root inside (host SBX_UID_BASE): without this, exec would drop the namespace's caps. */
-    if (syscall(SYS_setresgid, 0, 0, 0) != 0 || syscall(SYS_setresuid, 0, 0, 0) != 0) syscall(SYS_exit_group, 125);
-    syscall(SYS_fcntl, sv[1], F_SETFD, 0);
-    for (int i = 0; i < nidfds; i++) syscall(SYS_fcntl, idfds[i], F_SETFD, 0);
-    syscall(SYS_execveat, exe_fd, "", iargv, ienv, AT_EMPTY_PATH);
-    syscall(SYS_exit_group, 127);
+  /* The init cannot be cloned straight into existing namespaces: an intermediate process (born
+   * in the sandbox's cgroups, like everything it clones) joins the pair, then clones the init
+   * with new mount/pid/uts/ipc namespaces and sandboxd as its parent (CLONE_PARENT), reports
+   * its pid and exits. Both make raw system calls only (other sandboxd threads may hold libc
+   * locks that are never released in a child). */
+  long mid = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+  if (mid == 0) {
+    syscall(SYS_close, report[0]);
+    long rc = 0;
+    if (syscall(SYS_setns, uns, CLONE_NEWUSER) != 0 || syscall(SYS_setns, nns, CLONE_NEWNET) != 0) rc = -errno;
+    long pid = rc ? 0 : syscall(SYS_clone, CLONE_PARENT | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | SIGCHLD, 0, 0, 0, 0);
+    if (pid == 0) {
+      syscall(SYS_close, sv[0]);
+      /* Overlay refuses layers whose mounts belong to another mount namespace, so the layer
+       * directories are opened again here, in the new one, while we still have the host
+       * credentials that own the state directory; they replace the parent's fds. */
+      long nt = syscall(SYS_open, tpl_parent, O_PATH | O_DIRECTORY | O_CLOEXEC);
+      long ns = syscall(SYS_open, s->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (nt < 0 || ns < 0 || syscall(SYS_dup3, nt, tpl_fd, 0) < 0 || syscall(SYS_dup3, ns, sbx_fd, 0) < 0)
+        syscall(SYS_exit_group, 124);
+      syscall(SYS_close, nt);
+      syscall(SYS_close, ns);
+      if (lay_fd >= 0) {   /* inherited (dup3 clears CLOEXEC) */
+        long nl = syscall(SYS_open, lay_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (nl < 0 || syscall(SYS_dup3, nl, lay_fd, 0) < 0) syscall(SYS_exit_group, 124);
+        syscall(SYS_close, nl);
+      }
+      for (size_t i = 0; i < nmnt_fd; i++) {   /* the volumes, likewise */
+        long nv = syscall(SYS_open, mnt_dir[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (nv < 0 || syscall(SYS_dup3, nv, mnt_fd[i], 0) < 0) syscall(SYS_exit_group, 124);
+        syscall(SYS_close, nv);
+      }
+      /* Root inside (host SBX_UID_BASE): without this, exec would drop the namespace's caps. */
+      if (syscall(SYS_setresgid, 0, 0, 0) != 0 || syscall(SYS_setresuid, 0, 0, 0) != 0) syscall(SYS_exit_group, 125);
+      syscall(SYS_fcntl, sv[1], F_SETFD, 0);
+      for (int i = 0; i < nidfds; i++) syscall(SYS_fcntl, idfds[i], F_SETFD, 0);
+      syscall(SYS_execveat, exe_fd, "", iargv, ienv, AT_EMPTY_PATH);
+      syscall(SYS_exit_group, 127);
+    }
+    if (pid < 0) rc = -errno;
+    long msg = rc ? rc : pid;
+    syscall(SYS_write, report[1], &msg, sizeof msg);
+    syscall(SYS_exit_group, 0);
   }
   int clone_errno = errno;
   step(tr, "clone");
   cg_leave(s, &home);
   step(tr, "cg leave");
-  if (pid < 0) { seterr(err, errlen, "clone: %s", strerror(clone_errno)); goto fail; }
+  close(report[1]);
+  long got = 0;
+  ssize_t rn = -1;
+  if (mid > 0) {
+    /* It writes before it exits; after the wait the report is in the pipe (no EOF wait: children
+     * other threads clone meanwhile may hold copies of the write end). */
+    while (waitpid((pid_t)mid, NULL, 0) < 0 && errno == EINTR) {}
+    fcntl(report[0], F_SETFL, O_NONBLOCK);
+    do rn = read(report[0], &got, sizeof got); while (rn < 0 && errno == EINTR);
+  }
+  close(report[0]);
+  if (mid < 0) { seterr(err, errlen, "clone: %s", strerror(clone_errno)); goto fail; }
+  if (rn != (ssize_t)sizeof got || got <= 0) {
+    seterr(err, errlen, "clone of the init into its namespaces: %s", rn == (ssize_t)sizeof got ? strerror((int)-got) : "no report");
+    goto fail;
+  }
+  long pid = got;
   s->init_pid = (pid_t)pid;
   close(sv[1]);
   sv[1] = -1;
   close(exe_fd);
   close(tpl_fd);
   close(sbx_fd);
-  exe_fd = tpl_fd = sbx_fd = -1;
+  if (lay_fd >= 0) close(lay_fd);
+  exe_fd = tpl_fd = sbx_fd = lay_fd = -1;
+  for (; nmnt_fd > 0; nmnt_fd--) close(mnt_fd[nmnt_fd - 1]);
   for (; nidfds > 0; nidfds--) close(idfds[nidfds - 1]);
-
-  char map[64];
-  if (s->privileged) {
-    snprintf(map, sizeof map, "0 %u %u\n", SBX_UID_BASE, SBX_UID_COUNT);
-    xfmt(p, sizeof p, "/proc/%ld/uid_map", pid);
-    if (write_str(p, map) != 0) { seterr(err, errlen, "write uid_map: %s", strerror(errno)); goto fail; }
-    xfmt(p, sizeof p, "/proc/%ld/gid_map", pid);
-    if (write_str(p, map) != 0) { seterr(err, errlen, "write gid_map: %s", strerror(errno)); goto fail; }
-  } else {
-    xfmt(p, sizeof p, "/proc/%ld/setgroups", pid);
-    if (write_str(p, "deny") != 0) { seterr(err, errlen, "write setgroups: %s", strerror(errno)); goto fail; }
-    snprintf(map, sizeof map, "0 %u 1\n", (unsigned)s->uid0);
-    xfmt(p, sizeof p, "/proc/%ld/uid_map", pid);
-    if (write_str(p, map) != 0) { seterr(err, errlen, "write uid_map: %s", strerror(errno)); goto fail; }
-    snprintf(map, sizeof map, "0 %u 1\n", (unsigned)s->gid0);
-    xfmt(p, sizeof p, "/proc/%ld/gid_map", pid);
-    if (write_str(p, map) != 0) { seterr(err, errlen, "write gid_map: %s", strerror(errno)); goto fail; }
-  }
-  step(tr, "id maps");
-  if (send(sv[0], "G", 1, MSG_NOSIGNAL) != 1) { seterr(err, errlen, "start init: %s", strerror(errno)); goto fail; }
-  /* While the init builds its root (a crash of sandboxd before this is written leaves an init
-   * that exits by itself: its channel is gone; the cgroup sweep finds it too). */
-  {
-    /* For sbx_cleanup_stale after a crash: pid + start time identify our init unambiguously. */
-    char info[64];
-    snprintf(info, sizeof info, "%ld %lld\n", pid, proc_starttime(s->init_pid));
-    xfmt(p, sizeof p, "%s/init.pid", s->dir);
-    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0 || write(fd, info, strlen(info)) != (ssize_t)strlen(info)) {
-      seterr(err, errlen, "write %s: %s", p, strerror(errno));
-      if (fd >= 0) close(fd);
-      goto fail;
-    }
-    close(fd);
-  }
+  step(tr, "init");
+  /* For sbx_cleanup_stale after a crash (a crash before this is written leaves an init that
+   * exits by itself: its channel is gone; the cgroup sweep finds it too). */
+  xfmt(p, sizeof p, "%s/init.pid", s->dir);
+  if (pidfile_write(p, s->init_pid) != 0) { seterr(err, errlen, "write %s: %s", p, strerror(errno)); goto fail; }
   /* An OOM-killed init would take the whole sandbox down: let the kernel pick a command. */
   xfmt(p, sizeof p, "/proc/%ld/oom_score_adj", pid);
   (void)write_str(p, "-1000");
@@ -620,14 +786,19 @@ fail:
   if (exe_fd >= 0) close(exe_fd);
   if (tpl_fd >= 0) close(tpl_fd);
   if (sbx_fd >= 0) close(sbx_fd);
+  if (lay_fd >= 0) close(lay_fd);
+  for (; nmnt_fd > 0; nmnt_fd--) close(mnt_fd[nmnt_fd - 1]);
   for (; nidfds > 0; nidfds--) close(idfds[nidfds - 1]);
   if (s->root_fd >= 0) close(s->root_fd);
   if (s->init_pid > 0) {
     kill(s->init_pid, SIGKILL);
     while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR) {}
   }
+  net_pair_free(s->net);
   cg_remove(s);
   if (dir_made) (void)tpl_rm_tree(s->dir);
+  ly_release(s->layer);
+  for (size_t i = 0; i < s->nmounts; i++) { vol_unmount(s->mounts[i].volume); free((char *)s->mounts[i].path); }
   pthread_mutex_destroy(&s->mu);
   free(s);
   return -1;
@@ -635,10 +806,15 @@ fail:
 
 /* The last of discard and sbx_destroy, once init is gone: root fd, cgroup, directory, the struct. */
 static void release(sbx_t *s) {
+  net_pair_free(s->net);
+  s->net = NULL;
   if (s->root_fd >= 0) close(s->root_fd);
   cg_remove(s);
   if (tpl_rm_tree(s->dir) != 0)
     fprintf(stderr, "sandboxd: sandbox %s: removing %s: %s\n", s->id, s->dir, strerror(errno));
+  ly_release(s->layer);   /* after its directory: a chain no one else holds goes too */
+  free(s->samples);
+  for (size_t i = 0; i < s->nmounts; i++) { vol_unmount(s->mounts[i].volume); free((char *)s->mounts[i].path); }
   pthread_mutex_destroy(&s->mu);
   free(s);
 }
@@ -704,15 +880,24 @@ static int write_limits(sbx_t *s, const sbx_config *cfg) {
  * just claimed a spare is starting its first commands, which it would slow down, nor in the
  * moments after a short-lived sandbox ends (a caller tearing down right after). */
 #define POOL_REFILL_DELAY_MS 1000
+/* A pair only starts pasta (one process, ~30 ms of one core): sooner, so that a burst of creates
+ * finds the next one ready. */
+#define POOL_PAIR_REFILL_DELAY_MS 100
 static struct {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool running, stopping, claimed;
-  int want;
+  int want;                    /* spares per internet flag (SANDBOXD_WARM_POOL) */
+  int want_pairs;              /* stocked network pairs (SANDBOXD_NET_POOL) */
   unsigned long serial;
   char state_dir[3001];
   sbx_t *spare[2][POOL_MAX];   /* [internet] */
   int n[2];
+  /* Network pairs with pasta up (net.h), for sandboxes with internet access that find no spare:
+   * pasta's start-up (~30 ms) is most of what they would wait for. */
+  net_pair *pair[POOL_MAX];
+  int npairs;
+  bool pair_taken;
   pthread_t th;
 } g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
@@ -737,16 +922,47 @@ static void pool_sleep(unsigned ms) {
 static void *pool_main(void *arg) {
   (void)arg;
   unsigned backoff_ms = 0;
+  /* Without pasta (the start-up report says why) nothing with internet access is kept. */
+  bool net_ok = net_available(NULL, 0);
+  int want_net = net_ok ? g_pool.want : 0, want_pairs = net_ok ? g_pool.want_pairs : 0;
   pthread_mutex_lock(&g_pool.mu);
   for (;;) {
-    while (!g_pool.stopping && g_pool.n[0] >= g_pool.want && g_pool.n[1] >= g_pool.want)
+    while (!g_pool.stopping && g_pool.n[0] >= g_pool.want && g_pool.n[1] >= want_net && g_pool.npairs >= want_pairs)
       pthread_cond_wait(&g_pool.cv, &g_pool.mu);
     if (g_pool.claimed) {
       g_pool.claimed = false;
+      g_pool.pair_taken = false;
       pool_sleep(POOL_REFILL_DELAY_MS);
+    } else if (g_pool.pair_taken) {
+      g_pool.pair_taken = false;
+      pool_sleep(POOL_PAIR_REFILL_DELAY_MS);
     }
     if (g_pool.stopping) break;
-    bool net = g_pool.n[1] <= g_pool.n[0];   /* internet access is the E2B default: fill it first */
+    if (g_pool.npairs < want_pairs) {
+      pthread_mutex_unlock(&g_pool.mu);
+      net_idmap map;
+      idmap_here(&map);
+      char err[512];
+      struct timespec t0;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      net_pair *np = net_pair_new(&map, true, err, sizeof err);
+      if (!np) fprintf(stderr, "sandboxd: warm pool: network: %s\n", err);
+      else if (trace_on()) fprintf(stderr, "sandboxd: network pair ready in %.2f ms (pasta %d)\n", ms_since(t0), (int)net_pair_pasta(np));
+      pthread_mutex_lock(&g_pool.mu);
+      if (np && !g_pool.stopping && g_pool.npairs < POOL_MAX) {
+        g_pool.pair[g_pool.npairs++] = np;
+        np = NULL;
+        backoff_ms = 0;
+      }
+      if (np) { pthread_mutex_unlock(&g_pool.mu); net_pair_free(np); pthread_mutex_lock(&g_pool.mu); }
+      else if (!g_pool.stopping && g_pool.npairs < want_pairs) {   /* it failed: do not spin */
+        backoff_ms = backoff_ms ? (backoff_ms * 2 > 30000 ? 30000 : backoff_ms * 2) : 100;
+        pool_sleep(backoff_ms);
+      }
+      continue;
+    }
+    /* internet access is the E2B default: fill it first */
+    bool net = g_pool.n[1] < want_net && (g_pool.n[1] <= g_pool.n[0] || g_pool.n[0] >= g_pool.want);
     char id[32];
     snprintf(id, sizeof id, "spare%lx%lx", (unsigned long)getpid(), ++g_pool.serial);
     sbx_config cfg = {.id = id, .state_dir = g_pool.state_dir, .internet = net};
@@ -786,34 +1002,39 @@ void sbx_pool_stop(void) {
   pthread_mutex_lock(&g_pool.mu);
   g_pool.running = false;
   sbx_t *all[2 * POOL_MAX];
-  int k = 0;
+  net_pair *pairs[POOL_MAX];
+  int k = 0, np = g_pool.npairs;
   for (int f = 0; f < 2; f++) {
     for (int i = 0; i < g_pool.n[f]; i++) all[k++] = g_pool.spare[f][i];
     g_pool.n[f] = 0;
   }
+  memcpy(pairs, g_pool.pair, sizeof pairs);
+  g_pool.npairs = 0;
   pthread_mutex_unlock(&g_pool.mu);
   for (int i = 0; i < k; i++) discard(all[i]);
+  for (int i = 0; i < np; i++) net_pair_free(pairs[i]);
 }
 
 static pid_t g_pool_owner;   /* a forked child that calls exit() must not touch our spares */
 static void pool_atexit(void) { if (getpid() == g_pool_owner) sbx_pool_stop(); }
 
-static int pool_size(void) {
-  const char *e = getenv("SANDBOXD_WARM_POOL");
-  if (!e || !*e) return SBX_WARM_POOL;
+static int pool_size(const char *var, int dflt) {
+  const char *e = getenv(var);
+  if (!e || !*e) return dflt;
   char *end;
   long v = strtol(e, &end, 10);
-  if (*end || v < 0) return SBX_WARM_POOL;
+  if (*end || v < 0) return dflt;
   return v > POOL_MAX ? POOL_MAX : (int)v;
 }
 
 void sbx_pool_start(const char *state_dir) {
-  int want = pool_size();
-  if (want == 0 || !state_dir || state_dir[0] != '/' || strlen(state_dir) > 3000) return;
+  int want = pool_size("SANDBOXD_WARM_POOL", SBX_WARM_POOL), want_pairs = pool_size("SANDBOXD_NET_POOL", SBX_NET_POOL);
+  if ((want == 0 && want_pairs == 0) || !state_dir || state_dir[0] != '/' || strlen(state_dir) > 3000) return;
   pthread_mutex_lock(&g_pool.mu);
   if (g_pool.running) { pthread_mutex_unlock(&g_pool.mu); return; }
   snprintf(g_pool.state_dir, sizeof g_pool.state_dir, "%s", state_dir);
   g_pool.want = want;
+  g_pool.want_pairs = want_pairs;
   g_pool.stopping = false;
   /* The pool thread must not take the signals main waits for (the init sets its own mask). */
   sigset_t all, old;
@@ -831,7 +1052,7 @@ static sbx_t *pool_claim(const sbx_config *cfg, step_trace *tr) {
   pthread_mutex_lock(&g_pool.mu);
   sbx_t *s = NULL;
   int f = cfg->internet ? 1 : 0;
-  if (g_pool.running && !g_pool.stopping && g_pool.n[f] > 0 && !strcmp(cfg->state_dir, g_pool.state_dir)) {
+  if (!cfg->layer && !cfg->nmounts && g_pool.running && !g_pool.stopping && g_pool.n[f] > 0 && !strcmp(cfg->state_dir, g_pool.state_dir)) {
     s = g_pool.spare[f][--g_pool.n[f]];
     g_pool.claimed = true;
     pthread_cond_signal(&g_pool.cv);   /* refill (after POOL_REFILL_DELAY_MS) */
@@ -859,6 +1080,19 @@ bad:
   fprintf(stderr, "sandboxd: warm pool: claiming %s for %s: %s\n", s->id, cfg->id, strerror(errno));
   discard(s);
   return NULL;
+}
+
+/* A network pair with pasta up, or NULL (none stocked, or another state dir). */
+static net_pair *pool_take_pair(const char *state_dir) {
+  pthread_mutex_lock(&g_pool.mu);
+  net_pair *p = NULL;
+  if (g_pool.running && !g_pool.stopping && g_pool.npairs > 0 && !strcmp(state_dir, g_pool.state_dir)) {
+    p = g_pool.pair[--g_pool.npairs];
+    g_pool.pair_taken = true;
+    pthread_cond_signal(&g_pool.cv);
+  }
+  pthread_mutex_unlock(&g_pool.mu);
+  return p;
 }
 
 int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
@@ -897,9 +1131,159 @@ named:
   return 0;
 }
 
+layer *sbx_layer(sbx_t *s) { return s->layer; }
+
+/* ---- metrics ---- */
+
+/* Bytes allocated below dirfd (its own entry not counted), at most `*budget` entries and
+ * SBX_DU_DEPTH levels: beyond them the sum is a lower bound. */
+#define SBX_DU_DEPTH 128
+static uint64_t du_below(int dirfd, int depth, uint64_t *budget) {
+  int dup_fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+  if (!d) { if (dup_fd >= 0) close(dup_fd); return 0; }
+  uint64_t sum = 0;
+  struct dirent *de;
+  while (*budget > 0 && (de = readdir(d)) != NULL) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    (*budget)--;
+    struct stat st;
+    if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (!S_ISDIR(st.st_mode) && st.st_nlink > 1) sum += (uint64_t)st.st_blocks * 512 / st.st_nlink;   /* shared inodes once */
+    else sum += (uint64_t)st.st_blocks * 512;
+    if (S_ISDIR(st.st_mode) && depth < SBX_DU_DEPTH) {
+      int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub >= 0) { sum += du_below(sub, depth + 1, budget); close(sub); }
+    }
+  }
+  closedir(d);
+  return sum;
+}
+
+static uint64_t read_u64(const char *path) {
+  char buf[64];
+  return read_str(path, buf, sizeof buf) == 0 ? strtoull(buf, NULL, 10) : 0;
+}
+
+/* "<key> <value>" of a cgroup stat file. */
+static uint64_t stat_field(const char *path, const char *key) {
+  char buf[8192];
+  if (read_str(path, buf, sizeof buf) != 0) return 0;
+  size_t k = strlen(key);
+  for (char *l = buf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+    if (!strncmp(l, key, k) && l[k] == ' ') return strtoull(l + k + 1, NULL, 10);
+  return 0;
+}
+
+int sbx_metrics(sbx_t *s, int64_t from_ms, int64_t to_ms, sbx_metric **out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  pthread_mutex_lock(&s->mu);
+  double since_ms = (double)(now.tv_sec - s->mono_last.tv_sec) * 1e3 + (double)(now.tv_nsec - s->mono_last.tv_nsec) / 1e6;
+  bool fresh = s->nsamples == 0 || since_ms >= SBX_METRICS_INTERVAL_MS;
+  pthread_mutex_unlock(&s->mu);
+  sbx_metric m;
+  memset(&m, 0, sizeof m);
+  char p[600];
+  if (fresh) {
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    m.ts_ms = (int64_t)wall.tv_sec * 1000 + wall.tv_nsec / 1000000;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    m.cpu_count = cpus > 0 ? (int)cpus : 1;
+    struct sysinfo si;
+    uint64_t host_mem = sysinfo(&si) == 0 ? (uint64_t)si.totalram * si.mem_unit : 0;
+    m.mem_total = host_mem;
+    if (s->cg[CG_MEMORY][0]) {
+      xfmt(p, sizeof p, "%s/memory.limit_in_bytes", s->cg[CG_MEMORY]);
+      uint64_t limit = read_u64(p);
+      if (limit && (!host_mem || limit < host_mem)) m.mem_total = limit;
+      xfmt(p, sizeof p, "%s/memory.stat", s->cg[CG_MEMORY]);
+      m.mem_cache = stat_field(p, "total_cache");
+      xfmt(p, sizeof p, "%s/memory.usage_in_bytes", s->cg[CG_MEMORY]);
+      uint64_t usage = read_u64(p);
+      m.mem_used = usage > m.mem_cache ? usage - m.mem_cache : 0;
+    }
+    uint64_t budget = SBX_DU_ENTRIES;
+    int dfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    for (int i = -1; dfd >= 0 && i < s->nsys; i++) {   /* the upper layers: what the sandbox wrote */
+      char name[32];
+      if (i < 0) snprintf(name, sizeof name, "upper");
+      else snprintf(name, sizeof name, "upper-%s", s->sys[i]);
+      int u = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (u >= 0) { m.disk_used += du_below(u, 0, &budget); close(u); }
+    }
+    if (dfd >= 0) close(dfd);
+    struct statvfs vf;
+    if (statvfs(s->dir, &vf) == 0) m.disk_total = (uint64_t)vf.f_blocks * vf.f_frsize;
+    uint64_t cpu_ns = 0;
+    if (s->cg[CG_CPUACCT][0]) {
+      xfmt(p, sizeof p, "%s/cpuacct.usage", s->cg[CG_CPUACCT]);
+      cpu_ns = read_u64(p);
+    }
+    pthread_mutex_lock(&s->mu);
+    double wall_ns = ((double)(now.tv_sec - s->mono_last.tv_sec) * 1e9 + (double)(now.tv_nsec - s->mono_last.tv_nsec));
+    if (wall_ns > 0 && cpu_ns >= s->cpu_ns_last) m.cpu_pct = (double)(cpu_ns - s->cpu_ns_last) / wall_ns / m.cpu_count * 100.0;
+    if (m.cpu_pct > 100) m.cpu_pct = 100;
+    s->cpu_ns_last = cpu_ns;
+    s->mono_last = now;
+    if (!s->samples) s->samples = malloc(SBX_METRICS_MAX * sizeof *s->samples);   /* bounded: one ring per sandbox */
+    if (s->samples) {
+      if (s->nsamples == SBX_METRICS_MAX) memmove(s->samples, s->samples + 1, --s->nsamples * sizeof *s->samples);
+      s->samples[s->nsamples++] = m;
+    }
+    pthread_mutex_unlock(&s->mu);
+  }
+  pthread_mutex_lock(&s->mu);
+  sbx_metric *v = malloc((s->nsamples ? s->nsamples : 1) * sizeof *v);
+  if (v)
+    for (size_t i = 0; i < s->nsamples; i++)
+      if (s->samples[i].ts_ms >= from_ms && s->samples[i].ts_ms <= to_ms) v[(*n)++] = s->samples[i];
+  pthread_mutex_unlock(&s->mu);
+  if (!v) return -1;
+  *out = v;
+  return 0;
+}
+
+int sbx_capture(sbx_t *s, layer **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (s->layer && ly_depth(s->layer) >= LY_MAX_DEPTH) {
+    seterr(err, errlen, "the sandbox runs on a chain of %d snapshot layers, the most sandboxd stacks: a snapshot of it "
+           "would be one more", ly_depth(s->layer));
+    return -1;
+  }
+  char src[TPL_MAX_SYSDIRS][32];
+  ly_tree trees[1 + TPL_MAX_SYSDIRS] = {{"upper", "root"}};
+  size_t n = 1;
+  for (int i = 0; i < s->nsys; i++) {
+    snprintf(src[i], sizeof src[i], "upper-%s", s->sys[i]);
+    trees[n++] = (ly_tree){src[i], s->sys[i]};
+  }
+  int dfd = open(s->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) { seterr(err, errlen, "open %s: %s", s->dir, strerror(errno)); return -1; }
+  /* Frozen, nothing inside changes a file while its layer is copied. */
+  if (sbx_pause(s) != 0) {
+    seterr(err, errlen, "cannot freeze the sandbox: %s", strerror(errno));
+    (void)sbx_resume(s);
+    close(dfd);
+    return -1;
+  }
+  int rc = ly_capture(dfd, trees, n, s->layer, sbx_host_uid(s, 0), sbx_host_gid(s, 0), out, err, errlen);
+  if (sbx_resume(s) != 0) fprintf(stderr, "sandboxd: sandbox %s: thaw after the snapshot: %s\n", s->id, strerror(errno));
+  close(dfd);
+  return rc;
+}
+
+void sbx_stop(sbx_t *s) {
+  sbx_kill_init(s);
+  ptab_shutdown(s->pt);
+}
+
 void sbx_destroy(sbx_t *s) {
   if (!s) return;
-  process_kill_all(s);   /* kills init, ends every stream with its end event, joins the pump */
+  sbx_stop(s);   /* kills init, ends every stream with its end event, joins the pump */
   ptab_free(s->pt);
   release(s);
 }
@@ -944,18 +1328,10 @@ void sbx_cleanup_stale(const char *state_dir) {
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
       if (de->d_name[0] == '.') continue;
-      char sd[4600], buf[64];
+      char sd[4600];
+      /* The init: its pid namespace goes with it (its pasta, if any, net_init stopped). */
       xfmt(sd, sizeof sd, "%s/%s/init.pid", p, de->d_name);
-      long pid = 0;
-      long long start = -1;
-      if (read_str(sd, buf, sizeof buf) == 0 && sscanf(buf, "%ld %lld", &pid, &start) == 2 && pid > 1 &&
-          proc_starttime((pid_t)pid) == start) {
-        kill((pid_t)pid, SIGKILL);   /* its pid namespace goes with it */
-        for (int i = 0; i < 1000 && proc_starttime((pid_t)pid) == start; i++) {
-          struct timespec ts = {0, 2000000};
-          nanosleep(&ts, NULL);
-        }
-      }
+      pidfile_kill(sd);
       xfmt(sd, sizeof sd, "%s/%s", p, de->d_name);
       if (tpl_rm_tree(sd) != 0) fprintf(stderr, "sandboxd: cleanup: removing %s: %s\n", sd, strerror(errno));
     }
@@ -968,7 +1344,7 @@ void sbx_cleanup_stale(const char *state_dir) {
   if (uu == (uid_t)-1) { uu = sbx_host_uid(&probe, 0); ug = sbx_host_gid(&probe, 0); }
   tpl_info tpl;
   char err[512];
-  if (tpl_ensure(state_dir, sbx_host_uid(&probe, 0), sbx_host_gid(&probe, 0), uu, ug, &tpl, err, sizeof err) != 0)
+  if (tpl_ensure(state_dir, sbx_host_uid(&probe, 0), sbx_host_gid(&probe, 0), uu, ug, NET_DNS_FORWARDER, &tpl, err, sizeof err) != 0)
     fprintf(stderr, "sandboxd: cleanup: %s\n", err);
   else
     sbx_pool_start(state_dir);

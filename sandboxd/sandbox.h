@@ -5,24 +5,35 @@
 #define SANDBOXD_SANDBOX_H
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 typedef struct sbx sbx_t;
 
+/* A volume (volumes.h) to bind-mount at path (absolute, clean, checked by the caller). */
+struct volume;
+typedef struct sbx_mount { struct volume *volume; const char *path; } sbx_mount;
+#define SBX_MAX_MOUNTS 16
+#define SBX_MOUNT_PATH_MAX 1024
+
 typedef struct {
   const char *id;               /* lowercase alnum, unique */
   const char *state_dir;        /* sandboxd state dir; the sandbox keeps its layers under <state_dir>/sandboxes/<id> */
-  bool internet;                /* false: network namespace with loopback only */
+  bool internet;                /* its own network namespace either way; true: pasta connects it (net.h) */
   const char *const *envs;      /* NULL-terminated "NAME=VALUE" list added to every process (create envVars) */
   long memory_mb;               /* cgroup memory limit; 0 = SBX_DEFAULT_MEMORY_MB (ignored without the controller) */
   long pids_max;                /* cgroup pids limit; 0 = SBX_DEFAULT_PIDS_MAX */
+  struct layer *layer;          /* a snapshot's top layer (layers.h) to start from, NULL: the template; the
+                                 * sandbox holds its own reference */
+  const sbx_mount *mounts;      /* volumes bind-mounted (nosuid, nodev); the sandbox holds its own mounts */
+  size_t nmounts;
 } sbx_config;
 #define SBX_DEFAULT_MEMORY_MB 2048
 #define SBX_DEFAULT_PIDS_MAX 4096
-bool  sbx_valid_id(const char *id);    /* 1..64 of [a-z0-9]: what sbx_config.id accepts */
+bool  sbx_valid_id(const char *id);    /* 1..64 of [a-z0-9]: what sbx_config.id accepts (a directory name) */
 
 /* Capabilities probed once at start-up; `why` says what is missing and why. */
-typedef struct { bool userns, overlay, pidns, netns, cgroup_pids, cgroup_memory, freezer; char why[512]; } sbx_host_caps;
+typedef struct { bool userns, overlay, pidns, netns, internet, net_guard, cgroup_pids, cgroup_memory, freezer; char why[768]; } sbx_host_caps;
 void sbx_probe_host(sbx_host_caps *caps);
 
 int   sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen);
@@ -34,6 +45,8 @@ int   sbx_pause(sbx_t *s);              /* freeze every process (cgroup freezer,
 int   sbx_resume(sbx_t *s);
 int   sbx_root_fd(sbx_t *s);            /* O_PATH fd of "/" as the sandbox's processes see it: use openat2(RESOLVE_IN_ROOT) */
 uid_t sbx_host_uid(const sbx_t *s, uid_t inner);   /* inner uid/gid → host id, for fchown from the host */
+/* Every sandbox's map: inner id i < *count is host id *uid_base + i (*gid_base + i). */
+void  sbx_id_range(uid_t *uid_base, gid_t *gid_base, uint32_t *count);
 gid_t sbx_host_gid(const sbx_t *s, gid_t inner);
 /* Remove what a crashed earlier run left behind (and this process's spares), rebuild the
  * template, then start the warm pool for state_dir. */
@@ -46,14 +59,45 @@ void  sbx_cleanup_stale(const char *state_dir);
  * sbx_pool_start is idempotent; sbx_pool_stop ends the refill thread and destroys every spare
  * (it also runs at exit). */
 #define SBX_WARM_POOL 1
+/* And SBX_NET_POOL network pairs with pasta up (env SANDBOXD_NET_POOL; 0 disables), for sandboxes
+ * with internet access that find no spare: they then wait for their own boot only. */
+#define SBX_NET_POOL 1
 void  sbx_pool_start(const char *state_dir);
 void  sbx_pool_stop(void);
 
-/* Users inside every sandbox: root (0) and user (1000, home /home/user). */
-int sbx_lookup_user(const char *name, uid_t *uid, gid_t *gid, const char **home);
+/* Kill every process (SIGKILL to pid 1: the pid namespace dies with it; thawed first), end every
+ * process stream cleanly. Idempotent; sbx_destroy calls it too. */
+void sbx_stop(sbx_t *s);
 
-/* process.Process/<method> for this sandbox (implemented in process.c). */
-struct sd_request;
-void process_rpc(struct sd_request *r, sbx_t *s, const char *method);
-void process_kill_all(sbx_t *s);        /* kill every process, end every stream cleanly; idempotent (destroy calls it too) */
+/* A snapshot of s's file system: s is frozen (cgroup freezer, else SIGSTOP), its upper layers
+ * are copied into a new layer over the one s started from (layers.h), s is thawed. *out is a new
+ * reference. 0, or -1 with err. The caller keeps s from being paused or resumed meanwhile. */
+int sbx_capture(sbx_t *s, struct layer **out, char *err, size_t errlen);
+/* Metrics, as E2B's getMetrics has them: samples taken when asked (at most one per
+ * SBX_METRICS_INTERVAL_MS; the newest SBX_METRICS_MAX kept). CPU from the cpuacct cgroup, as a
+ * share of every host CPU since the previous sample (or the start); memory from the memory cgroup
+ * (used without page cache, the limit as total); disk: what the upper layers hold (at most
+ * SBX_DU_ENTRIES entries counted) of the state dir's file system. */
+typedef struct {
+  int64_t ts_ms;
+  int cpu_count;
+  double cpu_pct;
+  uint64_t mem_used, mem_total, mem_cache, disk_used, disk_total;
+} sbx_metric;
+#define SBX_METRICS_INTERVAL_MS 1000
+#define SBX_METRICS_MAX 720
+#define SBX_DU_ENTRIES 1000000
+/* A sample now if due, then every sample with from_ms <= ts_ms <= to_ms (*out: free()). 0 or -1. */
+int sbx_metrics(sbx_t *s, int64_t from_ms, int64_t to_ms, sbx_metric **out, size_t *n);
+
+/* The layer s started from (NULL: the template); borrowed. */
+struct layer *sbx_layer(sbx_t *s);
+
+/* The process table (ptab.h) of a created sandbox. */
+struct ptab;
+struct ptab *sbx_ptab(sbx_t *s);
+
+/* The file-system context (paths.h) of `user` in s: -1 for an unknown user. */
+#include "paths.h"
+int sbx_fs_ctx(sbx_t *s, const char *user, fs_ctx *c);
 #endif

@@ -170,11 +170,27 @@ static const char PASSWD[] =
 static const char GROUP[] =
     "root:x:0:\n"
     "tty:x:5:\n"
+    "sudo:x:27:user\n"
     "user:x:1000:\n"
     "nogroup:x:65534:\n";
 static const char HOSTS[] =
     "127.0.0.1\tlocalhost\n"
     "::1\tlocalhost ip6-localhost ip6-loopback\n";
+/* As in E2B's base template: `user` runs anything as root without a password. */
+static const char SUDOERS[] =
+    "# sandboxd: as in E2B's base template, user may run anything as root without a password\n"
+    "Defaults env_reset\n"
+    "Defaults secure_path=\"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\"\n"
+    "root ALL=(ALL:ALL) ALL\n"
+    "user ALL=(ALL:ALL) NOPASSWD: ALL\n"
+    "@includedir /etc/sudoers.d\n";
+/* sudo's PAM service: a sandbox has no passwords (no /etc/shadow); sudoers alone decides. Other
+ * services (su, login) have no file and so are denied. */
+static const char PAM_SUDO[] =
+    "# sandboxd: no passwords inside a sandbox; /etc/sudoers decides who may do what\n"
+    "auth     sufficient pam_permit.so\n"
+    "account  sufficient pam_permit.so\n"
+    "session  sufficient pam_permit.so\n";
 static const char NSSWITCH[] =
     "passwd: files\n"
     "group: files\n"
@@ -190,9 +206,10 @@ static const char *const ETC_COPY[] = {
     "alternatives", "bash.bashrc", "ca-certificates.conf", "debian_version", "gai.conf",
     "host.conf", "inputrc", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "locale.alias",
     "localtime", "login.defs", "magic", "mime.types", "networks", "os-release", "profile",
-    "protocols", "services", "shells", "ssl", "timezone", "resolv.conf", NULL};
+    "protocols", "services", "shells", "ssl", "timezone", NULL};
 
-static int build(const char *dir, uid_t u, gid_t g, uid_t uu, gid_t ug, tpl_info *info, char *err, size_t errlen) {
+static int build(const char *dir, uid_t u, gid_t g, uid_t uu, gid_t ug, const char *nameserver, tpl_info *info,
+                 char *err, size_t errlen) {
   char root[4200];
   snprintf(root, sizeof root, "%s/root", dir);
   if (mkdir(dir, 0755) != 0 || mkdir(root, 0755) != 0) {
@@ -232,23 +249,24 @@ static int build(const char *dir, uid_t u, gid_t g, uid_t uu, gid_t ug, tpl_info
   int hfd = open("/etc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   int rc = hfd < 0 ? -1 : 0;
   for (size_t i = 0; rc == 0 && ETC_COPY[i]; i++) rc = copy_entry(hfd, ETC_COPY[i], efd, u, g, 0);
-  if (rc == 0 && faccessat(efd, "resolv.conf", F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
-    /* resolv.conf is often a symlink into /run: keep the content, not the link. */
-    struct stat st;
-    if (fstatat(efd, "resolv.conf", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
-      char buf[8192] = "";
-      FILE *f = fopen("/etc/resolv.conf", "re");
-      if (f) { size_t n = fread(buf, 1, sizeof buf - 1, f); buf[n] = 0; fclose(f); }
-      if (unlinkat(efd, "resolv.conf", 0) != 0) rc = -1;
-      else rc = write_file(efd, "resolv.conf", buf, 0644, u, g);
-    }
-  }
+  /* Not the host's resolv.conf: its resolver may be a loopback address, which inside the sandbox's
+   * own network namespace is the sandbox itself. */
+  char resolv[128];
+  snprintf(resolv, sizeof resolv, "# sandboxd: queries reach the host's resolver through pasta\nnameserver %s\n", nameserver);
+  if (rc == 0) rc = write_file(efd, "resolv.conf", resolv, 0644, u, g);
   if (rc == 0) rc = write_file(efd, "passwd", PASSWD, 0644, u, g);
   if (rc == 0) rc = write_file(efd, "group", GROUP, 0644, u, g);
   if (rc == 0) rc = write_file(efd, "hosts", HOSTS, 0644, u, g);
   if (rc == 0) rc = write_file(efd, "nsswitch.conf", NSSWITCH, 0644, u, g);
-  if (rc == 0 && faccessat(efd, "resolv.conf", F_OK, AT_SYMLINK_NOFOLLOW) != 0)
-    rc = write_file(efd, "resolv.conf", "", 0644, u, g);
+  if (rc == 0) rc = write_file(efd, "sudoers", SUDOERS, 0440, u, g);
+  if (rc == 0) rc = mkdir_own(efd, "sudoers.d", 0755, u, g);
+  if (rc == 0) rc = mkdir_own(efd, "pam.d", 0755, u, g);
+  if (rc == 0) {
+    int pfd = openat(efd, "pam.d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    rc = pfd < 0 ? -1 : write_file(pfd, "sudo", PAM_SUDO, 0644, u, g);
+    if (rc == 0) rc = write_file(pfd, "sudo-i", PAM_SUDO, 0644, u, g);
+    if (pfd >= 0) close(pfd);
+  }
   if (hfd >= 0) close(hfd);
   close(efd);
   if (rc != 0) goto fail;
@@ -262,7 +280,7 @@ fail:
 }
 
 int tpl_ensure(const char *state_dir, uid_t owner, gid_t owner_gid, uid_t user_owner, gid_t user_gid,
-               tpl_info *out, char *err, size_t errlen) {
+               const char *nameserver, tpl_info *out, char *err, size_t errlen) {
   pthread_mutex_lock(&tpl_mu);
   if (!tpl_ready && mkdir(state_dir, 0755) != 0 && errno != EEXIST) {
     seterr(err, errlen, "template: mkdir %s: %s", state_dir, strerror(errno));
@@ -289,7 +307,7 @@ int tpl_ensure(const char *state_dir, uid_t owner, gid_t owner_gid, uid_t user_o
   }
   tpl_info info;
   memset(&info, 0, sizeof info);
-  if (build(tmp, owner, owner_gid, user_owner, user_gid, &info, err, errlen) != 0) {
+  if (build(tmp, owner, owner_gid, user_owner, user_gid, nameserver, &info, err, errlen) != 0) {
     (void)tpl_rm_tree(tmp);
     goto out;
   }

@@ -16,9 +16,10 @@ typedef struct {
 } tpl_info;
 
 /* Build <state_dir>/template once per sandboxd process (files owned by host uid/gid `owner`, the
- * sandbox root; /home/user by `user_owner`). Thread-safe; later calls return the cached info. */
+ * sandbox root; /home/user by `user_owner`; /etc/resolv.conf names `nameserver`). Thread-safe;
+ * later calls return the cached info. */
 int tpl_ensure(const char *state_dir, uid_t owner, gid_t owner_gid, uid_t user_owner, gid_t user_gid,
-               tpl_info *out, char *err, size_t errlen);
+               const char *nameserver, tpl_info *out, char *err, size_t errlen);
 
 /* Remove a directory tree without following symlinks or crossing into other file systems,
  * using a constant number of fds whatever the depth. 0 on success, -1 with errno. */

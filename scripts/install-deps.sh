@@ -11,7 +11,8 @@ DEB_PACKAGES=(
   libuv1-dev libcurl4-openssl-dev libssl-dev libmicrohttpd-dev libjansson-dev zlib1g-dev
   libprotobuf-c-dev protobuf-c-compiler
   musl-tools clang libclang-rt-14-dev
-  attr iproute2 procps ncurses-bin python3 git sudo curl openssl
+  attr iproute2 procps ncurses-bin python3 git sudo curl openssl strace
+  passt nftables xfsprogs
   clangd                              # the lsp consumer's server in the tests and examples/world
   nodejs npm
 )
@@ -37,8 +38,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The official E2B SDK, pinned, for the conformance suite (spec/sdk).
-if [ -f spec/sdk/package.json ] && [ ! -d spec/sdk/node_modules/e2b ]; then
+# The official E2B SDK for the conformance suite (spec/sdk): the pinned 2.29.1 and the current
+# release side by side (e2b, e2b-latest), exactly as spec/sdk/package-lock.json has them.
+if [ -f spec/sdk/package.json ] && { [ ! -d spec/sdk/node_modules/e2b ] || [ ! -d spec/sdk/node_modules/e2b-latest ]; }; then
   (cd spec/sdk && npm install --no-audit --no-fund --loglevel=error >/dev/null)
 fi
 echo "install-deps: ok"

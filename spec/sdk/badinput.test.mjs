@@ -3,22 +3,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import http from 'node:http'
 import { existsSync } from 'node:fs'
-import { Sandbox, AuthenticationError, SandboxError, FileNotFoundError } from 'e2b'
-import { T, newSandbox, apiFetch, envdFetch, connectStream, connectUnary, requireEnv, uniq } from './helpers.mjs'
-
-/** Asserts an error response: given status, JSON body {code: status, message: non-empty string}. */
-async function assertError(res, status, what) {
-  assert.equal(res.status, status, `${what}: status`)
-  assert.match(res.headers.get('content-type') ?? '', /application\/json/, `${what}: content type`)
-  const body = await res.json()
-  assert.equal(body.code, status, `${what}: body.code`)
-  assert.equal(typeof body.message, 'string', `${what}: body.message`)
-  assert.ok(body.message.length > 0, `${what}: empty message`)
-  return body
-}
-
-const postJson = (p, body, headers = {}) =>
-  apiFetch(p, { method: 'POST', headers: { 'Content-Type': 'application/json', ...headers }, body })
+import { T, newSandbox, apiFetch, envdFetch, connectStream, connectUnary, requireEnv, uniq, assertApiError as assertError, postJson, SDK_V2, Sandbox, AuthenticationError, SandboxError, FileNotFoundError } from './helpers.mjs'
 
 test('malformed JSON and wrongly typed fields on POST /sandboxes → 400 {code,message}', T, async () => {
   await assertError(await postJson('/sandboxes', '{"templateID": "base",'), 400, 'truncated JSON')
@@ -30,10 +15,15 @@ test('malformed JSON and wrongly typed fields on POST /sandboxes → 400 {code,m
   await assertError(await postJson('/sandboxes', '{"templateID":"base","timeout":-5}'), 400, 'negative timeout')
 })
 
-test('unknown template → 400; the SDK surfaces it as an error', T, async () => {
-  const body = await assertError(await postJson('/sandboxes', JSON.stringify({ templateID: 'no-such-template-' + uniq(''), timeout: 30 })), 400, 'unknown template')
-  assert.match(body.message, /template/i)
+test('unknown template → 404 "template \'x\' not found" (E2B\'s answer); a malformed one → 400 naming templateID', T, async () => {
+  const name = 'no-such-template-' + uniq('')
+  const body = await assertError(await postJson('/sandboxes', JSON.stringify({ templateID: name, timeout: 30 })), 404, 'unknown template')
+  assert.ok(body.message.startsWith(`template '${name}' not found`), body.message)
   await assert.rejects(Sandbox.create('no-such-template', { timeoutMs: 30_000 }), SandboxError)
+  for (const bad of ['has space', 'team/name', 'name:v2', '', 'x'.repeat(129)]) {
+    const b = await assertError(await postJson('/sandboxes', JSON.stringify({ templateID: bad, timeout: 30 })), 400, `templateID ${JSON.stringify(bad)}`)
+    assert.match(b.message, /^field 'templateID': /, b.message)
+  }
 })
 
 test('unknown sandbox on every control-plane route → 404 JSON', T, async () => {
@@ -215,7 +205,7 @@ test('a paused sandbox answers envd calls with 502 JSON until resumed', T, async
   assert.equal(ok.status, 200)
 })
 
-test('a field sandboxd cannot enforce (volumeMounts) is refused with a clear error, not ignored', T, async () => {
+test('volumeMounts naming a volume that does not exist → 400 naming the field, nothing created', T, async () => {
   const res = await postJson(
     '/sandboxes',
     JSON.stringify({ templateID: 'base', timeout: 30, volumeMounts: [{ name: 'no-such-volume', path: '/mnt/v' }] }),
@@ -225,10 +215,8 @@ test('a field sandboxd cannot enforce (volumeMounts) is refused with a clear err
     await apiFetch(`/sandboxes/${made.sandboxID}`, { method: 'DELETE' })
     assert.fail('volumeMounts was silently accepted')
   }
-  assert.ok(res.status >= 400 && res.status < 600)
-  const body = await res.json()
-  assert.equal(body.code, res.status)
-  assert.ok(body.message)
+  const body = await assertError(res, 400, 'unknown volume')
+  assert.equal(body.message, "field 'volumeMounts[0].name': volume 'no-such-volume' not found")
 })
 
 test('upload onto a FIFO → 400 "not a regular file"; the FIFO is never opened', T, async (t) => {
@@ -242,6 +230,7 @@ test('upload onto a FIFO → 400 "not a regular file"; the FIFO is never opened'
 })
 
 test('signed URLs of a sandbox created without secure: true → 401 naming the reason', T, async (t) => {
+  if (SDK_V2) return t.skip('the current SDK has no secure option: its sandboxes are always secure (controlplane_v2.test.mjs)')
   const sbx = await newSandbox(t, { secure: false })
   for (const [method, url] of [['POST', await sbx.uploadUrl('/tmp/x')], ['GET', await sbx.downloadUrl('/etc/hostname')]]) {
     assert.ok(!new URL(url).searchParams.get('signature'), 'no signature without secure: true')
@@ -255,7 +244,7 @@ test('create fields sandboxd cannot enforce → 400 whose message names the fiel
   const cases = [
     ['network', { network: { denyOut: ['0.0.0.0/0'] } }],
     ['mcp', { mcp: { 'some-server': {} } }],
-    ['autoResume.enabled', { autoPause: true, autoResume: { enabled: true } }],
+    ['autoResume', { autoPause: true, autoResume: { enabled: 'yes' } }],
     ['noSuchField', { noSuchField: 1 }],
   ]
   for (const [field, extra] of cases) {
@@ -277,15 +266,12 @@ test('create fields sandboxd cannot enforce → 400 whose message names the fiel
 test('unimplemented control-plane routes → 501 {code: 501, message}', T, async () => {
   const id = 'nosuchsandbox' + uniq('')
   const routes = [
-    ['GET', `/sandboxes/${id}/metrics`],
     ['PUT', `/sandboxes/${id}/network`, '{}'],
-    ['POST', `/sandboxes/${id}/snapshots`, '{}'],
-    ['GET', '/snapshots'],
+    ['GET', '/snapshots/x'],
     ['GET', '/templates'],
     ['GET', '/v2/templates'],
     ['POST', '/v3/templates', '{}'],
-    ['GET', '/volumes'],
-    ['GET', '/volumecontent/x'],
+    ['GET', '/secrets'],
   ]
   for (const [method, p, body] of routes) {
     const res = await apiFetch(p, { method, ...(body ? { body, headers: { 'Content-Type': 'application/json' } } : {}) })

@@ -1,8 +1,7 @@
 // Process conformance: commands.run/list/kill/connect/sendStdin/closeStdin through the SDK.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { CommandExitError, InvalidArgumentError, SandboxError, TimeoutError } from 'e2b'
-import { T, newSandbox, waitFor, uniq } from './helpers.mjs'
+import { T, newSandbox, waitFor, uniq, CommandExitError, InvalidArgumentError, SandboxError, TimeoutError } from './helpers.mjs'
 
 test('run: stdout, stderr and exit code 0', T, async (t) => {
   const sbx = await newSandbox(t)

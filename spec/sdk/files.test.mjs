@@ -1,8 +1,7 @@
 // Filesystem conformance: /files upload/download and the filesystem.Filesystem RPCs, through the SDK.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { FileNotFoundError, InvalidArgumentError, SandboxError } from 'e2b'
-import { T, newSandbox, waitFor, connectUnary } from './helpers.mjs'
+import { T, newSandbox, waitFor, connectUnary, FileNotFoundError, InvalidArgumentError, SandboxError } from './helpers.mjs'
 
 const HOME = '/home/user'
 const pick = (w) => ({ name: w.name, type: w.type, path: w.path, metadata: w.metadata })

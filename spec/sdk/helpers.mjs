@@ -8,7 +8,39 @@ import { tmpdir } from 'node:os'
 import net from 'node:net'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { Sandbox } from 'e2b'
+
+/**
+ * The SDK under test: MB_E2B_SDK=e2b (default, the pinned 2.29.1) or e2b-latest (the current
+ * release, installed side by side as an npm alias; package.json pins both). scripts/test.sh runs
+ * the suite once with each. Tests import the SDK's classes from here, never from 'e2b' directly.
+ */
+export const SDK_PACKAGE = process.env.MB_E2B_SDK || 'e2b'
+if (!['e2b', 'e2b-latest'].includes(SDK_PACKAGE)) throw new Error(`MB_E2B_SDK must be e2b or e2b-latest, not '${SDK_PACKAGE}'`)
+const sdk = await import(SDK_PACKAGE)
+export const SDK_VERSION = JSON.parse(
+  readFileSync(path.join(path.dirname(fileURLToPath(import.meta.url)), 'node_modules', SDK_PACKAGE, 'package.json'), 'utf8'),
+).version
+export const {
+  Sandbox,
+  SandboxNotFoundError,
+  AuthenticationError,
+  SandboxError,
+  FileNotFoundError,
+  CommandExitError,
+  InvalidArgumentError,
+  TimeoutError,
+  NotFoundError,
+  getSignature,
+} = sdk
+
+/** semver a >= b (numeric x.y.z). */
+export function versionAtLeast(a, b) {
+  const x = a.split('.').map(Number), y = b.split('.').map(Number)
+  for (let i = 0; i < 3; i++) if (x[i] !== y[i]) return x[i] > y[i]
+  return true
+}
+/** The SDK speaks the v2 control plane (POST /v2/sandboxes, always-secure sandboxes, no `secure` option). */
+export const SDK_V2 = versionAtLeast(SDK_VERSION, '2.30.0')
 
 export const HERE = path.dirname(fileURLToPath(import.meta.url))
 export const ZERO_KEY = 'e2b_' + '0'.repeat(40)
@@ -86,6 +118,22 @@ export function settlesWithin(p, ms, what) {
 
 export const sha256 = (buf) => createHash('sha256').update(buf).digest('hex')
 export const sha256File = (p) => sha256(readFileSync(p))
+
+/** Asserts an error response: given status, JSON body {code: status, message: non-empty string}. */
+export async function assertApiError(res, status, what) {
+  const assert = (await import('node:assert/strict')).default
+  assert.equal(res.status, status, `${what}: status`)
+  assert.match(res.headers.get('content-type') ?? '', /application\/json/, `${what}: content type`)
+  const body = await res.json()
+  assert.equal(body.code, status, `${what}: body.code`)
+  assert.equal(typeof body.message, 'string', `${what}: body.message`)
+  assert.ok(body.message.length > 0, `${what}: empty message`)
+  return body
+}
+
+/** POST of a JSON text (or object) to the control plane, with the API key. */
+export const postJson = (p, body, headers = {}) =>
+  apiFetch(p, { method: 'POST', headers: { 'Content-Type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) })
 
 /** Control-plane request with the API key (unless headers override it). */
 export async function apiFetch(p, init = {}) {
@@ -181,9 +229,32 @@ export function hostProcessesWith(marker) {
   return out
 }
 
-/** Host uid line of /proc/<pid>/status: [real, effective, saved, fs]. */
+/** Host pids of the processes whose parent is `ppid` and whose argv[0] is `argv0`. */
+export function hostChildren(ppid, argv0) {
+  const out = []
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue
+    try {
+      const st = readFileSync(`/proc/${d}/stat`, 'utf8')
+      const parent = Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[1])
+      if (parent === ppid && readFileSync(`/proc/${d}/cmdline`, 'utf8').split('\0')[0] === argv0) out.push(Number(d))
+    } catch {
+      /* gone */
+    }
+  }
+  return out
+}
+
+/** Host uid line of /proc/<pid>/status: [real, effective, saved, fs]; null once the process is gone
+ * (a login shell that exec'd or exited after hostProcessesWith saw it). */
 export function hostUids(pid) {
-  const st = readFileSync(`/proc/${pid}/status`, 'utf8')
+  let st
+  try {
+    st = readFileSync(`/proc/${pid}/status`, 'utf8')
+  } catch (e) {
+    if (e.code === 'ENOENT' || e.code === 'ESRCH') return null
+    throw e
+  }
   return st.match(/^Uid:\s+(.*)$/m)[1].trim().split(/\s+/).map(Number)
 }
 

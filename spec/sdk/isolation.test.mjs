@@ -4,7 +4,6 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { mkdirSync, writeFileSync, rmSync, existsSync, readFileSync } from 'node:fs'
-import { Sandbox } from 'e2b'
 import {
   T,
   newSandbox,
@@ -18,6 +17,7 @@ import {
   killQuietly,
   marker,
   sh,
+  Sandbox,
 } from './helpers.mjs'
 
 /** Host files with a unique secret, removed after the test. */
@@ -196,13 +196,10 @@ test('uid inside: user is 1000, root is 0 but maps to an unprivileged host uid',
   const mk = marker(6)
   await sbx.commands.run(`sleep ${mk}`, { background: true, timeoutMs: 0, user: 'root' })
   const procs = await waitFor(() => {
-    const p = hostProcessesWith(`sleep ${mk}`)
+    const p = hostProcessesWith(`sleep ${mk}`).map((x) => ({ ...x, uids: hostUids(x.pid) })).filter((x) => x.uids)
     return p.length ? p : null
   }, { what: 'root sleep on the host' })
-  for (const p of procs) {
-    const uids = hostUids(p.pid)
-    assert.ok(uids.every((u) => u !== 0), `sandbox root runs as host uid ${uids.join(',')}`)
-  }
+  for (const p of procs) assert.ok(p.uids.every((u) => u !== 0), `sandbox root runs as host uid ${p.uids.join(',')}`)
   const map = (await sbx.commands.run('cat /proc/self/uid_map', { user: 'root' })).stdout.trim().split(/\s+/).map(Number)
   assert.ok(!(map[0] === 0 && map[1] === 0), `uid 0 inside is uid 0 outside: ${map.join(' ')}`)
 })
@@ -216,4 +213,23 @@ test('allowInternetAccess false: the sandbox has loopback only', T, async (t) =>
     `python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(); c=socket.create_connection(s.getsockname()); print('lo-ok')"`,
   )
   assert.equal(r.stdout, 'lo-ok\n')
+})
+
+test('root inside cannot ptrace pid 1: the attempt fails at once and every later command runs', T, async (t) => {
+  const sbx = await newSandbox(t)
+  // PTRACE_ATTACH (16) to the init: EPERM (1). Before, it stopped pid 1 and every later command
+  // hit its deadline.
+  const attach = await sh(sbx, `python3 -c "import ctypes; l=ctypes.CDLL(None, use_errno=True); print(l.ptrace(16, 1, 0, 0), ctypes.get_errno())"`, { user: 'root' })
+  assert.equal(attach.out.trim(), '-1 1')
+  const strace = await sh(sbx, 'strace -p 1 2>&1', { user: 'root', timeoutMs: 20_000 })
+  assert.notEqual(strace.code, 0)
+  assert.match(strace.out, /Operation not permitted/)
+  // nor through /proc: its memory, descriptors and environment stay closed
+  for (const f of ['/proc/1/mem', '/proc/1/environ', '/proc/1/fd/0'])
+    assert.notEqual((await sh(sbx, `head -c1 ${f}`, { user: 'root' })).code, 0, `${f} readable`)
+  assert.equal((await sbx.commands.run('echo alive', { timeoutMs: 20_000 })).stdout, 'alive\n')
+  // root inside still traces its own programs
+  assert.equal((await sh(sbx, 'strace -f -o /dev/null true; echo rc=$?', { user: 'root' })).out.trim(), 'rc=0')
+  // and what `ps` shows of pid 1 is unchanged
+  assert.equal((await sbx.commands.run('cat /proc/1/comm')).stdout, 'sandboxd-init\n')
 })

@@ -1,7 +1,6 @@
 // Control-plane lifecycle: create/getInfo/list/setTimeout/connect/pause/kill through the SDK.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { Sandbox, SandboxNotFoundError } from 'e2b'
 import {
   T,
   newSandbox,
@@ -13,6 +12,8 @@ import {
   pathsUnder,
   sharedStateDir,
   marker,
+  Sandbox,
+  SandboxNotFoundError,
 } from './helpers.mjs'
 
 const semverAtLeast = (v, min) => {

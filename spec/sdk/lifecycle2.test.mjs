@@ -7,7 +7,6 @@ import { execFileSync } from 'node:child_process'
 import { existsSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync, mkdtempSync } from 'node:fs'
 import { hostname, tmpdir } from 'node:os'
 import path from 'node:path'
-import { Sandbox, AuthenticationError } from 'e2b'
 import {
   T,
   ZERO_KEY,
@@ -25,6 +24,8 @@ import {
   hostMountsWith,
   pathsUnder,
   sh,
+  Sandbox,
+  AuthenticationError,
 } from './helpers.mjs'
 
 /** Sends `sig` and waits (bounded) for the exit; resolves with {code, signal}. */

@@ -1,8 +1,7 @@
 // PTY conformance: pty.create/sendInput/resize/kill/connect through the SDK.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { CommandExitError, SandboxError } from 'e2b'
-import { T, newSandbox, waitFor } from './helpers.mjs'
+import { T, newSandbox, waitFor, CommandExitError, SandboxError } from './helpers.mjs'
 
 const enc = (s) => new TextEncoder().encode(s)
 

@@ -4,7 +4,6 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { existsSync, readdirSync, rmSync } from 'node:fs'
 import path from 'node:path'
-import { Sandbox, SandboxNotFoundError } from 'e2b'
 import {
   T,
   startSandboxd,
@@ -17,6 +16,9 @@ import {
   pathsUnder,
   newSandbox,
   marker,
+  hostChildren,
+  Sandbox,
+  SandboxNotFoundError,
 } from './helpers.mjs'
 
 /** Everything the sandbox `id` could have left on the host for a sandboxd with `stateDir`. */
@@ -46,8 +48,12 @@ test('SIGKILL of sandboxd, then a restart on the same state dir leaves nothing b
   await waitFor(() => hostProcessesWith(`sleep ${m}`).length > 0, { what: 'the sandbox sleep on the host' })
   assert.ok(pathsUnder(first.stateDir, sbx.sandboxId).length > 0 || readdirSync(first.stateDir).length > 0, 'sandbox state lives under --state-dir')
 
+  // pasta outlives everything else of a sandbox: the sandbox's, the spare's and the stocked one
+  const pastas = hostChildren(first.proc.pid, 'pasta')
+  assert.ok(pastas.length >= 1, 'the sandbox (internet access) has a pasta')
   first.proc.kill('SIGKILL')
   await first.exited
+  assert.ok(pastas.every((p) => existsSync(`/proc/${p}`)), 'they outlive a crashed sandboxd')
 
   second = await startSandboxd({ stateDir: first.stateDir })
   // cleanup happens at start-up; poll briefly in case it finishes just after the listening line
@@ -56,6 +62,7 @@ test('SIGKILL of sandboxd, then a restart on the same state dir leaves nothing b
     what: 'the crashed run to be cleaned up',
   }).catch(() => {})
   assert.deepEqual(leftovers(first.stateDir, sbx.sandboxId, [m]), nothing)
+  assert.deepEqual(pastas.filter((p) => existsSync(`/proc/${p}`)), [], 'the restart stopped the crashed run\'s pastas')
   await assert.rejects(Sandbox.getInfo(sbx.sandboxId, second.opts), SandboxNotFoundError)
   // the restarted server works
   const fresh = await Sandbox.create('base', { ...second.opts, timeoutMs: 60_000 })
@@ -132,4 +139,6 @@ test('the state directory holds nothing but what a fresh sandboxd needs after a 
   assert.ok(existsSync(srv.stateDir))
   const sandboxesDir = path.join(srv.stateDir, 'sandboxes')
   if (existsSync(sandboxesDir)) assert.deepEqual(readdirSync(sandboxesDir), [])
+  const netDir = path.join(srv.stateDir, 'net')
+  if (existsSync(netDir)) assert.deepEqual(readdirSync(netDir), [], 'no pasta recorded')
 })

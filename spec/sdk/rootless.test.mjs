@@ -7,7 +7,6 @@ import { spawnSync } from 'node:child_process'
 import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { Sandbox, SandboxNotFoundError } from 'e2b'
 import {
   T,
   startSandboxdArgs,
@@ -19,6 +18,8 @@ import {
   hostUids,
   pathsUnder,
   marker,
+  Sandbox,
+  SandboxNotFoundError,
 } from './helpers.mjs'
 
 const NOBODY = 65534
@@ -66,17 +67,31 @@ test('sandboxd as an ordinary user: reports missing isolation, serves the SDK, S
     assert.match(reasons, reason)
   }
   // and what it does have is not reported missing (the probe above just cloned these namespaces)
-  for (const ok of ['user namespaces', 'pid namespace']) assert.ok(!missing.split(', ').includes(ok), `${ok} reported missing: ${missing}`)
+  for (const ok of ['user namespaces', 'pid namespace', 'network namespace']) assert.ok(!missing.split(', ').includes(ok), `${ok} reported missing: ${missing}`)
+  // Internet access needs pasta and a tun device this user may open (a host's /dev/net/tun is often
+  // root's alone); without it, a create that asks for it is refused, naming the field and why.
+  const internet = !missing.split(', ').includes('internet access (pasta)')
+  if (internet) {
+    // pasta runs as this user, so nothing guards the host's own addresses: reported
+    assert.ok(missing.split(', ').includes('host address guard (nftables)'), `no guard reported missing: ${missing}`)
+    assert.match(reasons, /not root: pasta runs as you, and nothing keeps sandboxes with internet access from the host's non-loopback addresses/)
+  } else {
+    assert.match(reasons, /internet access: .+ \(sandboxes need allow_internet_access: false\)/)
+    await assert.rejects(Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000 }),
+      /^SandboxError: 501: field 'allow_internet_access': true is not available on this host \(.+\); create the sandbox with allowInternetAccess: false$/)
+  }
 
   // The SDK path.
-  const sbx = await Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000 })
+  const sbx = await Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000, allowInternetAccess: internet })
   const r = await sbx.commands.run('echo rootless-ok; id -u')
   assert.equal(r.exitCode, 0)
   assert.match(r.stdout, /^rootless-ok\n\d+\n$/)
   const m = marker(6)
   await sbx.commands.run(`sleep ${m}`, { background: true, timeoutMs: 0 })
-  const hostSleep = await waitFor(() => hostProcessesWith(`sleep ${m}`)[0], { what: 'the sandbox sleep on the host' })
-  assert.deepEqual(hostUids(hostSleep.pid), [NOBODY, NOBODY, NOBODY, NOBODY], 'sandbox commands run as 65534 on the host')
+  const uids = await waitFor(() => hostProcessesWith(`sleep ${m}`).map((p) => hostUids(p.pid)).find((u) => u), {
+    what: 'the sandbox sleep on the host',
+  })
+  assert.deepEqual(uids, [NOBODY, NOBODY, NOBODY, NOBODY], 'sandbox commands run as 65534 on the host')
   const info = await sbx.files.write('notes/hello.txt', 'hello from a rootless sandbox')
   assert.equal(info.path, '/home/user/notes/hello.txt')
   assert.equal(await sbx.files.read('notes/hello.txt'), 'hello from a rootless sandbox')
@@ -90,7 +105,7 @@ test('sandboxd as an ordinary user: reports missing isolation, serves the SDK, S
   })
 
   // SIGTERM with a live sandbox: exit 0, and nothing of either sandbox remains.
-  const live = await Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000 })
+  const live = await Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000, allowInternetAccess: internet })
   const m2 = marker(7)
   await live.commands.run(`sleep ${m2}`, { background: true, timeoutMs: 0 })
   await waitFor(() => hostProcessesWith(`sleep ${m2}`).length > 0, { what: 'the second sleep on the host' })

@@ -1,8 +1,7 @@
 // Secure sandboxes: envd access token, signed /files URLs (fetched without any routing header).
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { getSignature } from 'e2b'
-import { T, newSandbox, envdFetch } from './helpers.mjs'
+import { T, newSandbox, envdFetch, getSignature } from './helpers.mjs'
 
 const HOME = '/home/user'
 

@@ -20,10 +20,14 @@ test('control plane: auth, validation and error bodies carry code == status', as
   assert.equal(r.status, 400); assert.equal(r.body.code, 400); assert.match(r.body.message, /malformed JSON/)
   r = await json(await api('/sandboxes', { method: 'POST', body: JSON.stringify({ templateID: 'python' }) }))
   assert.equal(r.status, 400); assert.match(r.body.message, /template 'python'/)
-  for (const field of ['network', 'mcp', 'volumeMounts']) {
-    r = await json(await api('/sandboxes', { method: 'POST', body: JSON.stringify({ templateID: 'base', [field]: {} }) }))
-    assert.equal(r.status, 400); assert.match(r.body.message, new RegExp(field))
+  for (const [field, value] of [['network', { denyOut: ['0.0.0.0/0'] }], ['mcp', {}], ['volumeMounts', {}], ['volumeMounts', [{ name: 'v', path: '/v' }]]]) {
+    r = await json(await api('/sandboxes', { method: 'POST', body: JSON.stringify({ templateID: 'base', [field]: value }) }))
+    assert.equal(r.status, 400); assert.match(r.body.message, new RegExp(`'${field}'`))
   }
+  // an empty network config asks for nothing: taken
+  r = await json(await api('/sandboxes', { method: 'POST', body: JSON.stringify({ templateID: 'base', network: {}, volumeMounts: [] }) }))
+  assert.equal(r.status, 201)
+  assert.equal((await kill(r.body.sandboxID)).status, 204)
   r = await json(await api('/sandboxes', { method: 'POST', body: JSON.stringify({ templateID: 'base', autoResume: { enabled: true } }) }))
   assert.equal(r.status, 400); assert.match(r.body.message, /autoResume/)
   r = await json(await api('/sandboxes', { method: 'POST', body: JSON.stringify({ templateID: 'base', timeout: -1 }) }))

@@ -1,9 +1,10 @@
-/* fsrpc.h — filesystem.Filesystem RPCs (reference §5.4): Stat, MakeDir, Move, ListDir, Remove,
- * WatchDir (inotify, server-streaming). Paths are resolved by paths.c inside the sandbox root. */
-#ifndef SANDBOXD_FSRPC_H
-#define SANDBOXD_FSRPC_H
-#include "registry.h"
-#include "server.h"
+/* fs_rpc.h — envd's filesystem.Filesystem RPCs (reference §5.4): Stat, MakeDir, Move, ListDir,
+ * Remove, WatchDir (inotify, server-streaming). Paths are resolved by paths.c inside the sandbox
+ * root. */
+#ifndef SANDBOXD_FS_RPC_H
+#define SANDBOXD_FS_RPC_H
+#include "http.h"
+#include "router.h"
 
 #define FSRPC_MAX_LIST_ENTRIES 100000
 #define FSRPC_MAX_DEPTH 1024           /* ListDir depth; deeper ⇒ invalid_argument */
@@ -12,5 +13,6 @@
 #define FSRPC_MAX_WATCH_STREAMS 32     /* WatchDir streams at once, over every sandbox (inotify instances are host root's) */
 #define FSRPC_MAX_WATCH_STREAMS_PER_SBX 8
 
-void fsrpc_handle(sd_request *r, reg_entry *e, const char *method);
+/* The route's sandbox, user and method come from the router's decision. */
+void fs_rpc(sd_request *r, const rt_decision *d);
 #endif

@@ -1,5 +1,5 @@
-/* fsrpc.c — filesystem.Filesystem RPCs (see fsrpc.h). */
-#include "fsrpc.h"
+/* fs_rpc.c — filesystem.Filesystem RPCs (see fs_rpc.h). */
+#include "fs_rpc.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -15,32 +15,34 @@
 #include <unistd.h>
 
 #include "paths.h"
+#include "rpc.h"
+#include "sandbox.h"
 
 /* A string field of the request: absent → "", wrong type → reply and NULL. */
 static const char *str_field(sd_request *r, json_t *req, const char *field) {
   json_t *v = json_object_get(req, field);
   if (!v || json_is_null(v)) return "";
-  if (!json_is_string(v)) { sd_reply_connect_error(r, "invalid_argument", "field '%s' must be a string", field); return NULL; }
+  if (!json_is_string(v)) { rpc_reply_error(r, "invalid_argument", "field '%s' must be a string", field); return NULL; }
   return json_string_value(v);
 }
 
 static int resolve(sd_request *r, const fs_ctx *c, const char *in, char *out) {
   int rc = paths_resolve(c, in, out, PATHS_MAX);
-  if (rc == -ENAMETOOLONG) sd_reply_connect_error(r, "invalid_argument", "path is too long: %.200s...", in);
-  else if (rc) sd_reply_connect_error(r, "invalid_argument", "invalid path '%s'", in);
+  if (rc == -ENAMETOOLONG) rpc_reply_error(r, "invalid_argument", "path is too long: %.200s...", in);
+  else if (rc) rpc_reply_error(r, "invalid_argument", "invalid path '%s'", in);
   return rc;
 }
 
 static void reply_errno(sd_request *r, int err, const char *what, const char *path) {
-  if (err == ENOENT || err == ENOTDIR) sd_reply_connect_error(r, "not_found", "%s not found: %s", what, path);
-  else if (err == EACCES || err == EPERM) sd_reply_connect_error(r, "permission_denied", "permission denied: %s", path);
+  if (err == ENOENT || err == ENOTDIR) rpc_reply_error(r, "not_found", "%s not found: %s", what, path);
+  else if (err == EACCES || err == EPERM) rpc_reply_error(r, "permission_denied", "permission denied: %s", path);
   else if (err == PATHS_EFOREIGN)
-    sd_reply_connect_error(r, "permission_denied", "%s is not on the sandbox's own file systems (proc, sysfs, devpts, "
+    rpc_reply_error(r, "permission_denied", "%s is not on the sandbox's own file systems (proc, sysfs, devpts, "
                            "cgroup and similar cannot be changed): %s", what, path);
-  else if (err == EXDEV) sd_reply_connect_error(r, "invalid_argument", "a move cannot cross mount points: %s", path);
-  else if (err == ELOOP) sd_reply_connect_error(r, "invalid_argument", "too many levels of symbolic links: %s", path);
-  else if (err == ENOSPC) sd_reply_connect_error(r, "resource_exhausted", "no space left for %s", path);
-  else sd_reply_connect_error(r, "internal", "%s %s: %s", what, path, strerror(err));
+  else if (err == EXDEV) rpc_reply_error(r, "invalid_argument", "a move cannot cross mount points: %s", path);
+  else if (err == ELOOP) rpc_reply_error(r, "invalid_argument", "too many levels of symbolic links: %s", path);
+  else if (err == ENOSPC) rpc_reply_error(r, "resource_exhausted", "no space left for %s", path);
+  else rpc_reply_error(r, "internal", "%s %s: %s", what, path, strerror(err));
 }
 
 static void do_stat(sd_request *r, const fs_ctx *c, json_t *req) {
@@ -61,13 +63,13 @@ static void do_makedir(sd_request *r, const fs_ctx *c, json_t *req) {
     struct stat st;
     int isdir = fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
     close(fd);
-    if (isdir) sd_reply_connect_error(r, "already_exists", "directory already exists: %s", abs);
-    else sd_reply_connect_error(r, "invalid_argument", "path already exists and is not a directory: %s", abs);
+    if (isdir) rpc_reply_error(r, "already_exists", "directory already exists: %s", abs);
+    else rpc_reply_error(r, "invalid_argument", "path already exists and is not a directory: %s", abs);
     return;
   }
   bool created;
   int rc = paths_mkdir_p(c, abs, &created);
-  if (rc == -ENOTDIR) { sd_reply_connect_error(r, "invalid_argument", "a parent of %s is not a directory", abs); return; }
+  if (rc == -ENOTDIR) { rpc_reply_error(r, "invalid_argument", "a parent of %s is not a directory", abs); return; }
   if (rc) { reply_errno(r, -rc, "directory", abs); return; }
   json_t *e = paths_entry_at(c, abs);
   if (!e) { reply_errno(r, errno, "directory", abs); return; }
@@ -79,7 +81,7 @@ static void do_move(sd_request *r, const fs_ctx *c, json_t *req) {
   if (!src_in) return;
   const char *dst_in = str_field(r, req, "destination");
   if (dst_in && (!*src_in || !*dst_in)) {   /* "" would mean the home directory itself */
-    sd_reply_connect_error(r, "invalid_argument", "fields 'source' and 'destination' are required");
+    rpc_reply_error(r, "invalid_argument", "fields 'source' and 'destination' are required");
     return;
   }
   char src[PATHS_MAX], dst[PATHS_MAX], sname[256], dname[256];
@@ -89,7 +91,7 @@ static void do_move(sd_request *r, const fs_ctx *c, json_t *req) {
   if (sfd < 0 || fstatat(sfd, sname, &st, AT_SYMLINK_NOFOLLOW) != 0) {
     int er = sfd < 0 ? -sfd : errno;
     if (sfd >= 0) close(sfd);
-    if (er == EINVAL) sd_reply_connect_error(r, "invalid_argument", "cannot move %s", src);
+    if (er == EINVAL) rpc_reply_error(r, "invalid_argument", "cannot move %s", src);
     else reply_errno(r, er, "source file", src);
     return;
   }
@@ -104,7 +106,7 @@ static void do_move(sd_request *r, const fs_ctx *c, json_t *req) {
   int dfd = paths_open_parent(c, dst, dname, sizeof dname);
   if (dfd < 0) {
     close(sfd);
-    if (dfd == -EINVAL) sd_reply_connect_error(r, "invalid_argument", "cannot move onto %s", dst);
+    if (dfd == -EINVAL) rpc_reply_error(r, "invalid_argument", "cannot move onto %s", dst);
     else reply_errno(r, -dfd, "destination directory", dst);
     return;
   }
@@ -123,7 +125,7 @@ static void do_move(sd_request *r, const fs_ctx *c, json_t *req) {
   if (!rc && !e) rc = errno;
   close(sfd);
   close(dfd);
-  if (rc == EINVAL) { sd_reply_connect_error(r, "invalid_argument", "cannot move %s into itself (%s)", src, dst); return; }
+  if (rc == EINVAL) { rpc_reply_error(r, "invalid_argument", "cannot move %s into itself (%s)", src, dst); return; }
   if (rc) { reply_errno(r, rc, "file", dst); return; }
   sd_reply_json(r, 200, json_pack("{s:o}", "entry", e));
 }
@@ -244,25 +246,25 @@ static void do_listdir(sd_request *r, const fs_ctx *c, json_t *req) {
   json_int_t depth = 1;
   if (dv && !json_is_null(dv)) {
     if (!json_is_integer(dv) || json_integer_value(dv) < 0 || json_integer_value(dv) > FSRPC_MAX_DEPTH) {
-      sd_reply_connect_error(r, "invalid_argument", "field 'depth' must be an integer from 0 to %d", FSRPC_MAX_DEPTH);
+      rpc_reply_error(r, "invalid_argument", "field 'depth' must be an integer from 0 to %d", FSRPC_MAX_DEPTH);
       return;
     }
     depth = json_integer_value(dv) ? json_integer_value(dv) : 1;
   }
   int fd = paths_open(c, abs, O_RDONLY | O_DIRECTORY, 0, 0);   /* the root's symlinks are followed */
-  if (fd == -ENOTDIR) { sd_reply_connect_error(r, "invalid_argument", "path is not a directory: %s", abs); return; }
+  if (fd == -ENOTDIR) { rpc_reply_error(r, "invalid_argument", "path is not a directory: %s", abs); return; }
   if (fd < 0) { reply_errno(r, -fd, "directory", abs); return; }
   json_t *out = json_array();
   int rc = walk(c, fd, abs, (unsigned)depth, out);
   close(fd);
   if (rc == -E2BIG) {
     json_decref(out);
-    sd_reply_connect_error(r, "resource_exhausted", "more than %d entries under %s", FSRPC_MAX_LIST_ENTRIES, abs);
+    rpc_reply_error(r, "resource_exhausted", "more than %d entries under %s", FSRPC_MAX_LIST_ENTRIES, abs);
     return;
   }
   if (rc == -EMFILE) {
     json_decref(out);
-    sd_reply_connect_error(r, "resource_exhausted", "too many directories open by ListDir calls at once; retry later (%s)", abs);
+    rpc_reply_error(r, "resource_exhausted", "too many directories open by ListDir calls at once; retry later (%s)", abs);
     return;
   }
   if (rc) { json_decref(out); reply_errno(r, -rc, "directory", abs); return; }
@@ -296,10 +298,10 @@ static int remove_all(int dirfd, const char *name, int level) {
 static void do_remove(sd_request *r, const fs_ctx *c, json_t *req) {
   const char *in = str_field(r, req, "path");
   char abs[PATHS_MAX], name[256];
-  if (in && !*in) { sd_reply_connect_error(r, "invalid_argument", "field 'path' is required"); return; }
+  if (in && !*in) { rpc_reply_error(r, "invalid_argument", "field 'path' is required"); return; }
   if (!in || resolve(r, c, in, abs)) return;
   int dfd = paths_open_parent(c, abs, name, sizeof name);
-  if (dfd == -EINVAL) { sd_reply_connect_error(r, "invalid_argument", "refusing to remove the root directory"); return; }
+  if (dfd == -EINVAL) { rpc_reply_error(r, "invalid_argument", "refusing to remove the root directory"); return; }
   if (dfd == -ENOENT || dfd == -ENOTDIR) { sd_reply_json(r, 200, json_object()); return; }   /* nothing to remove */
   if (dfd < 0) { reply_errno(r, -dfd, "file", abs); return; }
   int fsrc = paths_fs_check(dfd);
@@ -412,7 +414,7 @@ static int send_event(sd_stream *s, watcher *w, const char *watched, const char 
       if (e) json_object_set_new(ev, "entry", e);
     }
   }
-  return sd_stream_send_message(s, json_pack("{s:o}", "filesystem", ev));
+  return rpc_send(s, json_pack("{s:o}", "filesystem", ev));
 }
 
 static void do_watchdir(sd_request *r, reg_entry *re, const fs_ctx *c, json_t *req) {
@@ -422,19 +424,19 @@ static void do_watchdir(sd_request *r, reg_entry *re, const fs_ctx *c, json_t *r
   json_t *rv = json_object_get(req, "recursive"), *iv = json_object_get(req, "includeEntry");
   if (!iv) iv = json_object_get(req, "include_entry");   /* protobuf JSON also allows the proto name */
   if ((rv && !json_is_boolean(rv) && !json_is_null(rv)) || (iv && !json_is_boolean(iv) && !json_is_null(iv))) {
-    sd_reply_connect_error(r, "invalid_argument", "fields 'recursive' and 'includeEntry' must be booleans");
+    rpc_reply_error(r, "invalid_argument", "fields 'recursive' and 'includeEntry' must be booleans");
     return;
   }
   bool include_entry = json_is_true(iv);
   int fd = paths_open(c, abs, O_RDONLY | O_DIRECTORY, 0, 0);
-  if (fd == -ENOTDIR) { sd_reply_connect_error(r, "invalid_argument", "path %s is not a directory", abs); return; }
+  if (fd == -ENOTDIR) { rpc_reply_error(r, "invalid_argument", "path %s is not a directory", abs); return; }
   if (fd < 0) { reply_errno(r, -fd, "directory", abs); return; }
   int fsrc = paths_fs_check(fd);
   if (fsrc) { close(fd); reply_errno(r, -fsrc, "directory", abs); return; }
   int per = reg_watch_slot(re, +1, FSRPC_MAX_WATCH_STREAMS_PER_SBX);
   if (per < 0) {
     close(fd);
-    sd_reply_connect_error(r, "resource_exhausted", "this sandbox already has %d WatchDir streams open (the limit); "
+    rpc_reply_error(r, "resource_exhausted", "this sandbox already has %d WatchDir streams open (the limit); "
                            "close one first", FSRPC_MAX_WATCH_STREAMS_PER_SBX);
     return;
   }
@@ -443,32 +445,32 @@ static void do_watchdir(sd_request *r, reg_entry *re, const fs_ctx *c, json_t *r
     atomic_fetch_sub(&watch_streams, 1);
     reg_watch_slot(re, -1, 0);
     close(fd);
-    sd_reply_connect_error(r, "resource_exhausted", "sandboxd already serves %d WatchDir streams (the limit over all "
+    rpc_reply_error(r, "resource_exhausted", "sandboxd already serves %d WatchDir streams (the limit over all "
                            "sandboxes); retry later", limit);
     return;
   }
   watcher w = { .c = c, .recursive = json_is_true(rv) };
   w.ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (w.ifd < 0) { close(fd); sd_reply_connect_error(r, "resource_exhausted", "inotify: %s", strerror(errno)); goto out; }
+  if (w.ifd < 0) { close(fd); rpc_reply_error(r, "resource_exhausted", "inotify: %s", strerror(errno)); goto out; }
   int rc = add_tree(&w, fd, "", 0);
   close(fd);
   if (rc == -E2BIG) {
-    sd_reply_connect_error(r, "resource_exhausted", "more than %d directories to watch under %s", FSRPC_MAX_WATCHES, abs);
+    rpc_reply_error(r, "resource_exhausted", "more than %d directories to watch under %s", FSRPC_MAX_WATCHES, abs);
     goto out;
   }
   if (rc) {
-    sd_reply_connect_error(r, "resource_exhausted", "cannot watch %s: %s", abs,
+    rpc_reply_error(r, "resource_exhausted", "cannot watch %s: %s", abs,
                            rc == -ENOSPC ? "sandboxd's share of the host's inotify watches is used up" : strerror(-rc));
     goto out;
   }
   const char *ka = sd_header(r, "Keepalive-Ping-Interval"), *to = sd_header(r, "Connect-Timeout-Ms");
   int64_t keep_ms = ka && atoll(ka) > 0 ? atoll(ka) * 1000 : 90000;
   int64_t deadline = to && atoll(to) > 0 ? mono_ms() + atoll(to) : INT64_MAX;
-  sd_stream *s = sd_stream_open(r, "application/connect+json");
+  sd_stream *s = rpc_stream_open(r);
   if (!s) goto out;
   const char *end_code = NULL, *end_msg = NULL;
   int64_t last = mono_ms();
-  if (sd_stream_send_message(s, json_pack("{s:{}}", "start")) != 0) goto done;
+  if (rpc_send(s, json_pack("{s:{}}", "start")) != 0) goto done;
   _Alignas(struct inotify_event) char buf[64 * 1024];
   for (;;) {
     int64_t now = mono_ms();
@@ -476,7 +478,7 @@ static void do_watchdir(sd_request *r, reg_entry *re, const fs_ctx *c, json_t *r
     if (reg_dying(re)) { end_code = "unavailable"; end_msg = "the sandbox was killed"; break; }
     if (sd_stream_closed(s)) break;
     if (now - last >= keep_ms) {
-      if (sd_stream_send_message(s, json_pack("{s:{}}", "keepalive")) != 0) break;
+      if (rpc_send(s, json_pack("{s:{}}", "keepalive")) != 0) break;
       last = now;
     }
     int64_t wait = 1000;   /* wake at least once a second to notice a client hang-up */
@@ -519,7 +521,7 @@ static void do_watchdir(sd_request *r, reg_entry *re, const fs_ctx *c, json_t *r
     }
   }
 done:
-  sd_stream_end_connect(s, end_code, end_msg);
+  rpc_end(s, end_code, end_msg);
 out:
   for (size_t i = 0; i < w.n; i++) free(w.v[i].rel);
   atomic_fetch_sub(&watch_total, (int)w.n);
@@ -529,21 +531,27 @@ out:
   reg_watch_slot(re, -1, 0);
 }
 
-void fsrpc_handle(sd_request *r, reg_entry *e, const char *method) {
-  fs_ctx c;
-  if (fs_ctx_init(&c, reg_sbx(e), sd_user(r) ? sd_user(r) : "user") != 0) {
-    sd_reply_connect_error(r, "unauthenticated", "invalid username: '%s'", sd_user(r));
+void fs_rpc(sd_request *r, const rt_decision *d) {
+  const char *method = d->rpc;
+  if (strcmp(sd_method(r), "POST") != 0) {
+    rpc_reply_error(r, "unimplemented", "RPC methods must be called with POST, not %s", sd_method(r));
     return;
   }
-  char err[256];
-  json_t *req = sd_connect_request(r, err, sizeof err);
-  if (!req) { sd_reply_connect_error(r, "invalid_argument", "%s", err); return; }
+  if (d->user_error) { rpc_reply_error(r, "unauthenticated", "invalid Authorization header: %s", d->user_error); return; }
+  if (d->user_unknown) { rpc_reply_error(r, "unauthenticated", "invalid username: '%s'", d->user); return; }
+  fs_ctx c;
+  if (sbx_fs_ctx(reg_sbx(d->entry), d->user, &c) != 0) {
+    rpc_reply_error(r, "unauthenticated", "invalid username: '%s'", d->user);
+    return;
+  }
+  json_t *req = rpc_request(r);
+  if (!req) return;
   if (!strcmp(method, "Stat")) do_stat(r, &c, req);
   else if (!strcmp(method, "MakeDir")) do_makedir(r, &c, req);
   else if (!strcmp(method, "Move")) do_move(r, &c, req);
   else if (!strcmp(method, "ListDir")) do_listdir(r, &c, req);
   else if (!strcmp(method, "Remove")) do_remove(r, &c, req);
-  else if (!strcmp(method, "WatchDir")) do_watchdir(r, e, &c, req);
-  else sd_reply_connect_error(r, "unimplemented", "filesystem.Filesystem/%s is not implemented by sandboxd", method);
+  else if (!strcmp(method, "WatchDir")) do_watchdir(r, d->entry, &c, req);
+  else rpc_reply_error(r, "unimplemented", "filesystem.Filesystem/%.60s is not implemented by sandboxd", method);
   json_decref(req);
 }

@@ -1,4 +1,6 @@
-/* server.c — libmicrohttpd front: request collection, replies, streamed responses, routing.
+/* http.c — the HTTP layer over libmicrohttpd: request collection, replies, streamed responses,
+ * multipart parsing. It knows no route, credential or sandbox: main.c's hooks (http.h) admit a
+ * request from its headers and handle it.
  *
  * MHD runs one thread per connection. Once a request body is complete the connection thread
  * starts a worker thread for the handler and waits until the handler has either produced a unary
@@ -6,7 +8,7 @@
  * bounded queue that the worker fills and MHD's content reader (on the connection thread)
  * drains. The request is reference-counted (MHD + worker) because a client may disconnect while
  * the handler still runs. */
-#include "server.h"
+#include "http.h"
 
 #include <errno.h>
 #include <microhttpd.h>
@@ -23,13 +25,6 @@
 #include <time.h>
 #include <arpa/inet.h>
 
-#include "b64.h"
-#include "connect.h"
-#include "control.h"
-#include "files.h"
-#include "fsrpc.h"
-#include "registry.h"
-#include "sandbox.h"
 
 #define SD_MAX_BODY       (8u << 20)      /* JSON and RPC bodies */
 #define SD_MAX_UPLOAD     (512u << 20)    /* POST /files, default (SANDBOXD_MAX_UPLOAD overrides) */
@@ -64,6 +59,7 @@ struct sd_request {
   char *method, *path;
   kv headers[SD_MAX_KV]; size_t nheaders;
   kv query[SD_MAX_KV]; size_t nquery;
+  char *nul_name;                /* a query parameter or header whose name or value holds a NUL byte */
   uint8_t *body; size_t len, cap, limit;
   bool too_large, busy, started;
   /* Streamed upload (POST /files): the handler runs while the body arrives; body[off .. off+len)
@@ -80,20 +76,23 @@ struct sd_request {
   uint8_t *rbody; size_t rlen;
   kv extra[16]; size_t nextra;
   sd_stream *stream;
-  const char *user;
-  const void *group;             /* set by the router: streams of this request end on sd_streams_abort(group) */
+  /* The admit hook's decision: */
+  void *ctx;                     /* main.c's per-request context (released with the request) */
+  bool admitted;
+  bool upload;                   /* the body goes to the handler as it arrives (sd_body_read) */
+  const void *group;             /* streams of this request end on sd_streams_abort(group) */
 };
 
 static struct MHD_Daemon *daemon_;
 static atomic_size_t inflight;        /* sum of every request's body buffer capacity */
 static size_t g_upload_limit = SD_MAX_UPLOAD;
-static char *g_api_key;
+static sd_hooks g_hooks;
 
 /* ---------- request accessors ---------- */
 
 const char *sd_method(const sd_request *r) { return r->method; }
 const char *sd_path(const sd_request *r) { return r->path; }
-const char *sd_user(const sd_request *r) { return r->user; }
+void *sd_context(const sd_request *r) { return r->ctx; }
 
 const char *sd_header(const sd_request *r, const char *name) {
   for (size_t i = 0; i < r->nheaders; i++)
@@ -104,6 +103,14 @@ const char *sd_header(const sd_request *r, const char *name) {
 int sd_header_each(const sd_request *r, int (*cb)(void *, const char *, const char *), void *cls) {
   for (size_t i = 0; i < r->nheaders; i++) {
     int rc = cb(cls, r->headers[i].name, r->headers[i].value);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+int sd_query_each(const sd_request *r, int (*cb)(void *, const char *, const char *), void *cls) {
+  for (size_t i = 0; i < r->nquery; i++) {
+    int rc = cb(cls, r->query[i].name, r->query[i].value);
     if (rc) return rc;
   }
   return 0;
@@ -144,32 +151,6 @@ ssize_t sd_body_read(sd_request *r, void *buf, size_t max) {
   }
   pthread_mutex_unlock(&r->mu);
   return n;
-}
-
-int sd_is_streaming(const sd_request *r) {
-  const char *ct = sd_header(r, "Content-Type");
-  return ct && strncasecmp(ct, "application/connect+json", 24) == 0;
-}
-
-json_t *sd_connect_request(sd_request *r, char *err, size_t errlen) {
-  size_t len;
-  const uint8_t *b = sd_body(r, &len);
-  if (sd_is_streaming(r)) {
-    if (len < MB_ENVELOPE_HDR) { snprintf(err, errlen, "request envelope is truncated"); return NULL; }
-    if (b[0] & MB_ENVELOPE_COMPRESSED) { snprintf(err, errlen, "compressed envelopes are not supported"); return NULL; }
-    uint32_t n = (uint32_t)b[1] << 24 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 8 | b[4];
-    if (b[0] != 0 || n != len - MB_ENVELOPE_HDR) {
-      snprintf(err, errlen, "request must be exactly one data envelope");
-      return NULL;
-    }
-    b += MB_ENVELOPE_HDR; len = n;
-  }
-  if (len == 0) return json_object();
-  json_error_t je;
-  json_t *j = json_loadb((const char *)b, len, JSON_REJECT_DUPLICATES, &je);
-  if (!j) { snprintf(err, errlen, "malformed JSON request: %s (line %d, column %d)", je.text, je.line, je.column); return NULL; }
-  if (!json_is_object(j)) { json_decref(j); snprintf(err, errlen, "request message must be a JSON object"); return NULL; }
-  return j;
 }
 
 /* ---------- replies ---------- */
@@ -232,23 +213,6 @@ int sd_reply_error(sd_request *r, int status, const char *fmt, ...) {
   return sd_reply_json(r, status, json_pack("{s:i,s:o}", "code", status, "message", m));
 }
 
-int sd_reply_connect_error(sd_request *r, const char *code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  json_t *m = vmessage(fmt, ap);
-  va_end(ap);
-  if (sd_is_streaming(r)) {
-    /* Connect streaming: errors travel in the end-stream frame of a 200 response. */
-    sd_stream *s = sd_stream_open(r, "application/connect+json");
-    if (!s) { json_decref(m); return -1; }
-    sd_stream_end_connect(s, code, json_string_value(m));
-    json_decref(m);
-    return 0;
-  }
-  int status = mb_connect_http_status(mb_connect_code_from_string(code));
-  return sd_reply_json(r, status, json_pack("{s:s,s:o}", "code", code, "message", m));
-}
-
 /* ---------- streams ---------- */
 
 static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -303,8 +267,6 @@ void sd_streams_release(const void *group) {
   }
   pthread_mutex_unlock(&streams_mu);
 }
-
-void sd_set_group(sd_request *r, const void *group) { r->group = group; }
 
 sd_stream *sd_stream_open(sd_request *r, const char *content_type) {
   pthread_mutex_lock(&r->mu);
@@ -378,50 +340,6 @@ void sd_stream_end(sd_stream *s) {
   s->ended = true;
   pthread_cond_broadcast(&s->cv);
   stream_unref_locked(s);
-}
-
-int sd_stream_send_message(sd_stream *s, json_t *msg) {
-  char *js = json_dumps(msg, JSON_COMPACT);
-  json_decref(msg);
-  if (!js) return -1;
-  size_t n = strlen(js);
-  unsigned char hdr[MB_ENVELOPE_HDR];
-  int rc = -1;
-  if (mb_envelope_header(hdr, 0, n) == MB_OK) {
-    /* One contiguous write so an envelope is never split across reader wake-ups needlessly. */
-    uint8_t *buf = malloc(n + MB_ENVELOPE_HDR);
-    if (buf) {
-      memcpy(buf, hdr, MB_ENVELOPE_HDR);
-      memcpy(buf + MB_ENVELOPE_HDR, js, n);
-      rc = sd_stream_send(s, buf, n + MB_ENVELOPE_HDR);
-      free(buf);
-    }
-  }
-  free(js);
-  return rc;
-}
-
-void sd_stream_end_connect(sd_stream *s, const char *code, const char *message) {
-  json_t *end = code ? json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", message ? message : "")
-                     : json_object();
-  char *js = end ? json_dumps(end, JSON_COMPACT) : NULL;
-  json_decref(end);
-  if (!js) js = strdup("{}");
-  if (js) {
-    size_t n = strlen(js);
-    unsigned char hdr[MB_ENVELOPE_HDR];
-    if (mb_envelope_header(hdr, MB_ENVELOPE_END_STREAM, n) == MB_OK) {
-      uint8_t *buf = malloc(n + MB_ENVELOPE_HDR);
-      if (buf) {
-        memcpy(buf, hdr, MB_ENVELOPE_HDR);
-        memcpy(buf + MB_ENVELOPE_HDR, js, n);
-        sd_stream_send(s, buf, n + MB_ENVELOPE_HDR);
-        free(buf);
-      }
-    }
-    free(js);
-  }
-  sd_stream_end(s);
 }
 
 static bool peer_gone(int fd) {
@@ -521,18 +439,6 @@ int sd_multipart_end(sd_mp *mp) {
   return rc;
 }
 
-int sd_multipart(sd_request *r, const uint8_t *body, size_t len, sd_part_cb cb, void *cls) {
-  sd_mp *mp = sd_multipart_begin(r, cb, cls);
-  if (!mp) return -1;
-  int rc = 0;
-  for (size_t off = 0; off < len && rc == 0; off += 65536) {
-    size_t n = len - off < 65536 ? len - off : 65536;
-    rc = sd_multipart_feed(mp, body + off, n);
-  }
-  int fin = sd_multipart_end(mp);
-  return rc ? rc : fin;
-}
-
 /* ---------- request lifetime ---------- */
 
 static void kv_free(kv *v, size_t n) {
@@ -544,19 +450,26 @@ static void req_unref(sd_request *r) {
   int left = --r->refs;
   pthread_mutex_unlock(&r->mu);
   if (left > 0) return;
+  if (r->admitted && g_hooks.release) g_hooks.release(r->ctx);
   kv_free(r->headers, r->nheaders);
   kv_free(r->query, r->nquery);
   kv_free(r->extra, r->nextra);
   atomic_fetch_sub(&inflight, r->cap);
-  free(r->method); free(r->path); free(r->body); free(r->ctype); free(r->rbody);
+  free(r->method); free(r->path); free(r->body); free(r->ctype); free(r->rbody); free(r->nul_name);
   pthread_mutex_destroy(&r->mu);
   pthread_mutex_destroy(&r->conn_mu);
   pthread_cond_destroy(&r->cv);
   free(r);
 }
 
-static enum MHD_Result collect(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+static enum MHD_Result collect(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size, const char *value,
+                               size_t value_size) {
   sd_request *r = cls;
+  /* "%00" decodes to a NUL byte, which a C string would silently cut at: such a request is refused. */
+  if (key && (memchr(key, 0, key_size) || (value && memchr(value, 0, value_size)))) {
+    if (!r->nul_name) r->nul_name = strndup(key, strnlen(key, 200));
+    return MHD_YES;
+  }
   kv *arr = kind == MHD_HEADER_KIND ? r->headers : r->query;
   size_t *n = kind == MHD_HEADER_KIND ? &r->nheaders : &r->nquery;
   if (*n >= SD_MAX_KV || !key) return MHD_YES;
@@ -567,120 +480,11 @@ static enum MHD_Result collect(void *cls, enum MHD_ValueKind kind, const char *k
   return MHD_YES;
 }
 
-/* ---------- routing ---------- */
-
-static void reply_502(sd_request *r, const char *id) {
-  sd_reply_json(r, 502, json_pack("{s:s,s:s,s:i}", "sandboxId", id, "message", "The sandbox was not found", "code", 502));
-}
-
-/* "Basic base64(user:)" → user name, or NULL with the problem in why. */
-static int basic_user(const char *auth, char *out, size_t outlen, const char **why) {
-  if (strncasecmp(auth, "Basic ", 6) != 0) { *why = "only Basic authorization is supported"; return -1; }
-  const char *b = auth + 6;
-  while (*b == ' ') b++;
-  char dec[512];
-  size_t n;
-  if (mb_b64_decode_tolerant(b, strlen(b), dec, sizeof dec - 1, &n, why) != MB_OK) return -1;
-  dec[n] = '\0';
-  if (memchr(dec, '\0', n)) { *why = "user name contains NUL"; return -1; }
-  char *colon = strchr(dec, ':');
-  if (colon) *colon = '\0';
-  size_t ul = strlen(dec);
-  if (ul >= outlen) { *why = "user name is too long"; return -1; }
-  memcpy(out, dec, ul + 1);
-  return 0;
-}
-
-bool sd_const_eq(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  unsigned char d = la != lb;
-  for (size_t i = 0; i < la && i < lb; i++) d |= (unsigned char)(a[i] ^ b[i]);
-  return d == 0;
-}
-
-static void route_rpc(sd_request *r, reg_entry *e) {
-  const char *tok = reg_token(e);
-  if (tok) {
-    const char *got = sd_header(r, "X-Access-Token");
-    if (!got || !sd_const_eq(got, tok)) {
-      sd_reply_error(r, 401, "unauthorized access, please provide a valid access token or method signing if supported");
-      return;
-    }
-  }
-  if (strcmp(r->method, "POST") != 0) {
-    sd_reply_connect_error(r, "unimplemented", "RPC methods must be called with POST, not %s", r->method);
-    return;
-  }
-  char user[256] = "user";
-  const char *auth = sd_header(r, "Authorization");
-  if (auth) {
-    const char *why = NULL;
-    if (basic_user(auth, user, sizeof user, &why) != 0) {
-      sd_reply_connect_error(r, "unauthenticated", "invalid Authorization header: %s", why ? why : "malformed");
-      return;
-    }
-  }
-  uid_t uid; gid_t gid; const char *home;
-  if (sbx_lookup_user(user, &uid, &gid, &home) != 0) {
-    sd_reply_connect_error(r, "unauthenticated", "invalid username: '%s'", user);
-    return;
-  }
-  r->user = user;
-  if (strncmp(r->path, "/process.Process/", 17) == 0)
-    process_rpc(r, reg_sbx(e), r->path + 17);
-  else if (strncmp(r->path, "/filesystem.Filesystem/", 23) == 0)
-    fsrpc_handle(r, e, r->path + 23);
-  else
-    sd_reply_connect_error(r, "unimplemented", "unknown procedure %s", r->path);
-  r->user = NULL;   /* `user` lives on this frame */
-}
-
-static void route_envd(sd_request *r, const char *id) {
-  if (strcmp(r->path, "/health") == 0 && reg_exists(id)) {
-    /* A sandbox being destroyed is still reported until it is completely gone (like GET). */
-    sd_reply_header(r, "Cache-Control", "no-store");
-    sd_reply_bytes(r, 204, NULL, NULL, 0);
-    return;
-  }
-  reg_entry *e = reg_get(id);
-  if (!e || reg_paused(e)) { reg_put(e); reply_502(r, id); return; }
-  sd_set_group(r, e);
-  if (strcmp(r->path, "/health") == 0) {
-    sd_reply_header(r, "Cache-Control", "no-store");
-    sd_reply_bytes(r, 204, NULL, NULL, 0);
-  } else if (strcmp(r->path, "/files") == 0) {
-    files_handle(r, e);
-  } else if (r->path[0] == '/' && strchr(r->path + 1, '/') && strchr(r->path, '.')) {
-    route_rpc(r, e);
-  } else {
-    sd_reply_error(r, 404, "envd has no endpoint %s %s", r->method, r->path);
-  }
-  reg_put(e);
-}
-
-static void route(sd_request *r) {
-  const char *sid = sd_header(r, "E2b-Sandbox-Id");
-  if (sid) { route_envd(r, sid); return; }
-  if (strcmp(r->path, "/files") == 0) {
-    /* Signed URLs carry no routing header: the signature names the sandbox. */
-    reg_entry *e = files_find_signed(r);
-    if (!e) return;                       /* files_find_signed replied */
-    sd_set_group(r, e);
-    if (reg_paused(e)) reply_502(r, reg_id(e));
-    else files_handle(r, e);
-    reg_put(e);
-    return;
-  }
-  if (strcmp(r->path, "/health") == 0 && strcmp(r->method, "GET") == 0) {   /* readiness probe, no key */
-    sd_reply_json(r, 200, json_pack("{s:s}", "message", "Health check successful"));
-    return;
-  }
-  control_handle(r, g_api_key);
-}
+/* ---------- handling ---------- */
 
 static void *worker(void *arg) {
   sd_request *r = arg;
-  route(r);
+  g_hooks.handle(r, r->ctx);
   pthread_mutex_lock(&r->mu);
   if (r->state == R_PENDING) {
     pthread_mutex_unlock(&r->mu);
@@ -705,46 +509,7 @@ static enum MHD_Result queue_simple(struct MHD_Connection *c, int status, const 
   return ret;
 }
 
-/* Authentication and routing checks that need no body, made before any body byte is read: an
- * unauthenticated client cannot make sandboxd buffer anything. 0, or the status with the JSON
- * error body in *out (malloc'ed). The handlers check again; this only answers early. */
-static int preauth(sd_request *r, char **out) {
-  char msg[512] = "";
-  int status = 0;
-  bool is502 = false;
-  const char *sid = sd_header(r, "E2b-Sandbox-Id");
-  if (sid) {
-    if (strcmp(r->path, "/health") == 0) return 0;
-    reg_entry *e = reg_get(sid);
-    if (!e || reg_paused(e)) is502 = true;
-    else if (strcmp(r->path, "/files") == 0) status = files_auth(r, e, msg, sizeof msg);
-    else if (reg_token(e)) {
-      const char *got = sd_header(r, "X-Access-Token");
-      if (!got || !sd_const_eq(got, reg_token(e))) {
-        status = 401;
-        snprintf(msg, sizeof msg, "unauthorized access, please provide a valid access token or method signing if supported");
-      }
-    }
-    reg_put(e);
-  } else if (strcmp(r->path, "/files") == 0) {
-    reg_entry *e = files_lookup_signed(r, &status, msg, sizeof msg);
-    reg_put(e);
-  } else if (!(strcmp(r->path, "/health") == 0 && strcmp(r->method, "GET") == 0) &&
-             !control_key_ok(sd_header(r, "X-API-KEY"), g_api_key)) {
-    status = 401;
-    snprintf(msg, sizeof msg, "%s", sd_header(r, "X-API-KEY") ? "invalid API key" : "missing X-API-KEY header");
-  }
-  json_t *j = NULL;
-  if (is502) { status = 502; j = json_pack("{s:s,s:s,s:i}", "sandboxId", sid, "message", "The sandbox was not found", "code", 502); }
-  else if (status) j = json_pack("{s:i,s:s}", "code", status, "message", msg);
-  if (!status) return 0;
-  *out = j ? json_dumps(j, JSON_COMPACT) : NULL;
-  json_decref(j);
-  if (!*out) *out = strdup("{\"code\":401,\"message\":\"unauthorized\"}");
-  return status;
-}
-
-/* Runs route() on a detached worker thread holding its own reference; 0 or -1. */
+/* Runs the handle hook on a detached worker thread holding its own reference; 0 or -1. */
 static int start_worker(sd_request *r) {
   pthread_mutex_lock(&r->mu);
   r->refs++;                                            /* the worker's reference */
@@ -757,10 +522,6 @@ static int start_worker(sd_request *r) {
   pthread_attr_destroy(&attr);
   if (rc != 0) { req_unref(r); return -1; }
   return 0;
-}
-
-static bool is_upload(const char *method, const char *url) {
-  return strcmp(method, "POST") == 0 && strcmp(url, "/files") == 0;
 }
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -780,22 +541,38 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     r->path = strdup(url);
     *con_cls = r;
     if (!r->method || !r->path) return MHD_NO;
-    MHD_get_connection_values(c, MHD_HEADER_KIND, collect, r);
-    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect, r);
-    r->limit = is_upload(method, url) ? g_upload_limit : SD_MAX_BODY;
+    MHD_get_connection_values_n(c, MHD_HEADER_KIND, collect, r);
+    MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, collect, r);
+    if (r->nul_name) {
+      r->started = true;
+      json_t *j = json_pack("{s:i,s:s+++}", "code", 400, "message", "'", r->nul_name, "' holds a NUL byte (%00), which no path or value may hold", "");
+      char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+      json_decref(j);
+      enum MHD_Result ret = queue_simple(c, 400, text ? text : "{\"code\":400,\"message\":\"a query parameter holds a NUL byte\"}");
+      free(text);
+      return ret;
+    }
+    /* Authentication and routing from the headers alone, before any body byte is read: an
+     * unauthenticated client cannot make sandboxd buffer anything. */
+    sd_admission a = {0};
     char *early = NULL;
-    int st = preauth(r, &early);
+    int st = g_hooks.admit(r, &a, &early);
     if (st) {                                            /* answered before the body is read */
       r->started = true;
-      enum MHD_Result ret = queue_simple(c, st, early ? early : "{}");
+      enum MHD_Result ret = queue_simple(c, st, early ? early : "{\"code\":500,\"message\":\"out of memory\"}");
       free(early);
       return ret;
     }
+    r->ctx = a.ctx;
+    r->admitted = true;
+    r->upload = a.stream_body;
+    r->group = a.group;
+    r->limit = r->upload ? g_upload_limit : SD_MAX_BODY;
     /* Authenticated but oversize: drained unbuffered and answered 413 at the end, which every
      * HTTP client reads (an early answer would reach most of them as a reset connection). */
     const char *cl = sd_header(r, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > r->limit) r->too_large = true;
-    if (!r->too_large && is_upload(method, url)) {
+    if (!r->too_large && r->upload) {
       /* Uploads are not buffered: the handler starts now and reads the body as it arrives. Its
        * queue counts against the in-flight total like a buffered body (503 beyond it). */
       if (atomic_fetch_add(&inflight, SD_UPLOAD_QUEUE) + SD_UPLOAD_QUEUE > SD_MAX_INFLIGHT) {
@@ -943,8 +720,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
   fprintf(stderr, "sandboxd: http: %s%s", buf, buf[0] && buf[strlen(buf) - 1] == '\n' ? "" : "\n");
 }
 
-int sd_server_start(const char *host, int port, const char *api_key, char *err, size_t errlen) {
-  g_api_key = strdup(api_key);
+int sd_server_start(const char *host, int port, const sd_hooks *hooks, char *err, size_t errlen) {
+  g_hooks = *hooks;
   const char *ul = getenv("SANDBOXD_MAX_UPLOAD");
   if (ul && *ul) {
     char *end;
@@ -985,6 +762,4 @@ int sd_server_port(void) {
 
 void sd_server_stop(void) {
   if (daemon_) { MHD_stop_daemon(daemon_); daemon_ = NULL; }
-  free(g_api_key);
-  g_api_key = NULL;
 }

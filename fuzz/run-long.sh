@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# make fuzz-long: every libFuzzer target of the project (fuzz/fuzz_*.c, ASan + UBSan) for at least
+# FUZZ_RUNS executions each (default 10 M; libFuzzer's -runs), FUZZ_JOBS at a time (default 2).
+# Corpora persist in build-fuzz/corpus/<target> between runs (never in the repository); a
+# fuzz/<target>.dict is used when present. Prints each target's executions and time; exits
+# non-zero if any target crashed, leaked or did not reach FUZZ_RUNS.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${FUZZ_RUNS:-10000000}
+JOBS=${FUZZ_JOBS:-2}
+command -v clang >/dev/null || { echo "fuzz-long: clang is missing (scripts/install-deps.sh)"; exit 1; }
+CC=clang cmake -S . -B build-fuzz -DMB_FUZZ=ON >/dev/null && cmake --build build-fuzz -j2 --target fuzzers >/dev/null || {
+  echo "fuzz-long: building the fuzzers failed"; exit 1; }
+LOGS=build-fuzz/long-logs
+mkdir -p "$LOGS"
+one() {
+  local f=$1 name; name=$(basename "$f")
+  local corpus=build-fuzz/corpus/$name dict=fuzz/$name.dict
+  mkdir -p "$corpus"
+  local args=(-runs="$RUNS" -rss_limit_mb=2048 -timeout=60 -print_final_stats=1)
+  [ -f "$dict" ] && args+=(-dict="$dict")
+  local t0=$SECONDS
+  "$f" "${args[@]}" "$corpus" >"$LOGS/$name.log" 2>&1
+  local rc=$? done
+  done=$(sed -n 's/^Done \([0-9]*\) runs in .*/\1/p' "$LOGS/$name.log" | tail -1)
+  if [ "$rc" -eq 0 ] && [ "${done:-0}" -ge "$RUNS" ]; then
+    echo "ok   $name: ${done} executions in $((SECONDS - t0)) s"
+  else
+    echo "FAIL $name: exit $rc after ${done:-?} executions in $((SECONDS - t0)) s (see $LOGS/$name.log)"
+    return 1
+  fi
+}
+export -f one
+export RUNS LOGS
+for f in build-fuzz/fuzz/fuzz_*; do [ -f "$f" ] && [ -x "$f" ] && echo "$f"; done | xargs -P "$JOBS" -I{} bash -c 'one "$@"' _ {}

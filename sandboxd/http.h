@@ -1,0 +1,88 @@
+/* http.h — sandboxd's HTTP layer over libmicrohttpd (one thread per connection). A leaf: it
+ * knows no route, credential or sandbox. main.c's hooks decide, from a request's headers, whether
+ * and how it is served (admit), then serve it (handle, on a worker thread of its own) and let go
+ * of what admit took (release).
+ *
+ * Handlers may block; a streamed response is a bounded byte queue that the handler (or any other
+ * thread) fills and the connection thread drains. The request is reference-counted (MHD + worker)
+ * because a client may disconnect while the handler still runs. */
+#ifndef SANDBOXD_HTTP_H
+#define SANDBOXD_HTTP_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <jansson.h>
+
+typedef struct sd_request sd_request;   /* one HTTP request, alive until the handler returns */
+typedef struct sd_stream sd_stream;     /* a streamed (chunked) 200 response */
+
+const char *sd_method(const sd_request *r);
+const char *sd_path(const sd_request *r);                         /* without the query */
+const char *sd_header(const sd_request *r, const char *name);     /* case-insensitive, NULL if absent */
+const char *sd_query(const sd_request *r, const char *name);      /* decoded once, NULL if absent */
+int  sd_header_each(const sd_request *r, int (*cb)(void *cls, const char *name, const char *value), void *cls);
+int  sd_query_each(const sd_request *r, int (*cb)(void *cls, const char *name, const char *value), void *cls);
+void *sd_context(const sd_request *r);                            /* what admit put in sd_admission.ctx */
+const uint8_t *sd_body(const sd_request *r, size_t *len);         /* whole body (bounded by the server limit);
+                                                                    empty for a streamed upload: use sd_body_read */
+/* Streamed uploads (admit set stream_body) are not buffered: the handler starts once the
+ * headers are admitted and reads the body as it arrives (at most 1 MiB is pending). Returns
+ * bytes (> 0), 0 at the end of the body, or -1 when the client went away or the body passed
+ * sd_upload_limit() (the server answers 413 itself then). Other requests: their buffered body, once. */
+ssize_t sd_body_read(sd_request *r, void *buf, size_t max);
+size_t sd_upload_limit(void);   /* per-request upload cap: 512 MiB, or SANDBOXD_MAX_UPLOAD (bytes) */
+
+/* Unary replies; every function takes ownership of `body`. */
+int sd_reply_json(sd_request *r, int status, json_t *body);
+int sd_reply_error(sd_request *r, int status, const char *fmt, ...)   /* {"code":status,"message":...} */
+    __attribute__((format(printf, 3, 4)));
+int sd_reply_bytes(sd_request *r, int status, const char *content_type, const void *data, size_t len);
+void sd_reply_header(sd_request *r, const char *name, const char *value); /* extra header on the reply or stream */
+
+/* Streamed reply: 200 + content_type, chunked. sd_stream_send blocks while more than the queue
+ * limit is pending (backpressure) and returns -1 once the client is gone, the stream was aborted,
+ * or the client read nothing for 60 s (then its connection is shut down). sd_stream_end flushes
+ * and finishes the response; after it the stream pointer is invalid. */
+sd_stream *sd_stream_open(sd_request *r, const char *content_type);
+int  sd_stream_send(sd_stream *s, const void *data, size_t len);
+int  sd_stream_closed(const sd_stream *s);
+void sd_stream_end(sd_stream *s);
+/* Streams of requests admitted with `group` (e.g. a sandbox's registry entry) stop waiting for
+ * slow clients: one whose queue is full (the client stopped reading) ends at once (senders get
+ * -1, the connection is shut down), the others when they fill up. For kill/expiry. */
+void sd_streams_abort(const void *group);
+/* After sd_streams_abort the group's streams deliver nothing more until this (the sandbox is gone):
+ * clients see the end of their streams only when the sandbox is no longer reported. */
+void sd_streams_release(const void *group);
+
+/* multipart/form-data, incrementally (libmicrohttpd's post processor; the request's Content-Type
+ * gives the boundary): `cb` sees every part's bytes in order; off == 0 starts a part. begin (NULL
+ * if it cannot start, or the client is gone), feed pieces (0, -1 malformed, or the cb's non-zero;
+ * stays failed), end (the final result; frees). */
+typedef int (*sd_part_cb)(void *cls, const char *name, const char *filename,
+                          const char *data, uint64_t off, size_t size);
+typedef struct sd_mp sd_mp;
+sd_mp *sd_multipart_begin(sd_request *r, sd_part_cb cb, void *cls);
+int sd_multipart_feed(sd_mp *mp, const void *data, size_t len);
+int sd_multipart_end(sd_mp *mp);
+
+/* The hooks. admit runs on the connection thread as soon as the headers are in: 0 admits the
+ * request (a filled in), anything else is the HTTP status of the answer sent at once, with *body
+ * (a malloc'ed JSON text) — the body is never read then. */
+typedef struct {
+  void *ctx;                 /* for handle and release */
+  const void *group;         /* see sd_streams_abort */
+  bool stream_body;          /* an upload: handled while its body arrives, up to sd_upload_limit() */
+} sd_admission;
+typedef struct {
+  int  (*admit)(sd_request *r, sd_admission *a, char **body);
+  void (*handle)(sd_request *r, void *ctx);
+  void (*release)(void *ctx);
+} sd_hooks;
+
+/* The server: binds host:port, serves until sd_server_stop. */
+int  sd_server_start(const char *host, int port, const sd_hooks *hooks, char *err, size_t errlen);
+int  sd_server_port(void);                           /* the bound port (useful with port 0) */
+void sd_server_stop(void);
+#endif

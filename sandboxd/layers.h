@@ -1,0 +1,55 @@
+/* layers.h — the layer store, <state_dir>/layers: each layer is a frozen copy of one sandbox's
+ * upper directories (`<id>/root` for "/", `<id>/<d>` for each system directory d such as usr)
+ * over a parent layer (`<id>/parent` names it; none: the template). A sandbox created from a
+ * snapshot stacks its layer chain under a new empty upper layer: nothing is copied, every
+ * sandbox and snapshot of the chain shares it.
+ *
+ * Reference-counted: a snapshot or a sandbox holds its top layer, every layer holds its parent;
+ * the last release removes the layer's directory. Thread-safe. */
+#ifndef SANDBOXD_LAYERS_H
+#define SANDBOXD_LAYERS_H
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct layer layer;
+
+#define LY_ID_LEN 20          /* [a-z0-9] */
+#define LY_MAX_DEPTH 32       /* layers in one chain: each is one overlay lower layer */
+
+/* Creates <state_dir>/layers (and removes unfinished captures of a crashed run). Call once,
+ * before any other function. 0, or -1 with err. */
+int ly_init(const char *state_dir, char *err, size_t errlen);
+
+/* One tree of a capture: the directory `src` (relative to the capture's source directory) becomes
+ * `name` in the layer ("root", or a system directory's name). */
+typedef struct { const char *src, *name; } ly_tree;
+
+/* A new layer over `parent` (NULL: the template) holding exact copies of the trees (layer_copy.h),
+ * its directory owned by owner:group; written to disk (synced) before it is returned. The new
+ * reference is the caller's. 0, or -1 with err (nothing left behind). */
+int ly_capture(int src_dirfd, const ly_tree *trees, size_t ntrees, layer *parent, uid_t owner, gid_t group,
+               layer **out, char *err, size_t errlen);
+
+/* The layer `id` (and its chain) as left on disk by an earlier run: a new reference, or NULL with
+ * err (unknown id, broken chain, deeper than LY_MAX_DEPTH). */
+layer *ly_open(const char *id, char *err, size_t errlen);
+
+void ly_hold(layer *l);
+void ly_release(layer *l);             /* NULL is fine */
+
+const char *ly_id(const layer *l);
+layer *ly_parent(const layer *l);      /* NULL for a layer on the template */
+int ly_depth(const layer *l);          /* 1 for a layer on the template */
+/* The store's directory (<state_dir>/layers), for O_PATH opens. */
+const char *ly_dir(void);
+
+/* Removes every layer directory that no reference reaches (left by snapshots deleted while
+ * sandboxd was down, or by a crash): call once the snapshot catalogue is loaded. Returns how
+ * many were removed. */
+int ly_sweep(void);
+/* At exit, after every sandbox and the catalogue let go of their references in memory: frees the
+ * layers still in memory, leaving every directory in place. */
+void ly_shutdown(void);
+/* Layers in memory (held by something): for tests and leak checks. */
+int ly_count(void);
+#endif

@@ -1,0 +1,456 @@
+/* net.c — pasta per sandbox and the host guard (see net.h). */
+#include "net.h"
+#include "pidfile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <dirent.h>
+#include <arpa/inet.h>
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+extern char **environ;
+
+static struct {
+  bool ready, privileged, guard;
+  char pasta[256], nft[256];
+  char resolver[64];              /* the host's first IPv4 nameserver, "" if none */
+  char table[64];                 /* nftables table of this state dir */
+  char recdir[4200];              /* <state>/net: records of running pastas */
+  char why[512];
+} g;
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* name in $PATH or the usual system directories (sandboxd may run with a user's PATH). */
+static bool find_program(const char *name, char *out, size_t cap) {
+  static const char *const extra = "/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/sbin:/usr/local/bin";
+  const char *envp = getenv("PATH");
+  char path[4096];
+  snprintf(path, sizeof path, "%s:%s", envp && *envp ? envp : "", extra);
+  char *save = NULL;
+  for (char *d = strtok_r(path, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+    if (d[0] != '/') continue;                /* never a relative PATH entry */
+    if (snprintf(out, cap, "%s/%s", d, name) >= (int)cap) continue;
+    if (access(out, X_OK) == 0) return true;
+  }
+  out[0] = 0;
+  return false;
+}
+
+/* The first IPv4 "nameserver" of the host's resolv.conf: the one pasta forwards the sandbox's DNS
+ * queries to (it reads the file itself; this version ignores --dns-forward when given --dns). */
+static void read_resolver(void) {
+  g.resolver[0] = 0;
+  FILE *f = fopen("/etc/resolv.conf", "re");
+  if (!f) return;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    char addr[64];
+    unsigned char buf[4];
+    if (strncmp(line, "nameserver ", 11) != 0 || sscanf(line + 11, "%63s", addr) != 1) continue;
+    if (inet_pton(AF_INET, addr, buf) != 1) continue;
+    snprintf(g.resolver, sizeof g.resolver, "%s", addr);
+    break;
+  }
+  fclose(f);
+}
+
+/* Runs `nft -f -` with script on its stdin; 0, or -1 with nft's own words in err. */
+static int run_nft(const char *script, char *err, size_t errlen) {
+  int in[2], out[2];
+  if (pipe2(in, O_CLOEXEC) != 0) { snprintf(err, errlen, "pipe: %s", strerror(errno)); return -1; }
+  if (pipe2(out, O_CLOEXEC) != 0) { close(in[0]); close(in[1]); snprintf(err, errlen, "pipe: %s", strerror(errno)); return -1; }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 2);
+  char *argv[] = {"nft", "-f", "-", NULL};
+  char *envp[] = {NULL};
+  pid_t pid;
+  int rc = posix_spawn(&pid, g.nft, &fa, NULL, argv, envp);
+  posix_spawn_file_actions_destroy(&fa);
+  close(in[0]);
+  close(out[1]);
+  if (rc != 0) {
+    close(in[1]); close(out[0]);
+    snprintf(err, errlen, "cannot run %s: %s", g.nft, strerror(rc));
+    return -1;
+  }
+  size_t len = strlen(script);
+  bool wrote = write(in[1], script, len) == (ssize_t)len;
+  close(in[1]);
+  char msg[512];
+  size_t n = 0;
+  ssize_t k;
+  while ((k = read(out[0], msg + n, sizeof msg - 1 - n)) > 0) n += (size_t)k;
+  msg[n] = 0;
+  close(out[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  if (wrote && WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+  msg[strcspn(msg, "\n")] = 0;
+  snprintf(err, errlen, "nft: %.200s", msg[0] ? msg : "failed");
+  return -1;
+}
+
+/* One table per state dir (parallel sandboxds each own theirs): replaced atomically at start, so
+ * a crashed run's table is simply overwritten. */
+static int install_guard(char *err, size_t errlen) {
+  char dns[256] = "";
+  if (g.resolver[0])
+    snprintf(dns, sizeof dns, "    meta skuid %u udp dport 53 ip daddr %s accept\n", NET_UID, g.resolver);
+  char script[1024];
+  snprintf(script, sizeof script,
+           "add table inet %s\n"
+           "delete table inet %s\n"
+           "table inet %s {\n"
+           "  chain output {\n"
+           "    type filter hook output priority 0; policy accept;\n"
+           "%s"
+           "    meta skuid %u fib daddr type local reject\n"
+           "  }\n"
+           "}\n",
+           g.table, g.table, g.table, dns, NET_UID);
+  return run_nft(script, err, errlen);
+}
+
+bool net_init(const char *state_dir, char *why, size_t whylen) {
+  memset(&g, 0, sizeof g);
+  g.ready = true;
+  g.privileged = geteuid() == 0;
+  uint64_t h = 1469598103934665603ull;           /* the same name the cgroups use */
+  for (const char *p = state_dir; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  snprintf(g.table, sizeof g.table, "sandboxd_%016llx", (unsigned long long)h);
+  /* The pastas a crashed run left (they outlive everything else of a sandbox). */
+  if (snprintf(g.recdir, sizeof g.recdir, "%s/net", state_dir) >= (int)sizeof g.recdir) g.recdir[0] = 0;
+  DIR *d = g.recdir[0] ? opendir(g.recdir) : NULL;
+  if (d) {
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+      if (strncmp(de->d_name, "pasta-", 6) != 0) continue;
+      char rec[4500];
+      snprintf(rec, sizeof rec, "%s/%s", g.recdir, de->d_name);
+      pidfile_kill(rec);
+      unlink(rec);
+    }
+    closedir(d);
+  }
+  read_resolver();
+  struct stat st;
+  if (!g.recdir[0] || (mkdir(g.recdir, 0700) != 0 && errno != EEXIST))
+    snprintf(g.why, sizeof g.why, "cannot make %.300s: %s", g.recdir, strerror(errno ? errno : ENAMETOOLONG));
+  else if (!find_program("pasta", g.pasta, sizeof g.pasta))
+    snprintf(g.why, sizeof g.why, "pasta not found (Debian package passt)");
+  else if (stat("/dev/net/tun", &st) != 0 || !S_ISCHR(st.st_mode))
+    snprintf(g.why, sizeof g.why, "no /dev/net/tun (tun module)");
+  else if (!g.privileged && access("/dev/net/tun", R_OK | W_OK) != 0)
+    snprintf(g.why, sizeof g.why, "/dev/net/tun is not accessible to uid %u", (unsigned)geteuid());
+  else if (g.privileged && getpwuid(NET_UID) != NULL)
+    snprintf(g.why, sizeof g.why, "uid %u, pasta's own, belongs to an account on this host", NET_UID);
+  else if (g.privileged && !find_program("nft", g.nft, sizeof g.nft))
+    snprintf(g.why, sizeof g.why, "nft not found (Debian package nftables): no guard for the host's addresses");
+  else if (g.privileged) {
+    char err[400];
+    if (install_guard(err, sizeof err) != 0) snprintf(g.why, sizeof g.why, "host guard: %.400s", err);
+    else g.guard = true;
+  }
+  if (why && whylen) snprintf(why, whylen, "%.*s", (int)(whylen - 1), g.why);
+  return g.why[0] == 0;
+}
+
+bool net_available(char *why, size_t whylen) {
+  if (!g.ready) { if (why && whylen) snprintf(why, whylen, "networking not initialised"); return false; }
+  if (why && whylen) snprintf(why, whylen, "%.*s", (int)(whylen - 1), g.why);
+  return g.why[0] == 0;
+}
+
+bool net_guarded(void) { return g.guard; }
+
+void net_shutdown(void) {
+  if (!g.guard) return;
+  char script[128], err[256];
+  snprintf(script, sizeof script, "delete table inet %s\n", g.table);
+  if (run_nft(script, err, sizeof err) != 0) fprintf(stderr, "sandboxd: removing the host guard: %s\n", err);
+  g.guard = false;
+}
+
+/* ---- pairs ---- */
+
+struct net_pair {
+  int userns, netns;
+  pid_t pasta;
+  char record[4300];              /* <state>/net/pasta-<pid>, "" when none */
+};
+
+int net_pair_userns(const net_pair *p) { return p->userns; }
+int net_pair_netns(const net_pair *p) { return p->netns; }
+pid_t net_pair_pasta(const net_pair *p) { return p->pasta; }
+
+static int write_proc(pid_t pid, const char *file, const char *s) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, file);
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  size_t len = strlen(s);
+  ssize_t w = write(fd, s, len);
+  int e = errno;
+  close(fd);
+  if (w != (ssize_t)len) { errno = w < 0 ? e : EIO; return -1; }
+  return 0;
+}
+
+/* A throwaway process makes the namespaces; their descriptors keep them once it is gone. */
+static int make_namespaces(const net_idmap *map, net_pair *p, char *err, size_t errlen) {
+  int hold[2];
+  if (pipe2(hold, O_CLOEXEC) != 0) { snprintf(err, errlen, "pipe: %s", strerror(errno)); return -1; }
+  /* A new user namespace is owned by the effective uid of its creator. Only this thread changes
+   * (raw system call), and only for the clone. */
+  bool own = map->own_by_net_uid && g.privileged;
+  if (own && syscall(SYS_setresuid, -1, NET_UID, -1) != 0) {
+    snprintf(err, errlen, "seteuid: %s", strerror(errno));
+    close(hold[0]); close(hold[1]);
+    return -1;
+  }
+  long pid = syscall(SYS_clone, (unsigned long)(CLONE_NEWUSER | CLONE_NEWNET | SIGCHLD), 0, 0, 0, 0);
+  if (pid == 0) {
+    /* Until the parent has the namespaces: a byte, not EOF (children cloned meanwhile by other
+     * threads hold copies of the write end); and gone with the thread that made it. */
+    char c;
+    syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    syscall(SYS_read, hold[0], &c, 1);
+    syscall(SYS_exit_group, 0);
+  }
+  int clone_errno = errno;
+  if (own && syscall(SYS_setresuid, -1, 0, -1) != 0) {
+    /* Cannot happen (the real and saved uids are 0); a thread that stayed unprivileged would fail
+     * every later step of sandboxd. */
+    fprintf(stderr, "sandboxd: cannot return to euid 0: %s\n", strerror(errno));
+    abort();
+  }
+  close(hold[0]);
+  if (pid < 0) { close(hold[1]); snprintf(err, errlen, "clone (user+net namespaces): %s", strerror(clone_errno)); return -1; }
+  int rc = 0;
+  if ((map->deny_setgroups && write_proc((pid_t)pid, "setgroups", "deny") != 0) ||
+      write_proc((pid_t)pid, "uid_map", map->uid_map) != 0 || write_proc((pid_t)pid, "gid_map", map->gid_map) != 0) {
+    snprintf(err, errlen, "id maps: %s", strerror(errno));
+    rc = -1;
+  }
+  char path[64];
+  if (rc == 0) {
+    snprintf(path, sizeof path, "/proc/%ld/ns/user", pid);
+    p->userns = open(path, O_RDONLY | O_CLOEXEC);
+    snprintf(path, sizeof path, "/proc/%ld/ns/net", pid);
+    p->netns = open(path, O_RDONLY | O_CLOEXEC);
+    if (p->userns < 0 || p->netns < 0) { snprintf(err, errlen, "open namespaces: %s", strerror(errno)); rc = -1; }
+  }
+  if (write(hold[1], "x", 1) != 1) kill((pid_t)pid, SIGKILL);
+  close(hold[1]);
+  while (waitpid((pid_t)pid, NULL, 0) < 0 && errno == EINTR) {}
+  return rc;
+}
+
+/* pasta for p's namespaces; returns once its network is up (it writes its pid to the readiness
+ * pipe then), or -1 with its own words in err. */
+static int start_pasta(net_pair *p, char *err, size_t errlen) {
+  int fds[3] = {p->userns, p->netns, -1}, hi[3] = {-1, -1, -1}, ready[2] = {-1, -1}, errp[2] = {-1, -1};
+  char runas[32];
+  if (pipe2(ready, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0) {
+    snprintf(err, errlen, "pasta: pipe: %s", strerror(errno));
+    goto fail;
+  }
+  fds[2] = ready[1];
+  /* pasta opens its pid file, our readiness pipe (/proc/self/fd/5), once it dropped to NET_UID. */
+  if (g.privileged && fchown(ready[1], NET_UID, NET_UID) != 0) {
+    snprintf(err, errlen, "pasta: chown pipe: %s", strerror(errno));
+    goto fail;
+  }
+  /* Out of the way of 0..5, where the child puts stdio and the descriptors pasta names. */
+  for (int i = 0; i < 3; i++)
+    if ((hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10)) < 0) { snprintf(err, errlen, "pasta: dup: %s", strerror(errno)); goto fail; }
+  snprintf(runas, sizeof runas, "%u:%u", NET_UID, NET_UID);
+  /* Everything the child needs is built here: after clone it makes raw system calls only. */
+  char *argv[40];
+  int a = 0;
+  argv[a++] = "pasta";
+  argv[a++] = "--quiet";
+  argv[a++] = "--foreground";
+  if (g.privileged) { argv[a++] = "--runas"; argv[a++] = runas; }
+  argv[a++] = "--config-net";
+  /* Nothing of the host mapped in, nothing of the sandbox mapped out. */
+  argv[a++] = "-t"; argv[a++] = "none";
+  argv[a++] = "-u"; argv[a++] = "none";
+  argv[a++] = "-T"; argv[a++] = "none";
+  argv[a++] = "-U"; argv[a++] = "none";
+  argv[a++] = "--no-map-gw";
+  argv[a++] = "--dns-forward"; argv[a++] = NET_DNS_FORWARDER;
+  argv[a++] = "--pid"; argv[a++] = "/proc/self/fd/5";
+  argv[a++] = "--userns"; argv[a++] = "/proc/self/fd/3";
+  argv[a++] = "--netns"; argv[a++] = "/proc/self/fd/4";
+  argv[a++] = "--no-netns-quit";
+  argv[a] = NULL;
+  char *envp[] = {NULL};
+  const char *path = g.pasta;
+  bool priv = g.privileged;
+  int errw = errp[1];
+  /* sandboxd ignores SIGPIPE (inherited over exec) and the calling thread may block signals:
+   * pasta gets neither (this version even refuses to start with SIGPIPE already ignored). */
+  struct { void *handler; unsigned long flags; void *restorer; uint64_t mask; } dfl = {0};
+  uint64_t nomask = 0;
+  /* As root pasta gets a tun device node of its own (NET_UID's) in a private mount namespace:
+   * the host's /dev/net/tun may be root's alone, and it stays as it is. */
+  long pid = syscall(SYS_clone, (unsigned long)(priv ? CLONE_NEWNS : 0) | SIGCHLD, 0, 0, 0, 0);
+  if (pid == 0) {
+    if (priv) {
+      if (syscall(SYS_mount, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+          syscall(SYS_mount, "tmpfs", "/dev/net", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=4k") != 0 ||
+          syscall(SYS_mknodat, AT_FDCWD, "/dev/net/tun", S_IFCHR | 0600, makedev(10, 200)) != 0 ||
+          syscall(SYS_fchownat, AT_FDCWD, "/dev/net/tun", NET_UID, NET_UID, 0) != 0)
+        syscall(SYS_exit_group, 120);
+    }
+    if (syscall(SYS_rt_sigaction, SIGPIPE, &dfl, NULL, sizeof dfl.mask) != 0 ||
+        syscall(SYS_rt_sigprocmask, SIG_SETMASK, &nomask, NULL, sizeof nomask) != 0)
+      syscall(SYS_exit_group, 121);
+    long nul = syscall(SYS_openat, AT_FDCWD, "/dev/null", O_RDWR);
+    if (nul < 0 || syscall(SYS_dup3, nul, 0, 0) < 0 || syscall(SYS_dup3, nul, 1, 0) < 0 ||
+        syscall(SYS_dup3, errw, 2, 0) < 0)
+      syscall(SYS_exit_group, 122);
+    for (int i = 0; i < 3; i++)
+      if (syscall(SYS_dup3, hi[i], 3 + i, 0) < 0) syscall(SYS_exit_group, 122);
+    syscall(SYS_close_range, 6, ~0U, CLOSE_RANGE_CLOEXEC);
+    syscall(SYS_execve, path, argv, envp);
+    syscall(SYS_exit_group, 127);
+  }
+  if (pid < 0) { snprintf(err, errlen, "pasta: clone: %s", strerror(errno)); goto fail; }
+  p->pasta = (pid_t)pid;
+  for (int i = 0; i < 3; i++) { close(hi[i]); hi[i] = -1; }
+  close(ready[1]);
+  close(errp[1]);
+  ready[1] = errp[1] = -1;
+  /* The pid line arrives once the namespace's interface, addresses and routes are up; until then
+   * whatever pasta says on stderr is kept for the error message. */
+  /* Its exit is seen by waitpid, not by EOF: children other threads clone meanwhile may hold
+   * copies of the pipes' write ends for a moment. */
+  char line[32], text[512];
+  size_t nl = 0, nt = 0;
+  bool up = false, eof = false;
+  int status = 0;
+  int64_t until = mono_ms() + NET_READY_TIMEOUT_MS;
+  while (!up && !eof) {
+    int64_t left = until - mono_ms();
+    if (left <= 0) break;
+    struct pollfd pf[2] = {{ready[0], POLLIN, 0}, {errp[0], POLLIN, 0}};
+    int pr = poll(pf, errp[0] >= 0 ? 2 : 1, left > 20 ? 20 : (int)left);
+    if (pr < 0 && errno != EINTR) break;
+    if (pr <= 0) {
+      if (waitpid(p->pasta, &status, WNOHANG) == p->pasta) { eof = true; p->pasta = -p->pasta; }
+      continue;
+    }
+    if (pf[1].revents && errp[0] >= 0) {
+      ssize_t k = read(errp[0], text + nt, sizeof text - 1 - nt);
+      if (k > 0) nt += (size_t)k;
+      else { close(errp[0]); errp[0] = -1; }
+    }
+    if (pf[0].revents) {
+      ssize_t k = read(ready[0], line + nl, sizeof line - 1 - nl);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) eof = true;
+      else nl += (size_t)k;
+      up = memchr(line, '\n', nl) != NULL || nl == sizeof line - 1;
+    }
+  }
+  if (!up && errp[0] >= 0) {   /* what it said on its way out, as far as it is there */
+    fcntl(errp[0], F_SETFL, O_NONBLOCK);
+    ssize_t k;
+    while (nt < sizeof text - 1 && (k = read(errp[0], text + nt, sizeof text - 1 - nt)) > 0) nt += (size_t)k;
+  }
+  for (int i = 0; i < 2; i++) {
+    if (ready[i] >= 0) close(ready[i]);
+    if (errp[i] >= 0) close(errp[i]);
+  }
+  if (up) return 0;
+  /* The last line that is not pasta's own complaint about a missing syslog. */
+  text[nt] = 0;
+  char *last = NULL;
+  for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
+    if (!strstr(l, "to syslog")) last = l;
+  if (p->pasta > 0) {           /* still running (timed out, or its pipe closed early): stop it */
+    kill(p->pasta, SIGKILL);
+    while (waitpid(p->pasta, &status, 0) < 0 && errno == EINTR) {}
+  }
+  p->pasta = 0;
+  if (!eof)
+    snprintf(err, errlen, "pasta did not bring the network up within %d ms%s%.200s", NET_READY_TIMEOUT_MS,
+             last ? ": " : "", last ? last : "");
+  else if (WIFEXITED(status))
+    snprintf(err, errlen, "pasta exited with status %d before the network was up%s%.200s", WEXITSTATUS(status),
+             last ? ": " : "", last ? last : "");
+  else
+    snprintf(err, errlen, "pasta died of signal %d before the network was up", WTERMSIG(status));
+  return -1;
+fail:
+  for (int i = 0; i < 3; i++) if (hi[i] >= 0) close(hi[i]);
+  for (int i = 0; i < 2; i++) {
+    if (ready[i] >= 0) close(ready[i]);
+    if (errp[i] >= 0) close(errp[i]);
+  }
+  return -1;
+}
+
+net_pair *net_pair_new(const net_idmap *map, bool internet, char *err, size_t errlen) {
+  char why[256];
+  if (internet && !net_available(why, sizeof why)) {
+    snprintf(err, errlen, "internet access is unavailable: %s", why);
+    return NULL;
+  }
+  net_pair *p = calloc(1, sizeof *p);
+  if (!p) { snprintf(err, errlen, "out of memory"); return NULL; }
+  p->userns = p->netns = -1;
+  if (make_namespaces(map, p, err, errlen) != 0) { net_pair_free(p); return NULL; }
+  if (!internet) return p;
+  if (start_pasta(p, err, errlen) != 0) { net_pair_free(p); return NULL; }
+  snprintf(p->record, sizeof p->record, "%s/pasta-%d", g.recdir, (int)p->pasta);
+  if (pidfile_write(p->record, p->pasta) != 0) {
+    snprintf(err, errlen, "write %s: %s", p->record, strerror(errno));
+    p->record[0] = 0;
+    net_pair_free(p);
+    return NULL;
+  }
+  return p;
+}
+
+void net_pair_free(net_pair *p) {
+  if (!p) return;
+  if (p->pasta > 0) {
+    kill(p->pasta, SIGKILL);
+    while (waitpid(p->pasta, NULL, 0) < 0 && errno == EINTR) {}
+  }
+  if (p->record[0]) unlink(p->record);
+  if (p->userns >= 0) close(p->userns);
+  if (p->netns >= 0) close(p->netns);
+  free(p);
+}

@@ -1,0 +1,60 @@
+/* pidfile.c — see pidfile.h. */
+#include "pidfile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int read_small(const char *path, char *buf, size_t cap) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, cap - 1);
+  close(fd);
+  if (n < 0) return -1;
+  buf[n] = 0;
+  return 0;
+}
+
+long long pidfile_starttime(pid_t pid) {
+  char p[64], buf[1024];
+  snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+  if (read_small(p, buf, sizeof buf) != 0) return -1;
+  char *q = strrchr(buf, ')');   /* comm may contain spaces */
+  if (!q) return -1;
+  int field = 2;
+  for (q++; *q && field < 22; q++)
+    if (*q == ' ') field++;
+  return field == 22 ? strtoll(q, NULL, 10) : -1;
+}
+
+int pidfile_write(const char *path, pid_t pid) {
+  char info[64];
+  snprintf(info, sizeof info, "%d %lld\n", (int)pid, pidfile_starttime(pid));
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  size_t len = strlen(info);
+  ssize_t w = write(fd, info, len);
+  int e = errno;
+  close(fd);
+  if (w != (ssize_t)len) { errno = w < 0 ? e : EIO; return -1; }
+  return 0;
+}
+
+void pidfile_kill(const char *path) {
+  char buf[64];
+  long pid = 0;
+  long long start = -1;
+  if (read_small(path, buf, sizeof buf) != 0 || sscanf(buf, "%ld %lld", &pid, &start) != 2 || pid <= 1 ||
+      pidfile_starttime((pid_t)pid) != start)
+    return;
+  kill((pid_t)pid, SIGKILL);
+  for (int i = 0; i < 1000 && pidfile_starttime((pid_t)pid) == start; i++) {
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+}

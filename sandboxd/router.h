@@ -1,0 +1,73 @@
+/* router.h — the one route table and the one auth table of sandboxd. From a request's method,
+ * path, headers and query alone it decides which handler serves it and checks its credentials
+ * (each parsed once, by auth.c), before any body byte is read:
+ *
+ *   E2b-Sandbox-Id header  → envd of that sandbox: GET /health (none), /files (its token, or a
+ *                            v1 signature), /process.Process/<rpc>, /filesystem.Filesystem/<rpc> (its
+ *                            token when secure; the user from Basic authorization)
+ *   /files without it      → the sandbox whose token verifies the URL's signature
+ *   GET /health            → the control plane's readiness (none)
+ *   /volumecontent/{id}/…  → that volume's content (its token: Authorization: Bearer)
+ *   anything else          → the control plane (X-API-KEY), by the table in router.c
+ *
+ * An unknown, paused or dying sandbox on envd ⇒ 502. The router holds a registry reference to an
+ * envd request's sandbox until router_release. It sees requests through rt_view, so that it
+ * links no HTTP code. */
+#ifndef SANDBOXD_ROUTER_H
+#define SANDBOXD_ROUTER_H
+#include <stdbool.h>
+#include <stddef.h>
+#include "auth.h"
+#include "registry.h"
+
+typedef enum {
+  /* the control plane (X-API-KEY) */
+  RT_CREATE = 1, RT_CREATE_V2, RT_LIST, RT_GET, RT_KILL, RT_TIMEOUT, RT_CONNECT, RT_PAUSE, RT_FORK,
+  RT_METRICS,                /* GET /sandboxes/{id}/metrics */
+  RT_SNAPSHOT_CREATE,        /* POST /sandboxes/{id}/snapshots */
+  RT_SNAPSHOT_LIST,          /* GET /snapshots */
+  RT_TEMPLATE_DELETE,        /* DELETE /templates/{ref}: a snapshot (in E2B a snapshot is a template) */
+  RT_VOLUME_CREATE, RT_VOLUME_LIST, RT_VOLUME_GET, RT_VOLUME_DELETE,   /* /volumes[/{ref}] */
+  /* the volume content API (the volume's token, Authorization: Bearer) */
+  RT_VOLUME_CONTENT,         /* /volumecontent/{ref}/{dir,file,path}: d->volume held, d->rpc the last segment */
+  RT_UNIMPLEMENTED,          /* known to E2B, not to sandboxd: 501 with decision.message */
+  RT_HEALTH,                 /* GET /health (no credentials) */
+  /* envd of one sandbox */
+  RT_ENVD_HEALTH,            /* GET /health: the sandbox exists (no credentials) */
+  RT_FILES,                  /* GET/POST /files */
+  RT_PROCESS,                /* process.Process/<rpc> */
+  RT_FILESYSTEM,             /* filesystem.Filesystem/<rpc> */
+  RT_RPC_UNKNOWN,            /* another service: Connect unimplemented */
+} rt_route;
+
+/* A request as the router sees it. */
+typedef struct {
+  const char *method, *path;
+  const char *(*header)(const void *req, const char *name);   /* case-insensitive; NULL if absent */
+  const char *(*query)(const void *req, const char *name);
+  const void *req;
+} rt_view;
+
+#define RT_REF_MAX 200
+
+typedef struct {
+  rt_route route;
+  char id[65];               /* control routes with {id}: a well-formed sandbox id */
+  char ref[RT_REF_MAX + 1];  /* control routes with {ref}: a template reference, as sent (the handler checks it) */
+  char rpc[64];              /* RPC routes: the method name */
+  reg_entry *entry;          /* envd routes but ENVD_HEALTH: the sandbox (held until router_release) */
+  struct volume *volume;     /* RT_VOLUME_CONTENT: the volume (held until router_release) */
+  char user[AUTH_USER_MAX + 1];   /* envd routes: the user (default "user") */
+  const char *user_error;    /* RPC routes: why the Authorization header is refused, NULL if it is not */
+  bool user_unknown;         /* RPC routes: the header names a user the sandbox does not have (in user) */
+  const char *message;       /* RT_UNIMPLEMENTED */
+  bool upload;               /* POST /files: the body is streamed to the handler */
+} rt_decision;
+
+void router_init(const char *api_key);   /* keeps a copy */
+void router_shutdown(void);
+/* 0 and d filled, or the HTTP status of a refusal with its JSON body in body. now_s: the time
+ * signatures' expiry is checked against. */
+int  router_admit(const rt_view *v, int64_t now_s, rt_decision *d, char *body, size_t bodylen);
+void router_release(rt_decision *d);
+#endif

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""sandboxd's modules form a DAG, with the HTTP layer a leaf and the modules the C unit tests link
+free of HTTP code. A module is a .c/.h pair of sandboxd/; it depends on the modules whose headers
+its files include. Exit status 0 when every rule holds; prints the dependency order (leaves
+first) with --order."""
+import os, re, sys
+
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'sandboxd')
+
+def modules():
+    deps = {}
+    for f in sorted(os.listdir(SRC)):
+        m, ext = os.path.splitext(f)
+        if ext not in ('.c', '.h'):
+            continue
+        text = open(os.path.join(SRC, f), encoding='utf-8').read()
+        inc = set(re.findall(r'^\s*#\s*include\s+"([^"]+)\.h"', text, re.M))
+        local = {i for i in inc if os.path.exists(os.path.join(SRC, i + '.h'))}
+        deps.setdefault(m, set()).update(local - {m})
+    return deps
+
+def closure(deps, m, seen=None):
+    seen = set() if seen is None else seen
+    for d in deps.get(m, ()):
+        if d not in seen:
+            seen.add(d)
+            closure(deps, d, seen)
+    return seen
+
+def order(deps):
+    done, out = set(), []
+    def visit(m, path):
+        if m in done:
+            return
+        if m in path:
+            raise SystemExit('cycle: ' + ' -> '.join(path[path.index(m):] + [m]))
+        for d in sorted(deps[m]):
+            visit(d, path + [m])
+        done.add(m)
+        out.append(m)
+    for m in sorted(deps):
+        visit(m, [])
+    return out
+
+def main():
+    deps = modules()
+    seq = order(deps)                      # raises on a cycle
+    failures = []
+    # The HTTP layer knows nothing of sandboxd.
+    if deps.get('http'):
+        failures.append(f"http depends on {sorted(deps['http'])}")
+    # What the unit tests and fuzzers link must not reach the HTTP layer.
+    for m in ('paths', 'registry', 'router', 'auth', 'users', 'template', 'connect_request', 'ptab', 'upload', 'net', 'pidfile',
+              'ids', 'layer_copy', 'layers', 'snapshots', 'volumes'):
+        if m not in deps:
+            failures.append(f'module {m} is missing')
+        elif 'http' in closure(deps, m) | {m}:
+            failures.append(f'{m} reaches the HTTP layer: {sorted(closure(deps, m))}')
+    # The registry knows sandboxes only through its backend.
+    if 'sandbox' in closure(deps, 'registry'):
+        failures.append('registry depends on sandbox')
+    if '--order' in sys.argv:
+        for m in seq:
+            print(f"{m}: {', '.join(sorted(deps[m])) or '-'}")
+    for f in failures:
+        print('FAIL', f)
+    print(f'{len(deps)} modules, {"no" if not failures else len(failures)} layer violations')
+    return 1 if failures else 0
+
+sys.exit(main())
