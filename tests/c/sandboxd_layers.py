@@ -15,7 +15,7 @@ def modules():
             continue
         text = open(os.path.join(SRC, f), encoding='utf-8').read()
         inc = set(re.findall(r'^\s*#\s*include\s+"([^"]+)\.h"', text, re.M))
-        local = {i for i in inc if os.path.exists(os.path.join(SRC, i + '.h'))}
+        local = {i for i in inc if '/' not in i and os.path.exists(os.path.join(SRC, i + '.h'))}
         deps.setdefault(m, set()).update(local - {m})
     return deps
 
