@@ -76,7 +76,9 @@ mb_pack *mb_pack_new(const mb_sync_root *r, mb_sync_scan *s, struct mb_sync_erro
     mb_pack_free(k);
     return (mb_sync_fail(e, "SYNC_NOMEM", "", "out of memory"), NULL);
   }
-  if (archive_write_set_format_pax_restricted(k->a) != ARCHIVE_OK || archive_write_add_filter_none(k->a) != ARCHIVE_OK ||
+  /* pax, not restricted pax: every entry carries its nanosecond mtime (restricted pax would cut
+   * it to the second; a build tool comparing times could then miss a change). */
+  if (archive_write_set_format_pax(k->a) != ARCHIVE_OK || archive_write_add_filter_none(k->a) != ARCHIVE_OK ||
       archive_write_set_bytes_per_block(k->a, 0) != ARCHIVE_OK ||   /* unblocked: no copy into 10 KiB records */
       archive_write_open2(k->a, k, NULL, pack_write, NULL, NULL) != ARCHIVE_OK) {
     mb_sync_fail(e, "SYNC_IO_ERROR", "", "cannot start the archive: %s", archive_error_string(k->a));
@@ -367,6 +369,8 @@ static int next_entry(mb_unpack *u, struct mb_sync_error *e) {
   if (!name) return bad_archive(u, e, "");
   while (name[0] == '.' && name[1] == '/') name += 2;
   size_t len = strlen(name);
+  /* The archive's root itself ("." or "./"): it places nothing (its mode is not ours to take). */
+  if ((len == 0 || (len == 1 && name[0] == '.')) && archive_entry_filetype(ae) == AE_IFDIR) return 0;
   if (len > 1 && name[len - 1] == '/' && archive_entry_filetype(ae) == AE_IFDIR) len--;
   char path[MB_SYNC_PATH_MAX + 1];
   if (len > MB_SYNC_PATH_MAX) len = MB_SYNC_PATH_MAX + 1; /* refused below, named cut */

@@ -200,7 +200,7 @@ int mb_sync_rmdir(const mb_sync_root *r, const char *rel, struct mb_sync_error *
 }
 
 int mb_sync_sweep(const mb_sync_root *r) {
-  int fd = fcntl(mb_sync_root_fd(r), F_DUPFD_CLOEXEC, 0);
+  int fd = openat(mb_sync_root_fd(r), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
   if (!d) {
     if (fd >= 0) close(fd);

@@ -54,7 +54,7 @@ int mb_sync_check_path(const char *p, size_t len, struct mb_sync_error *e) {
   if (len == 0) return mb_sync_fail(e, "SYNC_UNSAFE_ENTRY", "", "an entry with an empty name");
   if (memchr(p, '\0', len)) return mb_sync_fail(e, "SYNC_UNSAFE_ENTRY", shown, "'%s': a NUL byte in the name", shown);
   if (len > MB_SYNC_PATH_MAX)
-    return mb_sync_fail(e, "SYNC_UNSAFE_ENTRY", shown, "'%s...': a name over %d bytes", shown, MB_SYNC_PATH_MAX);
+    return mb_sync_fail(e, "SYNC_UNSAFE_ENTRY", shown, "a name over %d bytes: '%s...'", MB_SYNC_PATH_MAX, shown);
   if (p[0] == '/') return mb_sync_fail(e, "SYNC_UNSAFE_ENTRY", shown, "'%s': an absolute path", shown);
   for (size_t i = 0; i <= len;) {
     const char *s = memchr(p + i, '/', len - i);
@@ -364,8 +364,8 @@ static long scan_dir(mb_sync_scan *s, struct pending pd, struct mb_sync_error *e
   snprintf(dpath, sizeof dpath, "%s", s->v[pd.entry].path);
   uint64_t want_dev = s->v[pd.entry].dev, want_ino = s->v[pd.entry].ino;
   int dfd;
-  if (!dpath[0]) {
-    dfd = fcntl(mb_sync_root_fd(s->r), F_DUPFD_CLOEXEC, 0);
+  if (!dpath[0]) { /* a fresh open file description: a dup would share (and move) the offset */
+    dfd = openat(mb_sync_root_fd(s->r), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) return mb_sync_sys_fail(e, errno, "open", mb_sync_root_path(s->r));
   } else {
     const char *leaf;
@@ -390,7 +390,7 @@ static long scan_dir(mb_sync_scan *s, struct pending pd, struct mb_sync_error *e
     return -1;
   }
   size_t child_depth = mb_ignore_depth(s->ig);
-  int lfd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
+  int lfd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
   if (!d) {
     int err = errno;
@@ -425,7 +425,7 @@ static long scan_dir(mb_sync_scan *s, struct pending pd, struct mb_sync_error *e
   }
   if (rc == 0 && errno) rc = mb_sync_sys_fail(e, errno, "list", dpath);
   closedir(d);
-  if (rc == 0) qsort(names, nn, sizeof *names, cmp_names);
+  if (rc == 0 && nn > 1) qsort(names, nn, sizeof *names, cmp_names);
   size_t first_child = s->n, subdirs = 0;
   for (size_t i = 0; rc == 0 && i < nn; i++) {
     char path[MB_SYNC_PATH_MAX + 2];
@@ -501,7 +501,7 @@ static long scan_dir(mb_sync_scan *s, struct pending pd, struct mb_sync_error *e
   }
   /* Subdirectories are visited in name order: pushed last first. */
   for (size_t i = s->n; rc == 0 && subdirs && i-- > first_child;) {
-    if (s->v[i].type != MB_SYNC_DIR) continue;
+    if (s->v[i].type != MB_SYNC_DIR || s->v[i].excluded) continue;
     if (push_pending(s, i, child_depth, e) < 0) rc = -1;
     subdirs--;
   }

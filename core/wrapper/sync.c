@@ -422,51 +422,124 @@ static int hash_out(void *ud, const char *p, size_t n) {
   return 0;
 }
 
-static int hash_files(const struct opts *o, const char *dir, mb_sync_scan *s, char *err, size_t cap) {
-  size_t count = mb_sync_scan_count(s);
-  struct mb_sync_entry **v = malloc(HASH_BATCH_FILES * sizeof *v);
-  char **argv = malloc((HASH_BATCH_FILES + 4) * sizeof *argv);
-  if (!v || !argv) {
-    free(v);
-    free(argv);
-    snprintf(err, cap, "out of memory");
-    return -1;
+/* A batch of sha256sum in flight. */
+struct hash_slot {
+  struct child c;
+  struct hash_batch b;
+  char **argv;
+  char err[ERRBUF];
+  size_t elen;
+  int used;
+};
+
+/* Fills slot with the next batch of files from index *k. → files in the batch */
+static size_t next_batch(const struct opts *o, mb_sync_scan *s, size_t *k, struct hash_slot *sl) {
+  size_t count = mb_sync_scan_count(s), bytes = 0, na = 0;
+  struct mb_sync_entry **v = sl->b.v;
+  memset(&sl->b, 0, sizeof sl->b);
+  sl->b.v = v;
+  sl->argv[na++] = (char *)o->sha256sum;
+  sl->argv[na++] = "-z";
+  sl->argv[na++] = "--";
+  for (; *k < count && sl->b.n < HASH_BATCH_FILES && bytes < HASH_BATCH_BYTES; (*k)++) {
+    struct mb_sync_entry *en = mb_sync_scan_entry(s, *k);
+    if (en->type != MB_SYNC_FILE || en->excluded) continue;
+    v[sl->b.n++] = en;
+    sl->argv[na++] = en->path;
+    bytes += en->plen + 1;
   }
+  sl->argv[na] = NULL;
+  return sl->b.n;
+}
+
+/* Hashes every file of the scan with sha256sum, a few batches at once (one per CPU, up to 4). */
+static int hash_files(const struct opts *o, const char *dir, mb_sync_scan *s, char *err, size_t cap) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int nslots = cpus < 1 ? 1 : cpus > 4 ? 4 : (int)cpus;
+  struct hash_slot *slots = calloc((size_t)nslots, sizeof *slots);
+  int rc = slots ? 0 : -1;
+  for (int i = 0; rc == 0 && i < nslots; i++) {
+    slots[i].b.v = malloc(HASH_BATCH_FILES * sizeof *slots[i].b.v);
+    slots[i].argv = malloc((HASH_BATCH_FILES + 4) * sizeof *slots[i].argv);
+    if (!slots[i].b.v || !slots[i].argv) rc = -1;
+  }
+  if (rc < 0) snprintf(err, cap, "out of memory");
   size_t k = 1;
-  int rc = 0;
-  while (rc == 0 && k < count) {
-    struct hash_batch b = {.v = v};
-    size_t bytes = 0, na = 0;
-    argv[na++] = (char *)o->sha256sum;
-    argv[na++] = "-z";
-    argv[na++] = "--";
-    for (; k < count && b.n < HASH_BATCH_FILES && bytes < HASH_BATCH_BYTES; k++) {
-      struct mb_sync_entry *en = mb_sync_scan_entry(s, k);
-      if (en->type != MB_SYNC_FILE || en->excluded) continue;
-      v[b.n++] = en;
-      argv[na++] = en->path;
-      bytes += en->plen + 1;
+  int running = 0;
+  static char buf[65536];
+  while (rc == 0) {
+    for (int i = 0; i < nslots && k < mb_sync_scan_count(s); i++) {
+      struct hash_slot *sl = &slots[i];
+      if (sl->used) continue;
+      if (next_batch(o, s, &k, sl) == 0) break;
+      if (start_child(sl->argv, dir, -1, 1, &sl->c) < 0) {
+        snprintf(err, cap, "cannot start %s: %s", o->sha256sum, strerror(errno));
+        rc = -1;
+        break;
+      }
+      sl->used = 1;
+      sl->elen = 0;
+      sl->err[0] = 0;
+      running++;
     }
-    if (b.n == 0) break;
-    argv[na] = NULL;
-    struct child c;
-    if (start_child(argv, dir, -1, 1, &c) < 0) {
-      snprintf(err, cap, "cannot start %s: %s", o->sha256sum, strerror(errno));
+    if (running == 0) break;
+    struct pollfd p[8];
+    int who[8], np = 0;
+    for (int i = 0; i < nslots; i++) {
+      if (!slots[i].used) continue;
+      if (slots[i].c.out >= 0) { p[np] = (struct pollfd){.fd = slots[i].c.out, .events = POLLIN}; who[np++] = 2 * i; }
+      if (slots[i].c.err >= 0) { p[np] = (struct pollfd){.fd = slots[i].c.err, .events = POLLIN}; who[np++] = 2 * i + 1; }
+    }
+    if (np && poll(p, (nfds_t)np, -1) < 0 && errno != EINTR) {
+      snprintf(err, cap, "poll: %s", strerror(errno));
       rc = -1;
       break;
     }
-    char ebuf[ERRBUF];
-    int st = finish_child(&c, hash_out, &b, ebuf, sizeof ebuf);
-    if (b.llen) hash_record(&b); /* a last record without its NUL */
-    /* 1: some file could not be read (it has no hash: reported as such); more: the tool failed */
-    if (st != 0 && st != 1) {
-      one_line(ebuf);
-      snprintf(err, cap, "%s failed (exit status %d): %s", o->sha256sum, st, ebuf);
-      rc = -1;
+    for (int j = 0; j < np; j++) {
+      if (!(p[j].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      struct hash_slot *sl = &slots[who[j] / 2];
+      int *fd = who[j] % 2 ? &sl->c.err : &sl->c.out;
+      ssize_t n = read(*fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) { close_fd(fd); continue; }
+      if (who[j] % 2) {
+        size_t m = (size_t)n < sizeof sl->err - 1 - sl->elen ? (size_t)n : sizeof sl->err - 1 - sl->elen;
+        memcpy(sl->err + sl->elen, buf, m);
+        sl->elen += m;
+        sl->err[sl->elen] = 0;
+      } else {
+        hash_out(&sl->b, buf, (size_t)n);
+      }
+    }
+    for (int i = 0; i < nslots; i++) {
+      struct hash_slot *sl = &slots[i];
+      if (!sl->used || sl->c.out >= 0 || sl->c.err >= 0) continue;
+      int st = 0;
+      while (waitpid(sl->c.pid, &st, 0) < 0 && errno == EINTR) {
+      }
+      sl->used = 0;
+      running--;
+      if (sl->b.llen) hash_record(&sl->b); /* a last record without its NUL */
+      int code = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+      /* 1: some file could not be read (it has no hash: reported as such); more: the tool failed */
+      if (code != 0 && code != 1 && rc == 0) {
+        one_line(sl->err);
+        snprintf(err, cap, "%s failed (exit status %d): %s", o->sha256sum, code, sl->err);
+        rc = -1;
+      }
     }
   }
-  free(v);
-  free(argv);
+  for (int i = 0; slots && i < nslots; i++) {
+    if (slots[i].used) {
+      kill(slots[i].c.pid, SIGKILL);
+      close_fd(&slots[i].c.out);
+      close_fd(&slots[i].c.err);
+      waitpid(slots[i].c.pid, NULL, 0);
+    }
+    free(slots[i].b.v);
+    free(slots[i].argv);
+  }
+  free(slots);
   return rc;
 }
 
