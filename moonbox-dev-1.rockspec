@@ -28,6 +28,10 @@ build = {
         "core/fdout.c",
         "core/pstream.c",
         "core/pstream_local.c",
+        "core/ignore.c",
+        "core/sync_walk.c",
+        "core/sync_tree.c",
+        "core/sync_archive.c",
         "core/lua_codec.c",
         "core/lua_host.c",
         "core/lua_http.c",
@@ -35,13 +39,15 @@ build = {
         "core/lua_moonbox.c",
         "core/lua_proc.c",
         "core/lua_procstream.c",
+        "core/lua_sync.c",
         "core/lua_util.c",
       },
       defines = { "_GNU_SOURCE" },
       incdirs = { "core", "core/include" },
-      -- libuv, libcurl, OpenSSL and jansson from the compiler's standard paths (Debian:
-      -- libuv1-dev libcurl4-openssl-dev libssl-dev libjansson-dev; libutil for openpty)
-      libraries = { "uv", "curl", "crypto", "jansson", "util" },
+      -- libuv, libcurl, OpenSSL, jansson and libarchive from the compiler's standard paths
+      -- (Debian: libuv1-dev libcurl4-openssl-dev libssl-dev libjansson-dev libarchive-dev;
+      -- libutil for openpty)
+      libraries = { "uv", "curl", "crypto", "jansson", "archive", "util" },
     },
     ["moonbox.cli"] = "lua/moonbox/cli.lua",
     ["moonbox.compose"] = "lua/moonbox/compose.lua",
@@ -86,6 +92,9 @@ build = {
     ["moonbox.text"] = "lua/moonbox/text.lua",
     ["moonbox.world.common"] = "lua/moonbox/world/common.lua",
     ["moonbox.world.local"] = "lua/moonbox/world/local.lua",
+    ["moonbox.workspace"] = "lua/moonbox/workspace/init.lua",
+    ["moonbox.workspace.manifest"] = "lua/moonbox/workspace/manifest.lua",
+    ["moonbox.workspace.plan"] = "lua/moonbox/workspace/plan.lua",
     ["moonbox.policies.env"] = "policies/env.lua",
     ["moonbox.policies.lifecycle"] = "policies/lifecycle.lua",
     ["moonbox.policies.timeouts"] = "policies/timeouts.lua",

@@ -9,6 +9,7 @@ DEB_PACKAGES=(
   build-essential cmake pkg-config
   lua5.4 liblua5.4-dev lua-cjson lua-busted luarocks
   libuv1-dev libcurl4-openssl-dev libssl-dev libmicrohttpd-dev libjansson-dev zlib1g-dev
+  libarchive-dev                      # workspace sync: the host writes and reads tar streams
   musl-tools clang libclang-rt-14-dev
   attr iproute2 procps ncurses-bin python3 git sudo curl
   clangd                              # the lsp consumer's server in the tests and examples/world

@@ -322,4 +322,31 @@ describe("a pull's decisions", function()
     assert.is_true(plan.excluded_at("a/b/c", { ["a/b"] = "d" }))
     assert.is_false(plan.excluded_at("a/bc", { ["a/b"] = "d" }))
   end)
+
+  it("takes from a fetched archive only what was asked for, once, never below a link of the same archive", function()
+    local function want(list)
+      local w = {}
+      for p, t in pairs(list) do w[p] = { path = p, s = { t = t } } end
+      return w
+    end
+    local item = function(p, t) return { path = p, type = t or "file", size = 1 } end
+    assert(plan.check_items({ item("a"), item("l", "symlink") }, want{ a = "f", l = "l" }))
+    local cases = {
+      { { item("a"), item("x") }, { a = "f" }, "SYNC_UNSAFE_ENTRY", "x" },
+      { { item("a"), item("a") }, { a = "f" }, "SYNC_UNSAFE_ENTRY", "a" },
+      { { item("d", "symlink"), item("d/f") }, { d = "l", ["d/f"] = "f" }, "SYNC_UNSAFE_ENTRY", "d/f" },
+      { { item("a", "symlink") }, { a = "f" }, "SYNC_CHANGED", "a" },
+      { { item("a") }, { a = "f", b = "f" }, "SYNC_CHANGED", "b" },
+    }
+    for _, c in ipairs(cases) do
+      local ok, err = plan.check_items(c[1], want(c[2]))
+      assert.is_nil(ok)
+      assert.are.equal(c[3], err.code)
+      assert.are.equal(c[4], err.path)
+    end
+  end)
+
+  it("tells what lies below an excluded entry", function()
+    assert.is_false(plan.excluded_at("a/bc", { ["a/b"] = "d" }))
+  end)
 end)

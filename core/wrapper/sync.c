@@ -230,10 +230,25 @@ static int make_parents(const char *path) {
   return 0;
 }
 
-/* A sync error from the walker as a tool failure (unpack: stdout; streaming tools: stderr). */
+/* A sync error from the walker as a tool failure (unpack: stdout; streaming tools: stderr, then
+ * the entry's path as "path <n> <bytes>\n" when there is one). */
 static int walk_fail(const struct mb_sync_error *e, int streaming) {
   const char *code = e->code ? e->code : "SYNC_IO_ERROR";
-  return streaming ? stream_fail(code, "%s", e->message) : tool_fail(code, "%s", e->message);
+  if (!streaming) return tool_fail(code, "%s", e->message);
+  if (e->path[0]) {
+    char head[64];
+    int n = snprintf(head, sizeof head, "path %zu ", strlen(e->path));
+    char line[3200];
+    int m = snprintf(line, sizeof line, "err %s %s\n", code, e->message);
+    for (int i = 0; i < m - 1 && i < (int)sizeof line - 1; i++)
+      if (line[i] == '\n') line[i] = ' ';
+    tool_error_data(line, m < (int)sizeof line ? (size_t)m : sizeof line - 1);
+    tool_error_data(head, (size_t)n);
+    tool_error_data(e->path, strlen(e->path));
+    tool_error_data("\n", 1);
+    return tool_finish(1);
+  }
+  return stream_fail(code, "%s", e->message);
 }
 
 static mb_sync_scan *scan_all(mb_sync_root *r, const struct mb_sync_scan_opts *so, struct mb_sync_error *e) {

@@ -54,12 +54,12 @@ M.schema = {
   tar = { type = "string", default = "tar" },
   sha256sum = { type = "string", default = "sha256sum" },
   transferTimeoutMs = { type = "number", default = 600000, check = positive },
+  progressMs = { type = "number", default = 100, check = positive },
 }
 
 local SCAN_STEP = 2000          -- names per scan step
 local STEP_BYTES = 4 * 1024 * 1024
 local FETCH_LIST_BYTES = 48 * 1024
-local PROGRESS_MS = 100
 local TAR_SLACK = 64 * 1024     -- a tar stream's headers and padding beyond its files' bytes
 
 local W = {}
@@ -140,14 +140,14 @@ end
 
 local function report(fn, p) if fn then fn(p) end end
 
--- Calls fn every PROGRESS_MS until the returned stop() (a raise in fn is kept for the caller).
-local function ticker(fn)
+-- Calls fn every `ms` until the returned stop() (a raise in fn is kept for the caller).
+local function ticker(fn, ms)
   if not fn then return function() end end
   local m = mb()
   local stop, raised = false, nil
   local t = m.spawn(function()
     while not stop do
-      local _, err = m.sleep(PROGRESS_MS)
+      local _, err = m.sleep(ms)
       if err or stop then return end
       local ok, e = pcall(fn)
       if not ok then raised = raised or e end
@@ -207,7 +207,7 @@ function W:_push(world, from, to, key, opts)
   local stop = ticker(progress and function()
     local p = pack:progress()
     progress{ phase = "upload", files = p.files, totalFiles = files, bytes = p.bytes_in, totalBytes = total }
-  end)
+  end, self.config.progressMs)
   local up, uerr = world:put_stream(stage .. "/archive.tar", pack, { timeout_ms = math.tointeger(self.config.transferTimeoutMs) })
   stop()
   local archive_bytes = pack:progress().bytes_out
@@ -310,8 +310,11 @@ function W:_remote_manifest(world, dir, base, opts, limits)
   for _, f in ipairs(facts) do
     if f.kind == "exit" and f.value ~= 0 then
       local code, detail = errtext:match("^err (%S+) ?([^\n]*)")
+      -- the entry concerned, exact bytes, when the world's walker named one
+      local plen, at = errtext:match("\npath (%d+) ()")
+      local path = plen and errtext:sub(at, at + tonumber(plen) - 1) or nil
       return fail(code and code:match("^SYNC_") and code or "SYNC_REMOTE_TOOL",
-        ("%s: %s"):format(dir, detail or errtext), { path = dir })
+        ("%s: %s"):format(dir, detail or errtext), { path = path })
     end
   end
   return parser:finish()
@@ -521,7 +524,8 @@ function W:_fetch(world, root, stage, from, need, limits, progress)
       end
     end
     -- Untrusted: every entry is checked, staged under a name of our own, hashed.
-    local u, uerr = root:unpack(archive, stage, #batch, budget, ("b%d-"):format(bi))
+    -- one entry more than asked for is let through to be named (an archive with more fails on the count)
+    local u, uerr = root:unpack(archive, stage, #batch + 1, budget, ("b%d-"):format(bi))
     if not u then return nil, uerr end
     repeat
       local done, e = u:step(STEP_BYTES)
@@ -531,34 +535,11 @@ function W:_fetch(world, root, stage, from, need, limits, progress)
     local items = u:items()
     u:close()
     os.remove(archive)
-    local links = {}
-    for _, it in ipairs(items) do if it.type == "symlink" then links[it.path] = true end end
+    local ok, cerr = plan.check_items(items, want)
+    if not ok then return nil, cerr end
     for _, it in ipairs(items) do
-      local c = want[it.path]
-      if not c then
-        return fail("SYNC_UNSAFE_ENTRY", ("the world sent %q, which was not asked for: refused"):format(it.path), { path = it.path })
-      end
-      if c.item then return fail("SYNC_UNSAFE_ENTRY", ("the world sent %q twice: refused"):format(it.path), { path = it.path }) end
-      local p = it.path:match("^(.*)/[^/]*$")
-      while p do
-        if links[p] then
-          return fail("SYNC_UNSAFE_ENTRY", ("%q lies below %q, a symbolic link in the same archive: refused"):format(it.path, p),
-            { path = it.path })
-        end
-        p = p:match("^(.*)/[^/]*$")
-      end
-      local want_type = c.s.t == "f" and "file" or "symlink"
-      if it.type ~= want_type then
-        return fail("SYNC_CHANGED", ("%q changed in the world while it was pulled (pull again)"):format(it.path), { path = it.path })
-      end
-      c.item = it
       budget = budget - (it.size or 0)
       got_files, got_bytes = got_files + 1, got_bytes + (it.size or 0)
-    end
-    for _, c in ipairs(batch) do
-      if not c.item then
-        return fail("SYNC_CHANGED", ("%q vanished in the world while it was pulled (pull again)"):format(c.path), { path = c.path })
-      end
     end
   end
   return true

@@ -92,5 +92,36 @@ function M.decide(c, H, hash)
   return "conflict", "changed on the host since the push"
 end
 
+-- The entries of a fetched archive (core unpack items) against what was asked for (path →
+-- change): every entry asked for, once, of the type the manifest said, none below a link of the
+-- same archive, nothing missing. Sets c.item. → true | nil, err (SYNC_UNSAFE_ENTRY naming the
+-- entry; SYNC_CHANGED when the world changed between its manifest and the archive)
+function M.check_items(items, want)
+  local links = {}
+  for _, it in ipairs(items) do if it.type == "symlink" then links[it.path] = true end end
+  local function fail(code, fmt, path) return nil, errors.new(code, fmt:format(path), { path = path }) end
+  for _, it in ipairs(items) do
+    local c = want[it.path]
+    if not c then return fail("SYNC_UNSAFE_ENTRY", "the world sent %q, which was not asked for: refused", it.path) end
+    if c.item then return fail("SYNC_UNSAFE_ENTRY", "the world sent %q twice: refused", it.path) end
+    local p = parent(it.path)
+    while p do
+      if links[p] then
+        return nil, errors.new("SYNC_UNSAFE_ENTRY", ("%q lies below %q, a symbolic link in the same archive: refused"):format(
+          it.path, p), { path = it.path })
+      end
+      p = parent(p)
+    end
+    if it.type ~= (c.s.t == "f" and "file" or "symlink") then
+      return fail("SYNC_CHANGED", "%q changed in the world while it was pulled (pull again)", it.path)
+    end
+    c.item = it
+  end
+  for path, c in pairs(want) do
+    if not c.item then return fail("SYNC_CHANGED", "%q vanished in the world while it was pulled (pull again)", path) end
+  end
+  return true
+end
+
 M.same = manifest.same
 return M
