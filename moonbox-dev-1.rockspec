@@ -31,6 +31,10 @@ build = {
         "core/fdout.c",
         "core/pstream.c",
         "core/pstream_local.c",
+        "core/ignore.c",
+        "core/sync_walk.c",
+        "core/sync_tree.c",
+        "core/sync_archive.c",
         "core/lua_codec.c",
         "core/lua_host.c",
         "core/lua_http.c",
@@ -39,14 +43,15 @@ build = {
         "core/lua_proc.c",
         "core/lua_procstream.c",
         "core/lua_rpc.c",
+        "core/lua_sync.c",
         "core/lua_util.c",
       },
       defines = { "_GNU_SOURCE" },
       incdirs = { "core", "core/include", "core/gen" },
-      -- libuv, libcurl, OpenSSL, jansson and protobuf-c from the compiler's standard paths
-      -- (Debian: libuv1-dev libcurl4-openssl-dev libssl-dev libjansson-dev libprotobuf-c-dev;
-      -- libutil for openpty)
-      libraries = { "uv", "curl", "crypto", "jansson", "protobuf-c", "util" },
+      -- libuv, libcurl, OpenSSL, jansson, protobuf-c and libarchive from the compiler's
+      -- standard paths (Debian: libuv1-dev libcurl4-openssl-dev libssl-dev libjansson-dev
+      -- libprotobuf-c-dev libarchive-dev; libutil for openpty)
+      libraries = { "uv", "curl", "crypto", "jansson", "protobuf-c", "archive", "util" },
     },
     ["moonbox.cli"] = "lua/moonbox/cli.lua",
     ["moonbox.cli.sandbox"] = "lua/moonbox/cli/sandbox.lua",
@@ -93,6 +98,9 @@ build = {
     ["moonbox.text"] = "lua/moonbox/text.lua",
     ["moonbox.world.common"] = "lua/moonbox/world/common.lua",
     ["moonbox.world.local"] = "lua/moonbox/world/local.lua",
+    ["moonbox.workspace"] = "lua/moonbox/workspace/init.lua",
+    ["moonbox.workspace.manifest"] = "lua/moonbox/workspace/manifest.lua",
+    ["moonbox.workspace.plan"] = "lua/moonbox/workspace/plan.lua",
     ["moonbox.policies.env"] = "policies/env.lua",
     ["moonbox.policies.lifecycle"] = "policies/lifecycle.lua",
     ["moonbox.policies.timeouts"] = "policies/timeouts.lua",

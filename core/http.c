@@ -35,6 +35,7 @@ struct mb_http_req {
   struct mb_error err;    /* set by our callbacks before aborting, or at completion */
   int upload_fd, own_fd;
   struct mb_http_sink sink;  /* sink.data == NULL: the body goes to `body` */
+  struct mb_http_source source; /* source.read == NULL: no produced body */
   const struct mb_http_part *parts; /* upload from memory pieces: current part and offset */
   size_t nparts, part, part_off;
   uv_timer_t *hdr_timer;  /* streams: deadline for the response headers */
@@ -193,6 +194,12 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *ud) {
 
 static size_t on_read(char *buf, size_t size, size_t nmemb, void *ud) {
   mb_http_req *r = ud;
+  if (r->source.read) {
+    ssize_t n = r->source.read(r->source.ud, buf, size * nmemb);
+    if (n >= 0) return (size_t)n;
+    mb_error_set(&r->err, MB_E_IO, "the request body's source failed");
+    return CURL_READFUNC_ABORT;
+  }
   if (r->parts) {
     size_t cap = size * nmemb, out = 0;
     while (out < cap && r->part < r->nparts) {
@@ -274,8 +281,9 @@ int mb_http_start(mb_loop *l, const mb_http_opts *o, mb_http_cb cb, void *ud,
   *out = NULL;
   if (!o->url || !*o->url) return mb_error_set(err, MB_E_INVALID, "url is required");
   if (!o->stream && o->max_bytes == 0) return mb_error_set(err, MB_E_INVALID, "max_bytes is required");
-  if ((o->body != NULL) + (o->body_fd >= 0) + (o->body_parts != NULL) > 1)
-    return mb_error_set(err, MB_E_INVALID, "body, body_parts and body_fd are exclusive");
+  if ((o->body != NULL) + (o->body_fd >= 0) + (o->body_parts != NULL) + (o->body_source != NULL) > 1)
+    return mb_error_set(err, MB_E_INVALID, "body, body_parts, body_fd and body_source are exclusive");
+  if (o->body_source && !o->body_source->read) return mb_error_set(err, MB_E_INVALID, "a body source needs read()");
   if (o->sink && (!o->stream || !o->sink->data || !o->sink->backlog))
     return mb_error_set(err, MB_E_INVALID, "a body sink needs a stream and both functions");
   mb_http_req *r = calloc(1, sizeof *r);
@@ -323,7 +331,7 @@ int mb_http_start(mb_loop *l, const mb_http_opts *o, mb_http_cb cb, void *ud,
   if (r->connect_to) curl_easy_setopt(e, CURLOPT_CONNECT_TO, r->connect_to);
 
   const char *method = o->method;
-  int has_body = o->body != NULL || o->body_fd >= 0 || o->body_parts != NULL;
+  int has_body = o->body != NULL || o->body_fd >= 0 || o->body_parts != NULL || o->body_source != NULL;
   if (!method) method = has_body ? "POST" : "GET";
   if (o->body) {
     curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)o->body_len);
@@ -340,6 +348,14 @@ int mb_http_start(mb_loop *l, const mb_http_opts *o, mb_http_cb cb, void *ud,
     curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
     curl_easy_setopt(e, CURLOPT_READDATA, r);
     curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, size);
+  } else if (o->body_source) {
+    r->source = *o->body_source;
+    curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
+    curl_easy_setopt(e, CURLOPT_READDATA, r);
+    curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)-1);
+    curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 512L * 1024); /* fewer, larger chunks */
+    if ((rc = add_header(r, "Transfer-Encoding: chunked", err)) != MB_OK) goto fail;
   } else if (o->body_fd >= 0) {
     r->upload_fd = o->body_fd;
     r->own_fd = o->own_body_fd;

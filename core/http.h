@@ -10,6 +10,7 @@
 #define MB_HTTP_H
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include "errors.h"
 #include "loop.h"
 
@@ -36,6 +37,15 @@ struct mb_http_part {
   size_t len;
 };
 
+/* A request body produced on demand (size unknown: sent chunked). read() runs inside libcurl's
+ * read callback: it fills up to cap bytes and returns how many (0 = the end of the body), or -1
+ * to fail the transfer (MB_E_IO; the source's owner knows why). It must not call back into the
+ * transport or Lua. */
+struct mb_http_source {
+  ssize_t (*read)(void *ud, char *buf, size_t cap);
+  void *ud;
+};
+
 typedef struct {
   const char *method;          /* NULL → GET, or POST when a body is given */
   const char *url;
@@ -47,6 +57,7 @@ typedef struct {
   size_t n_body_parts;
   int body_fd;                 /* or streamed from this fd (regular file; read at its offset), -1 none */
   int own_body_fd;             /* close body_fd when the request is freed */
+  const struct mb_http_source *body_source; /* or produced by this source (copied), sent chunked */
   int stream;                  /* 1: streaming response */
   size_t max_bytes;            /* unary: body cap (required, > 0); stream: total cap, 0 = none */
   size_t high_water;           /* stream: unread bytes that pause the transfer (0 → 256 KiB) */

@@ -7,6 +7,7 @@
  *   core.signal(name, fn) → watch (:close()): fn() runs (protected, on the loop) whenever
  *       the process receives SIGTERM, SIGINT or SIGHUP; while any watch is open the signal no
  *       longer kills the process.
+ *   core.isatty(fd) → is descriptor fd a terminal (progress bars)
  *   core.loop_info() → { handles = libuv handles, active = active ones, idle_timers = stopped
  *       timers (kept in a pool for reuse) }                                               */
 #include "lua_moonbox.h"
@@ -163,6 +164,12 @@ static void count_handle(uv_handle_t *hd, void *arg) {
   else if (hd->type == UV_TIMER) c[2]++;
 }
 
+static int l_isatty(lua_State *L) {
+  lua_Integer fd = luaL_checkinteger(L, 1);
+  lua_pushboolean(L, fd >= 0 && fd <= INT_MAX && isatty((int)fd));
+  return 1;
+}
+
 static int l_loop_info(lua_State *L) {
   long long c[3] = {0, 0, 0};
   uv_walk(mb_loop_uv(mb_lua_host_loop(mb_lua_host_of(L))), count_handle, c);
@@ -185,6 +192,7 @@ void mb_lua_open_host(lua_State *L) {
   mb_lua_new_class(L, MB_SIGNAL_MT, sg, sg_meta);
   static const luaL_Reg f[] = {{"getpid", l_getpid}, {"exe_path", l_exe_path}, {"environ", l_environ},
                                {"rss_bytes", l_rss_bytes}, {"lock_file", l_lock_file},
-                               {"signal", l_signal}, {"loop_info", l_loop_info}, {NULL, NULL}};
+                               {"signal", l_signal}, {"loop_info", l_loop_info}, {"isatty", l_isatty},
+                               {NULL, NULL}};
   luaL_setfuncs(L, f, 0);
 }

@@ -135,8 +135,17 @@ int mb_lua_http_opts(lua_State *L, int t, mb_http_opts *o, struct mb_lua_http_bu
 
   const char *file = opt_str(L, t, "body_file", NULL);
   lua_Integer fd = opt_int(L, t, "body_fd", -1);
-  if ((o->body != NULL) + (o->body_parts != NULL) + (file != NULL) + (fd >= 0) > 1)
-    return luaL_error(L, "http: body, body_file and body_fd are exclusive");
+  lua_getfield(L, t, "body_source");
+  int has_source = !lua_isnil(L, -1);
+  if (has_source) {
+    if (!b->source_ok) return luaL_error(L, "http: body_source is only for requests (core.http_request)");
+    if (mb_lua_pack_source(L, lua_gettop(L), &b->source) < 0)
+      return luaL_error(L, "http: body_source must be an open pack (core.sync_root():pack)");
+    o->body_source = &b->source;
+  }
+  lua_pop(L, 1);
+  if ((o->body != NULL) + (o->body_parts != NULL) + (file != NULL) + (fd >= 0) + has_source > 1)
+    return luaL_error(L, "http: body, body_file, body_fd and body_source are exclusive");
   if (file) {
     int f = open(file, O_RDONLY | O_CLOEXEC);
     if (f < 0) {
@@ -155,8 +164,8 @@ int mb_lua_http_opts(lua_State *L, int t, mb_http_opts *o, struct mb_lua_http_bu
 }
 
 /* core.http_request({url=, method=, headers=, body= (string or list of strings) | body_file= |
- *                   body_fd=, stream=, max_bytes=, buffer_bytes=, timeout_ms=,
- *                   connect_timeout_ms=, ca_file=, connect_to=}, fn [, stream])
+ *                   body_fd= | body_source= (a pack, sent chunked), stream=, max_bytes=, buffer_bytes=,
+ *                   timeout_ms=, connect_timeout_ms=, ca_file=, connect_to=}, fn [, stream])
  * → request | nil, err. Bad arguments raise. */
 static int l_request(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
@@ -169,9 +178,13 @@ static int l_request(lua_State *L) {
   luaL_setmetatable(L, MB_HTTP_MT);
   int qi = lua_gettop(L);
   mb_http_opts o;
+  q->bufs.source_ok = 1;
   if (mb_lua_http_opts(L, 1, &o, &q->bufs) < 0) return 2;
   if (q->bufs.body_table) { /* the pieces live as long as the request */
     lua_getfield(L, 1, "body");
+    lua_setiuservalue(L, qi, 1);
+  } else if (o.body_source) { /* so does the source: C alone holds it while the task waits */
+    lua_getfield(L, 1, "body_source");
     lua_setiuservalue(L, qi, 1);
   }
   /* The stream flag is the third argument, else opts.stream. */

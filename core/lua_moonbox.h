@@ -57,6 +57,14 @@ struct mb_lua_http_bufs {
   struct mb_http_part parts[MB_LUA_HTTP_MAX_PARTS];
   const char *connect_to[MB_HTTP_MAX_CONNECT_TO];
   int body_table;
+  int source_ok;                /* set by the caller: body_source accepted (it anchors it) */
+  struct mb_http_source source; /* body_source's, when given */
 };
 int mb_lua_http_opts(lua_State *L, int t, mb_http_opts *o, struct mb_lua_http_bufs *b);
+
+/* lua_sync.c: the host side of workspace sync (core.sync_root, core.ignore_new). A pack at idx
+ * as an HTTP body source (the caller anchors the pack for the request's life). → 0, or -1 when
+ * idx is not an open pack. */
+void mb_lua_open_sync(lua_State *L);
+int mb_lua_pack_source(lua_State *L, int idx, struct mb_http_source *out);
 #endif

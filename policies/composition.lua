@@ -15,6 +15,8 @@ return {
     bash = "moonbox.consumers.bash",
     terminal = "moonbox.consumers.terminal",
     lsp = "moonbox.consumers.lsp",
+    -- workspace sync (push/pull/diff) over whichever fs provider the composition has
+    workspace = "moonbox.workspace",
   },
 
   -- Tie-break among plugins whose dependencies are all loaded: lower rank loads first; unranked

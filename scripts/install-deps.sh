@@ -10,6 +10,7 @@ DEB_PACKAGES=(
   lua5.4 liblua5.4-dev lua-cjson lua-busted luarocks
   libuv1-dev libcurl4-openssl-dev libssl-dev libmicrohttpd-dev libjansson-dev zlib1g-dev
   libprotobuf-c-dev protobuf-c-compiler
+  libarchive-dev                      # workspace sync: the host writes and reads tar streams
   musl-tools clang libclang-rt-14-dev
   attr iproute2 procps ncurses-bin python3 git sudo curl openssl strace
   passt nftables xfsprogs

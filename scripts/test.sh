@@ -74,7 +74,7 @@ install_suite() {
   mkdir -p "$T/embed" && cp examples/embed/embed.c examples/embed/Makefile "$T/embed/"
   check embed-build clean PKG_CONFIG_PATH="$pc" make -s -C "$T/embed"
   check embed-run embed_ok clean "$T/embed/embed" "$ROOT/examples/embed"
-  check embed-static-build clean sh -c "cc -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror \$(PKG_CONFIG_PATH=$pc pkg-config --cflags moonbox) -DEMBED_LUA_DIR=\\\"\$(PKG_CONFIG_PATH=$pc pkg-config --variable=lmoddir moonbox)\\\" -o $T/embed/embed-static $T/embed/embed.c $P/lib/libmoonbox.a \$(PKG_CONFIG_PATH=$pc pkg-config --libs lua5.4 libuv libcurl libcrypto jansson libprotobuf-c) -ldl -lm"
+  check embed-static-build clean sh -c "cc -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror \$(PKG_CONFIG_PATH=$pc pkg-config --cflags moonbox) -DEMBED_LUA_DIR=\\\"\$(PKG_CONFIG_PATH=$pc pkg-config --variable=lmoddir moonbox)\\\" -o $T/embed/embed-static $T/embed/embed.c $P/lib/libmoonbox.a \$(PKG_CONFIG_PATH=$pc pkg-config --libs lua5.4 libuv libcurl libcrypto jansson libprotobuf-c libarchive) -ldl -lm"
   check embed-static-run embed_ok clean "$T/embed/embed-static" "$ROOT/examples/embed"
   check lua-require lua_ok "$P/share/lua/5.4" "$P/lib/lua/5.4"
   check moonbox-installed clean sh -c "$P/bin/moonbox --help | grep -qF 'Lua modules: $P/bin/../share/lua/5.4' && $P/bin/moonbox policy env --from-host >/dev/null && $P/bin/moonbox dump-config $ROOT/examples/demo/compose.lua | grep -qF '$P/share/lua/5.4/moonbox/policies/env.lua'"
@@ -146,14 +146,14 @@ if ls spec/*_spec.lua spec/**/*_spec.lua >/dev/null 2>&1; then
   if ! grep -qE '^1\.\.[0-9]+' <<<"$out"; then echo "$out" | tail -20; f=$((f + 1)); fi
   add "$p" "$f" "busted"
 fi
-# The matrix: the seam contract suite and the consumer suite, the same files, × {host providers,
-# E2B providers on sandboxd}. The host cell runs as an unprivileged user (as root no permission
+# The matrix: the seam contract suite, the consumer suite and workspace sync, the same files,
+# × {host providers, E2B providers on sandboxd}. The host cell runs as an unprivileged user (as root no permission
 # is ever denied, and the permission cases would be vacuous), from a copy it can read.
 matrix_cell() { # family, label, command prefix...
   local fam=$1 label=$2; shift 2
-  note "matrix: seam + consumers on the $label"
+  note "matrix: seam + consumers + sync on the $label"
   out=$(MOONBOX_SEAM_PROVIDER=$fam timeout -k 10 1200 "$@" "${BUSTED[@]}" -o TAP --repeat="${MATRIX_REPEAT:-2}" \
-    spec/seam spec/consumers 2>&1); echo "$out" >"$LOG/matrix-$fam.log"
+    spec/seam spec/consumers spec/sync 2>&1); echo "$out" >"$LOG/matrix-$fam.log"
   busted_counts "$out"
   [ "$f" -gt 0 ] && grep -A8 '^not ok ' <<<"$out" | head -60
   if ! grep -qE '^1\.\.[0-9]+' <<<"$out"; then echo "$out" | tail -20; f=$((f + 1)); fi
@@ -164,7 +164,7 @@ if [ "$(id -u)" -eq 0 ]; then
   id nobody >/dev/null 2>&1 || useradd -r -M -s /usr/sbin/nologin nobody
   STAGE=$(mktemp -d /tmp/moonbox-matrix.XXXXXX)
   mkdir -p "$STAGE/build" && cp -r lua policies "$STAGE/" && cp -r build/lib build/bin "$STAGE/build/" &&
-    mkdir "$STAGE/spec" && cp -r spec/seam spec/consumers spec/support "$STAGE/spec/" && chmod -R a+rX "$STAGE"
+    mkdir "$STAGE/spec" && cp -r spec/seam spec/consumers spec/sync spec/support "$STAGE/spec/" && chmod -R a+rX "$STAGE"
   (cd "$STAGE" && matrix_cell local "host providers (as nobody)" runuser -u nobody -- env HOME=/tmp \
     MB_BUILD_DIR="$STAGE/build" LUA_PATH="$STAGE/lua/?.lua;$STAGE/lua/?/init.lua;$STAGE/spec/?.lua;;" \
     LUA_CPATH="$STAGE/build/lib/?.so;;"; echo "$passed $failed $skipped" >"$STAGE/counts")

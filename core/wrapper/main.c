@@ -20,7 +20,11 @@ static const char HELP[] =
     "  mbwrap which NAME PATHLIST\n"
     "  mbwrap fg PID\n"
     "  mbwrap killsession SID GRACE_MS\n"
-    "  mbwrap signal PGID SIGNAME\n";
+    "  mbwrap signal PGID SIGNAME\n"
+    "  mbwrap unpack [--max-files N] [--max-bytes N] [--max-meta N] [--tar PROG] STAGE TARGET\n"
+    "  mbwrap manifest [--max-files N] [--max-bytes N] [--max-meta N] [--gitignore] [--exclude BASE64]\n"
+    "                  [--sha256sum PROG] DIR\n"
+    "  mbwrap pack [--max-bytes N] [--tar PROG] DIR LIST_BASE64\n";
 
 int main(int argc, char **argv) {
   /* A TERM that comes while `run` is still parsing its arguments must wait for the signalfd
@@ -47,6 +51,7 @@ int main(int argc, char **argv) {
       {"cat", tool_cat},
       {"publish", tool_publish}, {"which", tool_which},       {"fg", tool_fg},
       {"killsession", tool_killsession}, {"signal", tool_signal},
+      {"unpack", tool_unpack},  {"manifest", tool_manifest},  {"pack", tool_pack},
   };
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
     if (strcmp(argv[1], cmds[i].name) == 0) {

@@ -68,5 +68,8 @@ int tool_which(int argc, char **argv);
 int tool_fg(int argc, char **argv);
 int tool_killsession(int argc, char **argv);
 int tool_signal(int argc, char **argv);
+int tool_unpack(int argc, char **argv);   /* sync.c */
+int tool_manifest(int argc, char **argv);
+int tool_pack(int argc, char **argv);
 
 #endif

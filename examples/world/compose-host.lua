@@ -6,3 +6,5 @@ plugin "subprocess-local" {}
 plugin "bash" {}
 plugin "terminal" {}
 plugin "lsp" { args = { "--log=error" } }
+-- Workspace sync (push a host directory into the world, pull its changes back).
+plugin "workspace" { stateDir = (os.getenv("TMPDIR") or "/tmp") .. "/moonbox-world-sync" }

@@ -1,10 +1,12 @@
--- The portable execution world: one script, written only against ctx.fs and the consumers
--- (ctx.bash, ctx.terminal, ctx.lsp), run with either composition:
+-- The portable execution world: one script, written only against ctx.fs, the consumers
+-- (ctx.bash, ctx.terminal, ctx.lsp) and workspace sync (ctx.workspace), run with either
+-- composition:
 --   moonbox run examples/world/compose-host.lua examples/world/world.lua
 --   moonbox run examples/world/compose-sandbox.lua examples/world/world.lua
 -- It writes a C file with an error, gets clangd's diagnostic, fixes the file with editText,
 -- compiles and runs it with the bash tool, reads a background job incrementally, drives a
--- terminal session, and prints a transcript: the same on both worlds apart from the timings.
+-- terminal session, pushes a host project into the world and pulls the world's changes back,
+-- and prints a transcript: the same on both worlds apart from the timings.
 local mb = require "moonbox"
 local fs, bash, term, lsp = ctx.fs, ctx.bash, ctx.terminal, ctx.lsp
 local T0 = mb.now()
@@ -93,6 +95,33 @@ o = assert(t:send("echo \"the last status was $?\""))
 say("terminal: %s", o.output:gsub("\n$", ""))
 assert(t:close())
 say("terminal closed")
+
+-- 6. Workspace sync: a host project pushed into the world (its .gitignore followed), changed
+-- and built there, its changes pulled back (the build output stays excluded).
+local hostdir = assert(io.popen("mktemp -d /tmp/moonbox-world-host.XXXXXX")):read("l")
+local function put(rel, s)
+  os.execute(("mkdir -p '%s/%s'"):format(hostdir, rel:match("^(.*)/") or "."))
+  local f = assert(io.open(hostdir .. "/" .. rel, "w")) f:write(s) f:close()
+end
+put("src/app.c", "int main(void) { return 0; }\n")
+put("README.md", "# app\n")
+put(".gitignore", "*.o\n")
+put("old.o", "stale build output\n")
+local sync = ctx.workspace
+local pushed = assert(sync:push{ from = hostdir, to = wsdir .. "/project", gitignore = true })
+say("sync push: %d files, %d directories, %d excluded", pushed.files, pushed.dirs, pushed.excluded)
+r = assert(bash:run{ command = "echo '/* reviewed */' >> src/app.c && echo notes > NOTES.md && rm README.md && "
+  .. "cc -c src/app.c -o app.o", cwd = wsdir .. "/project" })
+say("bash: edited, removed, built in the world → exit %d", r.exitCode)
+local d = assert(sync:diff{ from = wsdir .. "/project", to = hostdir })
+say("sync diff: added %s; modified %s; deleted %s; %d conflicts", table.concat(d.added, ","), table.concat(d.modified, ","),
+  table.concat(d.deleted, ","), #d.conflicts)
+local p = assert(sync:pull{ from = wsdir .. "/project", to = hostdir })
+local f = assert(io.open(hostdir .. "/src/app.c"))
+say("sync pull: %d files fetched; host src/app.c ends with %s; app.o left in the world", p.files,
+  (f:read("a"):match("([^\n]*)\n$")))
+f:close()
+os.execute(("rm -rf '%s'"):format(hostdir))
 
 assert(bash:run{ command = "rm -rf -- \"$W\"", cwd = base.targetKey, env = { W = wsdir } })
 say("workspace removed")

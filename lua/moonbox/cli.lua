@@ -16,12 +16,18 @@ usage: moonbox [--trace] SCRIPT.lua [ARGS...]
                           [--set NAME=VALUE]... [--unset NAME]... [--json]
        moonbox policy timeouts [--compose C] [--policy CONCERN=FILE]... [--json]
        moonbox policy check [--compose C] [--policy CONCERN=FILE]... [CONCERN=]FILE
+       moonbox sync push --compose C [--exclude PATTERN]... [--gitignore] [--max-files N]
+                         [--max-bytes N] [--json] HOSTDIR WORLDDIR
+       moonbox sync pull|diff --compose C [--prefer sandbox|host] [--exclude PATTERN]...
+                         [--gitignore] [--max-files N] [--max-bytes N] [--json] WORLDDIR HOSTDIR
        moonbox sandboxd [ARGS...]
 SANDBOX_USAGE       moonbox --help | --version
 Commands: a script runs as the main task; `run` gives it ctx from a composition; `dump-config`
 prints a composition with every policy value and where it came from; `policy` explains a
 policy without starting a sandbox; `sandbox` calls the sandbox API (E2B_API_KEY, E2B_DOMAIN,
-or E2B_API_URL + E2B_SANDBOX_URL name the endpoint); `sandboxd` is the local E2B-compatible server.
+or E2B_API_URL + E2B_SANDBOX_URL name the endpoint); `sync` copies a host directory into the
+composition's world and brings back what changed there (`diff`: what `pull` would do);
+`sandboxd` is the local E2B-compatible server.
 CONCERN is env, lifecycle, timeouts or composition; FILE a policy file merged over the
 shipped defaults (and over the composition's own policies).
 ]]
@@ -354,6 +360,156 @@ local function run_script(argv, i)
   return 0
 end
 
+------------------------------------------------------------------------------------------------
+-- moonbox sync push|pull|diff
+
+local function mib(n) return ("%.1f MiB"):format(n / 1048576) end
+
+-- The progress of a sync on stderr: a bar redrawn in place on a terminal, a line per phase
+-- otherwise (and nothing with --json unless stderr is a terminal).
+local function progress_printer(verb, tty, quiet)
+  local last_phase, last_draw = nil, 0
+  local words = { scan = "scanned", upload = "uploading", unpack = "unpacking in the world", manifest = "hashing in the world",
+    fetch = "fetching", apply = "applying" }
+  local p = {}
+  function p.update(e)
+    if e.phase == "done" then return end
+    if tty then
+      local now = require("moonbox").now()
+      if e.phase == last_phase and now - last_draw < 80 then return end
+      last_phase, last_draw = e.phase, now
+      local frac = e.totalBytes and e.totalBytes > 0 and (e.bytes or 0) / e.totalBytes
+        or e.totalFiles and e.totalFiles > 0 and (e.files or 0) / e.totalFiles or nil
+      local bar = ""
+      if frac then
+        local w = 24
+        local k = math.floor(math.min(frac, 1) * w + 0.5)
+        bar = ("[%s%s] %3d%%  "):format(("#"):rep(k), ("."):rep(w - k), math.floor(math.min(frac, 1) * 100))
+      end
+      local bytes = e.bytes and (e.totalBytes and ("%s/%s  "):format(mib(e.bytes), mib(e.totalBytes)) or (mib(e.bytes) .. "  ")) or ""
+      local files = e.files and (e.totalFiles and ("%d/%d files"):format(e.files, e.totalFiles) or ("%d files"):format(e.files)) or ""
+      io.stderr:write(("\r\27[K%s %-22s %s%s%s"):format(verb, words[e.phase] or e.phase, bar, bytes, files))
+      io.stderr:flush()
+    elseif not quiet and e.phase ~= last_phase then
+      last_phase = e.phase
+      local what = words[e.phase] or e.phase
+      if e.phase == "scan" then what = ("scanned %d files, %s"):format(e.totalFiles or 0, mib(e.totalBytes or 0)) end
+      io.stderr:write(("%s: %s\n"):format(verb, what))
+    end
+  end
+  function p.finish() if tty and last_phase then io.stderr:write("\r\27[K") io.stderr:flush() end end
+  return p
+end
+
+local function sync_command(argv, i)
+  local sub = argv[i]
+  if sub ~= "push" and sub ~= "pull" and sub ~= "diff" then
+    if sub == nil then usage_error("sync: expected push, pull or diff") end
+    usage_error("sync: unknown subcommand %s (expected push, pull or diff)", sub)
+  end
+  local spec = { ["--compose"] = "value", ["--policy"] = "list", ["--exclude"] = "list", ["--gitignore"] = "flag",
+    ["--max-files"] = "value", ["--max-bytes"] = "value", ["--json"] = "flag" }
+  if sub ~= "push" then spec["--prefer"] = "value" end
+  local opts, pos = parse(argv, i + 1, spec, "sync " .. sub)
+  local a, b = argv[pos], argv[pos + 1]
+  if not a or not b or argv[pos + 2] then
+    usage_error(sub == "push" and "sync push: expected HOSTDIR WORLDDIR" or ("sync %s: expected WORLDDIR HOSTDIR"):format(sub))
+  end
+  if not opts["--compose"] then usage_error("sync %s: --compose C is required (the world to sync with)", sub) end
+  local prefer = opts["--prefer"]
+  if prefer and prefer ~= "sandbox" and prefer ~= "host" then usage_error("sync %s: --prefer must be sandbox or host", sub) end
+  local limits = {}
+  for _, o in ipairs({ { "--max-files", "maxFiles" }, { "--max-bytes", "maxBytes" } }) do
+    local v = opts[o[1]]
+    if v then
+      local n = math.tointeger(tonumber(v))
+      if not n or n < 1 then usage_error("sync %s: %s must be a positive integer", sub, o[1]) end
+      limits[o[2]] = n
+    end
+  end
+  local ok, err = readable(opts["--compose"], "composition")
+  if not ok then return nil, err end
+  local compose = require "moonbox.compose"
+  local comp, cerr = compose.load(opts["--compose"], { policy_files = policy_files(opts["--policy"]) })
+  if not comp then return nil, cerr end
+  local core = require "moonbox.core"
+  local json = opts["--json"]
+  local tty = core.isatty(2)
+  local pr = progress_printer(sub, tty, json)
+  local req = { from = a, to = b, exclude = opts["--exclude"], gitignore = opts["--gitignore"] or nil, prefer = prefer,
+    maxFiles = limits.maxFiles, maxBytes = limits.maxBytes, onProgress = pr.update }
+  local t0
+  local res = table.pack(compose.run(comp, function(ctx)
+    local ws = ctx.workspace
+    if not ws then
+      if not ctx.fs then
+        return nil, errors.new("COMPOSE_INVALID", opts["--compose"] .. ": sync needs an fs provider (plugin fs or fs-local)")
+      end
+      local mod = require "moonbox.workspace"
+      local config = {}
+      for k, f in pairs(mod.schema) do
+        local d = f.default
+        if type(d) == "function" then d = d() end
+        config[k] = d
+      end
+      ws = mod.new(ctx, config)
+    end
+    t0 = require("moonbox").now()
+    local r, e = ws[sub](ws, req)
+    pr.finish()
+    if not r then return nil, e end
+    return r, require("moonbox").now() - t0
+  end))
+  if math.type(res[1]) == "integer" then return res[1] end     -- a signal ended it
+  if res[1] == nil then return nil, res[2] end
+  local r, ms = res[1], res[2]
+  if json then
+    -- lua-cjson writes an empty table as {}: the report's lists are written as arrays here
+    local cj = require("cjson").new()
+    local keys = {}
+    for k in pairs(r) do keys[#keys + 1] = k end
+    table.sort(keys)
+    local parts = {}
+    for _, k in ipairs(keys) do
+      local v = r[k]
+      local enc
+      if type(v) == "table" then
+        local items = {}
+        for n, x in ipairs(v) do items[n] = cj.encode(x) end
+        enc = "[" .. table.concat(items, ",") .. "]"
+      else
+        enc = cj.encode(v)
+      end
+      parts[#parts + 1] = cj.encode(k) .. ":" .. enc
+    end
+    parts[#parts + 1] = '"seconds":' .. ("%.3f"):format(ms / 1000)
+    out("{" .. table.concat(parts, ",") .. "}\n")
+    if sub == "pull" then
+      for _, c in ipairs(r.conflicts) do if not c.resolution then return 3 end end
+    end
+  elseif sub == "push" then
+    out(("pushed %s to %s: %d files, %d directories, %d links, %s (archive %s), %d excluded, in %.2f s\n"):format(
+      r.from, r.to, r.files, r.dirs, r.symlinks, mib(r.bytes), mib(r.archiveBytes), r.excluded, ms / 1000))
+  else
+    for _, k in ipairs({ { "added", "A" }, { "modified", "M" }, { "deleted", "D" }, { "modeChanged", "m" } }) do
+      for _, p in ipairs(r[k[1]]) do out(("%s %s\n"):format(k[2], p)) end
+    end
+    local open = 0
+    for _, c in ipairs(r.conflicts) do
+      local how = c.resolution == "sandbox" and "taken from the world" or c.resolution == "host" and "host kept"
+        or (sub == "diff" and "would not be applied" or "not applied")
+      if not c.resolution then open = open + 1 end
+      out(("C %s: %s (%s)\n"):format(c.path, c.reason, how))
+    end
+    local verb = sub == "diff" and "would pull" or "pulled"
+    out(("%s %d added, %d modified, %d deleted, %d mode changes from %s into %s; %d conflict%s%s, in %.2f s\n"):format(
+      verb, #r.added, #r.modified, #r.deleted, #r.modeChanged, r.from, r.to, #r.conflicts, #r.conflicts == 1 and "" or "s",
+      open > 0 and " (use --prefer sandbox|host to resolve)" or "", ms / 1000))
+    if sub == "pull" and open > 0 then return 3 end
+  end
+  return 0
+end
+
 -- A raised value → what to print. Strings (bugs) keep their traceback; moonbox errors are one
 -- line unless tracing.
 local function report(e, trace)
@@ -396,6 +552,7 @@ function M.main(argv, opts)
       return 0
     end
     if cmd == "run" then return run_composition(argv, i + 1, ctl) end
+    if cmd == "sync" then return sync_command(argv, i + 1) end
     if cmd == "dump-config" then return dump_config(argv, i + 1) end
     if cmd == "policy" then
       local sub = argv[i + 1]

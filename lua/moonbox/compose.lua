@@ -239,7 +239,9 @@ local function run_in_task(comp, script_file, ...)
   local mb = require "moonbox"
   local core = require "moonbox.core"
   local env = setmetatable({}, { __index = _G })
-  local sfn, serr = loadfile(script_file, "t", env)
+  local sfn, serr
+  if type(script_file) == "function" then sfn = script_file          -- a caller's own (moonbox sync)
+  else sfn, serr = loadfile(script_file, "t", env) end
   if not sfn then error(serr, 0) end
   local signaled, disposing
   local wake = mb.event()
@@ -283,7 +285,7 @@ local function run_in_task(comp, script_file, ...)
 end
 
 -- `moonbox run compose.lua script.lua [args]`: the script is called with (ctx, args...) and also
--- sees `ctx` as a global. Plugins are disposed in reverse order whether or not it fails. When
+-- sees `ctx` as a global (script_file may also be a function, called the same way). Plugins are disposed in reverse order whether or not it fails. When
 -- the script returns a function, it is called after disposal and its results are returned.
 -- After SIGTERM, SIGINT or SIGHUP the result is 128 + the signal's number (see run_in_task).
 -- `composition` is a file name, or what compose.load returned.

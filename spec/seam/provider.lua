@@ -8,10 +8,20 @@ local function mb() return require "moonbox" end
 
 local P = {}
 
--- The consumers, identical in every family (spec/consumers): only the provider lines differ.
+-- Host directories the specs make (the workspace plugin's records among them), removed at close.
+local host_tmp
+local function ensure_host_tmp()
+  host_tmp = host_tmp or assert(io.popen("mktemp -d /tmp/moonbox-seam-host.XXXXXX")):read("l")
+  return host_tmp
+end
+
+-- The consumers and workspace sync, identical in every family (spec/consumers, spec/sync): only
+-- the provider lines differ.
 local function consumers(cwd)
+  ensure_host_tmp()
   return ('plugin "bash" { cwd = %q, graceMs = 1000 }\nplugin "terminal" { cwd = %q, graceMs = 1000 }\n'
-    .. 'plugin "lsp" { root = %q, args = { "--log=error" } }\n'):format(cwd, cwd, cwd)
+    .. 'plugin "lsp" { root = %q, args = { "--log=error" } }\n'
+    .. 'plugin "workspace" { stateDir = %q, progressMs = 5 }\n'):format(cwd, cwd, cwd, host_tmp .. "/sync-state")
 end
 
 local families = {
@@ -79,6 +89,17 @@ function P.close()
   state = nil
   P.run(function() assert(compose.stop(s.ctx, s.loaded)) end)
   if s.name == "local" and s.cwd:match("^/tmp/moonbox%-seam%-local%.") then os.execute("rm -rf '" .. s.cwd .. "'") end
+  if host_tmp then os.execute("rm -rf '" .. host_tmp .. "'") host_tmp = nil end
+end
+
+-- A fresh directory on the host (both families: the host side of workspace sync).
+local hn = 0
+function P.host_dir(prefix)
+  ensure_host_tmp()
+  hn = hn + 1
+  local d = ("%s/%s-%d"):format(host_tmp, prefix or "h", hn)
+  assert(os.execute("mkdir -p '" .. d .. "'"))
+  return d
 end
 
 -- A fresh scratch directory path (not created) under the provider's cwd.

@@ -826,6 +826,212 @@ class Tools(unittest.TestCase):
         self.assertEqual(self.fg(p.pid), ["absent"])
 
 
+def stool(*args):
+    """A streaming tool (manifest, pack): → (stdout bytes, stderr-frame bytes, exit code)."""
+    p = subprocess.run([MBWRAP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, (args, p.returncode, p.stderr)
+    f = decode(p.stdout, tool=True)
+    return bytes(f.out), bytes(f.err), f.exit
+
+
+def parse_manifest(out):
+    """mbwrap manifest records → {path: (t, mode, size, hash, link)}."""
+    recs, pos = {}, 0
+    while pos < len(out):
+        m = re.match(rb"(\w) (\S+) (\d+) (\d+)\.(\d{9}) (\S+) (\d+) ", out[pos:])
+        assert m, out[pos:pos + 80]
+        pos += m.end()
+        plen = int(m.group(7))
+        path = out[pos:pos + plen]
+        pos += plen
+        m2 = re.match(rb" (\d+) ", out[pos:])
+        pos += m2.end()
+        llen = int(m2.group(1))
+        link = out[pos:pos + llen]
+        pos += llen
+        assert out[pos:pos + 1] == b"\n"
+        pos += 1
+        recs[path.decode()] = (m.group(1).decode(), m.group(2).decode(), int(m.group(3)), m.group(6).decode(), link.decode())
+    return recs
+
+
+class SyncTools(unittest.TestCase):
+    """mbwrap's workspace-sync tools: manifest, pack, unpack (PROTOCOL.md, "Sync tools")."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = os.path.realpath(self.tmp.name)
+
+    def tearDown(self):
+        subprocess.run(["chmod", "-R", "u+rwx", self.d])
+        self.tmp.cleanup()
+
+    def p(self, *names):
+        return os.path.join(self.d, *names)
+
+    def write(self, rel, data):
+        os.makedirs(os.path.dirname(self.p(rel)) or self.d, exist_ok=True)
+        with open(self.p(rel), "wb") as fh:
+            fh.write(data)
+
+    def tree(self):
+        self.write("t/a/x.txt", b"hello")
+        self.write("t/a/y.log", b"log")
+        self.write("t/keep.log", b"keep")
+        self.write("t/nm/m.js", b"m")
+        self.write("t/.gitignore", b"*.log\n!keep.log\n")
+        os.makedirs(self.p("t", "empty"))
+        os.symlink("../x", self.p("t", "a", "l"))
+        os.chmod(self.p("t", "a", "x.txt"), 0o750)
+        return self.p("t")
+
+    def test_manifest(self):
+        import hashlib
+        t = self.tree()
+        out, err, rc = stool("manifest", "--gitignore", "--exclude", base64.b64encode(b"nm/\n").decode(), t)
+        self.assertEqual((rc, err), (0, b""))
+        r = parse_manifest(out)
+        self.assertEqual(r["a/x.txt"], ("f", "0750", 5, hashlib.sha256(b"hello").hexdigest(), ""))
+        self.assertEqual(r["a/l"][0::4], ("l", "../x"))
+        self.assertEqual(r["empty"][0], "d")
+        self.assertEqual(r["a/y.log"][0:2], ("x", "f"))      # excluded: recorded, not hashed
+        self.assertEqual(r["nm"][0:2], ("x", "d"))           # excluded directory: not descended
+        self.assertNotIn("nm/m.js", r)
+        self.assertEqual(r["keep.log"][0], "f")
+        # many files, hashed in parallel batches
+        for i in range(1500):
+            self.write("t/many/f%04d" % i, b"%d" % i)
+        r = parse_manifest(stool("manifest", t)[0])
+        for i in range(0, 1500, 97):
+            self.assertEqual(r["many/f%04d" % i][3], hashlib.sha256(b"%d" % i).hexdigest())
+
+    def test_manifest_failures(self):
+        t = self.tree()
+        os.mkfifo(self.p("t", "a", "pipe"))
+        out, err, rc = stool("manifest", t)
+        self.assertEqual(rc, 1)
+        self.assertTrue(err.startswith(b"err SYNC_UNSUPPORTED_TYPE "), err)
+        self.assertTrue(err.endswith(b"\npath 6 a/pipe\n"), err)
+        os.unlink(self.p("t", "a", "pipe"))
+        _, err, rc = stool("manifest", "--max-files", "3", t)
+        self.assertTrue(err.startswith(b"err SYNC_TOO_MANY_FILES "), err)
+        _, err, rc = stool("manifest", "--max-bytes", "4", t)
+        self.assertTrue(err.startswith(b"err SYNC_TOO_LARGE "), err)
+        _, err, rc = stool("manifest", self.p("missing"))
+        self.assertTrue(err.startswith(b"err SYNC_NOT_FOUND "), err)
+        self.write("bad-sum", b"#!/bin/sh\necho broken >&2\nexit 3\n")
+        os.chmod(self.p("bad-sum"), 0o755)
+        _, err, rc = stool("manifest", "--sha256sum", self.p("bad-sum"), t)
+        self.assertTrue(err.startswith(b"err SYNC_REMOTE_TOOL "), err)
+        self.assertIn(b"broken", err)
+        _, err, rc = stool("manifest", "--sha256sum", self.p("no-such-tool"), t)
+        self.assertTrue(err.startswith(b"err SYNC_REMOTE_TOOL "), err)
+        p = subprocess.run([MBWRAP, "manifest", "--exclude", "not base64!", t], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.assertEqual((p.returncode, p.stdout), (2, b""))
+
+    def test_pack(self):
+        import io
+        import tarfile
+        t = self.tree()
+        os.link(self.p("t", "a", "x.txt"), self.p("t", "hard"))
+        names = b"a/x.txt\0a/l\0hard\0empty\0"
+        out, err, rc = stool("pack", t, base64.b64encode(names).decode())
+        self.assertEqual((rc, err), (0, b""))
+        tf = tarfile.open(fileobj=io.BytesIO(out))
+        got = {m.name: m for m in tf.getmembers()}
+        self.assertEqual(sorted(got), ["a/l", "a/x.txt", "empty", "hard"])
+        self.assertTrue(got["hard"].isreg() and got["a/x.txt"].isreg())   # hard links dereferenced
+        self.assertEqual(tf.extractfile(got["hard"]).read(), b"hello")
+        self.assertTrue(got["a/l"].issym() and got["a/l"].linkname == "../x")
+        for bad in (b"../x\0", b"/etc/passwd\0", b"a//b\0"):
+            _, err, rc = stool("pack", t, base64.b64encode(bad).decode())
+            self.assertTrue(err.startswith(b"err SYNC_UNSAFE_ENTRY "), err)
+        _, err, rc = stool("pack", t, base64.b64encode(b"nope\0").decode())
+        self.assertEqual(rc, 1)
+        self.assertTrue(err.startswith(b"err SYNC_"), err)
+        self.write("t/big", b"z" * 300000)
+        _, err, rc = stool("pack", "--max-bytes", "100000", t, base64.b64encode(b"big\0").decode())
+        self.assertTrue(err.startswith(b"err SYNC_TOO_LARGE "), err)
+        for args in (["pack", t, base64.b64encode(b"no-terminator").decode()], ["pack", t]):
+            p = subprocess.run([MBWRAP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self.assertEqual((p.returncode, p.stdout), (2, b""))
+
+    def archive(self, members):
+        import io
+        import tarfile
+        os.makedirs(self.p("stage"), mode=0o700)
+        with tarfile.open(self.p("stage", "archive.tar"), "w", format=tarfile.PAX_FORMAT) as tf:
+            for name, kind, data in members:
+                i = tarfile.TarInfo(name)
+                i.type = kind
+                i.mode = 0o644
+                if kind == tarfile.REGTYPE:
+                    i.size = len(data)
+                    tf.addfile(i, io.BytesIO(data))
+                else:
+                    if kind in (tarfile.LNKTYPE, tarfile.SYMTYPE):
+                        i.linkname = data.decode()
+                    if kind == tarfile.DIRTYPE:
+                        i.mode = 0o755
+                    tf.addfile(i)
+        return self.p("stage")
+
+    def test_unpack_swaps_the_tree_in(self):
+        import tarfile
+        target = self.p("w", "target")
+        os.makedirs(target)
+        self.write("w/target/old", b"old")
+        st = self.archive([("d", tarfile.DIRTYPE, b""), ("d/f", tarfile.REGTYPE, b"new"), ("l", tarfile.SYMTYPE, b"/etc")])
+        out = tool("unpack", st, target)
+        self.assertEqual(out, b"ok 1 1 1 3\n")
+        self.assertEqual(sorted(os.listdir(target)), ["d", "l"])
+        self.assertEqual(read_bytes(os.path.join(target, "d", "f")), b"new")
+        self.assertEqual(os.readlink(os.path.join(target, "l")), "/etc")
+        self.assertFalse(os.path.exists(st))                                   # staging gone
+        self.assertEqual(os.listdir(self.p("w")), ["target"])                  # old tree gone
+        # a missing target is made, with its parents
+        st = self.archive([("f", tarfile.REGTYPE, b"x")])
+        self.assertEqual(tool("unpack", st, self.p("new", "deep", "t")), b"ok 1 0 0 1\n")
+
+    def test_unpack_refusals_leave_the_target(self):
+        import tarfile
+        target = self.p("target")
+        os.makedirs(target)
+        self.write("target/keep", b"previous")
+        cases = [
+            ([("a", tarfile.REGTYPE, b"x"), ("b", tarfile.LNKTYPE, b"a")], "SYNC_UNSAFE_ENTRY"),   # a hard link
+            ([("p", tarfile.FIFOTYPE, b"")], "SYNC_UNSUPPORTED_TYPE"),
+            ([("../evil", tarfile.REGTYPE, b"x")], None),                           # tar refuses or skips it
+            ([("a", tarfile.REGTYPE, b"x"), ("b", tarfile.REGTYPE, b"y"), ("c", tarfile.REGTYPE, b"z")], "SYNC_TOO_MANY_FILES"),
+        ]
+        if os.geteuid() == 0:
+            cases.append(([("dev", tarfile.CHRTYPE, b"")], "SYNC_UNSUPPORTED_TYPE"))
+        for members, code in cases:
+            st = self.archive(members)
+            p = subprocess.run([MBWRAP, "unpack", "--max-files", "2", st, target], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            f = decode(p.stdout, tool=True)
+            if code is None:
+                self.assertEqual(f.exit, 1, bytes(f.out))
+                self.assertTrue(bytes(f.out).startswith(b"err SYNC_"), bytes(f.out))
+            else:
+                self.assertEqual(f.exit, 1, (members, bytes(f.out)))
+                self.assertTrue(bytes(f.out).startswith(b"err " + code.encode()), bytes(f.out))
+            self.assertEqual(os.listdir(target), ["keep"])
+            self.assertFalse(os.path.exists(st))
+            self.assertFalse(os.path.exists(self.p("evil")))
+        # a target that is a file; a staging directory that is not one
+        self.write("file", b"f")
+        st = self.archive([("f", tarfile.REGTYPE, b"x")])
+        f = decode(subprocess.run([MBWRAP, "unpack", st, self.p("file")], stdout=subprocess.PIPE).stdout, tool=True)
+        self.assertTrue(bytes(f.out).startswith(b"err SYNC_NOT_DIRECTORY "), bytes(f.out))
+        self.assertFalse(os.path.exists(st))
+        f = decode(subprocess.run([MBWRAP, "unpack", self.p("missing"), target], stdout=subprocess.PIPE).stdout, tool=True)
+        self.assertEqual(f.exit, 1)
+        for args in (["unpack", "relative", target], ["unpack", st], ["unpack", "--max-files", "x", st, target]):
+            p = subprocess.run([MBWRAP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self.assertEqual((p.returncode, p.stdout), (2, b""))
+
+
 if __name__ == "__main__":
     MBWRAP = os.path.abspath(sys.argv.pop(1))
     unittest.main(verbosity=2)

@@ -318,8 +318,10 @@ function envd:download(path, opts)
 end
 
 -- POST /files: data (string) as one multipart part, or opts.file = host path streamed as
--- application/octet-stream. opts.metadata → X-Metadata-<key>; opts.user → ?username= (the
--- owner of the file and of the parents it creates). → entries | nil, err
+-- application/octet-stream, or opts.source = a pack (core.sync_root():pack) produced while it
+-- is sent (octet-stream, chunked: the archive is never whole in memory). opts.metadata →
+-- X-Metadata-<key>; opts.user → ?username= (the owner of the file and of the parents it
+-- creates). → entries | nil, err
 function envd:upload(path, data, opts)
   opts = opts or {}
   local extra = {}
@@ -329,6 +331,9 @@ function envd:upload(path, data, opts)
   if opts.file then
     extra["Content-Type"] = "application/octet-stream"
     req.body_file = opts.file
+  elseif opts.source then
+    extra["Content-Type"] = "application/octet-stream"
+    req.body_source = opts.source
   else
     assert(type(data) == "string", "envd:upload: data must be a string")
     -- A boundary that does not occur in the data (rehashed on the rare clash).

@@ -129,4 +129,16 @@ function Sandbox:stage(staging, content) return ok_or(self.envd:upload(staging, 
 function Sandbox:unstage(dir) return self:remove_tree(dir) end
 function Sandbox:publish(args, _, max) return self:tool(args, { max_bytes = max }) end
 
+-- A pack (core.sync_root():pack) streamed into the new file `path` (POST /files, chunked; envd
+-- makes the parents). One request whatever the size. opts.timeout_ms: the whole transfer.
+function Sandbox:put_stream(path, source, opts)
+  opts = opts or {}
+  local r, err = self.envd:upload(path, nil, { source = source, timeout_ms = opts.timeout_ms })
+  if not r then return nil, self:explain(err, "upload " .. path) end
+  return true
+end
+
+-- An identity for what this world is (workspace sync keys its records with it).
+function Sandbox:identity() return "e2b:" .. tostring(self.id) end
+
 return M

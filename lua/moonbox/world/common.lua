@@ -16,6 +16,9 @@
 --   w:stage(staging, content) / w:unstage(staging_dir) / w:publish(args, staging, content)
 --                                 the fs write path (upload + publish, or publish --stdin)
 --   w:remove_tree(path)           → true | nil, err
+--   w:put_stream(path, pack, opts) a pack (core.sync_root():pack) streamed into a new file:
+--                                 one upload in a sandbox, pieces written on the host
+--   w:identity()                  "e2b:<sandbox id>" | "local" (workspace sync's records)
 --   w:stream_error(s, err); w:explain(err, what)   error mapping
 local errors = require "moonbox.errors"
 

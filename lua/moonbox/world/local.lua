@@ -171,6 +171,35 @@ function World:publish(args, content, max)
   return common.tool_result(self, s, args, max, self.timeouts.tool_ms)
 end
 
+-- A pack (core.sync_root():pack) written into the new file `path`, its directory made 0700
+-- (its parents as mkdir -p makes them), a piece at a time: the loop runs between pieces.
+-- opts.piece: bytes per piece (default 1 MiB). → true | nil, err (the pack's own error first)
+function World:put_stream(path, source, opts)
+  opts = opts or {}
+  local dir = path:match("^(.*)/[^/]+$")
+  if not dir or dir == "" then return nil, errors.new("E2B_INVALID", "put_stream: " .. path .. " has no directory") end
+  local r, err = self:exec({ "/bin/mkdir", "-p", "-m", "700", "--", dir })
+  if not r then return nil, err end
+  if r.exit_code ~= 0 then return nil, errors.new("FS_IO_ERROR", "mkdir " .. dir .. ": " .. r.stderr) end
+  local f, ferr = io.open(path, "wb")
+  if not f then return nil, errors.new("FS_IO_ERROR", "cannot create " .. path .. ": " .. tostring(ferr)) end
+  local m = mb()
+  while true do
+    local chunk, perr = source:read(opts.piece or PIECE)
+    if not chunk then
+      f:close()
+      if perr then return nil, perr end
+      return true
+    end
+    local ok, werr = f:write(chunk)
+    if not ok then f:close() return nil, errors.new("FS_IO_ERROR", "cannot write " .. path .. ": " .. tostring(werr)) end
+    local _, serr = m.sleep(0)
+    if serr then f:close() return nil, serr end
+  end
+end
+
+function World:identity() return "local" end
+
 -- Removes the runtime root (the spills of its processes).
 function World:dispose()
   if self.disposed then return true end
