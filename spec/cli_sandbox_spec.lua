@@ -54,6 +54,41 @@ describe("moonbox sandbox #sandboxd", function()
     assert.are.same({ 0, "killed " .. id .. "\n" }, { code, out })
   end)
 
+  it("creates a sandbox that outlives the command, with its template, lease, metadata and env", function()
+    local code, out, err = moonbox("sandbox create --timeout 60000 --metadata cli=created --env GREETING=hi --json")
+    assert.are.equal(0, code, err)
+    local made = cjson.decode(out).sandboxId
+    local ok, perr = pcall(function()
+      local info = mb.run(function() return assert(client:info(made)) end)
+      assert.are.same({ "running", "created", "base" }, { info.state, info.metadata.cli, info.templateId })
+      local sb = mb.run(function() return assert(client:connect(made, { timeoutMs = 60000 })) end)
+      assert.are.equal(made, sb.sandboxId)
+      -- the sandbox's env var, read by a later run that connects to it
+      local dir = os.tmpname()
+      local f = assert(io.open(dir, "w"))
+      f:write(('plugin "e2b" { sandboxId = %q }\nplugin "subprocess" {}\n'):format(made)) f:close()
+      local script = dir .. ".lua"
+      f = assert(io.open(script, "w"))
+      f:write([[local h = assert(ctx.subprocess:spawn{ argv = { "sh", "-c", "printf %s \"$GREETING\"" }, cwd = "/",
+        graceMs = 1000, stdio = { stdin = "ignore", stdout = { maxBytes = 100 }, stderr = { maxBytes = 100 } } })
+        assert(h:wait(30000)); io.write(h.collected.stdout:readFrom(0).text)]]) f:close()
+      code, out, err = moonbox(("run %s %s"):format(q(dir), q(script)))
+      os.remove(dir) os.remove(script)
+      assert.are.same({ 0, "hi" }, { code, out }, err)
+      code, out, err = moonbox("sandbox create --template nosuchtemplate")
+      assert.are.same({ 1, "" }, { code, out })
+      assert.is_true(one_line(err), err)
+      assert.truthy(err:find("nosuchtemplate", 1, true), err)
+    end)
+    mb.run(function() client:kill(made) end)
+    assert(ok, perr)
+    code, out = moonbox("sandbox create")
+    assert.are.equal(0, code)
+    local plain = out:match("^(%S+)\n$")
+    assert.truthy(plain, out)
+    mb.run(function() assert.is_true(client:kill(plain)) end)
+  end)
+
   it("an unknown id is one line naming it and exit 1", function()
     for _, cmd in ipairs({ "info", "pause", "resume", "kill", "host" }) do
       local code, out, err = moonbox("sandbox " .. cmd .. " nosuchsandbox" .. (cmd == "host" and " 80" or ""))
@@ -67,7 +102,8 @@ describe("moonbox sandbox #sandboxd", function()
   it("a usage mistake prints the usage and exits 2, before any request", function()
     for _, args in ipairs({ "sandbox", "sandbox frob", "sandbox info", "sandbox info a b", "sandbox host x 70000",
         "sandbox list --state gone", "sandbox list --limit 0", "sandbox resume x --timeout -1", "sandbox info 'a/b'",
-        "sandbox list --metadata nokv" }) do
+        "sandbox list --metadata nokv", "sandbox create --env X", "sandbox create --timeout 0", "sandbox create extra",
+        "sandbox create --template ''" }) do
       -- an unreachable endpoint: a request would fail with exit 1, not 2
       local code, _, err = moonbox(args, "E2B_API_URL=http://127.0.0.1:1 E2B_SANDBOX_URL=http://127.0.0.1:1")
       assert.are.equal(2, code, args .. ": " .. err)

@@ -1,4 +1,4 @@
--- moonbox.cli.sandbox — `moonbox sandbox list|info|kill|pause|resume|snapshot|host|metrics`:
+-- moonbox.cli.sandbox — `moonbox sandbox create|list|info|kill|pause|resume|snapshot|host|metrics`:
 -- the sandbox API (moonbox.e2b.client) from the shell, against the endpoint E2B's variables
 -- name (E2B_API_KEY, E2B_DOMAIN, or E2B_API_URL + E2B_SANDBOX_URL for a sandboxd). One request
 -- per command (list follows its pages); `--json` prints the API's objects for scripts. Exit
@@ -6,6 +6,7 @@
 local M = {}
 
 M.USAGE = [[
+       moonbox sandbox create [--template T] [--timeout MS] [--metadata K=V]... [--env K=V]... [--json]
        moonbox sandbox list [--metadata K=V]... [--state running|paused]... [--limit N] [--json]
        moonbox sandbox info|pause|metrics ID [--json]
        moonbox sandbox kill ID...
@@ -63,17 +64,52 @@ end
 -- Each command: (cli, client, argv, i) → exit status | nil, err
 local commands = {}
 
+local function show(opts, v, text)
+  if opts["--json"] then line(encode(v)) else line(text) end
+  return 0
+end
+
+local function pairs_opt(cli, list, cmd, opt)
+  local t
+  for _, kv in ipairs(list or {}) do
+    local k, v = kv:match("^([^=]+)=(.*)$")
+    if not k then cli.usage_error("%s: %s %s: expected KEY=VALUE", cmd, opt, kv) end
+    t = t or {}
+    t[k] = v
+  end
+  return t
+end
+
+local function timeout_opt(cli, v, cmd)
+  if v == nil then return nil end
+  local ms = tonumber(v)
+  if not ms or ms <= 0 or ms ~= ms or ms == math.huge then
+    cli.usage_error("%s: --timeout %s: expected a positive number of milliseconds", cmd, v)
+  end
+  return ms
+end
+
+-- A sandbox for later commands (a composition's sandboxId, moonbox sync across runs).
+function commands.create(cli, argv, i)
+  local opts, args = parse_all(cli, argv, i, { ["--template"] = "value", ["--timeout"] = "value",
+    ["--metadata"] = "list", ["--env"] = "list", ["--json"] = "flag" }, "sandbox create")
+  no_more(cli, args, 1, "create")
+  if opts["--template"] == "" then cli.usage_error("sandbox create: --template must not be empty") end
+  local o = { template = opts["--template"], timeoutMs = timeout_opt(cli, opts["--timeout"], "sandbox create"),
+    metadata = pairs_opt(cli, opts["--metadata"], "sandbox create", "--metadata"),
+    envVars = pairs_opt(cli, opts["--env"], "sandbox create", "--env") }
+  return function(c)
+    local it, err = c:create(o)
+    if not it then return nil, err end
+    return show(opts, it, it.sandboxId)
+  end
+end
+
 function commands.list(cli, argv, i)
   local opts, args = parse_all(cli, argv, i, { ["--metadata"] = "list", ["--state"] = "list", ["--limit"] = "value",
     ["--json"] = "flag" }, "sandbox list")
   no_more(cli, args, 1, "list")
-  local q = {}
-  for _, kv in ipairs(opts["--metadata"] or {}) do
-    local k, v = kv:match("^([^=]+)=(.*)$")
-    if not k then cli.usage_error("sandbox list: --metadata %s: expected KEY=VALUE", kv) end
-    q.metadata = q.metadata or {}
-    q.metadata[k] = v
-  end
+  local q = { metadata = pairs_opt(cli, opts["--metadata"], "sandbox list", "--metadata") }
   for _, s in ipairs(opts["--state"] or {}) do
     if s ~= "running" and s ~= "paused" then cli.usage_error("sandbox list: --state %s: expected running or paused", s) end
     q.state = q.state or {}
@@ -94,11 +130,6 @@ function commands.list(cli, argv, i)
     end
     return 0
   end
-end
-
-local function show(opts, v, text)
-  if opts["--json"] then line(encode(v)) else line(text) end
-  return 0
 end
 
 function commands.info(cli, argv, i)
@@ -148,13 +179,7 @@ function commands.resume(cli, argv, i)
   local opts, args = parse_all(cli, argv, i, { ["--timeout"] = "value", ["--json"] = "flag" }, "sandbox resume")
   local id = id_arg(cli, args, 1, "resume")
   no_more(cli, args, 2, "resume")
-  local ms
-  if opts["--timeout"] then
-    ms = tonumber(opts["--timeout"])
-    if not ms or ms <= 0 or ms ~= ms or ms == math.huge then
-      cli.usage_error("sandbox resume: --timeout %s: expected a positive number of milliseconds", opts["--timeout"])
-    end
-  end
+  local ms = timeout_opt(cli, opts["--timeout"], "sandbox resume")
   return function(c)
     local it, err = c:resume(id, { timeoutMs = ms })
     if not it then return nil, err end
@@ -212,8 +237,8 @@ function M.main(cli, argv, i)
   local sub = argv[i]
   local cmd = sub and commands[sub]
   if not cmd then
-    if sub == nil then cli.usage_error("sandbox: expected list, info, kill, pause, resume, snapshot, host or metrics") end
-    cli.usage_error("sandbox: unknown subcommand %s (expected list, info, kill, pause, resume, snapshot, host or metrics)", sub)
+    if sub == nil then cli.usage_error("sandbox: expected create, list, info, kill, pause, resume, snapshot, host or metrics") end
+    cli.usage_error("sandbox: unknown subcommand %s (expected create, list, info, kill, pause, resume, snapshot, host or metrics)", sub)
   end
   local act = cmd(cli, argv, i + 1)              -- usage is checked before any request
   local c, cerr = require("moonbox.e2b.client").new{}

@@ -4,6 +4,7 @@
 --
 --   local c = client.new{ apiKey = ..., getenv = os.getenv }    → client | nil, err (E2B_CONFIG)
 --   c:list{ metadata = {k = v}, state = {"running", "paused"}, limit = n, nextToken = t } → items, nextToken
+--   c:create{ template, timeoutMs, metadata, envVars, allowInternetAccess, autoPause, secure } → item
 --   c:info(id) → item;  c:kill(id) → true | false (not found);  c:setTimeout(id, ms) → true
 --   c:pause(id) → true | false (already paused);  c:resume(id, { timeoutMs }) → item
 --   c:metrics(id, { start, ["end"] }) → { metric, ... };  c:host(id, port) → URL
@@ -99,6 +100,27 @@ function Client:listAll(q)
     token = nt
   until not token
   return all
+end
+
+-- A sandbox that outlives this process (its lease: timeoutMs, default 5 min).
+function Client:create(o)
+  o = o or {}
+  if type(o) ~= "table" then error("e2b: create: expects a table { template, timeoutMs, metadata, envVars, ... }", 2) end
+  if o.template ~= nil and (type(o.template) ~= "string" or o.template == "") then
+    error("e2b: create: template must be a non-empty string (a template or snapshot name)", 2)
+  end
+  if o.timeoutMs ~= nil then check_ms(o.timeoutMs, "create") end
+  for _, f in ipairs{ "metadata", "envVars" } do
+    local bad = o[f] ~= nil and (type(o[f]) ~= "table" and "must be a table" or require("moonbox.e2b").string_map(o[f]))
+    if bad then error(("e2b: create: %s %s"):format(f, bad), 2) end
+  end
+  for _, f in ipairs{ "allowInternetAccess", "autoPause", "secure" } do
+    if o[f] ~= nil and type(o[f]) ~= "boolean" then error(("e2b: create: %s must be a boolean"):format(f), 2) end
+  end
+  local i, err = self.api:create{ template = o.template, timeout_ms = o.timeoutMs, metadata = o.metadata,
+    env_vars = o.envVars, allow_internet_access = o.allowInternetAccess, auto_pause = o.autoPause, secure = o.secure }
+  if not i then return nil, err end
+  return i.public
 end
 
 function Client:info(id)
