@@ -178,7 +178,7 @@ describe("faults #sandboxd #fault", function()
       local err = H.run(function()
         local t = assert(ctx.fs:resolve("big.txt"))
         local res = {}
-        local w = mb.spawn(function() res.r, res.err = ctx.fs:writeText(t, ("y"):rep(512 * 1024 * 1024)) end)
+        local w = mb.spawn(function() res.r, res.err = ctx.fs:writeText(t, ("y"):rep(384 * 1024 * 1024)) end) -- under sandboxd's 512 MiB body limit
         while mb.http.stats().active == 0 and not w:done() do mb.sleep(1) end
         assert(api:delete(sb.id))
         assert(w:join(120000))

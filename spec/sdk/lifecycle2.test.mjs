@@ -226,7 +226,12 @@ test('the template shows /usr, /bin, /lib and a minimal /etc; host /var/lib/dpkg
   // a minimal /etc: its own accounts and a few public files, none of the host's secrets
   const etc = await ls('/etc')
   for (const f of ['passwd', 'group', 'hosts', 'resolv.conf']) assert.ok(etc.includes(f), `/etc/${f} missing: ${etc.join(' ')}`)
-  for (const f of ['shadow', 'gshadow', 'sudoers', 'sudoers.d', 'ssh', 'profile.d']) assert.ok(!etc.includes(f), `/etc/${f} is visible`)
+  for (const f of ['shadow', 'gshadow', 'ssh', 'profile.d']) assert.ok(!etc.includes(f), `/etc/${f} is visible`)
+  // sudoers is the template's own (E2B's base template gives user passwordless sudo), never the host's
+  const sudoers = (await sh(sbx, 'cat /etc/sudoers', { user: 'root' })).out
+  assert.match(sudoers, /^user ALL=\(ALL(:ALL)?\) NOPASSWD: ?ALL$/m)
+  if (existsSync('/etc/sudoers')) assert.notEqual(sudoers, readFileSync('/etc/sudoers', 'utf8'), 'the host\'s /etc/sudoers is visible')
+  assert.deepEqual(await ls('/etc/sudoers.d'), [], 'the host\'s /etc/sudoers.d is visible')
   assert.ok(etc.length < readdirSync('/etc').length, `/etc inside (${etc.length}) is not smaller than the host's`)
   assert.match((await sbx.commands.run('cat /etc/passwd')).stdout, /^user:x:1000:1000:[^:]*:\/home\/user:/m)
 
