@@ -35,6 +35,12 @@ int mb_rpc_method(const char *path, const ProtobufCMessageDescriptor **in,
  * parsers do by default in envd; a wrong type is an error naming the field). */
 int mb_rpc_from_json(const ProtobufCMessageDescriptor *d, const json_t *j, struct mb_arena *ar,
                      ProtobufCMessage **out, struct mb_error *err);
+/* The same with options. MB_RPC_OPEN_ENUMS: an unknown enum name leaves the field unset and an
+ * integer outside the enum's values is kept as it is — what Go's protojson does with
+ * DiscardUnknown, which is how connect-go (envd) parses requests; a server uses it. */
+#define MB_RPC_OPEN_ENUMS 1u
+int mb_rpc_from_json_opts(const ProtobufCMessageDescriptor *d, const json_t *j, unsigned opts,
+                          struct mb_arena *ar, ProtobufCMessage **out, struct mb_error *err);
 /* A message → a new JSON object (the caller decrefs). NULL only when out of memory. */
 json_t *mb_rpc_to_json(const ProtobufCMessage *m);
 

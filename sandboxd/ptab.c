@@ -85,8 +85,12 @@ static void wake_pump(ptab *t) {
 
 /* ---- queues ---- */
 static ptab_ev *ev_new(int kind, size_t len) {
-  ptab_ev *e = calloc(1, sizeof *e + len + 1);
-  if (e) { e->kind = kind; e->len = len; }
+  ptab_ev *e = malloc(sizeof *e + len + 1);   /* not calloc: a data event's bytes are read over it */
+  if (!e) return NULL;
+  memset(e, 0, sizeof *e);
+  e->kind = kind;
+  e->len = len;
+  e->data[len] = 0;
   return e;
 }
 
@@ -129,14 +133,29 @@ static void proc_free(proc *p) {
 
 /* ---- pump ---- */
 /* ---- pump ---- */
-static void dispatch(proc *p, int stream, const char *buf, size_t n) {   /* t->mu held */
-  for (ptab_sub *s = p->subs; s; s = s->next) {
-    ptab_ev *e = ev_new(PTAB_DATA, n);
-    if (!e) continue;   /* out of memory: this subscriber misses a chunk rather than the daemon dying */
-    e->stream = stream;
-    memcpy(e->data, buf, n);
-    sub_push(s, e);
+/* A chunk read into `first` (len bytes, or NULL with the bytes in buf) to every subscriber: the
+ * first one takes `first` itself, the others copies. */
+static void dispatch(proc *p, int stream, ptab_ev *first, const char *buf, size_t n) {   /* t->mu held */
+  if (first) {
+    if (n < first->len / 2) {   /* a short read: give back what it did not use */
+      ptab_ev *small = realloc(first, sizeof *first + n + 1);
+      if (small) first = small;
+    }
+    first->len = n;
+    first->data[n] = 0;
+    first->stream = stream;
+    buf = first->data;
   }
+  for (ptab_sub *s = p->subs; s; s = s->next) {
+    ptab_ev *e = first;
+    first = NULL;
+    if (!e && (e = ev_new(PTAB_DATA, n))) {
+      e->stream = stream;
+      memcpy(e->data, buf, n);
+    }
+    if (e) sub_push(s, e);   /* out of memory: this subscriber misses a chunk rather than the daemon dying */
+  }
+  free(first);   /* nobody subscribed after all */
 }
 
 static void finish(ptab *t, proc *p) {   /* t->mu held; p exited and its output is drained */
@@ -195,7 +214,11 @@ static void handle_msg(ptab *t, const init_msg *m, int *fds, int nfds) {   /* t-
     for (int i = p->pty ? 1 : 3; i < nfds; i++) close(fds[i]);
     int rfds[2] = {p->pty ? p->pty_fd : p->out_fd, p->err_fd};
     for (int i = 0; i < 2; i++)
-      if (rfds[i] >= 0) fcntl(rfds[i], F_SETFL, fcntl(rfds[i], F_GETFL) | O_NONBLOCK);
+      if (rfds[i] >= 0) {
+        fcntl(rfds[i], F_SETFL, fcntl(rfds[i], F_GETFL) | O_NONBLOCK);
+        /* A bigger pipe: fewer, larger reads (a host limit, pipe-max-size, may refuse it). */
+        if (!p->pty) (void)fcntl(rfds[i], F_SETPIPE_SZ, (int)PTAB_PIPE_SIZE);
+      }
     p->next = t->procs;
     t->procs = p;
     if (pd->sub) {
@@ -338,9 +361,21 @@ static void *pump_main(void *arg) {
       int *fdp = which[i] == 1 ? &p->err_fd : p->pty ? &p->pty_fd : &p->out_fd;
       if (*fdp != pf[i].fd) continue;
       size_t chunk = p->pty ? PTAB_PTY_CHUNK : PTAB_PIPE_CHUNK;
-      ssize_t got = read(*fdp, buf, chunk);
+      /* Read straight into the event a subscriber gets, and without the table's lock: only
+       * this thread closes output fds or frees processes. */
+      ptab_ev *e = p->subs && !t->shut ? ev_new(PTAB_DATA, chunk) : NULL;
+      int fd = *fdp;
+      pthread_mutex_unlock(&t->mu);
+      ssize_t got = read(fd, e ? e->data : buf, chunk);
+      int rerr = errno;
+      pthread_mutex_lock(&t->mu);
+      if (got > 0 && p->subs && !t->shut) {
+        dispatch(p, p->pty ? PTAB_PTY : which[i] == 1 ? PTAB_STDERR : PTAB_STDOUT, e, buf, (size_t)got);
+        e = NULL;
+      }
+      free(e);
+      errno = rerr;
       if (got > 0) {
-        if (p->subs && !t->shut) dispatch(p, p->pty ? PTAB_PTY : which[i] == 1 ? PTAB_STDERR : PTAB_STDOUT, buf, (size_t)got);
       } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
         close(*fdp);   /* EOF, or EIO once every pty slave is closed */
         *fdp = -1;

@@ -3,7 +3,8 @@
  * chunks, end) to subscribers. No HTTP here: process_rpc.c serves envd's process RPCs on top.
  *
  * One pump thread per table reads the init channel (spawn replies, exits) and every process's
- * output, and fans chunks out to the subscribers. Each subscriber queue is bounded
+ * output, and fans chunks out to the subscribers: a chunk is read straight into the event the
+ * first subscriber receives (others get copies), up to PTAB_PIPE_CHUNK bytes at a time. Each subscriber queue is bounded
  * (PTAB_SUB_QUEUE_MAX bytes); while one is full the pump stops reading that process's output, so
  * a slow client slows the process (pipe backpressure) instead of growing memory. A process ends
  * when it has exited and its output reached end-of-file. */
@@ -15,8 +16,9 @@
 #include <sys/types.h>
 #include <jansson.h>
 
-#define PTAB_SUB_QUEUE_MAX (256u << 10)
-#define PTAB_PIPE_CHUNK (32u << 10)   /* stdout/stderr chunks */
+#define PTAB_SUB_QUEUE_MAX (1u << 20)
+#define PTAB_PIPE_CHUNK (256u << 10)  /* stdout/stderr: the most one read (one chunk) takes */
+#define PTAB_PIPE_SIZE (1u << 20)     /* their pipes' capacity (F_SETPIPE_SZ; best effort) */
 #define PTAB_PTY_CHUNK (16u << 10)    /* pty chunks */
 #define PTAB_MAX_ENVS 4096
 #define PTAB_MAX_ARGS 65536
