@@ -21,6 +21,9 @@ struct mb_arena {
   int exhausted;          /* an allocation was refused */
 };
 int mb_arena_init(struct mb_arena *ar, size_t cap); /* MB_OK | MB_E_NOMEM */
+/* What a message of n encoded bytes (either codec) may need decoded: its strings and the structs
+ * around them, each 16-byte aligned (a message of many tiny fields is the worst case). */
+#define MB_RPC_ARENA_FOR(n) ((size_t)(n) * 8 + 65536)
 void mb_arena_free(struct mb_arena *ar);
 void *mb_arena_alloc(struct mb_arena *ar, size_t n); /* NULL once the budget is spent */
 

@@ -18,7 +18,7 @@
 #define CREQ_MAX (8u << 20)   /* what sandboxd buffers of a request body anyway */
 /* The arena a request of len body bytes may need: decoded strings and the structs around them
  * (an arena exhausted by a pathological message fails the parse, naming the limit). */
-#define CREQ_ARENA(len) ((size_t)(len) * 8 + 65536)
+#define CREQ_ARENA(len) MB_RPC_ARENA_FOR(len)
 
 typedef struct {
   bool streaming;   /* application/connect+... */

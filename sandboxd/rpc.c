@@ -92,7 +92,7 @@ static uint8_t *pack_json(const ProtobufCMessageDescriptor *d, json_t *msg, size
   char *text = json_dumps(msg, JSON_COMPACT);   /* bounds the arena by the message's size */
   size_t tl = text ? strlen(text) : 0;
   free(text);
-  if (mb_arena_init(&ar, 8 * tl + 4096) != MB_OK) { snprintf(err, errlen, "out of memory"); return NULL; }
+  if (mb_arena_init(&ar, MB_RPC_ARENA_FOR(tl)) != MB_OK) { snprintf(err, errlen, "out of memory"); return NULL; }
   ProtobufCMessage *m;
   struct mb_error e;
   uint8_t *out = NULL;
