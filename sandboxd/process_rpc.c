@@ -180,13 +180,13 @@ static void serve(sd_request *r, rpc_stream *st, ptab_sub *sb) {
       rc = send_event(st, NULL);
     } else if (e->kind == PTAB_ERROR) {
       rpc_end(st, e->code, e->data);
-      free(e);
+      ptab_ev_free(sb, e);
       break;
     } else {
       int kind = e->kind;
       if (kind == PTAB_START) started = true;
       rc = send_event(st, e);
-      free(e);
+      ptab_ev_free(sb, e);
       if (rc == 0 && kind == PTAB_END) { rpc_end(st, NULL, NULL); break; }
     }
     if (rc != 0) { sd_stream_end(st->s); break; }   /* client gone: the process keeps running */

@@ -68,6 +68,8 @@ struct ptab {
   pending *pend;
   uint32_t seq;
   int active;             /* subscriptions: ptab_shutdown waits for them */
+  ptab_ev *pool[PTAB_EV_POOL];   /* free PTAB_PIPE_CHUNK data events */
+  int npool;
   char **envs;
   size_t nenvs;
 };
@@ -89,9 +91,24 @@ static ptab_ev *ev_new(int kind, size_t len) {
   if (!e) return NULL;
   memset(e, 0, sizeof *e);
   e->kind = kind;
-  e->len = len;
+  e->len = e->cap = len;
   e->data[len] = 0;
   return e;
+}
+
+/* A full-size data event, from the pool when it has one (t->mu held). */
+static ptab_ev *ev_chunk(ptab *t, size_t len) {
+  if (len != PTAB_PIPE_CHUNK || t->npool == 0) return ev_new(PTAB_DATA, len);
+  ptab_ev *e = t->pool[--t->npool];
+  memset(e, 0, sizeof *e);
+  e->kind = PTAB_DATA;
+  e->len = e->cap = len;
+  return e;
+}
+
+static void ev_release(ptab *t, ptab_ev *e) {   /* t->mu held */
+  if (e && e->cap == PTAB_PIPE_CHUNK && t->npool < PTAB_EV_POOL) t->pool[t->npool++] = e;
+  else free(e);
 }
 
 static void sub_push(ptab_sub *s, ptab_ev *e) {   /* t->mu held */
@@ -135,11 +152,11 @@ static void proc_free(proc *p) {
 /* ---- pump ---- */
 /* A chunk read into `first` (len bytes, or NULL with the bytes in buf) to every subscriber: the
  * first one takes `first` itself, the others copies. */
-static void dispatch(proc *p, int stream, ptab_ev *first, const char *buf, size_t n) {   /* t->mu held */
+static void dispatch(ptab *t, proc *p, int stream, ptab_ev *first, const char *buf, size_t n) {   /* t->mu held */
   if (first) {
-    if (n < first->len / 2) {   /* a short read: give back what it did not use */
+    if (n < first->cap / 2) {   /* a short read: give back what it did not use */
       ptab_ev *small = realloc(first, sizeof *first + n + 1);
-      if (small) first = small;
+      if (small) { first = small; first->cap = n; }
     }
     first->len = n;
     first->data[n] = 0;
@@ -155,7 +172,7 @@ static void dispatch(proc *p, int stream, ptab_ev *first, const char *buf, size_
     }
     if (e) sub_push(s, e);   /* out of memory: this subscriber misses a chunk rather than the daemon dying */
   }
-  free(first);   /* nobody subscribed after all */
+  ev_release(t, first);   /* nobody subscribed after all */
 }
 
 static void finish(ptab *t, proc *p) {   /* t->mu held; p exited and its output is drained */
@@ -363,17 +380,17 @@ static void *pump_main(void *arg) {
       size_t chunk = p->pty ? PTAB_PTY_CHUNK : PTAB_PIPE_CHUNK;
       /* Read straight into the event a subscriber gets, and without the table's lock: only
        * this thread closes output fds or frees processes. */
-      ptab_ev *e = p->subs && !t->shut ? ev_new(PTAB_DATA, chunk) : NULL;
+      ptab_ev *e = p->subs && !t->shut ? ev_chunk(t, chunk) : NULL;
       int fd = *fdp;
       pthread_mutex_unlock(&t->mu);
       ssize_t got = read(fd, e ? e->data : buf, chunk);
       int rerr = errno;
       pthread_mutex_lock(&t->mu);
       if (got > 0 && p->subs && !t->shut) {
-        dispatch(p, p->pty ? PTAB_PTY : which[i] == 1 ? PTAB_STDERR : PTAB_STDOUT, e, buf, (size_t)got);
+        dispatch(t, p, p->pty ? PTAB_PTY : which[i] == 1 ? PTAB_STDERR : PTAB_STDOUT, e, buf, (size_t)got);
         e = NULL;
       }
-      free(e);
+      ev_release(t, e);
       errno = rerr;
       if (got > 0) {
       } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
@@ -453,6 +470,7 @@ void ptab_free(ptab *t) {
     pthread_join(t->pump, NULL);
   }
   for (proc *p = t->procs, *nx; p; p = nx) { nx = p->next; proc_free(p); }
+  while (t->npool > 0) free(t->pool[--t->npool]);
   for (pending *pd = t->pend, *nx; pd; pd = nx) { nx = pd->next; json_decref(pd->config); free(pd->tag); free(pd); }
   for (size_t i = 0; i < t->nenvs; i++) free(t->envs[i]);
   free(t->envs);
@@ -664,6 +682,13 @@ ptab_ev *ptab_next(ptab_sub *sb, int64_t wait_ms) {
   return e;
 }
 
+void ptab_ev_free(ptab_sub *sb, ptab_ev *e) {
+  if (!e) return;
+  pthread_mutex_lock(&sb->t->mu);
+  ev_release(sb->t, e);
+  pthread_mutex_unlock(&sb->t->mu);
+}
+
 void ptab_unsubscribe(ptab_sub *sb) {
   ptab *t = sb->t;
   pthread_mutex_lock(&t->mu);
@@ -673,7 +698,7 @@ void ptab_unsubscribe(ptab_sub *sb) {
   }
   for (pending *pd = t->pend; pd; pd = pd->next)
     if (pd->sub == sb) pd->sub = NULL;
-  for (ptab_ev *e = sb->head, *nx; e; e = nx) { nx = e->next; free(e); }
+  for (ptab_ev *e = sb->head, *nx; e; e = nx) { nx = e->next; ev_release(t, e); }
   t->active--;
   pthread_cond_broadcast(&t->idle);
   pthread_mutex_unlock(&t->mu);

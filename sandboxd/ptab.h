@@ -20,6 +20,7 @@
 #define PTAB_PIPE_CHUNK (256u << 10)  /* stdout/stderr: the most one read (one chunk) takes */
 #define PTAB_PIPE_SIZE (1u << 20)     /* their pipes' capacity (F_SETPIPE_SZ; best effort) */
 #define PTAB_PTY_CHUNK (16u << 10)    /* pty chunks */
+#define PTAB_EV_POOL 8                /* full-size data events kept for reuse, per table */
 #define PTAB_MAX_ENVS 4096
 #define PTAB_MAX_ARGS 65536
 
@@ -45,6 +46,7 @@ typedef struct ptab_ev {
   int status;             /* END: the raw wait status */
   const char *code;       /* ERROR: a Connect code ("internal", "unavailable", ...) */
   size_t len;             /* DATA: bytes in data; ERROR: the message is data, NUL-terminated */
+  size_t cap;             /* bytes data has room for */
   char data[];
 } ptab_ev;
 /* Result codes of the functions below: 0 or a Connect code as a static string, with err set. */
@@ -69,8 +71,10 @@ ptab_sub *ptab_start(ptab *t, const ptab_spawn *sp, const char **code, char *err
 typedef struct { bool by_pid; uint32_t pid; const char *tag; } ptab_sel;
 ptab_sub *ptab_attach(ptab *t, const ptab_sel *sel, const char **code, char *err, size_t errlen);
 
-/* The next event, waiting at most wait_ms; NULL when there is none yet. Free it with free(). */
+/* The next event, waiting at most wait_ms; NULL when there is none yet. Give it back with
+ * ptab_ev_free (full-size data events are reused: no fresh pages per chunk). */
 ptab_ev *ptab_next(ptab_sub *s, int64_t wait_ms);
+void ptab_ev_free(ptab_sub *s, ptab_ev *e);
 void ptab_unsubscribe(ptab_sub *s);      /* the process goes on; s is gone */
 
 /* Every process: pid, tag (or NULL), config. ptab_list_free frees the copy. */
