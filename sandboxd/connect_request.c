@@ -48,11 +48,14 @@ static bool utf8_ok(const unsigned char *s) {
   return true;
 }
 
-/* Protobuf strings must be UTF-8 (Go's proto3 parser refuses others): every string of m, nested
- * messages and map entries included. The name of the first bad field, or NULL. */
+/* What Go's protobuf parser refuses and protobuf-c lets through: a string that is not UTF-8, a
+ * field number outside 1..2^29-1 (kept as an unknown field). Every field of m, nested messages and
+ * map entries included: the name of the first bad field, or NULL. */
 static const char *bad_string(const ProtobufCMessage *m, int depth) {
   const ProtobufCMessageDescriptor *d = m->descriptor;
   if (depth > 32) return "(nesting)";
+  for (unsigned i = 0; i < m->n_unknown_fields; i++)
+    if (m->unknown_fields[i].tag < 1 || m->unknown_fields[i].tag > 536870911u) return "(field number out of range)";
   for (unsigned i = 0; i < d->n_fields; i++) {
     const ProtobufCFieldDescriptor *f = &d->fields[i];
     if (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_MESSAGE) continue;
@@ -102,6 +105,7 @@ ProtobufCMessage *creq_parse(const uint8_t *b, size_t len, creq_type t, const Pr
       return NULL;
     }
     const char *bad = bad_string(m, 0);
+    if (bad && bad[0] == '(') { snprintf(err, errlen, "malformed protobuf request: %s: %s", d->short_name, bad + 1); err[strlen(err) - 1] = 0; return NULL; }
     if (bad) { snprintf(err, errlen, "%s: field '%s' holds a string that is not UTF-8", d->short_name, bad); return NULL; }
     return m;
   }

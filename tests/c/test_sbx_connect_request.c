@@ -159,6 +159,10 @@ static void test_proto(void) {
   e = envelope(buf, 0, pb, n, n);
   CHECK(parse_t(buf, e, STREAM_PROTO, &process__start_request__descriptor, err) == NULL);
   CHECK_HAS(err, "'args'");
+  /* field number 0 (here in a non-minimal tag, which protobuf-c would keep as unknown) */
+  CHECK(parse_t("\x82\x00\x01x", 4, UNARY_PROTO, &filesystem__remove_request__descriptor, err) == NULL);
+  CHECK_HAS(err, "field number out of range");
+  CHECK(parse_t("\x0a\x01x\x2a\x00", 5, UNARY_PROTO, &filesystem__remove_request__descriptor, err) != NULL);   /* unknown field 5: kept */
   /* a JSON body in a binary request is no protobuf message */
   CHECK(parse_t("{\"path\":\"/\"}", 12, UNARY_PROTO, &filesystem__stat_request__descriptor, err) == NULL);
 }
