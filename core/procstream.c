@@ -27,7 +27,8 @@ struct mb_procstream {
   int raw; /* raw mode: data.pty/stdout raw to out[0], data.stderr raw to out[1] */
   int direct; /* the input is the content itself (a local wrapper's stdout, a PTY) */
   int proto;  /* envelopes hold protobuf StartResponse messages */
-  struct mb_arena arena; /* proto: one decoded message at a time (reset per envelope) */
+  struct mb_arena arena; /* proto: one decoded message at a time (reset per envelope), made on
+                            first use and grown to the largest message seen (≤ max_message) */
   struct mb_envelope_decoder *env;
   struct mb_frame_decoder *frames;
   unsigned char *scratch; /* decoded event.data.* bytes of one message */
@@ -60,11 +61,6 @@ struct mb_procstream *mb_procstream_new(const struct mb_ps_config *cfg) {
   ps->raw = cfg->raw != 0;
   ps->direct = cfg->direct != 0;
   ps->proto = cfg->proto != 0;
-  /* a decoded message holds its bytes once plus a few small structs */
-  if (ps->proto && mb_arena_init(&ps->arena, cfg->max_message + 4096) != MB_OK) {
-    free(ps);
-    return NULL;
-  }
   ps->env = mb_envelope_decoder_new(cfg->max_message);
   ps->frames = mb_frame_decoder_new(cfg->max_line);
   if (!ps->env || !ps->frames) {
@@ -375,6 +371,13 @@ static int mb_ps_proto_event(struct mb_procstream *ps, const struct mb_envelope 
   size_t dn;
   int leaf = mb_procstream_proto_data(e->data, e->len, &data, &dn);
   if (leaf >= 0) return mb_ps_data(ps, leaf, data, dn); /* the common event, without a copy */
+  /* a decoded message holds its bytes once plus a few small structs */
+  size_t need = e->len + 4096;
+  if (ps->arena.cap < need) {
+    mb_arena_free(&ps->arena);
+    if (mb_arena_init(&ps->arena, need < 65536 ? 65536 : need) != MB_OK)
+      return mb_error_set(&ps->err, MB_E_NOMEM, "cannot decode a %zu-byte event", e->len);
+  }
   ps->arena.used = 0;
   ps->arena.exhausted = 0;
   ProtobufCMessage *m;
