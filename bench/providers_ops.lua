@@ -4,6 +4,7 @@
 --   counts          requests per operation, counted at the transport (mb.http.stats() deltas)
 --   latency N       spawn→exit of `true` through ctx.subprocess (full semantics), N runs
 --   throughput B    B bytes of stdout through the wrapper, pipe mode and collect mode
+--   echo N          N round trips of 1 KiB through `cat` (a stdin write, then reading it back)
 --   rss B           peak host RSS (VmHWM) while readBytes(B-byte file, 1 MiB) → FS_TOO_LARGE
 --   calls           Lua resumes and Lua→C calls per command as its output grows (1 KiB, 1 MiB,
 --                   256 MiB) in collect and inherit modes (inherit: run with stdout on /dev/null)
@@ -156,6 +157,29 @@ elseif mode == "throughput" then
       res[m].mb_s, res[m].client_cpu_s))
   end
   result(res)
+
+elseif mode == "echo" then
+  local n = math.tointeger(arg) or 50
+  local h = check(sp:spawn{ argv = { "cat" }, cwd = sb.cwd, graceMs = 1000,
+    stdio = { stdin = "pipe", stdout = "pipe", stderr = { maxBytes = 4096 } } })
+  local block = ("0123456789abcdef"):rep(64)   -- 1 KiB
+  local function once()
+    check(h.stdin:write(block), nil, "stdin write")
+    local got = 0
+    while got < #block do got = got + #check(h.stdout:read(30000), nil, "stdout read") end
+  end
+  for _ = 1, 3 do once() end                                  -- warm-up
+  local t = {}
+  for i = 1, n do
+    local t0 = mb.now()
+    once()
+    t[i] = mb.now() - t0
+  end
+  check(h.stdin:close(), nil, "stdin close")
+  check(h:wait(30000), nil, "wait cat")
+  io.write(("  moonbox 1 KiB write+read through cat: median %.2f ms over %d (min %.2f)\n"):format(median(t), n,
+    math.min(table.unpack(t))))
+  result({ median_ms = median(t), min_ms = math.min(table.unpack(t)), n = n })
 
 elseif mode == "rss" then
   local bytes = math.tointeger(arg) or 1073741824

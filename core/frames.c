@@ -24,8 +24,15 @@ struct mb_frame_decoder {
   unsigned long nframes;  /* frames accepted so far */
   int pgid, spawn, exit_, signal_, empty, done;
   int in_push;
+  mb_frame_reserve_cb reserve; /* decode data frames into the consumer's memory */
+  void *reserve_ud;
   struct mb_error err;
 };
+
+void mb_frame_decoder_set_reserve(struct mb_frame_decoder *d, mb_frame_reserve_cb reserve, void *ud) {
+  d->reserve = reserve;
+  d->reserve_ud = ud;
+}
 
 struct mb_frame_decoder *mb_frame_decoder_new(size_t max_line) {
   struct mb_frame_decoder *d = calloc(1, sizeof *d);
@@ -152,9 +159,20 @@ static int mb_frame_line(struct mb_frame_decoder *d, const char *s, size_t n, mb
     if (n - 1 > MB_FRAME_B64_MAX)
       return MB_FAIL(d, MB_E_PROTOCOL, "frame %lu: %s carries more than %d bytes", no, what,
                      MB_FRAME_DATA_MAX);
-    if (mb_frame_b64(d, s + 1, n - 1, &f.len, what)) return d->err.code;
     f.kind = s[0] == 'o' ? MB_FRAME_STDOUT : MB_FRAME_STDERR;
-    f.data = d->out;
+    /* the exact decoded length (a malformed line goes the other way and is refused there) */
+    size_t b64 = n - 1, pad = s[n - 1] == '=' ? (s[n - 2] == '=' ? 2 : 1) : 0;
+    size_t need = b64 % 4 == 0 && b64 >= 4 ? b64 / 4 * 3 - pad : 0;
+    unsigned char *dst = d->reserve && need ? d->reserve(d->reserve_ud, f.kind, need) : NULL;
+    if (dst) { /* straight into the consumer's sink */
+      const char *why = NULL;
+      if (mb_b64_decode(s + 1, n - 1, dst, need, &f.len, &why))
+        return MB_FAIL(d, MB_E_PROTOCOL, "frame %lu: %s: %s", no, what, why);
+      f.data = dst;
+    } else {
+      if (mb_frame_b64(d, s + 1, n - 1, &f.len, what)) return d->err.code;
+      f.data = d->out;
+    }
   } else if (s[0] == '!') {
     if (mb_frame_control(d, s + 1, n - 1, &f)) return d->err.code;
   } else {

@@ -42,6 +42,12 @@ int mb_frame_decoder_push(struct mb_frame_decoder *d, const void *data, size_t l
                           mb_frame_cb cb, void *ud, struct mb_error *err);
 /* End of input: MB_E_TRUNCATED for a line without '\n', MB_E_PROTOCOL without !done. */
 int mb_frame_decoder_finish(struct mb_frame_decoder *d, struct mb_error *err);
+/* Where data frames are decoded (optional): before an o/e frame's base64 is decoded, reserve(ud,
+ * kind, n) may return room for n bytes in the consumer's own memory (its sink), or NULL for the
+ * decoder's buffer. The frame callback then gets f->data pointing there: the bytes are in place,
+ * no copy. A line that does not decode leaves that room with unspecified contents. */
+typedef unsigned char *(*mb_frame_reserve_cb)(void *ud, int kind, size_t n);
+void mb_frame_decoder_set_reserve(struct mb_frame_decoder *d, mb_frame_reserve_cb reserve, void *ud);
 
 /* Exact encoded size of f including '\n' (0 if f is not encodable). */
 size_t mb_frame_encoded_len(const struct mb_frame *f);

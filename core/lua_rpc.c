@@ -40,7 +40,7 @@ static int l_rpc_encode(lua_State *L) {
   json_t *j = json_loadb(text, len, 0, &je);
   if (!j) return mb_lua_push_error(L, mb_errcode(MB_E_INVALID), je.text);
   struct mb_arena ar;
-  if (mb_arena_init(&ar, 2 * len + 4096) != MB_OK) {
+  if (mb_arena_init(&ar, MB_RPC_ARENA_FOR(len)) != MB_OK) {
     json_decref(j);
     return mb_lua_push_error(L, mb_errcode(MB_E_NOMEM), "out of memory");
   }
@@ -69,7 +69,7 @@ static int l_rpc_decode(lua_State *L) {
     return mb_lua_push_error(L, mb_errcode(MB_E_TOO_LARGE), msg);
   }
   struct mb_arena ar;
-  if (mb_arena_init(&ar, 2 * len + 4096) != MB_OK) return mb_lua_push_error(L, mb_errcode(MB_E_NOMEM), "out of memory");
+  if (mb_arena_init(&ar, MB_RPC_ARENA_FOR(len)) != MB_OK) return mb_lua_push_error(L, mb_errcode(MB_E_NOMEM), "out of memory");
   ProtobufCMessage *m;
   struct mb_error err;
   if (mb_rpc_unpack(d, data, len, &ar, &m, &err)) {

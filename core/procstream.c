@@ -27,12 +27,15 @@ struct mb_procstream {
   int raw; /* raw mode: data.pty/stdout raw to out[0], data.stderr raw to out[1] */
   int direct; /* the input is the content itself (a local wrapper's stdout, a PTY) */
   int proto;  /* envelopes hold protobuf StartResponse messages */
-  struct mb_arena arena; /* proto: one decoded message at a time (reset per envelope) */
+  struct mb_arena arena; /* proto: one decoded message at a time (reset per envelope), made on
+                            first use and grown to the largest message seen (≤ max_message) */
   struct mb_envelope_decoder *env;
   struct mb_frame_decoder *frames;
   unsigned char *scratch; /* decoded event.data.* bytes of one message */
   size_t scratch_cap;
   struct mb_ps_out out[2];
+  unsigned char *res_ptr; /* a data frame's room reserved in a sink (frames decode straight in) */
+  int res_stream;
   struct mb_ps_fact facts[MB_PS_FACTS_MAX];
   size_t nfacts;
   int seen_start, seen_end;
@@ -46,6 +49,8 @@ static int mb_ps_sink_ok(const struct mb_ps_sink *s) {
   return s->kind != MB_PS_QUEUE || s->max > 0;
 }
 
+static unsigned char *mb_ps_reserve(void *ud, int kind, size_t n);
+
 struct mb_procstream *mb_procstream_new(const struct mb_ps_config *cfg) {
   if (!cfg || !cfg->max_message || !cfg->max_line || !mb_ps_sink_ok(&cfg->sink[0]) ||
       !mb_ps_sink_ok(&cfg->sink[1]))
@@ -56,17 +61,13 @@ struct mb_procstream *mb_procstream_new(const struct mb_ps_config *cfg) {
   ps->raw = cfg->raw != 0;
   ps->direct = cfg->direct != 0;
   ps->proto = cfg->proto != 0;
-  /* a decoded message holds its bytes once plus a few small structs */
-  if (ps->proto && mb_arena_init(&ps->arena, cfg->max_message + 4096) != MB_OK) {
-    free(ps);
-    return NULL;
-  }
   ps->env = mb_envelope_decoder_new(cfg->max_message);
   ps->frames = mb_frame_decoder_new(cfg->max_line);
   if (!ps->env || !ps->frames) {
     mb_procstream_free(ps);
     return NULL;
   }
+  mb_frame_decoder_set_reserve(ps->frames, mb_ps_reserve, ps);
   for (int i = 0; i < 2; i++) {
     ps->out[i].sink = cfg->sink[i];
     ps->out[i].ring.max = cfg->sink[i].kind == MB_PS_TAIL ? cfg->sink[i].max : 0;
@@ -132,6 +133,64 @@ static int mb_ps_ring_add(struct mb_ps_ring *r, const unsigned char *p, size_t n
   return MB_OK;
 }
 
+/* Room for n bytes at the ring's write position, contiguous, made by dropping the oldest bytes
+ * first (so a frame that then fails to decode leaves a shorter tail, never garbage); NULL when
+ * that room would wrap around the end or the ring cannot grow (the copying path then). */
+static unsigned char *mb_ps_ring_reserve(struct mb_ps_ring *r, size_t n, int *nomem) {
+  if (r->max == 0 || n == 0 || n >= r->max) return NULL;
+  if (r->cap < r->max && r->held + n > r->cap) { /* not wrapped yet: grow as mb_ps_ring_add does */
+    size_t want = r->cap > r->max / 2 ? r->max : r->cap * 2;
+    if (want < r->held + n) want = r->held + n;
+    if (want > r->max) want = r->max;
+    unsigned char *nb = realloc(r->buf, want);
+    if (!nb) { *nomem = 1; return NULL; }
+    r->buf = nb;
+    r->cap = want;
+  }
+  size_t pos = (r->head + r->held) % r->cap;
+  if (pos + n > r->cap) return NULL;
+  if (r->held + n > r->cap) { /* full: the oldest bytes go now */
+    size_t drop = r->held + n - r->cap;
+    r->head = (r->head + drop) % r->cap;
+    r->held -= drop;
+  }
+  return r->buf + pos;
+}
+
+/* Room for n more bytes at the queue's end (within its max), or NULL. */
+static unsigned char *mb_ps_queue_reserve(struct mb_ps_out *o, size_t n, int *nomem) {
+  size_t held = o->qlen - o->qoff;
+  if (n > o->sink.max - held) return NULL; /* the copying path reports it */
+  if (o->qcap - o->qlen < n && o->qoff) {
+    memmove(o->qbuf, o->qbuf + o->qoff, held);
+    o->qlen = held;
+    o->qoff = 0;
+  }
+  if (o->qcap - o->qlen < n) {
+    size_t want = o->qcap ? o->qcap : 16384;
+    while (want - o->qlen < n) want = want > o->sink.max / 2 ? o->sink.max : want * 2;
+    unsigned char *nb = realloc(o->qbuf, want);
+    if (!nb) { *nomem = 1; return NULL; }
+    o->qbuf = nb;
+    o->qcap = want;
+  }
+  return o->qbuf + o->qlen;
+}
+
+static unsigned char *mb_ps_reserve(void *ud, int kind, size_t n) {
+  struct mb_procstream *ps = ud;
+  int stream = kind == MB_FRAME_STDERR ? MB_PS_STDERR : MB_PS_STDOUT;
+  struct mb_ps_out *o = &ps->out[stream];
+  unsigned char *p = NULL;
+  int nomem = 0;
+  if (o->sink.kind == MB_PS_TAIL) p = mb_ps_ring_reserve(&o->ring, n, &nomem);
+  else if (o->sink.kind == MB_PS_QUEUE && !o->sealed) p = mb_ps_queue_reserve(o, n, &nomem);
+  if (nomem && !ps->err.code) mb_error_set(&ps->err, MB_E_NOMEM, "cannot grow an output sink by %zu bytes", n);
+  ps->res_ptr = p;
+  ps->res_stream = stream;
+  return p;
+}
+
 static int mb_ps_queue_add(struct mb_ps_out *o, const unsigned char *p, size_t n,
                            struct mb_error *err) {
   if (n == 0) return MB_OK;
@@ -171,6 +230,15 @@ static int mb_ps_sink_data(struct mb_procstream *ps, int stream, const unsigned 
 
 static int mb_ps_on_frame(void *ud, const struct mb_frame *fr) {
   struct mb_procstream *ps = ud;
+  if (ps->err.code) return ps->err.code; /* a sink could not grow (mb_ps_reserve) */
+  if (fr->data && fr->data == ps->res_ptr) { /* decoded in place: only count it */
+    struct mb_ps_out *o = &ps->out[ps->res_stream];
+    ps->res_ptr = NULL;
+    o->total += fr->len;
+    if (o->sink.kind == MB_PS_TAIL) o->ring.held += fr->len;
+    else o->qlen += fr->len;
+    return MB_OK;
+  }
   switch (fr->kind) {
   case MB_FRAME_STDOUT: return mb_ps_sink_data(ps, MB_PS_STDOUT, fr->data, fr->len);
   case MB_FRAME_STDERR: return mb_ps_sink_data(ps, MB_PS_STDERR, fr->data, fr->len);
@@ -264,8 +332,52 @@ static int mb_ps_event(struct mb_procstream *ps, json_t *root) {
   return MB_OK;
 }
 
+/* A base-128 varint at b[*off] (at most 10 bytes, as protobuf allows). */
+static int mb_ps_varint(const unsigned char *b, size_t len, size_t *off, uint64_t *v) {
+  uint64_t x = 0;
+  for (int i = 0; i < 10 && *off < len; i++) {
+    unsigned char c = b[(*off)++];
+    if (i == 9 && c > 1) return 0;
+    x |= (uint64_t)(c & 0x7f) << (7 * i);
+    if (!(c & 0x80)) {
+      *v = x;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int mb_procstream_proto_data(const void *msg, size_t len, const unsigned char **data, size_t *n) {
+  const unsigned char *b = msg;
+  size_t off = 0;
+  uint64_t l;
+  /* field 1 (event), field 2 (data): each a length-delimited field that is all of its parent */
+  static const unsigned char outer[2] = {0x0a, 0x12};
+  for (int k = 0; k < 2; k++) {
+    if (off >= len || b[off++] != outer[k] || !mb_ps_varint(b, len, &off, &l) || l != len - off) return -1;
+  }
+  if (off >= len) return -1;
+  unsigned char tag = b[off++];
+  int leaf = tag == 0x0a ? 0 : tag == 0x12 ? 1 : tag == 0x1a ? 2 : -1;
+  if (leaf < 0 || !mb_ps_varint(b, len, &off, &l) || l != len - off) return -1;
+  *data = b + off;
+  *n = (size_t)l;
+  return leaf;
+}
+
 /* One binary event (StartResponse and ConnectResponse are the same message on the wire). */
 static int mb_ps_proto_event(struct mb_procstream *ps, const struct mb_envelope *e) {
+  const unsigned char *data;
+  size_t dn;
+  int leaf = mb_procstream_proto_data(e->data, e->len, &data, &dn);
+  if (leaf >= 0) return mb_ps_data(ps, leaf, data, dn); /* the common event, without a copy */
+  /* a decoded message holds its bytes once plus a few small structs */
+  size_t need = e->len + 4096;
+  if (ps->arena.cap < need) {
+    mb_arena_free(&ps->arena);
+    if (mb_arena_init(&ps->arena, need < 65536 ? 65536 : need) != MB_OK)
+      return mb_error_set(&ps->err, MB_E_NOMEM, "cannot decode a %zu-byte event", e->len);
+  }
   ps->arena.used = 0;
   ps->arena.exhausted = 0;
   ProtobufCMessage *m;

@@ -114,6 +114,12 @@ uint64_t mb_procstream_total(const struct mb_procstream *ps, int stream);
 void mb_procstream_read_from(const struct mb_procstream *ps, int stream, uint64_t from,
                              const unsigned char **a, size_t *al, const unsigned char **b,
                              size_t *bl, uint64_t *next, int *lossy);
+/* The binary codec's output event — StartResponse{event: ProcessEvent{data: DataEvent{stdout |
+ * stderr | pty: bytes}}}, exactly those three nested fields each spanning its parent — recognised
+ * without protobuf-c's unpack (which copies the bytes): → 0 stdout, 1 stderr, 2 pty with *data
+ * pointing into msg, or -1 for any other message (which then goes through protobuf-c). Exact: a
+ * message it recognises unpacks to the same event (a fuzzer compares both). */
+int mb_procstream_proto_data(const void *msg, size_t len, const unsigned char **data, size_t *n);
 /* The wrapper's own stderr (first MB_PS_DIAG_MAX bytes). */
 const char *mb_procstream_diag(const struct mb_procstream *ps, size_t *len);
 #endif

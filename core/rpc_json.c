@@ -346,11 +346,13 @@ static int timestamp_from(const json_t *j, struct mb_arena *ar, ProtobufCMessage
   return 0;
 }
 
-static int message_from(const ProtobufCMessageDescriptor *d, const json_t *j, struct mb_arena *ar,
+static int message_from(const ProtobufCMessageDescriptor *d, const json_t *j, unsigned opts, struct mb_arena *ar,
                         ProtobufCMessage **out, const char *path, struct mb_error *err);
 
-static int value_from(const ProtobufCFieldDescriptor *f, const json_t *j, struct mb_arena *ar, void *dst,
-                      const char *path, struct mb_error *err) {
+#define MB_RPC_UNSET 1 /* value_from: the value is to be ignored (an unknown enum name) */
+
+static int value_from(const ProtobufCFieldDescriptor *f, const json_t *j, unsigned opts, struct mb_arena *ar,
+                      void *dst, const char *path, struct mb_error *err) {
   long long v;
   switch (f->type) {
   case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_SINT32: case PROTOBUF_C_TYPE_SFIXED32:
@@ -386,6 +388,13 @@ static int value_from(const ProtobufCFieldDescriptor *f, const json_t *j, struct
     if (json_is_string(j)) ev = protobuf_c_enum_descriptor_get_value_by_name(f->descriptor, json_string_value(j));
     else if (json_is_integer(j) && json_integer_value(j) >= INT_MIN && json_integer_value(j) <= INT_MAX)
       ev = protobuf_c_enum_descriptor_get_value(f->descriptor, (int)json_integer_value(j));
+    if (!ev && (opts & MB_RPC_OPEN_ENUMS)) {
+      if (json_is_string(j)) return -MB_RPC_UNSET;
+      if (json_is_integer(j) && json_integer_value(j) >= INT_MIN && json_integer_value(j) <= INT_MAX) {
+        *(int *)dst = (int)json_integer_value(j);
+        return MB_OK;
+      }
+    }
     if (!ev) return bad(err, path, "one of the enum's names");
     *(int *)dst = ev->value;
     return MB_OK;
@@ -418,13 +427,13 @@ static int value_from(const ProtobufCFieldDescriptor *f, const json_t *j, struct
       if (rc == -2) return mb_error_set(err, MB_E_TOO_LARGE, "message too large to decode (at '%s')", path);
       return rc ? bad(err, path, "an RFC 3339 timestamp") : MB_OK;
     }
-    return message_from(sd, j, ar, (ProtobufCMessage **)dst, path, err);
+    return message_from(sd, j, opts, ar, (ProtobufCMessage **)dst, path, err);
   }
   }
   return bad(err, path, "a supported type");
 }
 
-static int message_from(const ProtobufCMessageDescriptor *d, const json_t *j, struct mb_arena *ar,
+static int message_from(const ProtobufCMessageDescriptor *d, const json_t *j, unsigned opts, struct mb_arena *ar,
                         ProtobufCMessage **out, const char *path, struct mb_error *err) {
   if (!json_is_object(j)) return bad(err, path, "an object");
   ProtobufCMessage *m = mb_arena_alloc(ar, d->sizeof_message);
@@ -465,24 +474,37 @@ static int message_from(const ProtobufCMessageDescriptor *d, const json_t *j, st
           ((ProtobufCMessage **)(void *)arr)[k++] = e;
         }
       } else {
-        for (size_t k = 0; k < n; k++)
-          if ((rc = value_from(f, json_array_get(v, k), ar, arr + k * sz, sub, err)) != MB_OK) return rc;
+        size_t kept = 0;
+        for (size_t k = 0; k < n; k++) {
+          rc = value_from(f, json_array_get(v, k), opts, ar, arr + kept * sz, sub, err);
+          if (rc == -MB_RPC_UNSET) continue;   /* an unknown enum name in a list: dropped */
+          if (rc != MB_OK) return rc;
+          kept++;
+        }
+        n = kept;
       }
       *(size_t *)AT(m, f->quantifier_offset) = n;
       *(void **)AT(m, f->offset) = arr;
       continue;
     }
-    if ((rc = value_from(f, v, ar, AT(m, f->offset), sub, err)) != MB_OK) return rc;
+    rc = value_from(f, v, opts, ar, AT(m, f->offset), sub, err);
+    if (rc == -MB_RPC_UNSET) continue;
+    if (rc != MB_OK) return rc;
     mark_present(m, f);
   }
   *out = m;
   return MB_OK;
 }
 
+int mb_rpc_from_json_opts(const ProtobufCMessageDescriptor *d, const json_t *j, unsigned opts,
+                          struct mb_arena *ar, ProtobufCMessage **out, struct mb_error *err) {
+  *out = NULL;
+  return message_from(d, j, opts, ar, out, "", err);
+}
+
 int mb_rpc_from_json(const ProtobufCMessageDescriptor *d, const json_t *j, struct mb_arena *ar,
                      ProtobufCMessage **out, struct mb_error *err) {
-  *out = NULL;
-  return message_from(d, j, ar, out, "", err);
+  return mb_rpc_from_json_opts(d, j, 0, ar, out, err);
 }
 
 int mb_rpc_unpack(const ProtobufCMessageDescriptor *d, const void *data, size_t len, struct mb_arena *ar,

@@ -21,6 +21,9 @@ struct mb_arena {
   int exhausted;          /* an allocation was refused */
 };
 int mb_arena_init(struct mb_arena *ar, size_t cap); /* MB_OK | MB_E_NOMEM */
+/* What a message of n encoded bytes (either codec) may need decoded: its strings and the structs
+ * around them, each 16-byte aligned (a message of many tiny fields is the worst case). */
+#define MB_RPC_ARENA_FOR(n) ((size_t)(n) * 8 + 65536)
 void mb_arena_free(struct mb_arena *ar);
 void *mb_arena_alloc(struct mb_arena *ar, size_t n); /* NULL once the budget is spent */
 
@@ -35,6 +38,12 @@ int mb_rpc_method(const char *path, const ProtobufCMessageDescriptor **in,
  * parsers do by default in envd; a wrong type is an error naming the field). */
 int mb_rpc_from_json(const ProtobufCMessageDescriptor *d, const json_t *j, struct mb_arena *ar,
                      ProtobufCMessage **out, struct mb_error *err);
+/* The same with options. MB_RPC_OPEN_ENUMS: an unknown enum name leaves the field unset and an
+ * integer outside the enum's values is kept as it is — what Go's protojson does with
+ * DiscardUnknown, which is how connect-go (envd) parses requests; a server uses it. */
+#define MB_RPC_OPEN_ENUMS 1u
+int mb_rpc_from_json_opts(const ProtobufCMessageDescriptor *d, const json_t *j, unsigned opts,
+                          struct mb_arena *ar, ProtobufCMessage **out, struct mb_error *err);
 /* A message → a new JSON object (the caller decrefs). NULL only when out of memory. */
 json_t *mb_rpc_to_json(const ProtobufCMessage *m);
 

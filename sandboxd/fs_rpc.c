@@ -14,17 +14,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "envd/filesystem.pb-c.h"
 #include "paths.h"
 #include "rpc.h"
 #include "sandbox.h"
 
-/* A string field of the request: absent → "", wrong type → reply and NULL. */
-static const char *str_field(sd_request *r, json_t *req, const char *field) {
-  json_t *v = json_object_get(req, field);
-  if (!v || json_is_null(v)) return "";
-  if (!json_is_string(v)) { rpc_reply_error(r, "invalid_argument", "field '%s' must be a string", field); return NULL; }
-  return json_string_value(v);
-}
+/* A string field of a request: absent is "". */
+static const char *str(const char *v) { return v ? v : ""; }
 
 static int resolve(sd_request *r, const fs_ctx *c, const char *in, char *out) {
   int rc = paths_resolve(c, in, out, PATHS_MAX);
@@ -45,19 +41,19 @@ static void reply_errno(sd_request *r, int err, const char *what, const char *pa
   else rpc_reply_error(r, "internal", "%s %s: %s", what, path, strerror(err));
 }
 
-static void do_stat(sd_request *r, const fs_ctx *c, json_t *req) {
-  const char *in = str_field(r, req, "path");
+static void do_stat(sd_request *r, const fs_ctx *c, const Filesystem__StatRequest *req) {
+  const char *in = str(req->path);
   char abs[PATHS_MAX];
-  if (!in || resolve(r, c, in, abs)) return;
+  if (resolve(r, c, in, abs)) return;
   json_t *e = paths_entry_at(c, abs);
   if (!e) { reply_errno(r, errno, "file", abs); return; }
-  sd_reply_json(r, 200, json_pack("{s:o}", "entry", e));
+  rpc_reply(r, &filesystem__stat_response__descriptor, json_pack("{s:o}", "entry", e));
 }
 
-static void do_makedir(sd_request *r, const fs_ctx *c, json_t *req) {
-  const char *in = str_field(r, req, "path");
+static void do_makedir(sd_request *r, const fs_ctx *c, const Filesystem__MakeDirRequest *req) {
+  const char *in = str(req->path);
   char abs[PATHS_MAX];
-  if (!in || resolve(r, c, in, abs)) return;
+  if (resolve(r, c, in, abs)) return;
   int fd = paths_open(c, abs, O_PATH, 0, 0);
   if (fd >= 0) {
     struct stat st;
@@ -73,19 +69,17 @@ static void do_makedir(sd_request *r, const fs_ctx *c, json_t *req) {
   if (rc) { reply_errno(r, -rc, "directory", abs); return; }
   json_t *e = paths_entry_at(c, abs);
   if (!e) { reply_errno(r, errno, "directory", abs); return; }
-  sd_reply_json(r, 200, json_pack("{s:o}", "entry", e));
+  rpc_reply(r, &filesystem__make_dir_response__descriptor, json_pack("{s:o}", "entry", e));
 }
 
-static void do_move(sd_request *r, const fs_ctx *c, json_t *req) {
-  const char *src_in = str_field(r, req, "source");
-  if (!src_in) return;
-  const char *dst_in = str_field(r, req, "destination");
-  if (dst_in && (!*src_in || !*dst_in)) {   /* "" would mean the home directory itself */
+static void do_move(sd_request *r, const fs_ctx *c, const Filesystem__MoveRequest *req) {
+  const char *src_in = str(req->source), *dst_in = str(req->destination);
+  if (!*src_in || !*dst_in) {   /* "" would mean the home directory itself */
     rpc_reply_error(r, "invalid_argument", "fields 'source' and 'destination' are required");
     return;
   }
   char src[PATHS_MAX], dst[PATHS_MAX], sname[256], dname[256];
-  if (!dst_in || resolve(r, c, src_in, src) || resolve(r, c, dst_in, dst)) return;
+  if (resolve(r, c, src_in, src) || resolve(r, c, dst_in, dst)) return;
   int sfd = paths_open_parent(c, src, sname, sizeof sname);
   struct stat st;
   if (sfd < 0 || fstatat(sfd, sname, &st, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -127,7 +121,7 @@ static void do_move(sd_request *r, const fs_ctx *c, json_t *req) {
   close(dfd);
   if (rc == EINVAL) { rpc_reply_error(r, "invalid_argument", "cannot move %s into itself (%s)", src, dst); return; }
   if (rc) { reply_errno(r, rc, "file", dst); return; }
-  sd_reply_json(r, 200, json_pack("{s:o}", "entry", e));
+  rpc_reply(r, &filesystem__move_response__descriptor, json_pack("{s:o}", "entry", e));
 }
 
 /* ---------- ListDir: lexical pre-order, like Go's filepath.WalkDir ---------- */
@@ -238,18 +232,17 @@ static int walk(const fs_ctx *c, int rootfd, const char *root_display, unsigned 
   return rc;
 }
 
-static void do_listdir(sd_request *r, const fs_ctx *c, json_t *req) {
-  const char *in = str_field(r, req, "path");
+static void do_listdir(sd_request *r, const fs_ctx *c, const Filesystem__ListDirRequest *req) {
+  const char *in = str(req->path);
   char abs[PATHS_MAX];
-  if (!in || resolve(r, c, in, abs)) return;
-  json_t *dv = json_object_get(req, "depth");
-  json_int_t depth = 1;
-  if (dv && !json_is_null(dv)) {
-    if (!json_is_integer(dv) || json_integer_value(dv) < 0 || json_integer_value(dv) > FSRPC_MAX_DEPTH) {
+  if (resolve(r, c, in, abs)) return;
+  uint32_t depth = 1;
+  if (req->has_depth) {
+    if (req->depth > FSRPC_MAX_DEPTH) {
       rpc_reply_error(r, "invalid_argument", "field 'depth' must be an integer from 0 to %d", FSRPC_MAX_DEPTH);
       return;
     }
-    depth = json_integer_value(dv) ? json_integer_value(dv) : 1;
+    depth = req->depth ? req->depth : 1;
   }
   int fd = paths_open(c, abs, O_RDONLY | O_DIRECTORY, 0, 0);   /* the root's symlinks are followed */
   if (fd == -ENOTDIR) { rpc_reply_error(r, "invalid_argument", "path is not a directory: %s", abs); return; }
@@ -268,7 +261,7 @@ static void do_listdir(sd_request *r, const fs_ctx *c, json_t *req) {
     return;
   }
   if (rc) { json_decref(out); reply_errno(r, -rc, "directory", abs); return; }
-  sd_reply_json(r, 200, json_pack("{s:o}", "entries", out));
+  rpc_reply(r, &filesystem__list_dir_response__descriptor, json_pack("{s:o}", "entries", out));
 }
 
 /* ---------- Remove: os.RemoveAll ---------- */
@@ -295,14 +288,14 @@ static int remove_all(int dirfd, const char *name, int level) {
   return unlinkat(dirfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : -errno;
 }
 
-static void do_remove(sd_request *r, const fs_ctx *c, json_t *req) {
-  const char *in = str_field(r, req, "path");
+static void do_remove(sd_request *r, const fs_ctx *c, const Filesystem__RemoveRequest *req) {
+  const char *in = str(req->path);
   char abs[PATHS_MAX], name[256];
-  if (in && !*in) { rpc_reply_error(r, "invalid_argument", "field 'path' is required"); return; }
-  if (!in || resolve(r, c, in, abs)) return;
+  if (!*in) { rpc_reply_error(r, "invalid_argument", "field 'path' is required"); return; }
+  if (resolve(r, c, in, abs)) return;
   int dfd = paths_open_parent(c, abs, name, sizeof name);
   if (dfd == -EINVAL) { rpc_reply_error(r, "invalid_argument", "refusing to remove the root directory"); return; }
-  if (dfd == -ENOENT || dfd == -ENOTDIR) { sd_reply_json(r, 200, json_object()); return; }   /* nothing to remove */
+  if (dfd == -ENOENT || dfd == -ENOTDIR) { rpc_reply(r, &filesystem__remove_response__descriptor, json_object()); return; }   /* nothing to remove */
   if (dfd < 0) { reply_errno(r, -dfd, "file", abs); return; }
   int fsrc = paths_fs_check(dfd);
   if (fsrc) { close(dfd); reply_errno(r, -fsrc, "file", abs); return; }
@@ -312,7 +305,7 @@ static void do_remove(sd_request *r, const fs_ctx *c, json_t *req) {
   paths_cred_leave(&cr);
   close(dfd);
   if (rc) { reply_errno(r, -rc, "file", abs); return; }
-  sd_reply_json(r, 200, json_object());
+  rpc_reply(r, &filesystem__remove_response__descriptor, json_object());
 }
 
 /* ---------- WatchDir ---------- */
@@ -402,7 +395,7 @@ static int64_t mono_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int send_event(sd_stream *s, watcher *w, const char *watched, const char *name, const char *type,
+static int send_event(rpc_stream *s, watcher *w, const char *watched, const char *name, const char *type,
                       bool include_entry) {
   json_t *ev = json_pack("{s:s,s:s}", "name", name, "type", type);
   if (!ev) return 0;                        /* a name that is not UTF-8: dropped */
@@ -417,17 +410,11 @@ static int send_event(sd_stream *s, watcher *w, const char *watched, const char 
   return rpc_send(s, json_pack("{s:o}", "filesystem", ev));
 }
 
-static void do_watchdir(sd_request *r, reg_entry *re, const fs_ctx *c, json_t *req) {
-  const char *in = str_field(r, req, "path");
+static void do_watchdir(sd_request *r, reg_entry *re, const fs_ctx *c, const Filesystem__WatchDirRequest *req) {
+  const char *in = str(req->path);
   char abs[PATHS_MAX];
-  if (!in || resolve(r, c, in, abs)) return;
-  json_t *rv = json_object_get(req, "recursive"), *iv = json_object_get(req, "includeEntry");
-  if (!iv) iv = json_object_get(req, "include_entry");   /* protobuf JSON also allows the proto name */
-  if ((rv && !json_is_boolean(rv) && !json_is_null(rv)) || (iv && !json_is_boolean(iv) && !json_is_null(iv))) {
-    rpc_reply_error(r, "invalid_argument", "fields 'recursive' and 'includeEntry' must be booleans");
-    return;
-  }
-  bool include_entry = json_is_true(iv);
+  if (resolve(r, c, in, abs)) return;
+  bool include_entry = req->has_include_entry && req->include_entry;
   int fd = paths_open(c, abs, O_RDONLY | O_DIRECTORY, 0, 0);
   if (fd == -ENOTDIR) { rpc_reply_error(r, "invalid_argument", "path %s is not a directory", abs); return; }
   if (fd < 0) { reply_errno(r, -fd, "directory", abs); return; }
@@ -449,7 +436,7 @@ static void do_watchdir(sd_request *r, reg_entry *re, const fs_ctx *c, json_t *r
                            "sandboxes); retry later", limit);
     return;
   }
-  watcher w = { .c = c, .recursive = json_is_true(rv) };
+  watcher w = { .c = c, .recursive = req->has_recursive && req->recursive };
   w.ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (w.ifd < 0) { close(fd); rpc_reply_error(r, "resource_exhausted", "inotify: %s", strerror(errno)); goto out; }
   int rc = add_tree(&w, fd, "", 0);
@@ -466,8 +453,8 @@ static void do_watchdir(sd_request *r, reg_entry *re, const fs_ctx *c, json_t *r
   const char *ka = sd_header(r, "Keepalive-Ping-Interval"), *to = sd_header(r, "Connect-Timeout-Ms");
   int64_t keep_ms = ka && atoll(ka) > 0 ? atoll(ka) * 1000 : 90000;
   int64_t deadline = to && atoll(to) > 0 ? mono_ms() + atoll(to) : INT64_MAX;
-  sd_stream *s = rpc_stream_open(r);
-  if (!s) goto out;
+  rpc_stream rs, *s = &rs;
+  if (!rpc_stream_open(r, &filesystem__watch_dir_response__descriptor, &rs)) goto out;
   const char *end_code = NULL, *end_msg = NULL;
   int64_t last = mono_ms();
   if (rpc_send(s, json_pack("{s:{}}", "start")) != 0) goto done;
@@ -476,7 +463,7 @@ static void do_watchdir(sd_request *r, reg_entry *re, const fs_ctx *c, json_t *r
     int64_t now = mono_ms();
     if (now >= deadline) { end_code = "deadline_exceeded"; end_msg = "the operation timed out"; break; }
     if (reg_dying(re)) { end_code = "unavailable"; end_msg = "the sandbox was killed"; break; }
-    if (sd_stream_closed(s)) break;
+    if (sd_stream_closed(s->s)) break;
     if (now - last >= keep_ms) {
       if (rpc_send(s, json_pack("{s:{}}", "keepalive")) != 0) break;
       last = now;
@@ -537,6 +524,18 @@ void fs_rpc(sd_request *r, const rt_decision *d) {
     rpc_reply_error(r, "unimplemented", "RPC methods must be called with POST, not %s", sd_method(r));
     return;
   }
+  static const struct { const char *name; const ProtobufCMessageDescriptor *in; bool streaming; } M[] = {
+    {"Stat", &filesystem__stat_request__descriptor, false}, {"MakeDir", &filesystem__make_dir_request__descriptor, false},
+    {"Move", &filesystem__move_request__descriptor, false}, {"ListDir", &filesystem__list_dir_request__descriptor, false},
+    {"Remove", &filesystem__remove_request__descriptor, false}, {"WatchDir", &filesystem__watch_dir_request__descriptor, true},
+  };
+  size_t i = 0;
+  while (i < sizeof M / sizeof M[0] && strcmp(M[i].name, method) != 0) i++;
+  if (i == sizeof M / sizeof M[0]) {
+    rpc_reply_error(r, "unimplemented", "filesystem.Filesystem/%.60s is not implemented by sandboxd", method);
+    return;
+  }
+  if (!rpc_accept(r, M[i].streaming)) return;
   if (d->user_error) { rpc_reply_error(r, "unauthenticated", "invalid Authorization header: %s", d->user_error); return; }
   if (d->user_unknown) { rpc_reply_error(r, "unauthenticated", "invalid username: '%s'", d->user); return; }
   fs_ctx c;
@@ -544,14 +543,16 @@ void fs_rpc(sd_request *r, const rt_decision *d) {
     rpc_reply_error(r, "unauthenticated", "invalid username: '%s'", d->user);
     return;
   }
-  json_t *req = rpc_request(r);
+  struct mb_arena ar;
+  ProtobufCMessage *req = rpc_request(r, M[i].in, &ar);
   if (!req) return;
-  if (!strcmp(method, "Stat")) do_stat(r, &c, req);
-  else if (!strcmp(method, "MakeDir")) do_makedir(r, &c, req);
-  else if (!strcmp(method, "Move")) do_move(r, &c, req);
-  else if (!strcmp(method, "ListDir")) do_listdir(r, &c, req);
-  else if (!strcmp(method, "Remove")) do_remove(r, &c, req);
-  else if (!strcmp(method, "WatchDir")) do_watchdir(r, d->entry, &c, req);
-  else rpc_reply_error(r, "unimplemented", "filesystem.Filesystem/%.60s is not implemented by sandboxd", method);
-  json_decref(req);
+  switch (i) {
+    case 0: do_stat(r, &c, (const Filesystem__StatRequest *)req); break;
+    case 1: do_makedir(r, &c, (const Filesystem__MakeDirRequest *)req); break;
+    case 2: do_move(r, &c, (const Filesystem__MoveRequest *)req); break;
+    case 3: do_listdir(r, &c, (const Filesystem__ListDirRequest *)req); break;
+    case 4: do_remove(r, &c, (const Filesystem__RemoveRequest *)req); break;
+    default: do_watchdir(r, d->entry, &c, (const Filesystem__WatchDirRequest *)req); break;
+  }
+  mb_arena_free(&ar);
 }

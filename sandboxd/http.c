@@ -30,6 +30,7 @@
 #define SD_MAX_UPLOAD     (512u << 20)    /* POST /files, default (SANDBOXD_MAX_UPLOAD overrides) */
 #define SD_UPLOAD_QUEUE   (1u << 20)      /* upload bytes handed to the handler, pending at most */
 #define SD_STREAM_QUEUE   (1u << 20)      /* pending bytes before sd_stream_send blocks */
+#define SD_STREAM_BLOCK   (256u << 10)    /* what MHD takes of a stream per read (its send size) */
 #define SD_MAX_KV         256             /* headers or query arguments kept per request */
 #define SD_MAX_INFLIGHT   (1u << 30)      /* request body bytes buffered over all requests */
 #define SD_WRITE_TIMEOUT_S 60             /* a client that reads nothing for this long is dropped */
@@ -46,6 +47,7 @@ struct sd_stream {
   pthread_cond_t cv;
   uint8_t *buf;
   size_t off, len, cap;          /* pending bytes are buf[off .. off+len) */
+  size_t reserved;               /* sd_stream_reserve: buf[off+len ..) is being written (off stays put) */
   bool ended, closed;
   int refs;                      /* worker + MHD response */
   int fd;                        /* the client socket, to notice a hang-up while idle */
@@ -293,8 +295,8 @@ sd_stream *sd_stream_open(sd_request *r, const char *content_type) {
   return s;
 }
 
-int sd_stream_send(sd_stream *s, const void *data, size_t len) {
-  pthread_mutex_lock(&s->mu);
+/* Waits (s->mu held) while more than the queue limit is pending; false once the client is gone. */
+static bool stream_room_locked(sd_stream *s) {
   struct timespec stall;                 /* when the queue was last seen full without progress */
   size_t seen = SIZE_MAX;
   while (!s->closed && s->len > SD_STREAM_QUEUE) {
@@ -308,7 +310,11 @@ int sd_stream_send(sd_stream *s, const void *data, size_t len) {
     clock_gettime(CLOCK_MONOTONIC, &now);
     if (s->len == seen && now.tv_sec - stall.tv_sec >= SD_WRITE_TIMEOUT_S) stream_abort_locked(s);   /* write timeout */
   }
-  if (s->closed) { pthread_mutex_unlock(&s->mu); return -1; }
+  return !s->closed;
+}
+
+/* Room for len more bytes after the pending ones (s->mu held): compacts, then grows. */
+static uint8_t *stream_tail_locked(sd_stream *s, size_t len) {
   if (s->off && s->off + s->len + len > s->cap) {          /* compact before growing */
     memmove(s->buf, s->buf + s->off, s->len);
     s->off = 0;
@@ -317,14 +323,42 @@ int sd_stream_send(sd_stream *s, const void *data, size_t len) {
     size_t want = s->cap ? s->cap : 4096;
     while (want < s->len + len) want *= 2;
     uint8_t *nb = realloc(s->buf, want);
-    if (!nb) { pthread_mutex_unlock(&s->mu); return -1; }
+    if (!nb) return NULL;
     s->buf = nb; s->cap = want;
   }
-  memcpy(s->buf + s->off + s->len, data, len);
+  return s->buf + s->off + s->len;
+}
+
+int sd_stream_send(sd_stream *s, const void *data, size_t len) {
+  pthread_mutex_lock(&s->mu);
+  uint8_t *p = stream_room_locked(s) ? stream_tail_locked(s, len) : NULL;
+  if (!p) { pthread_mutex_unlock(&s->mu); return -1; }
+  memcpy(p, data, len);
   s->len += len;
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
   return 0;
+}
+
+void *sd_stream_reserve(sd_stream *s, size_t n) {
+  pthread_mutex_lock(&s->mu);
+  uint8_t *p = stream_room_locked(s) ? stream_tail_locked(s, n) : NULL;
+  if (p) s->reserved = n;
+  pthread_mutex_unlock(&s->mu);
+  return p;
+}
+
+int sd_stream_commit(sd_stream *s, size_t k) {
+  pthread_mutex_lock(&s->mu);
+  int rc = -1;
+  if (s->reserved && k <= s->reserved && !s->closed) {
+    s->len += k;
+    rc = 0;
+    pthread_cond_broadcast(&s->cv);
+  }
+  s->reserved = 0;
+  pthread_mutex_unlock(&s->mu);
+  return rc;
 }
 
 int sd_stream_closed(const sd_stream *s) {
@@ -372,7 +406,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     size_t k = s->len < max ? s->len : max;
     memcpy(buf, s->buf + s->off, k);
     s->off += k; s->len -= k;
-    if (s->len == 0) s->off = 0;
+    if (s->len == 0 && !s->reserved) s->off = 0;   /* a writer filling buf[off..] keeps its place */
     pthread_cond_broadcast(&s->cv);
     n = (ssize_t)k;
   } else if (s->ended) {
@@ -671,7 +705,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
      * its own write timeout for a client that stops reading. */
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     status = 200;
-    resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, stream_reader, r->stream, stream_free);
+    resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SD_STREAM_BLOCK, stream_reader, r->stream, stream_free);
     if (!resp) {   /* the stream still needs its MHD reference dropped */
       pthread_mutex_unlock(&r->mu);
       stream_free(r->stream);

@@ -46,6 +46,12 @@ void sd_reply_header(sd_request *r, const char *name, const char *value); /* ext
  * and finishes the response; after it the stream pointer is invalid. */
 sd_stream *sd_stream_open(sd_request *r, const char *content_type);
 int  sd_stream_send(sd_stream *s, const void *data, size_t len);
+/* Writing in place: room for n bytes at the end of the queue (waiting as sd_stream_send does),
+ * filled by the caller without any lock, then committed (k <= n bytes become pending). NULL
+ * (nothing reserved) once the client is gone; commit returns -1 then. One reservation at a time,
+ * and no sd_stream_send while it is open. */
+void *sd_stream_reserve(sd_stream *s, size_t n);
+int  sd_stream_commit(sd_stream *s, size_t k);
 int  sd_stream_closed(const sd_stream *s);
 void sd_stream_end(sd_stream *s);
 /* Streams of requests admitted with `group` (e.g. a sandbox's registry entry) stop waiting for

@@ -23,6 +23,7 @@
 #include "net.h"
 #include "registry.h"
 #include "router.h"
+#include "rpc.h"
 #include "sandbox.h"
 #include "snapshots.h"
 #include "paths.h"
@@ -30,9 +31,12 @@
 
 static void usage(FILE *f) {
   fprintf(f, "usage: sandboxd --listen HOST:PORT [--api-key e2b_HEX] [--state-dir DIR] [--exit-with-parent]\n"
+             "                [--envd-codecs json,proto]\n"
              "  Serves E2B's control plane and envd API on HOST:PORT (IPv4). Point the E2B SDK at it with\n"
              "  E2B_API_URL=http://HOST:PORT E2B_SANDBOX_URL=http://HOST:PORT E2B_API_KEY=<key>.\n"
-             "  --exit-with-parent: SIGTERM (destroy every sandbox, exit) when the starting process dies.\n");
+             "  --exit-with-parent: SIGTERM (destroy every sandbox, exit) when the starting process dies.\n"
+             "  --envd-codecs: the Connect codecs envd's RPCs take (default both; `json` answers binary\n"
+             "  requests 415, as a JSON-only envd would).\n");
 }
 
 static int mkdir_p(const char *path, mode_t mode) {
@@ -123,14 +127,15 @@ static void report_caps(void) {
 }
 
 int main(int argc, char **argv) {
-  const char *listen = NULL, *api_key = NULL, *state = NULL;
+  const char *listen = NULL, *api_key = NULL, *state = NULL, *codecs = "json,proto";
   bool exit_with_parent = false;
   pid_t parent = getppid();                 /* before anything else: the process that started us */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
     if (!strcmp(a, "--exit-with-parent")) { exit_with_parent = true; continue; }
-    if (i + 1 >= argc || (strcmp(a, "--listen") && strcmp(a, "--api-key") && strcmp(a, "--state-dir"))) {
+    if (i + 1 >= argc || (strcmp(a, "--listen") && strcmp(a, "--api-key") && strcmp(a, "--state-dir") &&
+                          strcmp(a, "--envd-codecs"))) {
       fprintf(stderr, "sandboxd: unknown or incomplete argument '%s'\n", a);
       usage(stderr);
       return 2;
@@ -138,8 +143,13 @@ int main(int argc, char **argv) {
     const char *v = argv[++i];
     if (!strcmp(a, "--listen")) listen = v;
     else if (!strcmp(a, "--api-key")) api_key = v;
+    else if (!strcmp(a, "--envd-codecs")) codecs = v;
     else state = v;
   }
+  bool cj = !strcmp(codecs, "json") || !strcmp(codecs, "json,proto") || !strcmp(codecs, "proto,json");
+  bool cp = !strcmp(codecs, "proto") || !strcmp(codecs, "json,proto") || !strcmp(codecs, "proto,json");
+  if (!cj && !cp) { fprintf(stderr, "sandboxd: --envd-codecs '%s' must be json, proto or json,proto\n", codecs); return 2; }
+  rpc_set_codecs(cj, cp);
   if (!listen) { fprintf(stderr, "sandboxd: --listen HOST:PORT is required\n"); usage(stderr); return 2; }
   char host[64];
   const char *colon = strrchr(listen, ':');

@@ -1,6 +1,7 @@
 /* process_rpc.c — envd's process.Process service (wire reference §5.3) over a sandbox's process
  * table (ptab.h): Start and Connect stream a process's events, List, SendInput, CloseStdin,
  * SendSignal and Update are unary. */
+#pragma GCC diagnostic ignored "-Wmissing-braces" /* protoc-c's *__INIT macros of oneof unions */
 #include "process_rpc.h"
 
 #include <errno.h>
@@ -13,6 +14,8 @@
 #include <time.h>
 
 #include "b64.h"
+#include "connect.h"
+#include "envd/process.pb-c.h"
 #include "errors.h"
 #include "ptab.h"
 #include "rpc.h"
@@ -28,56 +31,25 @@ static int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* protobuf JSON: the camelCase name, or the proto name; null is absent. */
-static json_t *getk(json_t *o, const char *camel, const char *snake) {
-  json_t *v = json_object_get(o, camel);
-  if (!v && snake) v = json_object_get(o, snake);
-  return json_is_null(v) ? NULL : v;
-}
-
-/* uint32 as protobuf JSON allows it: a number or a numeric string. */
-static int get_u32(json_t *v, uint32_t *out) {
-  if (json_is_integer(v)) {
-    json_int_t x = json_integer_value(v);
-    if (x < 0 || x > UINT32_MAX) return -1;
-    *out = (uint32_t)x;
-    return 0;
-  }
-  if (json_is_string(v)) {
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(json_string_value(v), &end, 10);
-    if (errno || *end || end == json_string_value(v) || x > UINT32_MAX) return -1;
-    *out = (uint32_t)x;
-    return 0;
-  }
-  return -1;
-}
-
 /* ProcessSelector: {"pid": N} or {"tag": "..."}; -1 with err when malformed. */
-static int get_selector(json_t *req, ptab_sel *sel, char *err, size_t errlen) {
-  json_t *s = getk(req, "process", NULL);
-  if (!json_is_object(s)) { snprintf(err, errlen, "process selector is required"); return -1; }
-  json_t *pid = getk(s, "pid", NULL), *tag = getk(s, "tag", NULL);
+static int get_selector(const Process__ProcessSelector *s, ptab_sel *sel, char *err, size_t errlen) {
   memset(sel, 0, sizeof *sel);
-  if (pid) {
-    if (get_u32(pid, &sel->pid) != 0) { snprintf(err, errlen, "invalid pid"); return -1; }
+  if (!s) { snprintf(err, errlen, "process selector is required"); return -1; }
+  if (s->selector_case == PROCESS__PROCESS_SELECTOR__SELECTOR_PID) {
     sel->by_pid = true;
+    sel->pid = s->pid;
     return 0;
   }
-  if (json_is_string(tag)) { sel->tag = json_string_value(tag); return 0; }
+  if (s->selector_case == PROCESS__PROCESS_SELECTOR__SELECTOR_TAG && s->tag) { sel->tag = s->tag; return 0; }
   snprintf(err, errlen, "process selector needs a pid or a tag");
   return -1;
 }
 
-/* A pty size {cols, rows}: absent fields are 0; -1 when malformed. */
-static int get_size(json_t *size, uint16_t *rows, uint16_t *cols) {
-  uint32_t c = 0, r = 0;
-  json_t *cj = getk(size, "cols", NULL), *rj = getk(size, "rows", NULL);
-  if ((cj && get_u32(cj, &c) != 0) || (rj && get_u32(rj, &r) != 0)) return -1;
+/* A pty size {cols, rows}: absent fields are 0. */
+static void get_size(const Process__PTY__Size *size, uint16_t *rows, uint16_t *cols) {
+  uint32_t c = size->has_cols ? size->cols : 0, r = size->has_rows ? size->rows : 0;
   *cols = (uint16_t)(c > 65535 ? 65535 : c);
   *rows = (uint16_t)(r > 65535 ? 65535 : r);
-  return 0;
 }
 
 /* envd's ExpandAndResolve: "~" and relative paths are relative to home; the result is clean. */
@@ -106,34 +78,89 @@ static int resolve_cwd(const char *cwd, const char *home, char *out, size_t cap)
   return 0;
 }
 
-static json_t *event_json(const ptab_ev *e) {
-  json_t *inner = NULL;
-  if (e->kind == PTAB_START) {
-    inner = json_pack("{s:{s:I}}", "start", "pid", (json_int_t)e->pid);
+/* The data event's JSON codec shape, written around one base64 pass: prefix, base64, suffix. */
+static const char *const DATA_PREFIX[] = {
+  [PTAB_STDOUT] = "{\"event\":{\"data\":{\"stdout\":\"",
+  [PTAB_STDERR] = "{\"event\":{\"data\":{\"stderr\":\"",
+  [PTAB_PTY] = "{\"event\":{\"data\":{\"pty\":\"",
+};
+static const char DATA_SUFFIX[] = "\"}}}";
+
+/* A StartResponse or a ConnectResponse (the same message on the wire and in JSON). */
+static void event_response(rpc_stream *rs, Process__ProcessEvent *ev, Process__StartResponse *out) {
+  process__start_response__init(out);
+  if (rs->out) out->base.descriptor = rs->out;   /* ConnectResponse has StartResponse's layout */
+  out->event = ev;
+}
+
+/* One output chunk straight into the stream's queue: the bytes as they are (binary codec), or
+ * base64 in one pass between a fixed prefix and suffix (JSON): no JSON tree, no extra copy. */
+static int send_data(rpc_stream *rs, int stream, const uint8_t *data, size_t len) {
+  if (rs->proto) {
+    Process__ProcessEvent__DataEvent de = PROCESS__PROCESS_EVENT__DATA_EVENT__INIT;
+    ProtobufCBinaryData b = {len, (uint8_t *)(uintptr_t)data};
+    if (stream == PTAB_PTY) { de.output_case = PROCESS__PROCESS_EVENT__DATA_EVENT__OUTPUT_PTY; de.pty = b; }
+    else if (stream == PTAB_STDERR) { de.output_case = PROCESS__PROCESS_EVENT__DATA_EVENT__OUTPUT_STDERR; de.stderr = b; }
+    else { de.output_case = PROCESS__PROCESS_EVENT__DATA_EVENT__OUTPUT_STDOUT; de.stdout = b; }
+    Process__ProcessEvent ev = PROCESS__PROCESS_EVENT__INIT;
+    ev.event_case = PROCESS__PROCESS_EVENT__EVENT_DATA;
+    ev.data = &de;
+    Process__StartResponse sr;
+    event_response(rs, &ev, &sr);
+    return rpc_send_msg(rs, &sr.base);
+  }
+  const char *pre = DATA_PREFIX[stream];
+  size_t pl = strlen(pre), bl = mb_b64_encoded_len(len), n = pl + bl + sizeof DATA_SUFFIX - 1;
+  if (len && !bl) return -1;
+  uint8_t *p = rpc_envelope_begin(rs, n + 1);   /* + the NUL the encoder writes */
+  if (!p) return -1;
+  uint8_t *q = p + MB_ENVELOPE_HDR;
+  memcpy(q, pre, pl);
+  mb_b64_encode(data, len, (char *)q + pl);
+  memcpy(q + pl + bl, DATA_SUFFIX, sizeof DATA_SUFFIX - 1);
+  mb_envelope_header(p, 0, n);
+  return rpc_envelope_commit(rs, n);
+}
+
+static int send_event(rpc_stream *rs, const ptab_ev *e) {
+  Process__ProcessEvent ev = PROCESS__PROCESS_EVENT__INIT;
+  Process__ProcessEvent__StartEvent st = PROCESS__PROCESS_EVENT__START_EVENT__INIT;
+  Process__ProcessEvent__EndEvent end = PROCESS__PROCESS_EVENT__END_EVENT__INIT;
+  Process__ProcessEvent__KeepAlive ka = PROCESS__PROCESS_EVENT__KEEP_ALIVE__INIT;
+  char status[96];
+  if (!e) {
+    ev.event_case = PROCESS__PROCESS_EVENT__EVENT_KEEPALIVE;
+    ev.keepalive = &ka;
   } else if (e->kind == PTAB_DATA) {
-    char *b = malloc(mb_b64_encoded_len(e->len) + 1);
-    if (!b) return NULL;
-    mb_b64_encode(e->data, e->len, b);
-    inner = json_pack("{s:{s:s}}", "data", e->stream == PTAB_PTY ? "pty" : e->stream == PTAB_STDERR ? "stderr" : "stdout", b);
-    free(b);
-  } else if (e->kind == PTAB_END) {
-    char st[96];
-    ptab_status_string(e->status, st, sizeof st);
-    json_t *end = json_object();
+    return send_data(rs, e->stream, (const uint8_t *)e->data, e->len);
+  } else if (e->kind == PTAB_START) {
+    st.has_pid = 1;
+    st.pid = (uint32_t)e->pid;
+    ev.event_case = PROCESS__PROCESS_EVENT__EVENT_START;
+    ev.start = &st;
+  } else {
+    /* As Go's envd: exitCode only when non-zero (-1 for a signal), exited only when true, error
+     * (the status again) only for a failure. */
+    ptab_status_string(e->status, status, sizeof status);
     bool exited = WIFEXITED(e->status);
     int code = exited ? WEXITSTATUS(e->status) : -1;
-    if (code) json_object_set_new(end, "exitCode", json_integer(code));
-    if (exited) json_object_set_new(end, "exited", json_true());
-    json_object_set_new(end, "status", json_string(st));
-    if (code) json_object_set_new(end, "error", json_string(st));
-    inner = json_pack("{s:o}", "end", end);
+    end.has_exit_code = code != 0;
+    end.exit_code = code;
+    end.has_exited = exited;
+    end.exited = exited;
+    end.status = status;
+    if (code) end.error = status;
+    ev.event_case = PROCESS__PROCESS_EVENT__EVENT_END;
+    ev.end = &end;
   }
-  return inner ? json_pack("{s:o}", "event", inner) : NULL;
+  Process__StartResponse sr;
+  event_response(rs, &ev, &sr);
+  return rpc_send_msg(rs, &sr.base);
 }
 
 /* Serves one subscription until its end (deadline: the process's own lifetime, which the table
  * enforces too; keepalives once START went out); consumes sb. */
-static void serve(sd_request *r, sd_stream *st, ptab_sub *sb) {
+static void serve(sd_request *r, rpc_stream *st, ptab_sub *sb) {
   int64_t lifetime = rpc_header_int(r, "Connect-Timeout-Ms", 0, (int64_t)1 << 40);
   int64_t deadline = lifetime ? now_ms() + lifetime : 0;
   int64_t ka = rpc_header_int(r, "Keepalive-Ping-Interval", PR_DEFAULT_KEEPALIVE_S, 3600);
@@ -148,47 +175,56 @@ static void serve(sd_request *r, sd_stream *st, ptab_sub *sb) {
     int rc = 0;
     if (!e) {
       if (deadline && now >= deadline) { rpc_end(st, "deadline_exceeded", "the operation timed out"); break; }
-      if (sd_stream_closed(st)) { sd_stream_end(st); break; }   /* the client is gone: the process goes on */
+      if (sd_stream_closed(st->s)) { sd_stream_end(st->s); break; }   /* the client is gone: the process goes on */
       if (!started || now - last < keep_ms) continue;
-      rc = rpc_send(st, json_pack("{s:{s:{}}}", "event", "keepalive"));
+      rc = send_event(st, NULL);
     } else if (e->kind == PTAB_ERROR) {
       rpc_end(st, e->code, e->data);
-      free(e);
+      ptab_ev_free(sb, e);
       break;
     } else {
       int kind = e->kind;
       if (kind == PTAB_START) started = true;
-      rc = rpc_send(st, event_json(e));
-      free(e);
+      rc = send_event(st, e);
+      ptab_ev_free(sb, e);
       if (rc == 0 && kind == PTAB_END) { rpc_end(st, NULL, NULL); break; }
     }
-    if (rc != 0) { sd_stream_end(st); break; }   /* client gone: the process keeps running */
+    if (rc != 0) { sd_stream_end(st->s); break; }   /* client gone: the process keeps running */
     last = now_ms();
   }
   ptab_unsubscribe(sb);
 }
 
+/* The process's config as List reports it (JSON shape: cmd, args, envs always, cwd if given);
+ * NULL when a string is not UTF-8 (protobuf strings must be; the JSON codec's are). */
+static json_t *config_json(const Process__ProcessConfig *pc) {
+  json_t *args = json_array(), *envs = json_object(), *c = NULL;
+  bool ok = args && envs;
+  for (size_t i = 0; ok && i < pc->n_args; i++) ok = json_array_append_new(args, json_string(pc->args[i])) == 0;
+  for (size_t i = 0; ok && i < pc->n_envs; i++)
+    ok = json_object_set_new(envs, pc->envs[i]->key ? pc->envs[i]->key : "",
+                             json_string(pc->envs[i]->value ? pc->envs[i]->value : "")) == 0;
+  if (ok) c = json_pack("{s:s,s:O,s:O}", "cmd", pc->cmd, "args", args, "envs", envs);
+  if (c && pc->cwd && json_object_set_new(c, "cwd", json_string(pc->cwd)) != 0) { json_decref(c); c = NULL; }
+  json_decref(args);
+  json_decref(envs);
+  return c;
+}
+
 static void rpc_start(sd_request *r, const rt_decision *d, sbx_t *sx, ptab *t) {
   char err[512] = "";
   const char *code = "invalid_argument";
-  json_t *req = rpc_request(r);
+  struct mb_arena ar;
+  const Process__StartRequest *req = (const Process__StartRequest *)rpc_request(r, &process__start_request__descriptor, &ar);
   if (!req) return;
   const char **args = NULL, **envs = NULL;
   char **envbuf = NULL;
   size_t nargs = 0, nenvs = 0;
   json_t *config = NULL;
   ptab_sub *sb = NULL;
-  json_t *proc_j = getk(req, "process", NULL);
-  json_t *cmd = proc_j ? getk(proc_j, "cmd", NULL) : NULL;
-  if (!json_is_object(proc_j) || !json_is_string(cmd) || !json_string_value(cmd)[0]) {
+  const Process__ProcessConfig *pc = req->process;
+  if (!pc || !pc->cmd || !pc->cmd[0]) {
     snprintf(err, sizeof err, "process.cmd is required");
-    goto fail;
-  }
-  json_t *args_j = getk(proc_j, "args", NULL), *envs_j = getk(proc_j, "envs", NULL), *cwd_j = getk(proc_j, "cwd", NULL);
-  json_t *pty = getk(req, "pty", NULL), *tag = getk(req, "tag", NULL), *stdin_j = getk(req, "stdin", NULL);
-  if ((args_j && !json_is_array(args_j)) || (envs_j && !json_is_object(envs_j)) || (cwd_j && !json_is_string(cwd_j)) ||
-      (tag && !json_is_string(tag)) || (stdin_j && !json_is_boolean(stdin_j)) || (pty && !json_is_object(pty))) {
-    snprintf(err, sizeof err, "malformed StartRequest");
     goto fail;
   }
   if (d->user_error) { code = "unauthenticated"; snprintf(err, sizeof err, "invalid Authorization header: %s", d->user_error); goto fail; }
@@ -200,39 +236,33 @@ static void rpc_start(sd_request *r, const rt_decision *d, sbx_t *sx, ptab *t) {
    * sandboxd user outside, exactly what `user` would be), with the user's home and name. */
   if (sbx_host_uid(sx, sp.uid) == (uid_t)-1) sp.uid = sp.gid = 0;
   char cwd[4096];
-  if (resolve_cwd(cwd_j ? json_string_value(cwd_j) : NULL, sp.home, cwd, sizeof cwd) != 0) {
+  if (resolve_cwd(pc->cwd, sp.home, cwd, sizeof cwd) != 0) {
     snprintf(err, sizeof err, "cwd too long");
     goto fail;
   }
   sp.cwd = cwd;
-  sp.cmd = json_string_value(cmd);
-  if (pty) {
+  sp.cmd = pc->cmd;
+  if (req->pty) {
     sp.pty = true;
-    json_t *size = getk(pty, "size", NULL);
-    if (size && get_size(size, &sp.rows, &sp.cols) != 0) { snprintf(err, sizeof err, "invalid pty size"); goto fail; }
+    if (req->pty->size) get_size(req->pty->size, &sp.rows, &sp.cols);
   } else {
-    sp.stdin_pipe = !stdin_j || json_is_true(stdin_j);   /* absent means a pipe (older clients) */
+    sp.stdin_pipe = !req->has_stdin || req->stdin;   /* absent means a pipe (older clients) */
   }
-  nargs = args_j ? json_array_size(args_j) : 0;
-  nenvs = envs_j ? json_object_size(envs_j) : 0;
+  nargs = pc->n_args;
+  nenvs = pc->n_envs;
   if (nargs > PTAB_MAX_ARGS || nenvs > PTAB_MAX_ENVS) { snprintf(err, sizeof err, "too many arguments or envs"); goto fail; }
   args = calloc(nargs + 1, sizeof *args);
   envs = calloc(nenvs + 1, sizeof *envs);
   envbuf = calloc(nenvs + 1, sizeof *envbuf);
   if (!args || !envs || !envbuf) { code = "internal"; snprintf(err, sizeof err, "out of memory"); goto fail; }
-  for (size_t i = 0; i < nargs; i++) {
-    json_t *a = json_array_get(args_j, i);
-    if (!json_is_string(a)) { snprintf(err, sizeof err, "process.args must be strings"); goto fail; }
-    args[i] = json_string_value(a);
-  }
-  const char *k;
-  json_t *v;
+  for (size_t i = 0; i < nargs; i++) args[i] = pc->args[i] ? pc->args[i] : "";
   size_t ne = 0;
-  json_object_foreach(envs_j, k, v) {
-    if (!json_is_string(v) || !*k || strchr(k, '=')) { snprintf(err, sizeof err, "invalid env %.100s", k); goto fail; }
-    size_t l = strlen(k) + json_string_length(v) + 2;
+  for (size_t i = 0; i < nenvs; i++) {
+    const char *k = pc->envs[i]->key ? pc->envs[i]->key : "", *v = pc->envs[i]->value ? pc->envs[i]->value : "";
+    if (!*k || strchr(k, '=')) { snprintf(err, sizeof err, "invalid env %.100s", k); goto fail; }
+    size_t l = strlen(k) + strlen(v) + 2;
     if (!(envbuf[ne] = malloc(l))) { code = "internal"; snprintf(err, sizeof err, "out of memory"); goto fail; }
-    snprintf(envbuf[ne], l, "%s=%s", k, json_string_value(v));
+    snprintf(envbuf[ne], l, "%s=%s", k, v);
     envs[ne] = envbuf[ne];
     ne++;
   }
@@ -240,19 +270,15 @@ static void rpc_start(sd_request *r, const rt_decision *d, sbx_t *sx, ptab *t) {
   sp.nargs = nargs;
   sp.envs = envs;
   sp.nenvs = ne;
-  sp.tag = tag ? json_string_value(tag) : NULL;
+  sp.tag = req->tag;
   sp.lifetime_ms = rpc_header_int(r, "Connect-Timeout-Ms", 0, (int64_t)1 << 40);
-  config = json_object();
-  json_object_set(config, "cmd", cmd);
-  json_object_set_new(config, "args", args_j ? json_deep_copy(args_j) : json_array());
-  json_object_set_new(config, "envs", envs_j ? json_deep_copy(envs_j) : json_object());
-  if (cwd_j) json_object_set(config, "cwd", cwd_j);
+  if (!(config = config_json(pc))) { snprintf(err, sizeof err, "process config holds a string that is not UTF-8"); goto fail; }
   sp.config = config;
-  sd_stream *st = rpc_stream_open(r);
-  if (!st) goto out;
+  rpc_stream st;
+  if (!rpc_stream_open(r, &process__start_response__descriptor, &st)) goto out;
   sb = ptab_start(t, &sp, &code, err, sizeof err);
-  if (!sb) rpc_end(st, code, err);
-  else serve(r, st, sb);
+  if (!sb) rpc_end(&st, code, err);
+  else serve(r, &st, sb);
   goto out;
 fail:
   rpc_reply_error(r, code, "%s", err);
@@ -262,21 +288,22 @@ out:
   free(envs);
   free(args);
   json_decref(config);
-  json_decref(req);
+  mb_arena_free(&ar);
 }
 
 static void rpc_connect(sd_request *r, ptab *t) {
-  json_t *req = rpc_request(r);
+  struct mb_arena ar;
+  const Process__ConnectRequest *req = (const Process__ConnectRequest *)rpc_request(r, &process__connect_request__descriptor, &ar);
   if (!req) return;
   char err[512];
   const char *code = "invalid_argument";
   ptab_sel sel;
-  ptab_sub *sb = get_selector(req, &sel, err, sizeof err) == 0 ? ptab_attach(t, &sel, &code, err, sizeof err) : NULL;
-  if (!sb) { rpc_reply_error(r, code, "%s", err); json_decref(req); return; }
-  json_decref(req);
-  sd_stream *st = rpc_stream_open(r);
-  if (!st) { ptab_unsubscribe(sb); return; }
-  serve(r, st, sb);
+  ptab_sub *sb = get_selector(req->process, &sel, err, sizeof err) == 0 ? ptab_attach(t, &sel, &code, err, sizeof err) : NULL;
+  mb_arena_free(&ar);
+  if (!sb) { rpc_reply_error(r, code, "%s", err); return; }
+  rpc_stream st;
+  if (!rpc_stream_open(r, &process__connect_response__descriptor, &st)) { ptab_unsubscribe(sb); return; }
+  serve(r, &st, sb);
 }
 
 static void rpc_list(sd_request *r, ptab *t) {
@@ -289,74 +316,73 @@ static void rpc_list(sd_request *r, ptab *t) {
     if (o) json_array_append_new(list, o);
   }
   ptab_list_free(v, n);
-  sd_reply_json(r, 200, json_pack("{s:o}", "processes", list));
+  rpc_reply(r, &process__list_response__descriptor, json_pack("{s:o}", "processes", list));
 }
 
 static void rpc_unary(sd_request *r, ptab *t, const char *method) {
-  json_t *req = rpc_request(r);
+  static const struct { const char *name; const ProtobufCMessageDescriptor *in, *out; } M[] = {
+    {"List", &process__list_request__descriptor, &process__list_response__descriptor},
+    {"SendInput", &process__send_input_request__descriptor, &process__send_input_response__descriptor},
+    {"CloseStdin", &process__close_stdin_request__descriptor, &process__close_stdin_response__descriptor},
+    {"SendSignal", &process__send_signal_request__descriptor, &process__send_signal_response__descriptor},
+    {"Update", &process__update_request__descriptor, &process__update_response__descriptor},
+  };
+  size_t i = 0;
+  while (i < sizeof M / sizeof M[0] && strcmp(M[i].name, method) != 0) i++;
+  struct mb_arena ar;
+  const ProtobufCMessage *req = rpc_request(r, M[i].in, &ar);
   if (!req) return;
-  if (!strcmp(method, "List")) { json_decref(req); rpc_list(r, t); return; }
+  if (i == 0) { mb_arena_free(&ar); rpc_list(r, t); return; }
   char err[512];
   const char *code = NULL;
   ptab_sel sel;
-  if (get_selector(req, &sel, err, sizeof err) != 0) code = "invalid_argument";
-  else if (!strcmp(method, "SendInput")) {
-    json_t *in = getk(req, "input", NULL);
-    json_t *sin = in ? getk(in, "stdin", NULL) : NULL, *spty = in ? getk(in, "pty", NULL) : NULL;
-    json_t *data = json_is_string(sin) ? sin : spty;
-    if (!json_is_string(data)) { code = "invalid_argument"; snprintf(err, sizeof err, "input.stdin or input.pty is required"); }
-    else {
-      /* protobuf JSON bytes: standard or URL-safe base64, padded or not (OpenSSL, core/b64.c). */
-      size_t cap = mb_b64_decoded_max(json_string_length(data)), n = 0;
-      unsigned char *bytes = malloc(cap ? cap : 1);
-      const char *why = NULL;
-      if (!bytes) { code = "internal"; snprintf(err, sizeof err, "out of memory"); }
-      else if (mb_b64_decode_tolerant(json_string_value(data), json_string_length(data), bytes, cap, &n, &why) != MB_OK) {
-        code = "invalid_argument";
-        snprintf(err, sizeof err, "input is not valid base64: %s", why ? why : "malformed");
-      } else {
-        code = ptab_input(t, &sel, data == spty, bytes, n, err, sizeof err);
-      }
-      free(bytes);
+  const Process__ProcessSelector *ps = i == 1 ? ((const Process__SendInputRequest *)req)->process
+                                      : i == 2 ? ((const Process__CloseStdinRequest *)req)->process
+                                      : i == 3 ? ((const Process__SendSignalRequest *)req)->process
+                                               : ((const Process__UpdateRequest *)req)->process;
+  if (get_selector(ps, &sel, err, sizeof err) != 0) code = "invalid_argument";
+  else if (i == 1) {
+    const Process__ProcessInput *in = ((const Process__SendInputRequest *)req)->input;
+    if (!in || (in->input_case != PROCESS__PROCESS_INPUT__INPUT_STDIN && in->input_case != PROCESS__PROCESS_INPUT__INPUT_PTY)) {
+      code = "invalid_argument";
+      snprintf(err, sizeof err, "input.stdin or input.pty is required");
+    } else {
+      bool pty = in->input_case == PROCESS__PROCESS_INPUT__INPUT_PTY;
+      const ProtobufCBinaryData *b = pty ? &in->pty : &in->stdin;
+      code = ptab_input(t, &sel, pty, b->data, b->len, err, sizeof err);
     }
-  } else if (!strcmp(method, "CloseStdin")) {
+  } else if (i == 2) {
     code = ptab_close_stdin(t, &sel, err, sizeof err);
-  } else if (!strcmp(method, "SendSignal")) {
-    json_t *sg = getk(req, "signal", NULL);
-    int sig = 0;
-    if (json_is_string(sg)) {
-      const char *s = json_string_value(sg);
-      sig = !strcmp(s, "SIGNAL_SIGKILL") ? SIGKILL : !strcmp(s, "SIGNAL_SIGTERM") ? SIGTERM : 0;
-    } else if (json_is_integer(sg)) {
-      json_int_t x = json_integer_value(sg);
-      sig = x == SIGKILL || x == SIGTERM ? (int)x : 0;
-    }
+  } else if (i == 3) {
+    const Process__SendSignalRequest *q = (const Process__SendSignalRequest *)req;
+    int sig = q->has_signal && q->signal == PROCESS__SIGNAL__SIGNAL_SIGKILL ? SIGKILL
+              : q->has_signal && q->signal == PROCESS__SIGNAL__SIGNAL_SIGTERM ? SIGTERM : 0;
     if (!sig) { code = "unimplemented"; snprintf(err, sizeof err, "invalid signal: only SIGNAL_SIGTERM and SIGNAL_SIGKILL are supported"); }
     else code = ptab_signal(t, &sel, sig, err, sizeof err);
-  } else if (!strcmp(method, "Update")) {
-    json_t *pty = getk(req, "pty", NULL), *size = pty ? getk(pty, "size", NULL) : NULL;
-    uint16_t rows = 0, cols = 0;
-    if (size && get_size(size, &rows, &cols) != 0) { code = "invalid_argument"; snprintf(err, sizeof err, "invalid pty size"); }
-    else code = ptab_resize(t, &sel, size != NULL, rows, cols, err, sizeof err);
   } else {
-    code = "unimplemented";
-    snprintf(err, sizeof err, "process.Process/%.60s is not implemented", method);
+    const Process__UpdateRequest *q = (const Process__UpdateRequest *)req;
+    const Process__PTY__Size *size = q->pty ? q->pty->size : NULL;
+    uint16_t rows = 0, cols = 0;
+    if (size) get_size(size, &rows, &cols);
+    code = ptab_resize(t, &sel, size != NULL, rows, cols, err, sizeof err);
   }
-  json_decref(req);
+  mb_arena_free(&ar);
   if (code) rpc_reply_error(r, code, "%s", err);
-  else sd_reply_json(r, 200, json_object());
+  else rpc_reply(r, M[i].out, json_object());
 }
 
 void process_rpc(sd_request *r, const rt_decision *d) {
   sbx_t *s = reg_sbx(d->entry);
   ptab *t = sbx_ptab(s);
   const char *m = d->rpc;
+  bool unary = !strcmp(m, "List") || !strcmp(m, "SendInput") || !strcmp(m, "CloseStdin") || !strcmp(m, "SendSignal") ||
+               !strcmp(m, "Update");
+  bool stream = !strcmp(m, "Start") || !strcmp(m, "Connect");
   if (strcmp(sd_method(r), "POST") != 0) rpc_reply_error(r, "unimplemented", "RPC methods must be called with POST, not %s", sd_method(r));
+  else if (!strcmp(m, "StreamInput")) rpc_reply_error(r, "unimplemented", "process.Process/StreamInput (client streaming) is not implemented");
+  else if (!unary && !stream) rpc_reply_error(r, "unimplemented", "process.Process/%.60s is not implemented", m);
+  else if (!rpc_accept(r, stream)) return;
   else if (!strcmp(m, "Start")) rpc_start(r, d, s, t);
   else if (!strcmp(m, "Connect")) rpc_connect(r, t);
-  else if (!strcmp(m, "StreamInput")) rpc_reply_error(r, "unimplemented", "process.Process/StreamInput (client streaming) is not implemented");
-  else if (!strcmp(m, "List") || !strcmp(m, "SendInput") || !strcmp(m, "CloseStdin") || !strcmp(m, "SendSignal") ||
-           !strcmp(m, "Update"))
-    rpc_unary(r, t, m);
-  else rpc_reply_error(r, "unimplemented", "process.Process/%.60s is not implemented", m);
+  else rpc_unary(r, t, m);
 }

@@ -68,6 +68,8 @@ struct ptab {
   pending *pend;
   uint32_t seq;
   int active;             /* subscriptions: ptab_shutdown waits for them */
+  ptab_ev *pool[PTAB_EV_POOL];   /* free PTAB_PIPE_CHUNK data events */
+  int npool;
   char **envs;
   size_t nenvs;
 };
@@ -85,9 +87,28 @@ static void wake_pump(ptab *t) {
 
 /* ---- queues ---- */
 static ptab_ev *ev_new(int kind, size_t len) {
-  ptab_ev *e = calloc(1, sizeof *e + len + 1);
-  if (e) { e->kind = kind; e->len = len; }
+  ptab_ev *e = malloc(sizeof *e + len + 1);   /* not calloc: a data event's bytes are read over it */
+  if (!e) return NULL;
+  memset(e, 0, sizeof *e);
+  e->kind = kind;
+  e->len = e->cap = len;
+  e->data[len] = 0;
   return e;
+}
+
+/* A full-size data event, from the pool when it has one (t->mu held). */
+static ptab_ev *ev_chunk(ptab *t, size_t len) {
+  if (len != PTAB_PIPE_CHUNK || t->npool == 0) return ev_new(PTAB_DATA, len);
+  ptab_ev *e = t->pool[--t->npool];
+  memset(e, 0, sizeof *e);
+  e->kind = PTAB_DATA;
+  e->len = e->cap = len;
+  return e;
+}
+
+static void ev_release(ptab *t, ptab_ev *e) {   /* t->mu held */
+  if (e && e->cap == PTAB_PIPE_CHUNK && t->npool < PTAB_EV_POOL) t->pool[t->npool++] = e;
+  else free(e);
 }
 
 static void sub_push(ptab_sub *s, ptab_ev *e) {   /* t->mu held */
@@ -129,14 +150,29 @@ static void proc_free(proc *p) {
 
 /* ---- pump ---- */
 /* ---- pump ---- */
-static void dispatch(proc *p, int stream, const char *buf, size_t n) {   /* t->mu held */
-  for (ptab_sub *s = p->subs; s; s = s->next) {
-    ptab_ev *e = ev_new(PTAB_DATA, n);
-    if (!e) continue;   /* out of memory: this subscriber misses a chunk rather than the daemon dying */
-    e->stream = stream;
-    memcpy(e->data, buf, n);
-    sub_push(s, e);
+/* A chunk read into `first` (len bytes, or NULL with the bytes in buf) to every subscriber: the
+ * first one takes `first` itself, the others copies. */
+static void dispatch(ptab *t, proc *p, int stream, ptab_ev *first, const char *buf, size_t n) {   /* t->mu held */
+  if (first) {
+    if (n < first->cap / 2) {   /* a short read: give back what it did not use */
+      ptab_ev *small = realloc(first, sizeof *first + n + 1);
+      if (small) { first = small; first->cap = n; }
+    }
+    first->len = n;
+    first->data[n] = 0;
+    first->stream = stream;
+    buf = first->data;
   }
+  for (ptab_sub *s = p->subs; s; s = s->next) {
+    ptab_ev *e = first;
+    first = NULL;
+    if (!e && (e = ev_new(PTAB_DATA, n))) {
+      e->stream = stream;
+      memcpy(e->data, buf, n);
+    }
+    if (e) sub_push(s, e);   /* out of memory: this subscriber misses a chunk rather than the daemon dying */
+  }
+  ev_release(t, first);   /* nobody subscribed after all */
 }
 
 static void finish(ptab *t, proc *p) {   /* t->mu held; p exited and its output is drained */
@@ -195,7 +231,11 @@ static void handle_msg(ptab *t, const init_msg *m, int *fds, int nfds) {   /* t-
     for (int i = p->pty ? 1 : 3; i < nfds; i++) close(fds[i]);
     int rfds[2] = {p->pty ? p->pty_fd : p->out_fd, p->err_fd};
     for (int i = 0; i < 2; i++)
-      if (rfds[i] >= 0) fcntl(rfds[i], F_SETFL, fcntl(rfds[i], F_GETFL) | O_NONBLOCK);
+      if (rfds[i] >= 0) {
+        fcntl(rfds[i], F_SETFL, fcntl(rfds[i], F_GETFL) | O_NONBLOCK);
+        /* A bigger pipe: fewer, larger reads (a host limit, pipe-max-size, may refuse it). */
+        if (!p->pty) (void)fcntl(rfds[i], F_SETPIPE_SZ, (int)PTAB_PIPE_SIZE);
+      }
     p->next = t->procs;
     t->procs = p;
     if (pd->sub) {
@@ -338,9 +378,21 @@ static void *pump_main(void *arg) {
       int *fdp = which[i] == 1 ? &p->err_fd : p->pty ? &p->pty_fd : &p->out_fd;
       if (*fdp != pf[i].fd) continue;
       size_t chunk = p->pty ? PTAB_PTY_CHUNK : PTAB_PIPE_CHUNK;
-      ssize_t got = read(*fdp, buf, chunk);
+      /* Read straight into the event a subscriber gets, and without the table's lock: only
+       * this thread closes output fds or frees processes. */
+      ptab_ev *e = p->subs && !t->shut ? ev_chunk(t, chunk) : NULL;
+      int fd = *fdp;
+      pthread_mutex_unlock(&t->mu);
+      ssize_t got = read(fd, e ? e->data : buf, chunk);
+      int rerr = errno;
+      pthread_mutex_lock(&t->mu);
+      if (got > 0 && p->subs && !t->shut) {
+        dispatch(t, p, p->pty ? PTAB_PTY : which[i] == 1 ? PTAB_STDERR : PTAB_STDOUT, e, buf, (size_t)got);
+        e = NULL;
+      }
+      ev_release(t, e);
+      errno = rerr;
       if (got > 0) {
-        if (p->subs && !t->shut) dispatch(p, p->pty ? PTAB_PTY : which[i] == 1 ? PTAB_STDERR : PTAB_STDOUT, buf, (size_t)got);
       } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
         close(*fdp);   /* EOF, or EIO once every pty slave is closed */
         *fdp = -1;
@@ -418,6 +470,7 @@ void ptab_free(ptab *t) {
     pthread_join(t->pump, NULL);
   }
   for (proc *p = t->procs, *nx; p; p = nx) { nx = p->next; proc_free(p); }
+  while (t->npool > 0) free(t->pool[--t->npool]);
   for (pending *pd = t->pend, *nx; pd; pd = nx) { nx = pd->next; json_decref(pd->config); free(pd->tag); free(pd); }
   for (size_t i = 0; i < t->nenvs; i++) free(t->envs[i]);
   free(t->envs);
@@ -629,6 +682,13 @@ ptab_ev *ptab_next(ptab_sub *sb, int64_t wait_ms) {
   return e;
 }
 
+void ptab_ev_free(ptab_sub *sb, ptab_ev *e) {
+  if (!e) return;
+  pthread_mutex_lock(&sb->t->mu);
+  ev_release(sb->t, e);
+  pthread_mutex_unlock(&sb->t->mu);
+}
+
 void ptab_unsubscribe(ptab_sub *sb) {
   ptab *t = sb->t;
   pthread_mutex_lock(&t->mu);
@@ -638,7 +698,7 @@ void ptab_unsubscribe(ptab_sub *sb) {
   }
   for (pending *pd = t->pend; pd; pd = pd->next)
     if (pd->sub == sb) pd->sub = NULL;
-  for (ptab_ev *e = sb->head, *nx; e; e = nx) { nx = e->next; free(e); }
+  for (ptab_ev *e = sb->head, *nx; e; e = nx) { nx = e->next; ev_release(t, e); }
   t->active--;
   pthread_cond_broadcast(&t->idle);
   pthread_mutex_unlock(&t->mu);

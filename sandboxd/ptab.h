@@ -3,7 +3,8 @@
  * chunks, end) to subscribers. No HTTP here: process_rpc.c serves envd's process RPCs on top.
  *
  * One pump thread per table reads the init channel (spawn replies, exits) and every process's
- * output, and fans chunks out to the subscribers. Each subscriber queue is bounded
+ * output, and fans chunks out to the subscribers: a chunk is read straight into the event the
+ * first subscriber receives (others get copies), up to PTAB_PIPE_CHUNK bytes at a time. Each subscriber queue is bounded
  * (PTAB_SUB_QUEUE_MAX bytes); while one is full the pump stops reading that process's output, so
  * a slow client slows the process (pipe backpressure) instead of growing memory. A process ends
  * when it has exited and its output reached end-of-file. */
@@ -15,9 +16,11 @@
 #include <sys/types.h>
 #include <jansson.h>
 
-#define PTAB_SUB_QUEUE_MAX (256u << 10)
-#define PTAB_PIPE_CHUNK (32u << 10)   /* stdout/stderr chunks */
+#define PTAB_SUB_QUEUE_MAX (1u << 20)
+#define PTAB_PIPE_CHUNK (256u << 10)  /* stdout/stderr: the most one read (one chunk) takes */
+#define PTAB_PIPE_SIZE (1u << 20)     /* their pipes' capacity (F_SETPIPE_SZ; best effort) */
 #define PTAB_PTY_CHUNK (16u << 10)    /* pty chunks */
+#define PTAB_EV_POOL 8                /* full-size data events kept for reuse, per table */
 #define PTAB_MAX_ENVS 4096
 #define PTAB_MAX_ARGS 65536
 
@@ -43,6 +46,7 @@ typedef struct ptab_ev {
   int status;             /* END: the raw wait status */
   const char *code;       /* ERROR: a Connect code ("internal", "unavailable", ...) */
   size_t len;             /* DATA: bytes in data; ERROR: the message is data, NUL-terminated */
+  size_t cap;             /* bytes data has room for */
   char data[];
 } ptab_ev;
 /* Result codes of the functions below: 0 or a Connect code as a static string, with err set. */
@@ -67,8 +71,10 @@ ptab_sub *ptab_start(ptab *t, const ptab_spawn *sp, const char **code, char *err
 typedef struct { bool by_pid; uint32_t pid; const char *tag; } ptab_sel;
 ptab_sub *ptab_attach(ptab *t, const ptab_sel *sel, const char **code, char *err, size_t errlen);
 
-/* The next event, waiting at most wait_ms; NULL when there is none yet. Free it with free(). */
+/* The next event, waiting at most wait_ms; NULL when there is none yet. Give it back with
+ * ptab_ev_free (full-size data events are reused: no fresh pages per chunk). */
 ptab_ev *ptab_next(ptab_sub *s, int64_t wait_ms);
+void ptab_ev_free(ptab_sub *s, ptab_ev *e);
 void ptab_unsubscribe(ptab_sub *s);      /* the process goes on; s is gone */
 
 /* Every process: pid, tag (or NULL), config. ptab_list_free frees the copy. */

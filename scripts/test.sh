@@ -159,7 +159,18 @@ matrix_cell() { # family, label, command prefix...
   if ! grep -qE '^1\.\.[0-9]+' <<<"$out"; then echo "$out" | tail -20; f=$((f + 1)); fi
   add "$p" "$f" "matrix cell $label ($s E2B-only specs skipped)"
 }
-[ -n "$SBXD_PID" ] && matrix_cell e2b "E2B providers (sandboxd)"
+[ -n "$SBXD_PID" ] && MOONBOX_ENVD_CODEC=proto matrix_cell e2b "E2B providers (sandboxd, binary Connect)"
+# envd's other codec: the process and filesystem contracts once more with the E2B providers
+# speaking Connect's JSON codec to the same sandboxd (it serves both; proto is the default).
+if [ -n "$SBXD_PID" ]; then
+  note "seam contract on the E2B providers in envd's JSON codec"
+  out=$(MOONBOX_SEAM_PROVIDER=e2b MOONBOX_ENVD_CODEC=json timeout -k 10 900 "${BUSTED[@]}" -o TAP spec/seam 2>&1)
+  echo "$out" >"$LOG/matrix-e2b-json.log"
+  busted_counts "$out"
+  [ "$f" -gt 0 ] && grep -A8 '^not ok ' <<<"$out" | head -60
+  if ! grep -qE '^1\.\.[0-9]+' <<<"$out"; then echo "$out" | tail -20; f=$((f + 1)); fi
+  add "$p" "$f" "seam on E2B providers, JSON codec ($s skipped)"
+fi
 if [ "$(id -u)" -eq 0 ]; then
   id nobody >/dev/null 2>&1 || useradd -r -M -s /usr/sbin/nologin nobody
   STAGE=$(mktemp -d /tmp/moonbox-matrix.XXXXXX)

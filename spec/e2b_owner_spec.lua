@@ -46,7 +46,7 @@ describe("moonbox.e2b owner (scripted transport)", function()
   end)
 
   local function owner(config, policies)
-    local cfg = { apiKey = "e2b_00", cwd = "/home/user/workspace", timeoutMs = 300000 }
+    local cfg = { apiKey = "e2b_00", cwd = "/home/user/workspace", timeoutMs = 300000, envdCodec = "json" }   -- the script speaks JSON
     for k, v in pairs(config or {}) do cfg[k] = v end
     return e2b.new({ policies = policies or compose.policies(nil) }, cfg)
   end

@@ -156,24 +156,38 @@ static void src_close(struct src *s) {
   s->pre_exit = 0;
 }
 
+/* The stream's pipe holds at least a whole frame's worth of bytes. */
+static int src_holds_frame(const struct src *s) {
+  int avail = 0;
+  return ioctl(s->fd, FIONREAD, &avail) == 0 && avail >= MB_FRAME_RAW;
+}
+
+/* Reads what the pipe holds, up to one whole frame (several reads when the program writes in
+ * small pieces), and frames it: a busy stream travels in frames of MB_FRAME_RAW bytes, a quiet
+ * one as soon as its bytes are there. */
 static void src_read(struct run *r, struct src *s) {
   char buf[MB_FRAME_RAW];
-  ssize_t n = read(s->fd, buf, sizeof buf);
-  if (n < 0) {
-    if (errno == EINTR) return;
-    /* With no child left, a still-open write end is held outside the tree: do not wait for it. */
-    if ((errno == EAGAIN || errno == EWOULDBLOCK) && !r->no_children) return;
-    src_close(s);
-    return;
+  size_t have = 0;
+  while (have < sizeof buf) {
+    ssize_t n = read(s->fd, buf + have, sizeof buf - have);
+    if (n > 0) {
+      have += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      /* With no child left, a still-open write end is held outside the tree: do not wait for it. */
+      if (r->no_children && have == 0) src_close(s);
+      break;
+    }
+    src_close(s);   /* EOF or an error: what was read is still framed below */
+    break;
   }
-  if (n == 0) {
-    src_close(s);
-    return;
-  }
-  s->total += (uint64_t)n;
-  s->pre_exit = s->pre_exit > (size_t)n ? s->pre_exit - (size_t)n : 0;
-  spill_write(s, buf, (size_t)n);
-  if (!r->out_dead) ob_frame(&r->ob, s->kind, buf, (size_t)n);
+  if (have == 0) return;
+  s->total += (uint64_t)have;
+  s->pre_exit = s->pre_exit > have ? s->pre_exit - have : 0;
+  spill_write(s, buf, have);
+  if (!r->out_dead) ob_frame(&r->ob, s->kind, buf, have);
 }
 
 /* ---- stdin (-i) ---- */
@@ -394,11 +408,14 @@ static int loop(struct run *r) {
     if (!r->out_dead && ob_len(&r->ob)) p[iout = np++] = (struct pollfd){.fd = 1, .events = POLLOUT};
     if (r->errfd >= 0) p[ierr = np++] = (struct pollfd){.fd = r->errfd, .events = POLLIN};
     if (r->in_fd >= 0 && r->gofd < 0) p[iin = np++] = (struct pollfd){.fd = r->in_fd, .events = POLLOUT};
-    /* Backpressure: program output is read only while a whole frame plus control frames fits. */
+    /* Backpressure: program output is read only while a whole frame plus control frames fits.
+     * Large frames: while frames already wait for the reader, a stream is read only once it
+     * holds a whole frame's worth; the rest waits in its pipe until stdout drains (then it is
+     * read at once), so a busy stream travels in full frames and a quiet one without delay. */
     int room = r->out_dead || ob_space(&r->ob) >= MB_FRAME_LINE + CTL_RESERVE;
     int any_src = 0;
     for (int i = 0; i < 2; i++)
-      if (r->src[i].fd >= 0 && room) {
+      if (r->src[i].fd >= 0 && room && (r->out_dead || r->no_children || ob_len(&r->ob) == 0 || src_holds_frame(&r->src[i]))) {
         p[isrc[i] = np++] = (struct pollfd){.fd = r->src[i].fd, .events = POLLIN};
         any_src = 1;
       }

@@ -81,7 +81,7 @@ describe("fs seam contract #sandboxd", function()
     end)
     it("streams the same text as readText across chunks", function()
       P.run(function()
-        assert(select(2, P.sh("i=0; while [ $i -lt 40000 ]; do printf '\\342\\202\\254%d\\n' $i; i=$((i+1)); done > big", { cwd = dir })) == 0)
+        assert(select(2, P.sh("i=0; while [ $i -lt 200000 ]; do printf '\\342\\202\\254%d\\n' $i; i=$((i+1)); done > big", { cwd = dir })) == 0)
         local whole = assert(fs:readText(T("big")))
         local it = assert(fs:streamText(T("big")))
         local parts = {}

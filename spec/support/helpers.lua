@@ -51,15 +51,18 @@ function H.stop_server(s)
   end)
 end
 
--- A private sandboxd (logs in its state directory); → { url, key, pid, proc, state }.
-function H.start_sandboxd()
+-- A private sandboxd (logs in its state directory), with extra arguments if given (a list);
+-- → { url, key, pid, proc, state }.
+function H.start_sandboxd(extra)
   local build = os.getenv("MB_BUILD_DIR") or "build"
   local state = assert(io.popen("mktemp -d /tmp/moonbox-spec-sbxd.XXXXXX")):read("l")
   local key = "e2b_" .. ("%040x"):format(os.time())
   return H.run(function()
-    local p = assert(mb.proc.spawn{ argv = { "/bin/sh", "-c",
-      'exec "$0" --listen 127.0.0.1:0 --api-key "$1" --state-dir "$2/state" --exit-with-parent >"$2/log" 2>&1',
-      build .. "/bin/sandboxd", key, state } })
+    local argv = { "/bin/sh", "-c",
+      'k=$1 d=$2; shift 2; exec "$0" --listen 127.0.0.1:0 --api-key "$k" --state-dir "$d/state" --exit-with-parent "$@" >"$d/log" 2>&1',
+      build .. "/bin/sandboxd", key, state }
+    for _, a in ipairs(extra or {}) do argv[#argv + 1] = a end
+    local p = assert(mb.proc.spawn{ argv = argv })
     local url
     for _ = 1, 200 do
       local f = io.open(state .. "/log", "r")

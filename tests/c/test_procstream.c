@@ -527,7 +527,30 @@ static void test_raw(void) {
   free(want.s);
 }
 
+/* The shortcut for the common binary output event, against what it must and must not take. */
+static void test_proto_data_shortcut(void) {
+  const unsigned char *d;
+  size_t n;
+  /* StartResponse{event{data{stdout: "hi"}}}, then stderr and pty */
+  CHECK_INT(mb_procstream_proto_data("\x0a\x06\x12\x04\x0a\x02hi", sizeof "\x0a\x06\x12\x04\x0a\x02hi" - 1, &d, &n), 0);
+  CHECK(n == 2 && memcmp(d, "hi", 2) == 0);
+  CHECK_INT(mb_procstream_proto_data("\x0a\x06\x12\x04\x12\x02hi", sizeof "\x0a\x06\x12\x04\x12\x02hi" - 1, &d, &n), 1);
+  CHECK_INT(mb_procstream_proto_data("\x0a\x05\x12\x03\x1a\x01!", sizeof "\x0a\x05\x12\x03\x1a\x01!" - 1, &d, &n), 2);
+  CHECK_INT(mb_procstream_proto_data("\x0a\x04\x12\x02\x0a\x00", sizeof "\x0a\x04\x12\x02\x0a\x00" - 1, &d, &n), 0);   /* empty bytes */
+  CHECK_INT((int)n, 0);
+  /* a non-minimal varint length is still that length */
+  CHECK_INT(mb_procstream_proto_data("\x0a\x86\x00\x12\x04\x0a\x02hi", sizeof "\x0a\x86\x00\x12\x04\x0a\x02hi" - 1, &d, &n), 0);
+  /* anything else goes through protobuf-c */
+  CHECK_INT(mb_procstream_proto_data("\x0a\x04\x0a\x02\x08\x05", sizeof "\x0a\x04\x0a\x02\x08\x05" - 1, &d, &n), -1);          /* start event */
+  CHECK_INT(mb_procstream_proto_data("\x0a\x06\x12\x04\x0a\x02hi\x10\x01", sizeof "\x0a\x06\x12\x04\x0a\x02hi\x10\x01" - 1, &d, &n), -1); /* another field after */
+  CHECK_INT(mb_procstream_proto_data("\x0a\x06\x12\x04\x0a\x03hi", sizeof "\x0a\x06\x12\x04\x0a\x03hi" - 1, &d, &n), -1);       /* inner length too long */
+  CHECK_INT(mb_procstream_proto_data("\x0a\x06\x12\x04\x22\x02hi", sizeof "\x0a\x06\x12\x04\x22\x02hi" - 1, &d, &n), -1);       /* field 4 */
+  CHECK_INT(mb_procstream_proto_data("\x0a\x06\x12\x04\x0a\x02h", sizeof "\x0a\x06\x12\x04\x0a\x02h" - 1, &d, &n), -1);         /* truncated */
+  CHECK_INT(mb_procstream_proto_data("", 0, &d, &n), -1);
+}
+
 int main(void) {
+  MBT_RUN(test_proto_data_shortcut);
   MBT_RUN(test_every_split);
   MBT_RUN(test_tail);
   MBT_RUN(test_tail_growth);

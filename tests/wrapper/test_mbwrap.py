@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 MBWRAP = None
@@ -223,6 +224,42 @@ class RunMode(unittest.TestCase):
         self.assertEqual(f.exit, 0)
         self.assertEqual(f.max_frame, FRAME_RAW)  # large output is cut at the frame limit
         self.assertEqual(f.kinds[-3:], ["!exit", "!empty", "!done"])
+
+    def test_small_writes_to_a_slow_reader_travel_in_large_frames(self):
+        # 1 KiB at a time to a reader slower than the program: while frames wait for the reader
+        # the wrapper lets the program's pipe fill to a whole frame, so the bytes do not travel
+        # one frame per write (~600 frames here if they did).
+        prog = ("import os, time\n"
+                "for i in range(600):\n"
+                "    os.write(1, bytes([i % 251]) * 1024)\n"
+                "    time.sleep(0.0005)\n")
+        cmd = [MBWRAP, "run", "-E", "PATH=/usr/bin:/bin", "--", PY, "-c", prog]
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        out = bytearray()
+        deadline = time.monotonic() + LIVENESS_CAP_S
+        while time.monotonic() < deadline:
+            chunk = os.read(p.stdout.fileno(), 2048)
+            if not chunk:
+                break
+            out.extend(chunk)
+            time.sleep(0.002)   # ~1 MB/s of frames: slower than the program writes
+        p.stdout.close()
+        self.assertEqual(p.wait(LIVENESS_CAP_S), 0)
+        f = decode(bytes(out))
+        self.assertEqual(bytes(f.out), b"".join(bytes([i % 251]) * 1024 for i in range(600)))
+        self.assertLess(f.kinds.count("o"), 120, f.kinds.count("o"))
+        self.assertEqual(f.max_frame, FRAME_RAW)
+
+    def test_every_length_encodes_canonically(self):
+        # the wrapper's own base64 (two characters per table lookup) at every length modulo 12
+        # and around the frame limit; decode() checks each frame strictly and canonically
+        data = os.urandom(FRAME_RAW + 40)
+        for n in list(range(1, 40)) + [FRAME_RAW - 1, FRAME_RAW, FRAME_RAW + 1, FRAME_RAW + 13]:
+            with tempfile.NamedTemporaryFile() as src:
+                src.write(data[:n])
+                src.flush()
+                f, _ = run(["/bin/cat", src.name])
+            self.assertEqual(bytes(f.out), data[:n])
 
     def test_interleaved_stdout_stderr(self):
         prog = ("import sys\n"

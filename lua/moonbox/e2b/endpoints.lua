@@ -41,7 +41,7 @@ function M.resolve(config, getenv)
   e.transport = { ca_file = config.caFile or get("MOONBOX_CA_FILE"), connect_to = ct }
   -- envd's codec: binary protobuf unless told otherwise (a server that refuses it turns the
   -- client to JSON by itself).
-  e.codec = config.envdCodec or get("MOONBOX_ENVD_CODEC") or "json"
+  e.codec = config.envdCodec or get("MOONBOX_ENVD_CODEC") or "proto"
   if e.codec ~= "proto" and e.codec ~= "json" then
     error(("MOONBOX_ENVD_CODEC must be \"proto\" or \"json\", got %q"):format(e.codec), 0)
   end
