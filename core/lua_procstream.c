@@ -199,28 +199,52 @@ static void mb_pst_changed(struct mb_pstream *s, void *ud) {
   mb_lua_host_call(u->h, u->cb_ref); /* last: the callback may close u */
 }
 
+/* cfg (argument 2 of core.pstream / pstream_spawn): limits, codec and the two sinks. */
+static void pst_config(lua_State *L, struct mb_pst_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->max_message = mb_opt_limit(L, 2, "max_message", MB_PROC_MAX_MESSAGE, UINT32_MAX);
+  cfg->max_line = mb_opt_limit(L, 2, "max_line", MB_FRAME_LINE_DEFAULT, 64 * 1024 * 1024);
+  cfg->high_water = mb_opt_limit(L, 2, "high_water", 256 * 1024, 1 << 30);
+  cfg->raw = mb_opt_bool(L, 2, "raw");
+  cfg->proto = mb_opt_bool(L, 2, "proto");
+  static const int kinds[] = {MB_PST_DISCARD, MB_PST_PIPE, MB_PST_TAIL, MB_PST_FD};
+  for (int i = 0; i < 2; i++) {
+    cfg->sink[i].fd = -1;
+    cfg->sink[i].kind = kinds[mb_sink_spec(L, 2, i ? "stderr" : "stdout", "pipe", 1, &cfg->sink[i].max, &cfg->sink[i].fd)];
+  }
+}
+
+/* A new stream object (on the stack) for cfg; what Lua's io wrote to a sink's fd comes first. */
+static struct mb_lua_pst *pst_new(lua_State *L, const struct mb_pst_config *cfg) {
+  struct mb_lua_pst *u = lua_newuserdatauv(L, sizeof *u, 1);
+  memset(u, 0, sizeof *u);
+  u->h = mb_lua_host_of(L);
+  u->cb_ref = LUA_NOREF;
+  luaL_setmetatable(L, MB_PST_MT);
+  for (int i = 0; i < 2; i++) {
+    u->fds[i] = cfg->sink[i].kind == MB_PST_FD ? cfg->sink[i].fd : -1;
+    if (u->fds[i] == 1) fflush(stdout);
+    else if (u->fds[i] == 2) fflush(stderr);
+  }
+  return u;
+}
+
+/* After mb_pstream_start/spawn: the stream object at ui, or the error. */
+static int pst_started(lua_State *L, struct mb_lua_pst *u, int ui, int rc, const struct mb_error *err) {
+  if (rc != MB_OK) return mb_lua_push_error(L, mb_errcode(rc), err->message);
+  lua_pushvalue(L, 3);
+  u->cb_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pushvalue(L, ui);
+  return 1;
+}
+
 static int l_pstream(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
   luaL_checktype(L, 3, LUA_TFUNCTION);
   struct mb_pst_config cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.max_message = mb_opt_limit(L, 2, "max_message", MB_PROC_MAX_MESSAGE, UINT32_MAX);
-  cfg.max_line = mb_opt_limit(L, 2, "max_line", MB_FRAME_LINE_DEFAULT, 64 * 1024 * 1024);
-  cfg.high_water = mb_opt_limit(L, 2, "high_water", 256 * 1024, 1 << 30);
-  cfg.raw = mb_opt_bool(L, 2, "raw");
-  cfg.proto = mb_opt_bool(L, 2, "proto");
-  static const int kinds[] = {MB_PST_DISCARD, MB_PST_PIPE, MB_PST_TAIL, MB_PST_FD};
-  for (int i = 0; i < 2; i++) {
-    cfg.sink[i].fd = -1;
-    cfg.sink[i].kind = kinds[mb_sink_spec(L, 2, i ? "stderr" : "stdout", "pipe", 1, &cfg.sink[i].max, &cfg.sink[i].fd)];
-  }
-  mb_lua_host *h = mb_lua_host_of(L);
-  struct mb_lua_pst *u = lua_newuserdatauv(L, sizeof *u, 1);
-  memset(u, 0, sizeof *u);
-  u->h = h;
-  u->cb_ref = LUA_NOREF;
-  luaL_setmetatable(L, MB_PST_MT);
+  pst_config(L, &cfg);
+  struct mb_lua_pst *u = pst_new(L, &cfg);
   int ui = lua_gettop(L);
   mb_http_opts o;
   if (mb_lua_http_opts(L, 1, &o, &u->bufs) < 0) return 2;
@@ -228,20 +252,11 @@ static int l_pstream(lua_State *L) {
     lua_getfield(L, 1, "body");
     lua_setiuservalue(L, ui, 1);
   }
-  for (int i = 0; i < 2; i++) {
-    u->fds[i] = cfg.sink[i].kind == MB_PST_FD ? cfg.sink[i].fd : -1;
-    if (u->fds[i] == 1) fflush(stdout); /* what Lua's io wrote comes first */
-    else if (u->fds[i] == 2) fflush(stderr);
-  }
   struct mb_error err;
   mb_error_clear(&err);
-  int rc = mb_pstream_start(mb_lua_host_loop(h), &o, &cfg, mb_pst_changed, u, &u->s, &err);
+  int rc = mb_pstream_start(mb_lua_host_loop(u->h), &o, &cfg, mb_pst_changed, u, &u->s, &err);
   if (o.own_body_fd && rc != MB_OK) close(o.body_fd);
-  if (rc != MB_OK) return mb_lua_push_error(L, mb_errcode(rc), err.message);
-  lua_pushvalue(L, 3);
-  u->cb_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_pushvalue(L, ui);
-  return 1;
+  return pst_started(L, u, ui, rc, &err);
 }
 
 /* core.pstream_spawn({argv=, env=, cwd=, stdin_pipe=, pty=, rows=, cols=}, cfg, on_change):
@@ -252,16 +267,8 @@ static int l_pstream_spawn(lua_State *L) {
   luaL_checktype(L, 2, LUA_TTABLE);
   luaL_checktype(L, 3, LUA_TFUNCTION);
   struct mb_pst_config cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.max_message = mb_opt_limit(L, 2, "max_message", MB_PROC_MAX_MESSAGE, UINT32_MAX);
-  cfg.max_line = mb_opt_limit(L, 2, "max_line", MB_FRAME_LINE_DEFAULT, 64 * 1024 * 1024);
-  cfg.high_water = mb_opt_limit(L, 2, "high_water", 256 * 1024, 1 << 30);
-  cfg.raw = mb_opt_bool(L, 2, "raw");
-  static const int kinds[] = {MB_PST_DISCARD, MB_PST_PIPE, MB_PST_TAIL, MB_PST_FD};
-  for (int i = 0; i < 2; i++) {
-    cfg.sink[i].fd = -1;
-    cfg.sink[i].kind = kinds[mb_sink_spec(L, 2, i ? "stderr" : "stdout", "pipe", 1, &cfg.sink[i].max, &cfg.sink[i].fd)];
-  }
+  pst_config(L, &cfg);
+  cfg.proto = 0; /* a local process writes frames, never envd messages */
   struct mb_pst_spawn sp;
   memset(&sp, 0, sizeof sp);
   lua_getfield(L, 1, "argv");
@@ -307,26 +314,12 @@ static int l_pstream_spawn(lua_State *L) {
   sp.pty = mb_opt_bool(L, 1, "pty");
   sp.rows = (unsigned short)mb_opt_limit(L, 1, "rows", 24, 65535);
   sp.cols = (unsigned short)mb_opt_limit(L, 1, "cols", 80, 65535);
-  mb_lua_host *h = mb_lua_host_of(L);
-  struct mb_lua_pst *u = lua_newuserdatauv(L, sizeof *u, 1);
-  memset(u, 0, sizeof *u);
-  u->h = h;
-  u->cb_ref = LUA_NOREF;
-  luaL_setmetatable(L, MB_PST_MT);
+  struct mb_lua_pst *u = pst_new(L, &cfg);
   int ui = lua_gettop(L);
-  for (int i = 0; i < 2; i++) {
-    u->fds[i] = cfg.sink[i].kind == MB_PST_FD ? cfg.sink[i].fd : -1;
-    if (u->fds[i] == 1) fflush(stdout);
-    else if (u->fds[i] == 2) fflush(stderr);
-  }
   struct mb_error err;
   mb_error_clear(&err);
-  int rc = mb_pstream_spawn(mb_lua_host_loop(h), &sp, &cfg, mb_pst_changed, u, &u->s, &err);
-  if (rc != MB_OK) return mb_lua_push_error(L, mb_errcode(rc), err.message);
-  lua_pushvalue(L, 3);
-  u->cb_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_pushvalue(L, ui);
-  return 1;
+  int rc = mb_pstream_spawn(mb_lua_host_loop(u->h), &sp, &cfg, mb_pst_changed, u, &u->s, &err);
+  return pst_started(L, u, ui, rc, &err);
 }
 
 static int pst_pid(lua_State *L) {
