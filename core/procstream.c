@@ -161,7 +161,7 @@ static unsigned char *mb_ps_ring_reserve(struct mb_ps_ring *r, size_t n, int *no
 static unsigned char *mb_ps_queue_reserve(struct mb_ps_out *o, size_t n, int *nomem) {
   size_t held = o->qlen - o->qoff;
   if (n > o->sink.max - held) return NULL; /* the copying path reports it */
-  if (o->qcap - o->qlen < n && o->qoff) {
+  if (o->qcap - o->qlen < n && o->qoff) { /* slide the unread bytes down before growing */
     memmove(o->qbuf, o->qbuf + o->qoff, held);
     o->qlen = held;
     o->qoff = 0;
@@ -194,23 +194,12 @@ static unsigned char *mb_ps_reserve(void *ud, int kind, size_t n) {
 static int mb_ps_queue_add(struct mb_ps_out *o, const unsigned char *p, size_t n,
                            struct mb_error *err) {
   if (n == 0) return MB_OK;
-  size_t held = o->qlen - o->qoff;
-  if (n > o->sink.max - held)
+  if (n > o->sink.max - (o->qlen - o->qoff))
     return mb_error_set(err, MB_E_TOO_LARGE, "output queue over its limit of %zu bytes", o->sink.max);
-  if (o->qcap - o->qlen < n && o->qoff) { /* slide the unread bytes down before growing */
-    memmove(o->qbuf, o->qbuf + o->qoff, held);
-    o->qlen = held;
-    o->qoff = 0;
-  }
-  if (o->qcap - o->qlen < n) {
-    size_t want = o->qcap ? o->qcap : 16384;
-    while (want - o->qlen < n) want = want > o->sink.max / 2 ? o->sink.max : want * 2;
-    unsigned char *nb = realloc(o->qbuf, want);
-    if (!nb) return mb_error_set(err, MB_E_NOMEM, "cannot queue %zu output bytes", want);
-    o->qbuf = nb;
-    o->qcap = want;
-  }
-  memcpy(o->qbuf + o->qlen, p, n);
+  int nomem = 0;
+  unsigned char *dst = mb_ps_queue_reserve(o, n, &nomem);
+  if (!dst) return mb_error_set(err, MB_E_NOMEM, "cannot queue %zu output bytes", n);
+  memcpy(dst, p, n);
   o->qlen += n;
   return MB_OK;
 }
