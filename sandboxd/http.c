@@ -101,7 +101,9 @@ struct sd_request {
 struct sd_tunnel {
   sd_tunnel *next, *prev;        /* every live tunnel (tunnels) */
   const void *group;
-  int fd;
+  int fd;                        /* what the handler reads and writes (TLS: a socketpair's end) */
+  int tcp_fd;                    /* the client's own socket (TLS: MHD's; only polled here) */
+  bool tls;
   struct MHD_UpgradeResponseHandle *urh;
   size_t nearly;
   uint8_t early[];
@@ -455,11 +457,14 @@ static void stream_free(void *cls) {
 /* MHD's upgrade handler (connection thread): the 101 went out; the socket goes to sd_upgrade. */
 static void upgraded(void *cls, struct MHD_Connection *c, void *con_cls, const char *extra_in, size_t extra_in_size,
                      MHD_socket sock, struct MHD_UpgradeResponseHandle *urh) {
-  (void)c; (void)con_cls;
+  (void)con_cls;
   sd_request *r = cls;
   sd_tunnel *t = calloc(1, sizeof *t + extra_in_size);
   if (t) {
     t->fd = sock;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    t->tcp_fd = ci ? ci->connect_fd : -1;
+    t->tls = listeners[r->listener].tls;
     t->urh = urh;
     t->group = r->group;
     t->nearly = extra_in_size;
@@ -493,6 +498,8 @@ sd_tunnel *sd_upgrade(sd_request *r) {
 }
 
 int sd_tunnel_fd(const sd_tunnel *t) { return t->fd; }
+bool sd_tunnel_half_close(const sd_tunnel *t) { return !t->tls; }
+bool sd_tunnel_client_closed(const sd_tunnel *t) { return peer_gone(t->tcp_fd); }
 
 const uint8_t *sd_tunnel_early(const sd_tunnel *t, size_t *len) {
   *len = t->nearly;

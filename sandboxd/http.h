@@ -84,6 +84,11 @@ sd_tunnel *sd_upgrade(sd_request *r);
 int sd_tunnel_fd(const sd_tunnel *t);   /* non-blocking socket: recv, send, shutdown; never close it */
 /* Bytes the client sent after its request, before the 101 went out: they come first. */
 const uint8_t *sd_tunnel_early(const sd_tunnel *t, size_t *len);
+/* Does shutdown(fd, SHUT_WR) reach the client as the end of what it reads? Plain HTTP: yes. TLS:
+ * no (libmicrohttpd 0.9.75 forwards TLS tunnels without half-closes either way; the client's end
+ * is seen only through sd_tunnel_client_closed). */
+bool sd_tunnel_half_close(const sd_tunnel *t);
+bool sd_tunnel_client_closed(const sd_tunnel *t);   /* the client's socket saw its end (FIN or error) */
 void sd_tunnel_close(sd_tunnel *t);     /* libmicrohttpd closes the connection; t is gone */
 
 /* multipart/form-data, incrementally (libmicrohttpd's post processor; the request's Content-Type

@@ -132,8 +132,10 @@ static void *pump(void *arg) {
     struct pollfd pf = {cfd, POLLIN, 0};
     int pr = poll(&pf, 1, 1000);
     if (pr < 0 && errno != EINTR) break;
-    if (pr <= 0) continue;
-    ssize_t n = recv(cfd, buf, PROXY_BUF, 0);
+    ssize_t n;
+    if (pr > 0) n = recv(cfd, buf, PROXY_BUF, 0);
+    else if (!sd_tunnel_half_close(p->tun) && sd_tunnel_client_closed(p->tun)) n = 0;   /* TLS: MHD does not pass it on */
+    else continue;
     if (n > 0) { ok = send_all(p, p->up_fd, buf, (size_t)n) == 0; continue; }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
     if (n == 0) {                                   /* the client is done sending */
@@ -172,7 +174,8 @@ static int px_close(void *cls, curl_socket_t fd) {
 static bool forwarded(const struct curl_header *h, const char *connection, bool upgrade) {
   if (!strcasecmp(h->name, "Content-Length")) return false;          /* MHD sends the length it is given */
   if (!strcasecmp(h->name, "Content-Type") && !upgrade) return false;  /* given to the stream itself */
-  if (upgrade && (!strcasecmp(h->name, "Connection") || !strcasecmp(h->name, "Upgrade"))) return true;
+  if (upgrade && !strcasecmp(h->name, "Upgrade")) return true;
+  if (upgrade && !strcasecmp(h->name, "Connection")) return false;    /* MHD's 101 has its own "Upgrade" */
   return !hop_by_hop(h->name, connection);
 }
 
@@ -375,15 +378,18 @@ void proxy_handle(sd_request *r, const rt_decision *d) {
     rc = curl_easy_perform(c);
   }
   if (p.tun) {
-    /* The port's side ended (it closed, or the tunnel was stopped): the client's gets its end. */
-    if (rc == CURLE_OK) {
+    /* The port's side ended (it closed, or the tunnel was stopped): the client's gets its end,
+     * and has PROXY_HALF_CLOSE_S to finish its own; over TLS the tunnel ends now (queued bytes
+     * still go out: MHD drains the socketpair before it closes). */
+    if (rc == CURLE_OK && sd_tunnel_half_close(p.tun)) {
       shutdown(sd_tunnel_fd(p.tun), SHUT_WR);
       tunnel_half_closed(&p);
     } else {
       tunnel_stop(&p);
+      shutdown(sd_tunnel_fd(p.tun), SHUT_RD);      /* wakes the pump; what was sent still goes out */
     }
     if (p.pump_started) {
-      /* The pump ends by the client's EOF or failure, the deadline, or now. */
+      /* The pump ends by the client's EOF or failure, the deadline, or a stop. */
       for (;;) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
