@@ -14,6 +14,8 @@ framing are written out here). One thread per connection, HTTP/1.1 keep-alive:
                        keeps the count of bytes that still arrived (GET /halfseen), so a test
                        can check that a half-closed tunnel still carries the other direction
   GET /halfseen        that count, as JSON
+  POST /stall          reads nothing of the body and answers nothing until the client is gone
+                       (a port that stops reading: the proxy must not buffer the upload)
   anything else        404
 
 Prints "listening PORT" once ready.
@@ -23,6 +25,7 @@ usage: port_server.py PORT
 import base64
 import hashlib
 import json
+import select
 import socket
 import struct
 import sys
@@ -181,6 +184,12 @@ def serve(sock):
             elif path == "/sum" and method in ("POST", "PUT"):
                 n, digest = c.body(headers)
                 reply(sock, "200 OK", json.dumps({"length": n, "sha256": digest}).encode())
+            elif path == "/stall":
+                p = select.poll()              # the client's end, without reading the body
+                p.register(sock, select.POLLRDHUP)
+                while not p.poll(500):
+                    pass
+                return
             elif path == "/halfseen":
                 reply(sock, "200 OK", json.dumps({"seen": state["halfseen"]}).encode())
             else:
