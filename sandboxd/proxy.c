@@ -328,8 +328,9 @@ void proxy_handle(sd_request *r, const rt_decision *d) {
   const char *m = sd_method(r);
   const char *connection = sd_header(r, "Connection");
   p.head = !strcmp(m, "HEAD");
-  p.upgrade = connection && has_token(connection, "upgrade") && sd_header(r, "Upgrade");
   p.body = d->upload && !p.head;
+  /* An upgrade has no body (one that comes with a body is sent as an ordinary request). */
+  p.upgrade = connection && has_token(connection, "upgrade") && sd_header(r, "Upgrade") && !p.body;
   char *target = port_target(&p);
   hdr_acc ha = {.connection = connection, .upgrade = p.upgrade, .body = p.body};
   if (!target) goto out;
