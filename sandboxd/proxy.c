@@ -69,10 +69,9 @@ typedef struct {
   bool head, upgrade, body;         /* a HEAD; the client asks for an upgrade; a body follows */
   int up_fd;                        /* the socket curl connected (ours: sbx_socket), -1 */
   bool up_close_deferred;           /* curl let go of up_fd while the tunnel pump may use it */
-  bool refused;                     /* the connect was refused: nothing listens */
   bool gone;                        /* the sandbox was paused or is dying */
   bool replied;                     /* a reply (stream, tunnel or unary) has begun */
-  bool too_big;                     /* the port's headers did not fit */
+  const char *why;                  /* what the port did wrong, for the 502 */
   sd_stream *stream;
   sd_tunnel *tun;
   /* the tunnel */
@@ -205,15 +204,15 @@ static size_t px_header(char *line, size_t size, size_t n, void *cls) {
   if (p->replied) return 0;
   const char *ctype;
   if (code == 101) {
-    if (!p->upgrade) return 0;                                      /* a 101 nobody asked for: 502 */
-    if (!copy_headers(p, CURLH_1XX, true, &ctype)) { p->too_big = true; return 0; }
+    if (!p->upgrade) { p->why = "answered 101 Switching Protocols to a request for no upgrade"; return 0; }
+    if (!copy_headers(p, CURLH_1XX, true, &ctype)) { p->why = "answered with headers over 16 KiB"; return 0; }
     p->replied = true;
     if (!(p->tun = sd_upgrade(p->r))) return 0;                     /* the client went away */
     if (pthread_create(&p->pump, NULL, pump, p) != 0) return 0;
     p->pump_started = true;
     return len;
   }
-  if (!copy_headers(p, CURLH_HEADER, false, &ctype)) { p->too_big = true; return 0; }
+  if (!copy_headers(p, CURLH_HEADER, false, &ctype)) { p->why = "answered with headers over 16 KiB"; return 0; }
   curl_off_t cl = -1;
   if (curl_easy_getinfo(p->c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) != CURLE_OK) cl = -1;
   p->replied = true;
@@ -408,7 +407,7 @@ void proxy_handle(sd_request *r, const rt_decision *d) {
     p.stream = NULL;
   } else if (!p.replied) {
     if (p.gone) reply_not_found(&p);
-    else if (p.too_big) sd_reply_error(r, 502, "port %u of sandbox %s answered with headers over 16 KiB", d->port, reg_id(p.e));
+    else if (p.why) sd_reply_error(r, 502, "port %u of sandbox %s %s", d->port, reg_id(p.e), p.why);
     else if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_OPERATION_TIMEDOUT) reply_port_closed(&p);
     else sd_reply_error(r, 502, "port %u of sandbox %s: %s", d->port, reg_id(p.e), curl_easy_strerror(rc));
   }

@@ -103,6 +103,8 @@ export async function startEdge({ domain, cert, tlsKey, tls = '127.0.0.1:0', api
             clearTimeout(timer)
             if (code === null) { proc.kill('SIGKILL'); await exited }
             rmSync(stateDir, { recursive: true, force: true })
+            // MB_EDGE_LOG_DIR keeps each sandboxd's output (e.g. to read a sanitizer build's reports)
+            if (process.env.MB_EDGE_LOG_DIR) writeFileSync(path.join(process.env.MB_EDGE_LOG_DIR, `sandboxd-${proc.pid}.log`), out)
             return { code, log: out }
           })()
         }
