@@ -872,7 +872,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 }
 
 /* MHD's own log, minus the line it writes whenever a client hangs up on a stream (normal here).
- * The last line is kept for sd_server_start's error (a certificate MHD refused says why there). */
+ * The first line since sd_server_start began a listener is kept for its error (a certificate
+ * GnuTLS refused says why there). */
 static char last_log[256];
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -882,7 +883,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
   if (strstr(buf, "application error generating response")) return;
   buf[strcspn(buf, "\n")] = '\0';
   pthread_mutex_lock(&log_mu);
-  snprintf(last_log, sizeof last_log, "%.255s", buf);
+  if (!last_log[0]) snprintf(last_log, sizeof last_log, "%.255s", buf);
   pthread_mutex_unlock(&log_mu);
   fprintf(stderr, "sandboxd: http: %s\n", buf);
 }

@@ -16,6 +16,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <arpa/inet.h>
 
 #include "control.h"
 #include "dispatch.h"
@@ -54,6 +55,11 @@ static int parse_addr(const char *flag, const char *v, char *host, size_t hostle
     return -1;
   }
   snprintf(host, hostlen, "%.*s", (int)(colon - v), v);
+  struct in_addr a;
+  if (inet_pton(AF_INET, host, &a) != 1) {
+    fprintf(stderr, "sandboxd: %s '%s': '%s' is not an IPv4 address\n", flag, v, host);
+    return -1;
+  }
   *port = (int)p;
   return 0;
 }

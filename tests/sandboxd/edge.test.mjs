@@ -349,3 +349,34 @@ test('a sandbox paused or killed under live connections: streams and tunnels end
     }
   }
 })
+
+test('sandboxd refuses edge flags that cannot work, naming them', { timeout: 120_000 }, async () => {
+  await setup()
+  const bin = path.join(process.env.MB_BUILD_DIR || path.join(ROOT, 'build'), 'bin', 'sandboxd')
+  const c = pki.cert('mismatch', `DNS:*.${D}`)
+  const other = pki.cert('other-key', `DNS:*.${D}`)
+  const { execFile } = await import('node:child_process')
+  const state = mkdtempSync(path.join(tmpdir(), 'mb-edge-flags-'))
+  const run = (args) => new Promise((resolve) => execFile(bin, [...args, '--state-dir', state, '--api-key', srv.key],
+    { timeout: 30_000, env: { ...process.env, SANDBOXD_WARM_POOL: '0', SANDBOXD_NET_POOL: '0' } },
+    (err, stdout, stderr) => resolve({ code: err ? err.code : 0, stderr })))
+  const cases = [
+    [['--tls-listen', '127.0.0.1:0'], 2, /--tls-listen needs --tls-cert and --tls-key/],
+    [['--listen', '127.0.0.1:0', '--tls-cert', c.cert], 2, /--tls-cert and --tls-key are for --tls-listen, which is missing/],
+    [['--listen', '127.0.0.1:0', '--domain', 'Not_A.Domain'], 2, /--domain 'Not_A.Domain' must be a DNS name/],
+    [['--listen', '127.0.0.1:0', '--domain', '.x'], 2, /--domain '.x' must be a DNS name/],
+    [['--tls-listen', 'localhost:443', '--tls-cert', c.cert, '--tls-key', c.key], 2, /--tls-listen 'localhost:443': 'localhost' is not an IPv4 address/],
+    [['--tls-listen', '127.0.0.1:0', '--tls-cert', path.join(dir, 'nope.pem'), '--tls-key', c.key], 2, /--tls-cert .*nope\.pem: No such file/],
+    [['--tls-listen', '127.0.0.1:0', '--tls-cert', path.join(dir, 'edge.ext'), '--tls-key', c.key], 2, /--tls-cert .*edge\.ext: is not PEM/],
+    [['--tls-listen', '127.0.0.1:0', '--tls-cert', c.cert, '--tls-key', other.key], 1, /cannot serve TLS on 127\.0\.0\.1:0: .*do not match/],
+  ]
+  try {
+    for (const [args, code, message] of cases) {
+      const r = await run(args)
+      assert.equal(r.code, code, `${args.join(' ')}: ${r.stderr}`)
+      assert.match(r.stderr, message, args.join(' '))
+    }
+  } finally {
+    rmSync(state, { recursive: true, force: true })
+  }
+})
