@@ -14,7 +14,7 @@ if bin:sub(1, 1) ~= "/" then bin = assert(io.popen("pwd")):read("l") .. "/" .. b
 
 local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
-describe("moonbox on an E2B edge: sandboxd --domain with TLS #edge", function()
+describe("moonbox on an E2B edge: sandboxd --domain with TLS #edge #sandboxd", function()
   local dir, sbxd, env
   setup(function()
     dir = assert(io.popen("mktemp -d /tmp/moonbox-edge.XXXXXX")):read("l")
