@@ -22,7 +22,12 @@
 
 static char g_state_dir[4096] = ".";
 
-void control_init(const char *state_dir) { snprintf(g_state_dir, sizeof g_state_dir, "%s", state_dir); }
+static char g_domain[256];   /* E2B's domain in edge mode (what sandboxes report as theirs), "" else */
+void control_init(const char *state_dir, const char *domain) {
+  snprintf(g_state_dir, sizeof g_state_dir, "%s", state_dir);
+  snprintf(g_domain, sizeof g_domain, "%s", domain ? domain : "");
+}
+static json_t *domain_json(void) { return g_domain[0] ? json_string(g_domain) : json_null(); }
 
 bool control_is_base(const char *ref) { return !strcmp(ref, SANDBOXD_TEMPLATE) || !strcmp(ref, SANDBOXD_TEMPLATE ":" SNAP_DEFAULT_TAG); }
 
@@ -37,9 +42,9 @@ static json_t *rfc3339(int64_t ms) {
 }
 
 json_t *control_sandbox_json(const reg_info *in) {
-  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:n,s:n}", "sandboxID", in->id, "templateID", in->template_id,
+  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:n,s:o}", "sandboxID", in->id, "templateID", in->template_id,
                         "alias", in->template_alias, "clientID", "6532622b", "envdVersion", SANDBOXD_ENVD_VERSION,
-                        "trafficAccessToken", "domain");
+                        "trafficAccessToken", "domain", domain_json());
   if (j && in->secure) json_object_set_new(j, "envdAccessToken", json_string(in->token));
   return j;
 }
@@ -71,7 +76,7 @@ static json_t *detail_json(const reg_info *in) {
   if (!j) return NULL;
   json_object_set_new(j, "allowInternetAccess", json_boolean(in->internet));
   json_object_set_new(j, "lifecycle", json_pack("{s:s,s:b}", "onTimeout", in->auto_pause ? "pause" : "kill", "autoResume", in->auto_resume));
-  json_object_set_new(j, "domain", json_null());
+  json_object_set_new(j, "domain", domain_json());
   if (in->secure) json_object_set_new(j, "envdAccessToken", json_string(in->token));
   return j;
 }

@@ -10,7 +10,7 @@
 #define SANDBOXD_ENVD_VERSION "0.6.3"
 #define SANDBOXD_TEMPLATE "base"
 
-void control_init(const char *state_dir);             /* for diskSizeMB */
+void control_init(const char *state_dir, const char *domain);   /* for diskSizeMB; the sandboxes' domain (NULL: none) */
 /* E2B's Sandbox object (create, connect, fork): id, template, token. */
 json_t *control_sandbox_json(const reg_info *in);
 /* "base" (or "base:default"): the template every sandbox without a snapshot starts from. */

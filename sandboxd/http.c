@@ -1,13 +1,21 @@
-/* http.c — the HTTP layer over libmicrohttpd: request collection, replies, streamed responses,
- * multipart parsing. It knows no route, credential or sandbox: main.c's hooks (http.h) admit a
- * request from its headers and handle it.
+/* http.c — the HTTP layer over libmicrohttpd: listeners (plain or TLS), request collection,
+ * replies, streamed responses, protocol upgrades, multipart parsing. It knows no route,
+ * credential or sandbox: main.c's hooks (http.h) admit a request from its headers and handle it.
  *
  * MHD runs one thread per connection. Once a request body is complete the connection thread
  * starts a worker thread for the handler and waits until the handler has either produced a unary
  * reply or opened a stream; it then queues the MHD response. A stream's bytes go through a
  * bounded queue that the worker fills and MHD's content reader (on the connection thread)
  * drains. The request is reference-counted (MHD + worker) because a client may disconnect while
- * the handler still runs. */
+ * the handler still runs.
+ *
+ * Each listener is its own MHD daemon (TLS: MHD_USE_TLS with the PEM texts given). A request is
+ * allocated by the URI log callback, which sees the request target before MHD decodes it (the
+ * port proxy forwards it as sent). An upgrade (sd_upgrade) queues a 101 response for upgrade;
+ * MHD hands the socket (TLS: its end of a socketpair that MHD's connection thread pumps through
+ * GnuTLS, bounded by the connection's memory pool) to upgraded(), which gives it to the waiting
+ * handler as an sd_tunnel. Every live tunnel is listed, so that a sandbox's kill and
+ * sd_server_stop can shut them down. */
 #include "http.h"
 
 #include <errno.h>
@@ -34,6 +42,7 @@
 #define SD_MAX_KV         256             /* headers or query arguments kept per request */
 #define SD_MAX_INFLIGHT   (1u << 30)      /* request body bytes buffered over all requests */
 #define SD_WRITE_TIMEOUT_S 60             /* a client that reads nothing for this long is dropped */
+#define SD_STOP_WAIT_S    10              /* sd_server_stop waits this long for tunnels to close */
 
 typedef struct { char *name, *value; } kv;
 
@@ -59,6 +68,9 @@ struct sd_request {
   pthread_cond_t cv;
   int refs;
   char *method, *path;
+  char *target;                  /* as sent (the URI log callback) */
+  int listener;                  /* index into listeners[] */
+  bool begun;                    /* on_access saw it */
   kv headers[SD_MAX_KV]; size_t nheaders;
   kv query[SD_MAX_KV]; size_t nquery;
   char *nul_name;                /* a query parameter or header whose name or value holds a NUL byte */
@@ -72,12 +84,15 @@ struct sd_request {
   pthread_mutex_t conn_mu;       /* held while the handler uses conn (post processor); conn_gone once MHD let go */
   bool conn_gone;
   /* reply */
-  enum { R_PENDING, R_UNARY, R_STREAM } state;
+  enum { R_PENDING, R_UNARY, R_STREAM, R_UPGRADE } state;
   int status;
   char *ctype;
   uint8_t *rbody; size_t rlen;
-  kv extra[16]; size_t nextra;
+  kv extra[SD_MAX_EXTRA]; size_t nextra, extra_bytes;
   sd_stream *stream;
+  int64_t stream_len;            /* R_STREAM: the body's size, -1 unknown */
+  sd_tunnel *tunnel;             /* R_UPGRADE: set by upgraded(), taken by sd_upgrade */
+  bool tunnel_failed;            /* R_UPGRADE: the connection ended without one */
   /* The admit hook's decision: */
   void *ctx;                     /* main.c's per-request context (released with the request) */
   bool admitted;
@@ -85,15 +100,39 @@ struct sd_request {
   const void *group;             /* streams of this request end on sd_streams_abort(group) */
 };
 
-static struct MHD_Daemon *daemon_;
+struct sd_tunnel {
+  sd_tunnel *next, *prev;        /* every live tunnel (tunnels) */
+  const void *group;
+  int fd;                        /* what the handler reads and writes (TLS: a socketpair's end) */
+  int tcp_fd;                    /* the client's own socket (TLS: MHD's; only polled here) */
+  bool tls;
+  struct MHD_UpgradeResponseHandle *urh;
+  size_t nearly;
+  uint8_t early[];
+};
+
+typedef struct {
+  struct MHD_Daemon *d;
+  bool tls;
+  atomic_uint_fast64_t connections, requests;
+} listener;
+static listener listeners[SD_MAX_LISTEN];
+static size_t nlisteners;
 static atomic_size_t inflight;        /* sum of every request's body buffer capacity */
 static size_t g_upload_limit = SD_MAX_UPLOAD;
 static sd_hooks g_hooks;
+
+static pthread_mutex_t tunnels_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t tunnels_cv = PTHREAD_COND_INITIALIZER;
+static sd_tunnel *tunnels;
+static size_t ntunnels;
 
 /* ---------- request accessors ---------- */
 
 const char *sd_method(const sd_request *r) { return r->method; }
 const char *sd_path(const sd_request *r) { return r->path; }
+const char *sd_target(const sd_request *r) { return r->target; }
+bool sd_tls(const sd_request *r) { return listeners[r->listener].tls; }
 void *sd_context(const sd_request *r) { return r->ctx; }
 
 const char *sd_header(const sd_request *r, const char *name) {
@@ -159,15 +198,18 @@ ssize_t sd_body_read(sd_request *r, void *buf, size_t max) {
 
 static void notify_locked(sd_request *r) { pthread_cond_broadcast(&r->cv); }
 
-void sd_reply_header(sd_request *r, const char *name, const char *value) {
+int sd_reply_header(sd_request *r, const char *name, const char *value) {
+  int rc = -1;
   pthread_mutex_lock(&r->mu);
-  if (r->state == R_PENDING && r->nextra < sizeof r->extra / sizeof r->extra[0]) {
+  size_t bytes = strlen(name) + strlen(value) + 4;
+  if (r->state == R_PENDING && r->nextra < SD_MAX_EXTRA && r->extra_bytes + bytes <= SD_MAX_EXTRA_BYTES) {
     r->extra[r->nextra].name = strdup(name);
     r->extra[r->nextra].value = strdup(value);
-    if (r->extra[r->nextra].name && r->extra[r->nextra].value) r->nextra++;
+    if (r->extra[r->nextra].name && r->extra[r->nextra].value) { r->nextra++; r->extra_bytes += bytes; rc = 0; }
     else { free(r->extra[r->nextra].name); free(r->extra[r->nextra].value); }
   }
   pthread_mutex_unlock(&r->mu);
+  return rc;
 }
 
 /* Takes ownership of data (malloc'ed or NULL). */
@@ -243,6 +285,10 @@ static void stream_abort_locked(sd_stream *s) {
 
 void sd_streams_abort(const void *group) {
   if (!group) return;
+  pthread_mutex_lock(&tunnels_mu);
+  for (sd_tunnel *t = tunnels; t; t = t->next)
+    if (t->group == group) shutdown(t->fd, SHUT_RDWR);
+  pthread_mutex_unlock(&tunnels_mu);
   pthread_mutex_lock(&streams_mu);
   for (sd_stream *s = all_streams; s; s = s->lnext) {
     if (s->group != group) continue;
@@ -271,6 +317,10 @@ void sd_streams_release(const void *group) {
 }
 
 sd_stream *sd_stream_open(sd_request *r, const char *content_type) {
+  return sd_stream_open_status(r, 200, content_type, -1);
+}
+
+sd_stream *sd_stream_open_status(sd_request *r, int status, const char *content_type, int64_t length) {
   pthread_mutex_lock(&r->mu);
   if (r->state != R_PENDING) { pthread_mutex_unlock(&r->mu); return NULL; }   /* before touching the connection */
   sd_stream *s = calloc(1, sizeof *s);
@@ -282,7 +332,9 @@ sd_stream *sd_stream_open(sd_request *r, const char *content_type) {
   /* The connection is alive: MHD's thread waits in on_access for this very state change. */
   const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
   s->fd = ci ? ci->connect_fd : -1;
-  r->ctype = strdup(content_type);
+  r->ctype = content_type ? strdup(content_type) : NULL;
+  r->status = status;
+  r->stream_len = length;
   r->stream = s;
   r->state = R_STREAM;
   pthread_mutex_lock(&streams_mu);
@@ -376,6 +428,13 @@ void sd_stream_end(sd_stream *s) {
   stream_unref_locked(s);
 }
 
+void sd_stream_fail(sd_stream *s) {
+  pthread_mutex_lock(&s->mu);
+  s->closed = true;              /* senders stop; the reader delivers what is queued, then an error */
+  pthread_cond_broadcast(&s->cv);
+  stream_unref_locked(s);
+}
+
 static bool peer_gone(int fd) {
   if (fd < 0) return false;
   struct pollfd p = { .fd = fd, .events = POLLRDHUP };
@@ -425,6 +484,71 @@ static void stream_free(void *cls) {
   s->mhd_done = true;
   pthread_cond_broadcast(&s->cv);
   stream_unref_locked(s);
+}
+
+/* ---------- upgrades ---------- */
+
+/* MHD's upgrade handler (connection thread): the 101 went out; the socket goes to sd_upgrade. */
+static void upgraded(void *cls, struct MHD_Connection *c, void *con_cls, const char *extra_in, size_t extra_in_size,
+                     MHD_socket sock, struct MHD_UpgradeResponseHandle *urh) {
+  (void)con_cls;
+  sd_request *r = cls;
+  sd_tunnel *t = calloc(1, sizeof *t + extra_in_size);
+  if (t) {
+    t->fd = sock;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    t->tcp_fd = ci ? ci->connect_fd : -1;
+    t->tls = listeners[r->listener].tls;
+    t->urh = urh;
+    t->group = r->group;
+    t->nearly = extra_in_size;
+    if (extra_in_size) memcpy(t->early, extra_in, extra_in_size);
+    pthread_mutex_lock(&tunnels_mu);
+    t->next = tunnels;
+    if (tunnels) tunnels->prev = t;
+    tunnels = t;
+    ntunnels++;
+    pthread_mutex_unlock(&tunnels_mu);
+  } else {
+    MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+  }
+  pthread_mutex_lock(&r->mu);
+  r->tunnel = t;
+  r->tunnel_failed = !t;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+sd_tunnel *sd_upgrade(sd_request *r) {
+  pthread_mutex_lock(&r->mu);
+  if (r->state != R_PENDING) { pthread_mutex_unlock(&r->mu); return NULL; }
+  r->state = R_UPGRADE;
+  notify_locked(r);                           /* on_access queues the 101 */
+  while (!r->tunnel && !r->tunnel_failed) pthread_cond_wait(&r->cv, &r->mu);
+  sd_tunnel *t = r->tunnel;
+  r->tunnel = NULL;
+  pthread_mutex_unlock(&r->mu);
+  return t;
+}
+
+int sd_tunnel_fd(const sd_tunnel *t) { return t->fd; }
+bool sd_tunnel_half_close(const sd_tunnel *t) { return !t->tls; }
+bool sd_tunnel_client_closed(const sd_tunnel *t) { return peer_gone(t->tcp_fd); }
+
+const uint8_t *sd_tunnel_early(const sd_tunnel *t, size_t *len) {
+  *len = t->nearly;
+  return t->early;
+}
+
+void sd_tunnel_close(sd_tunnel *t) {
+  pthread_mutex_lock(&tunnels_mu);
+  if (t->prev) t->prev->next = t->next; else tunnels = t->next;
+  if (t->next) t->next->prev = t->prev;
+  ntunnels--;
+  pthread_cond_broadcast(&tunnels_cv);
+  pthread_mutex_unlock(&tunnels_mu);
+  MHD_upgrade_action(t->urh, MHD_UPGRADE_ACTION_CLOSE);
+  free(t);
 }
 
 /* ---------- multipart ---------- */
@@ -489,7 +613,7 @@ static void req_unref(sd_request *r) {
   kv_free(r->query, r->nquery);
   kv_free(r->extra, r->nextra);
   atomic_fetch_sub(&inflight, r->cap);
-  free(r->method); free(r->path); free(r->body); free(r->ctype); free(r->rbody); free(r->nul_name);
+  free(r->method); free(r->path); free(r->target); free(r->body); free(r->ctype); free(r->rbody); free(r->nul_name);
   pthread_mutex_destroy(&r->mu);
   pthread_mutex_destroy(&r->conn_mu);
   pthread_cond_destroy(&r->cv);
@@ -558,23 +682,52 @@ static int start_worker(sd_request *r) {
   return 0;
 }
 
+/* MHD's URI log callback: the request begins here, with its target as sent (before MHD decodes
+ * it). What it returns is the request's con_cls; MHD reports its end to on_completed whatever
+ * happens next. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+  listener *l = cls;
+  atomic_fetch_add(&l->requests, 1);
+  sd_request *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_mutex_init(&r->conn_mu, NULL);
+  pthread_cond_init(&r->cv, NULL);
+  r->refs = 1;
+  r->conn = c;
+  r->listener = (int)(l - listeners);
+  r->target = strdup(uri ? uri : "");
+  return r;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code) {
+  (void)c; (void)socket_context;
+  listener *l = cls;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) atomic_fetch_add(&l->connections, 1);
+}
+
+bool sd_client_gone(sd_request *r) {
+  bool gone = true;
+  pthread_mutex_lock(&r->conn_mu);
+  if (!r->conn_gone) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    gone = ci ? peer_gone(ci->connect_fd) : false;
+  }
+  pthread_mutex_unlock(&r->conn_mu);
+  return gone;
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                  const char *version, const char *upload_data, size_t *upload_size,
                                  void **con_cls) {
   (void)cls; (void)version;
   sd_request *r = *con_cls;
-  if (!r) {
-    r = calloc(1, sizeof *r);
-    if (!r) return MHD_NO;
-    pthread_mutex_init(&r->mu, NULL);
-    pthread_mutex_init(&r->conn_mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
-    r->refs = 1;
-    r->conn = c;
+  if (!r) return MHD_NO;                                 /* on_uri found no memory */
+  if (!r->begun) {
+    r->begun = true;
     r->method = strdup(method);
     r->path = strdup(url);
-    *con_cls = r;
-    if (!r->method || !r->path) return MHD_NO;
+    if (!r->method || !r->path || !r->target) return MHD_NO;
     MHD_get_connection_values_n(c, MHD_HEADER_KIND, collect, r);
     MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, collect, r);
     if (r->nul_name) {
@@ -700,12 +853,18 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
   while (r->state == R_PENDING) pthread_cond_wait(&r->cv, &r->mu);
   struct MHD_Response *resp;
   int status;
-  if (r->state == R_STREAM) {
+  if (r->state == R_UPGRADE) {
+    /* The upgraded connection has no idle timeout either: the tunnel's handler decides. */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    status = 101;
+    resp = MHD_create_response_for_upgrade(upgraded, r);
+  } else if (r->state == R_STREAM) {
     /* A stream may be silent for long (a quiet command): no idle timeout; sd_stream_send has
      * its own write timeout for a client that stops reading. */
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-    status = 200;
-    resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SD_STREAM_BLOCK, stream_reader, r->stream, stream_free);
+    status = r->status;
+    resp = MHD_create_response_from_callback(r->stream_len >= 0 ? (uint64_t)r->stream_len : MHD_SIZE_UNKNOWN,
+                                             SD_STREAM_BLOCK, stream_reader, r->stream, stream_free);
     if (!resp) {   /* the stream still needs its MHD reference dropped */
       pthread_mutex_unlock(&r->mu);
       stream_free(r->stream);
@@ -740,21 +899,36 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
   pthread_mutex_unlock(&r->conn_mu);
   pthread_mutex_lock(&r->mu);
   if (!r->eof || r->too_large) r->aborted = true;   /* the client went away mid-body: the handler stops */
+  if (r->state == R_UPGRADE && !r->tunnel) r->tunnel_failed = true;   /* (after upgraded() on success) */
   pthread_cond_broadcast(&r->cv);
   pthread_mutex_unlock(&r->mu);
   req_unref(r);
 }
 
-/* MHD's own log, minus the line it writes whenever a client hangs up on a stream (normal here). */
+/* MHD's own log, minus the line it writes whenever a client hangs up on a stream (normal here).
+ * The first line since sd_server_start began a listener is kept for its error (a certificate
+ * GnuTLS refused says why there). */
+static char last_log[256];
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
   (void)cls;
   char buf[512];
   vsnprintf(buf, sizeof buf, fmt, ap);
   if (strstr(buf, "application error generating response")) return;
-  fprintf(stderr, "sandboxd: http: %s%s", buf, buf[0] && buf[strlen(buf) - 1] == '\n' ? "" : "\n");
+  buf[strcspn(buf, "\n")] = '\0';
+  pthread_mutex_lock(&log_mu);
+  if (!last_log[0]) snprintf(last_log, sizeof last_log, "%.255s", buf);
+  pthread_mutex_unlock(&log_mu);
+  fprintf(stderr, "sandboxd: http: %s\n", buf);
 }
 
-int sd_server_start(const char *host, int port, const sd_hooks *hooks, char *err, size_t errlen) {
+static void stop_all(void) {
+  for (size_t i = 0; i < nlisteners; i++)
+    if (listeners[i].d) { MHD_stop_daemon(listeners[i].d); listeners[i].d = NULL; }
+  nlisteners = 0;
+}
+
+int sd_server_start(const sd_listen *ls, size_t n, const sd_hooks *hooks, char *err, size_t errlen) {
   g_hooks = *hooks;
   const char *ul = getenv("SANDBOXD_MAX_UPLOAD");
   if (ul && *ul) {
@@ -767,33 +941,98 @@ int sd_server_start(const char *host, int port, const sd_hooks *hooks, char *err
     }
     g_upload_limit = (size_t)v;
   }
-  struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-  if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
-    snprintf(err, errlen, "--listen: '%s' is not an IPv4 address", host);
+  if (n == 0 || n > SD_MAX_LISTEN) {
+    snprintf(err, errlen, "between 1 and %d listeners, not %zu", SD_MAX_LISTEN, n);
     return -1;
   }
-  daemon_ = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                             MHD_USE_ERROR_LOG,
-                             (uint16_t)port, NULL, NULL, on_access, NULL,
-                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* must come first */
-                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)4000,
-                             /* idle limit while a request is read; replies set their own (on_access) */
-                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SD_WRITE_TIMEOUT_S,
-                             MHD_OPTION_END);
-  if (!daemon_) {
-    snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port, strerror(errno));
-    return -1;
+  for (size_t i = 0; i < n; i++) {
+    bool tls = ls[i].tls_cert || ls[i].tls_key;
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)ls[i].port) };
+    if (inet_pton(AF_INET, ls[i].host, &sa.sin_addr) != 1) {
+      snprintf(err, errlen, "'%s' is not an IPv4 address", ls[i].host);
+      stop_all();
+      return -1;
+    }
+    if (tls && (!ls[i].tls_cert || !ls[i].tls_key)) {
+      snprintf(err, errlen, "TLS on %s:%d needs both a certificate and a key", ls[i].host, ls[i].port);
+      stop_all();
+      return -1;
+    }
+    listener *l = &listeners[i];
+    l->tls = tls;
+    atomic_store(&l->connections, 0);
+    atomic_store(&l->requests, 0);
+    last_log[0] = '\0';
+    /* Upgrades (the port proxy's WebSockets) need suspend/resume: MHD_upgrade_action resumes. */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG |
+                     MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | (tls ? MHD_USE_TLS : 0);
+    errno = 0;
+    if (tls)
+      l->d = MHD_start_daemon(flags, (uint16_t)ls[i].port, NULL, NULL, on_access, l,
+                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* must come first */
+                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                              MHD_OPTION_URI_LOG_CALLBACK, on_uri, l,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, l,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)4000,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SD_WRITE_TIMEOUT_S,
+                              MHD_OPTION_HTTPS_MEM_CERT, ls[i].tls_cert,
+                              MHD_OPTION_HTTPS_MEM_KEY, ls[i].tls_key,
+                              MHD_OPTION_END);
+    else
+      l->d = MHD_start_daemon(flags, (uint16_t)ls[i].port, NULL, NULL, on_access, l,
+                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* must come first */
+                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                              MHD_OPTION_URI_LOG_CALLBACK, on_uri, l,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, l,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)4000,
+                              /* idle limit while a request is read; replies set their own (on_access) */
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SD_WRITE_TIMEOUT_S,
+                              MHD_OPTION_END);
+    if (!l->d) {
+      int e = errno;
+      pthread_mutex_lock(&log_mu);
+      if (tls && last_log[0]) snprintf(err, errlen, "cannot serve TLS on %s:%d: %s", ls[i].host, ls[i].port, last_log);
+      else snprintf(err, errlen, "cannot listen on %s:%d: %s", ls[i].host, ls[i].port, e ? strerror(e) : last_log);
+      pthread_mutex_unlock(&log_mu);
+      stop_all();
+      return -1;
+    }
+    nlisteners = i + 1;
   }
   return 0;
 }
 
-int sd_server_port(void) {
-  const union MHD_DaemonInfo *di = daemon_ ? MHD_get_daemon_info(daemon_, MHD_DAEMON_INFO_BIND_PORT) : NULL;
+int sd_server_port(size_t i) {
+  if (i >= nlisteners || !listeners[i].d) return 0;
+  const union MHD_DaemonInfo *di = MHD_get_daemon_info(listeners[i].d, MHD_DAEMON_INFO_BIND_PORT);
   return di ? di->port : 0;
 }
 
+void sd_server_stats(size_t i, sd_listen_stats *st) {
+  memset(st, 0, sizeof *st);
+  if (i >= nlisteners) return;
+  st->connections = atomic_load(&listeners[i].connections);
+  st->requests = atomic_load(&listeners[i].requests);
+}
+
 void sd_server_stop(void) {
-  if (daemon_) { MHD_stop_daemon(daemon_); daemon_ = NULL; }
+  /* Tunnels first: MHD may not stop with an upgraded connection its handler still uses. */
+  pthread_mutex_lock(&tunnels_mu);
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += SD_STOP_WAIT_S;
+  while (ntunnels > 0) {
+    for (sd_tunnel *t = tunnels; t; t = t->next) shutdown(t->fd, SHUT_RDWR);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 1;
+    if (ts.tv_sec > until.tv_sec) ts = until;
+    if (pthread_cond_timedwait(&tunnels_cv, &tunnels_mu, &ts) == ETIMEDOUT && ts.tv_sec >= until.tv_sec) break;
+  }
+  size_t left = ntunnels;
+  pthread_mutex_unlock(&tunnels_mu);
+  if (left) fprintf(stderr, "sandboxd: http: %zu tunnel%s still open at shutdown\n", left, left == 1 ? "" : "s");
+  stop_all();
 }

@@ -1,4 +1,5 @@
-/* http.h — sandboxd's HTTP layer over libmicrohttpd (one thread per connection). A leaf: it
+/* http.h — sandboxd's HTTP layer over libmicrohttpd (one thread per connection), on up to
+ * SD_MAX_LISTEN listeners, each plain HTTP or TLS (libmicrohttpd's GnuTLS support). A leaf: it
  * knows no route, credential or sandbox. main.c's hooks decide, from a request's headers, whether
  * and how it is served (admit), then serve it (handle, on a worker thread of its own) and let go
  * of what admit took (release).
@@ -18,7 +19,13 @@ typedef struct sd_request sd_request;   /* one HTTP request, alive until the han
 typedef struct sd_stream sd_stream;     /* a streamed (chunked) 200 response */
 
 const char *sd_method(const sd_request *r);
-const char *sd_path(const sd_request *r);                         /* without the query */
+const char *sd_path(const sd_request *r);                         /* without the query, decoded */
+const char *sd_target(const sd_request *r);                       /* the request target exactly as sent:
+                                                                    path and query, nothing decoded */
+bool sd_tls(const sd_request *r);                                 /* it came in on a TLS listener */
+/* The client hung up (its socket says so; nothing is read). For handlers that wait long before
+ * they reply, e.g. on an upstream server. */
+bool sd_client_gone(sd_request *r);
 const char *sd_header(const sd_request *r, const char *name);     /* case-insensitive, NULL if absent */
 const char *sd_query(const sd_request *r, const char *name);      /* decoded once, NULL if absent */
 int  sd_header_each(const sd_request *r, int (*cb)(void *cls, const char *name, const char *value), void *cls);
@@ -38,13 +45,21 @@ int sd_reply_json(sd_request *r, int status, json_t *body);
 int sd_reply_error(sd_request *r, int status, const char *fmt, ...)   /* {"code":status,"message":...} */
     __attribute__((format(printf, 3, 4)));
 int sd_reply_bytes(sd_request *r, int status, const char *content_type, const void *data, size_t len);
-void sd_reply_header(sd_request *r, const char *name, const char *value); /* extra header on the reply or stream */
+/* An extra header on the reply, stream or 101; -1 (dropped) beyond SD_MAX_EXTRA headers or
+ * SD_MAX_EXTRA_BYTES of them (each counted as name + value + 4). */
+#define SD_MAX_EXTRA 64
+#define SD_MAX_EXTRA_BYTES (16u << 10)
+int  sd_reply_header(sd_request *r, const char *name, const char *value);
 
 /* Streamed reply: 200 + content_type, chunked. sd_stream_send blocks while more than the queue
  * limit is pending (backpressure) and returns -1 once the client is gone, the stream was aborted,
  * or the client read nothing for 60 s (then its connection is shut down). sd_stream_end flushes
  * and finishes the response; after it the stream pointer is invalid. */
 sd_stream *sd_stream_open(sd_request *r, const char *content_type);
+/* The same with any status: content_type NULL sends none; length >= 0 is the body's size (sent as
+ * Content-Length: the stream must carry exactly that many bytes, fewer ends the connection),
+ * -1 unknown (chunked). Headers from sd_reply_header go with it. */
+sd_stream *sd_stream_open_status(sd_request *r, int status, const char *content_type, int64_t length);
 int  sd_stream_send(sd_stream *s, const void *data, size_t len);
 /* Writing in place: room for n bytes at the end of the queue (waiting as sd_stream_send does),
  * filled by the caller without any lock, then committed (k <= n bytes become pending). NULL
@@ -54,13 +69,33 @@ void *sd_stream_reserve(sd_stream *s, size_t n);
 int  sd_stream_commit(sd_stream *s, size_t k);
 int  sd_stream_closed(const sd_stream *s);
 void sd_stream_end(sd_stream *s);
+/* Ends the stream as broken: what is queued goes out, then the connection is cut without the end
+ * of the body (a client sees a truncated response, never a complete one). s is invalid after. */
+void sd_stream_fail(sd_stream *s);
 /* Streams of requests admitted with `group` (e.g. a sandbox's registry entry) stop waiting for
  * slow clients: one whose queue is full (the client stopped reading) ends at once (senders get
- * -1, the connection is shut down), the others when they fill up. For kill/expiry. */
+ * -1, the connection is shut down), the others when they fill up. For kill/expiry. The group's
+ * tunnels (sd_upgrade) are shut down at once, both directions. */
 void sd_streams_abort(const void *group);
 /* After sd_streams_abort the group's streams deliver nothing more until this (the sandbox is gone):
  * clients see the end of their streams only when the sandbox is no longer reported. */
 void sd_streams_release(const void *group);
+
+/* Protocol upgrade (WebSocket and the like): answers 101 Switching Protocols with the headers
+ * given by sd_reply_header (they must name the protocol: Upgrade, and Connection: upgrade), then
+ * hands the connection's byte stream over. Blocks until then; NULL when the client went away
+ * first or libmicrohttpd refused the answer (the connection is closed then). */
+typedef struct sd_tunnel sd_tunnel;
+sd_tunnel *sd_upgrade(sd_request *r);
+int sd_tunnel_fd(const sd_tunnel *t);   /* non-blocking socket: recv, send, shutdown; never close it */
+/* Bytes the client sent after its request, before the 101 went out: they come first. */
+const uint8_t *sd_tunnel_early(const sd_tunnel *t, size_t *len);
+/* Does shutdown(fd, SHUT_WR) reach the client as the end of what it reads? Plain HTTP: yes. TLS:
+ * no (libmicrohttpd 0.9.75 forwards TLS tunnels without half-closes either way; the client's end
+ * is seen only through sd_tunnel_client_closed). */
+bool sd_tunnel_half_close(const sd_tunnel *t);
+bool sd_tunnel_client_closed(const sd_tunnel *t);   /* the client's socket saw its end (FIN or error) */
+void sd_tunnel_close(sd_tunnel *t);     /* libmicrohttpd closes the connection; t is gone */
 
 /* multipart/form-data, incrementally (libmicrohttpd's post processor; the request's Content-Type
  * gives the boundary): `cb` sees every part's bytes in order; off == 0 starts a part. begin (NULL
@@ -87,8 +122,21 @@ typedef struct {
   void (*release)(void *ctx);
 } sd_hooks;
 
-/* The server: binds host:port, serves until sd_server_stop. */
-int  sd_server_start(const char *host, int port, const sd_hooks *hooks, char *err, size_t errlen);
-int  sd_server_port(void);                           /* the bound port (useful with port 0) */
+/* The server: binds each listener, serves until sd_server_stop. */
+#define SD_MAX_LISTEN 2
+#define SD_MAX_PEM (1u << 20)        /* a certificate chain or key, PEM */
+typedef struct {
+  const char *host;                  /* IPv4 address */
+  int port;                          /* 0: a free one (sd_server_port tells) */
+  const char *tls_cert, *tls_key;    /* PEM text (chain first: the server's certificate); both
+                                        NULL: plain HTTP */
+} sd_listen;
+int  sd_server_start(const sd_listen *ls, size_t n, const sd_hooks *hooks, char *err, size_t errlen);
+int  sd_server_port(size_t i);                       /* listener i's bound port */
+/* What listener i served: connections accepted (on TLS each is one full handshake: sandboxd keeps
+ * no session cache), requests begun. */
+typedef struct { uint64_t connections, requests; } sd_listen_stats;
+void sd_server_stats(size_t i, sd_listen_stats *st);
+/* Shuts every tunnel down and waits (at most 10 s) until their handlers let go, then stops. */
 void sd_server_stop(void);
 #endif

@@ -1,7 +1,8 @@
 /* main.c — sandboxd: a local, E2B-compatible sandbox server.
  *   sandboxd --listen 127.0.0.1:PORT [--api-key KEY] [--state-dir DIR]
- * Serves the control plane and envd on one address, in the foreground, until SIGTERM/SIGINT;
- * then every sandbox is destroyed and it exits 0. */
+ *   sandboxd [--listen ...] --tls-listen ADDR:443 --domain D --tls-cert F --tls-key F   (edge mode)
+ * Serves the control plane, envd and the port proxy on its listeners, in the foreground, until
+ * SIGTERM/SIGINT; then every sandbox is destroyed and it exits 0. */
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <arpa/inet.h>
 
 #include "control.h"
 #include "dispatch.h"
@@ -27,16 +29,65 @@
 #include "sandbox.h"
 #include "snapshots.h"
 #include "paths.h"
+#include "proxy.h"
 #include "volumes.h"
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: sandboxd --listen HOST:PORT [--api-key e2b_HEX] [--state-dir DIR] [--exit-with-parent]\n"
-             "                [--envd-codecs json,proto]\n"
-             "  Serves E2B's control plane and envd API on HOST:PORT (IPv4). Point the E2B SDK at it with\n"
-             "  E2B_API_URL=http://HOST:PORT E2B_SANDBOX_URL=http://HOST:PORT E2B_API_KEY=<key>.\n"
+  fprintf(f, "usage: sandboxd [--listen HOST:PORT] [--tls-listen HOST:PORT --tls-cert PEM --tls-key PEM] [--domain D]\n"
+             "                [--api-key e2b_HEX] [--state-dir DIR] [--exit-with-parent] [--envd-codecs json,proto]\n"
+             "  Serves E2B's control plane, envd API and port proxy on HOST:PORT (IPv4; plain HTTP), and with\n"
+             "  --tls-listen over TLS too (the certificate chain and key in PEM files). Point the E2B SDK at it\n"
+             "  with E2B_API_URL=http://HOST:PORT E2B_SANDBOX_URL=http://HOST:PORT E2B_API_KEY=<key>; a port\n"
+             "  inside sandbox ID is at http://HOST:PORT/_sandbox/ID/PORT/.\n"
+             "  --domain D (edge mode, as E2B's cloud): requests are routed by Host, api.D to the control plane,\n"
+             "  <port>-<id>.D to that sandbox (49983: envd; any other port: the proxy to it), sandbox.D by the\n"
+             "  E2b-Sandbox-Id and E2b-Sandbox-Port headers; then E2B_DOMAIN=D E2B_API_KEY=<key> is the\n"
+             "  whole client configuration (with DNS for *.D and trust in the certificate).\n"
              "  --exit-with-parent: SIGTERM (destroy every sandbox, exit) when the starting process dies.\n"
-             "  --envd-codecs: the Connect codecs envd's RPCs take (default both; `json` answers binary\n"
-             "  requests 415, as a JSON-only envd would).\n");
+             "  --envd-codecs json,proto: the Connect codecs envd's RPCs take (default both; `json` answers\n"
+             "  binary requests 415, as a JSON-only envd would).\n");
+}
+
+/* HOST:PORT (IPv4 address, port 0..65535) into host/port; 0 or -1. */
+static int parse_addr(const char *flag, const char *v, char *host, size_t hostlen, int *port) {
+  const char *colon = strrchr(v, ':');
+  char *end;
+  long p = colon ? strtol(colon + 1, &end, 10) : -1;
+  if (!colon || colon == v || (size_t)(colon - v) >= hostlen || !colon[1] || *end || p < 0 || p > 65535) {
+    fprintf(stderr, "sandboxd: %s '%s' must be IPV4:PORT, e.g. 127.0.0.1:49983\n", flag, v);
+    return -1;
+  }
+  snprintf(host, hostlen, "%.*s", (int)(colon - v), v);
+  struct in_addr a;
+  if (inet_pton(AF_INET, host, &a) != 1) {
+    fprintf(stderr, "sandboxd: %s '%s': '%s' is not an IPv4 address\n", flag, v, host);
+    return -1;
+  }
+  *port = (int)p;
+  return 0;
+}
+
+/* A PEM file, whole (at most SD_MAX_PEM bytes): malloc'ed text, or NULL with the reason printed. */
+static char *read_pem(const char *flag, const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) { fprintf(stderr, "sandboxd: %s %s: %s\n", flag, path, strerror(errno)); return NULL; }
+  char *buf = malloc(SD_MAX_PEM + 1);
+  size_t n = buf ? fread(buf, 1, SD_MAX_PEM + 1, f) : 0;
+  bool bad = ferror(f);
+  fclose(f);
+  if (!buf || bad || n == 0 || n > SD_MAX_PEM || memchr(buf, 0, n)) {
+    fprintf(stderr, "sandboxd: %s %s: %s\n", flag, path, !buf ? "out of memory" : bad ? "cannot be read"
+            : n == 0 ? "is empty" : n > SD_MAX_PEM ? "is larger than 1 MiB" : "is not PEM text");
+    free(buf);
+    return NULL;
+  }
+  buf[n] = '\0';
+  if (!strstr(buf, "-----BEGIN ")) {
+    fprintf(stderr, "sandboxd: %s %s: is not PEM (no -----BEGIN line)\n", flag, path);
+    free(buf);
+    return NULL;
+  }
+  return buf;
 }
 
 static int mkdir_p(const char *path, mode_t mode) {
@@ -127,41 +178,62 @@ static void report_caps(void) {
 }
 
 int main(int argc, char **argv) {
-  const char *listen = NULL, *api_key = NULL, *state = NULL, *codecs = "json,proto";
+  const char *listen = NULL, *tls_listen = NULL, *domain = NULL, *cert_path = NULL, *key_path = NULL;
+  const char *api_key = NULL, *state = NULL, *codecs = "json,proto";
   bool exit_with_parent = false;
   pid_t parent = getppid();                 /* before anything else: the process that started us */
+  static const char *const VALUED[] = {"--listen", "--tls-listen", "--domain", "--tls-cert", "--tls-key", "--api-key",
+                                       "--state-dir", "--envd-codecs"};
+  const char **slot[] = {&listen, &tls_listen, &domain, &cert_path, &key_path, &api_key, &state, &codecs};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
     if (!strcmp(a, "--exit-with-parent")) { exit_with_parent = true; continue; }
-    if (i + 1 >= argc || (strcmp(a, "--listen") && strcmp(a, "--api-key") && strcmp(a, "--state-dir") &&
-                          strcmp(a, "--envd-codecs"))) {
+    size_t k = 0;
+    while (k < sizeof VALUED / sizeof VALUED[0] && strcmp(a, VALUED[k]) != 0) k++;
+    if (i + 1 >= argc || k == sizeof VALUED / sizeof VALUED[0]) {
       fprintf(stderr, "sandboxd: unknown or incomplete argument '%s'\n", a);
       usage(stderr);
       return 2;
     }
-    const char *v = argv[++i];
-    if (!strcmp(a, "--listen")) listen = v;
-    else if (!strcmp(a, "--api-key")) api_key = v;
-    else if (!strcmp(a, "--envd-codecs")) codecs = v;
-    else state = v;
+    *slot[k] = argv[++i];
   }
   bool cj = !strcmp(codecs, "json") || !strcmp(codecs, "json,proto") || !strcmp(codecs, "proto,json");
   bool cp = !strcmp(codecs, "proto") || !strcmp(codecs, "json,proto") || !strcmp(codecs, "proto,json");
   if (!cj && !cp) { fprintf(stderr, "sandboxd: --envd-codecs '%s' must be json, proto or json,proto\n", codecs); return 2; }
   rpc_set_codecs(cj, cp);
-  if (!listen) { fprintf(stderr, "sandboxd: --listen HOST:PORT is required\n"); usage(stderr); return 2; }
-  char host[64];
-  const char *colon = strrchr(listen, ':');
-  char *end;
-  long port = colon ? strtol(colon + 1, &end, 10) : -1;
-  if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof host || !colon[1] || *end || port < 0 || port > 65535) {
-    fprintf(stderr, "sandboxd: --listen '%s' must be IPV4:PORT, e.g. 127.0.0.1:49983\n", listen);
+  if (!listen && !tls_listen) { fprintf(stderr, "sandboxd: --listen HOST:PORT (or --tls-listen) is required\n"); usage(stderr); return 2; }
+  char host[64] = "", tls_host[64] = "";
+  int port = 0, tls_port = 0;
+  if (listen && parse_addr("--listen", listen, host, sizeof host, &port)) return 2;
+  if (tls_listen && parse_addr("--tls-listen", tls_listen, tls_host, sizeof tls_host, &tls_port)) return 2;
+  if (tls_listen && (!cert_path || !key_path)) {
+    fprintf(stderr, "sandboxd: --tls-listen needs --tls-cert and --tls-key (PEM files: the certificate chain, its key)\n");
     return 2;
   }
-  snprintf(host, sizeof host, "%.*s", (int)(colon - listen), listen);
+  if (!tls_listen && (cert_path || key_path)) {
+    fprintf(stderr, "sandboxd: --tls-cert and --tls-key are for --tls-listen, which is missing\n");
+    return 2;
+  }
+  char domain_lc[RT_DOMAIN_MAX + 1] = "";
+  if (domain) {
+    size_t n = strlen(domain);
+    if (n && domain[n - 1] == '.') n--;                       /* a fully qualified name's final dot */
+    for (size_t i = 0; i < n && i < RT_DOMAIN_MAX; i++)
+      domain_lc[i] = (char)(domain[i] >= 'A' && domain[i] <= 'Z' ? domain[i] - 'A' + 'a' : domain[i]);
+    domain_lc[n < RT_DOMAIN_MAX ? n : RT_DOMAIN_MAX] = '\0';
+    if (n > RT_DOMAIN_MAX || !rt_valid_domain(domain_lc)) {
+      fprintf(stderr, "sandboxd: --domain '%s' must be a DNS name (letters, digits, '-', '.'; at most %d bytes)\n", domain, RT_DOMAIN_MAX);
+      return 2;
+    }
+  }
   if (api_key && !valid_key(api_key)) {
     fprintf(stderr, "sandboxd: --api-key must look like e2b_<lowercase hex> (the E2B SDK rejects anything else)\n");
+    return 2;
+  }
+  char *tls_cert = NULL, *tls_key = NULL;
+  if (tls_listen && (!(tls_cert = read_pem("--tls-cert", cert_path)) || !(tls_key = read_pem("--tls-key", key_path)))) {
+    free(tls_cert);
     return 2;
   }
   char state_dir[4096];
@@ -223,9 +295,9 @@ int main(int argc, char **argv) {
   paths_allow_dev(vol_dev());
   int swept = ly_sweep();
   if (swept > 0) fprintf(stderr, "sandboxd: removed %d snapshot layer%s nothing refers to\n", swept, swept == 1 ? "" : "s");
-  control_init(state_dir);
+  control_init(state_dir, domain_lc[0] ? domain_lc : NULL);
   snprintf(g_state_dir, sizeof g_state_dir, "%s", state_dir);
-  router_init(api_key);
+  router_init(api_key, domain_lc);
   if (reg_init(&BACKEND, &DEATHS)) {
     fprintf(stderr, "sandboxd: cannot start the expiry thread\n");
     sbx_pool_stop();
@@ -233,22 +305,40 @@ int main(int argc, char **argv) {
     return 1;
   }
   char err[512];
-  if (sd_server_start(host, (int)port, dispatch_hooks(), err, sizeof err)) {
+  sd_listen ls[SD_MAX_LISTEN];
+  size_t nls = 0;
+  if (listen) ls[nls++] = (sd_listen){.host = host, .port = port};
+  if (tls_listen) ls[nls++] = (sd_listen){.host = tls_host, .port = tls_port, .tls_cert = tls_cert, .tls_key = tls_key};
+  if (proxy_init(err, sizeof err) != 0 || sd_server_start(ls, nls, dispatch_hooks(), err, sizeof err)) {
     fprintf(stderr, "sandboxd: %s\n", err);
+    free(tls_cert);
+    free(tls_key);
     reg_shutdown();
     sbx_pool_stop();
     net_shutdown();
     return 1;
   }
   if (api_key == keybuf) printf("sandboxd api key: %s (kept in %s/api-key)\n", api_key, state_dir);
-  printf("sandboxd listening on http://%s:%d\n", host, sd_server_port());
+  for (size_t i = 0; i < nls; i++)
+    printf("sandboxd listening on %s://%s:%d\n", ls[i].tls_cert ? "https" : "http", ls[i].host, sd_server_port(i));
+  if (domain_lc[0])
+    printf("sandboxd edge domain %s: api.%s (control plane), <port>-<id>.%s and sandbox.%s (sandboxes; 49983: envd)\n",
+           domain_lc, domain_lc, domain_lc, domain_lc);
   fflush(stdout);
 
   int sig = 0;
   sigwait(&set, &sig);
   fprintf(stderr, "sandboxd: %s: destroying every sandbox\n", strsignal(sig));
   reg_shutdown();
+  for (size_t i = 0; i < nls; i++) {
+    sd_listen_stats st;
+    sd_server_stats(i, &st);
+    fprintf(stderr, "sandboxd: %s://%s:%d served %llu requests on %llu connections\n", ls[i].tls_cert ? "https" : "http",
+            ls[i].host, sd_server_port(i), (unsigned long long)st.requests, (unsigned long long)st.connections);
+  }
   sd_server_stop();
+  free(tls_cert);                 /* MHD may refer to them while it runs */
+  free(tls_key);
   router_shutdown();
   snap_shutdown();
   ly_shutdown();

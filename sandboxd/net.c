@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <pwd.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdint.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -453,4 +455,86 @@ void net_pair_free(net_pair *p) {
   if (p->userns >= 0) close(p->userns);
   if (p->netns >= 0) close(p->netns);
   free(p);
+}
+
+/* ---- sockets in a pair's network namespace (the port proxy's connections) ----
+ *
+ * A socket belongs to the network namespace of the thread that made it, for good. As root a
+ * short-lived thread joins the namespace, makes the socket and ends (the calling thread's own
+ * namespaces never change). Without root a thread may not join it (that takes CAP_SYS_ADMIN in
+ * sandboxd's own user namespace too), and a multithreaded process may not join a user namespace:
+ * a forked child joins the pair's user namespace (its owner's uid has every capability there),
+ * then the network namespace, makes the socket and passes it back over a socketpair. */
+
+typedef struct { int netns, domain, type, fd, err; } sock_job;
+
+static void *sock_thread(void *arg) {
+  sock_job *j = arg;
+  if (setns(j->netns, CLONE_NEWNET) != 0) { j->err = errno; return NULL; }
+  j->fd = socket(j->domain, j->type | SOCK_CLOEXEC, 0);
+  if (j->fd < 0) j->err = errno;
+  return NULL;                  /* the thread, in the sandbox's namespace, ends here */
+}
+
+static int socket_by_thread(const net_pair *p, int domain, int type) {
+  sock_job j = {p->netns, domain, type, -1, 0};
+  pthread_t t;
+  int rc = pthread_create(&t, NULL, sock_thread, &j);
+  if (rc != 0) { errno = rc; return -1; }
+  pthread_join(t, NULL);
+  if (j.fd < 0) errno = j.err;
+  return j.fd;
+}
+
+static int socket_by_child(const net_pair *p, int domain, int type) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) != 0) return -1;
+  /* Everything the child needs is built here: after clone it makes raw system calls only. */
+  int code = 0;
+  char cbuf[CMSG_SPACE(sizeof(int))];
+  memset(cbuf, 0, sizeof cbuf);
+  struct iovec iov = { &code, sizeof code };
+  struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf };
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  long pid = syscall(SYS_clone, (unsigned long)SIGCHLD, 0, 0, 0, 0);
+  if (pid == 0) {
+    long fd = -1;
+    if (syscall(SYS_setns, p->userns, CLONE_NEWUSER) != 0 || syscall(SYS_setns, p->netns, CLONE_NEWNET) != 0 ||
+        (fd = syscall(SYS_socket, domain, type | SOCK_CLOEXEC, 0)) < 0) {
+      code = errno;
+      m.msg_control = NULL;
+      m.msg_controllen = 0;
+    } else {
+      int ifd = (int)fd;
+      memcpy(CMSG_DATA(cm), &ifd, sizeof ifd);
+    }
+    syscall(SYS_sendmsg, sv[1], &m, 0);
+    syscall(SYS_exit_group, 0);
+  }
+  int e = errno;
+  close(sv[1]);
+  if (pid < 0) { close(sv[0]); errno = e; return -1; }
+  while (waitpid((pid_t)pid, NULL, 0) < 0 && errno == EINTR) {}
+  /* The child sent its answer before it exited: it is queued now, or there is none. */
+  memset(cbuf, 0, sizeof cbuf);
+  m.msg_control = cbuf;
+  m.msg_controllen = sizeof cbuf;
+  code = 0;
+  ssize_t n = recvmsg(sv[0], &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  close(sv[0]);
+  cm = CMSG_FIRSTHDR(&m);
+  if (n == (ssize_t)sizeof code && code == 0 && cm && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof(int))) {
+    int fd;
+    memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+    return fd;
+  }
+  errno = n == (ssize_t)sizeof code && code ? code : EIO;
+  return -1;
+}
+
+int net_pair_socket(const net_pair *p, int domain, int type) {
+  return g.privileged ? socket_by_thread(p, domain, type) : socket_by_child(p, domain, type);
 }

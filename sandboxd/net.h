@@ -51,4 +51,8 @@ void  net_pair_free(net_pair *p);               /* SIGKILL to pasta, reaped; nam
 int   net_pair_userns(const net_pair *p);       /* O_RDONLY fds of /proc/.../ns/{user,net} */
 int   net_pair_netns(const net_pair *p);
 pid_t net_pair_pasta(const net_pair *p);        /* 0 without internet access */
+/* A socket (close-on-exec) in the pair's network namespace, whatever the calling thread's: as root
+ * made by a thread that joins it; rootless by a child that joins the pair's user namespace first
+ * (net.c). The sandbox's loopback is reached through it, never the host's. -1 with errno. */
+int   net_pair_socket(const net_pair *p, int domain, int type);
 #endif

@@ -12,15 +12,26 @@
 #include "volumes.h"
 
 static char *g_api_key;
+static char g_domain[RT_DOMAIN_MAX + 1];   /* "" without edge routing */
 
-void router_init(const char *api_key) {
+bool rt_valid_domain(const char *d) {
+  size_t n = d ? strlen(d) : 0;
+  if (n == 0 || n > RT_DOMAIN_MAX || d[0] == '.' || d[0] == '-' || d[n - 1] == '.' || strstr(d, "..")) return false;
+  for (const char *p = d; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.')) return false;
+  return true;
+}
+
+void router_init(const char *api_key, const char *domain) {
   free(g_api_key);
   g_api_key = api_key ? strdup(api_key) : NULL;
+  snprintf(g_domain, sizeof g_domain, "%s", domain && rt_valid_domain(domain) ? domain : "");
 }
 
 void router_shutdown(void) {
   free(g_api_key);
   g_api_key = NULL;
+  g_domain[0] = '\0';
 }
 
 /* ---- the tables ---- */
@@ -30,7 +41,7 @@ void router_shutdown(void) {
 typedef enum { AUTH_NONE, AUTH_API_KEY, AUTH_ENVD_TOKEN, AUTH_FILES, AUTH_VOLUME_TOKEN } auth_kind;
 static auth_kind auth_of(int r) {
   switch (r) {
-    case RT_HEALTH: case RT_ENVD_HEALTH: return AUTH_NONE;
+    case RT_HEALTH: case RT_ENVD_HEALTH: case RT_PORT: return AUTH_NONE;
     case RT_FILES: return AUTH_FILES;
     case RT_VOLUME_CONTENT: return AUTH_VOLUME_TOKEN;
     case RT_PROCESS: case RT_FILESYSTEM: case RT_RPC_UNKNOWN: return AUTH_ENVD_TOKEN;
@@ -281,25 +292,152 @@ static int check(const rt_view *v, int64_t now_s, rt_decision *d, char *body, si
   return refuse(body, bodylen, 500, "no credentials rule for this route");
 }
 
-int router_admit(const rt_view *v, int64_t now_s, rt_decision *d, char *body, size_t bodylen) {
-  memset(d, 0, sizeof *d);
+/* ---- which sandbox and port (E2B's edge, the path proxy, the routing headers) ---- */
+
+/* A port: 1..65535 in decimal digits only. */
+static bool parse_port(const char *s, size_t n, unsigned *port) {
+  if (n == 0 || n > 5) return false;
+  unsigned v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] < '0' || s[i] > '9') return false;
+    v = v * 10 + (unsigned)(s[i] - '0');
+  }
+  if (v == 0 || v > 65535) return false;
+  *port = v;
+  return true;
+}
+
+typedef enum { TGT_NONE, TGT_CONTROL, TGT_SANDBOX } target_kind;
+typedef struct {
+  target_kind kind;
+  char id[65];
+  unsigned port;             /* 0: envd (no port named) */
+  const char *path;          /* what the sandbox's side sees */
+  size_t strip;
+} target;
+
+/* The Host header's name, lower-cased, without its port and a final dot; false if it has none
+ * that fits. */
+static bool host_name(const rt_view *v, char *out, size_t cap) {
+  const char *h = v->header(v->req, "Host");
+  if (!h || !*h || h[0] == '[') return false;                 /* an IPv6 literal names no domain */
+  size_t n = strcspn(h, ":");
+  if (n >= cap) return false;
+  for (size_t i = 0; i < n; i++) out[i] = (char)(h[i] >= 'A' && h[i] <= 'Z' ? h[i] - 'A' + 'a' : h[i]);
+  out[n] = '\0';
+  if (n && out[n - 1] == '.') out[n - 1] = '\0';
+  return true;
+}
+
+/* Host routing under the domain: TGT_NONE when the host is not under it; else TGT_CONTROL or
+ * TGT_SANDBOX, or a refusal (status, body). */
+static int edge_target(const rt_view *v, target *t, char *body, size_t bodylen) {
+  char host[RT_DOMAIN_MAX + 160];
+  size_t dl = strlen(g_domain);
+  if (!dl || !host_name(v, host, sizeof host)) return 0;
+  size_t hl = strlen(host);
+  if (hl < dl || strcmp(host + hl - dl, g_domain) != 0) return 0;
+  if (hl == dl) return refuse(body, bodylen, 400, "Invalid host");
+  if (host[hl - dl - 1] != '.') return 0;                     /* e.g. xD for domain D: not under it */
+  host[hl - dl - 1] = '\0';                                   /* the label(s) before the domain */
+  if (!strcmp(host, "api")) { t->kind = TGT_CONTROL; return 0; }
+  t->kind = TGT_SANDBOX;
+  t->path = v->path;
+  if (!strcmp(host, "sandbox")) {                             /* the shared host: routing headers */
+    const char *sid = v->header(v->req, "E2b-Sandbox-Id"), *sp = v->header(v->req, "E2b-Sandbox-Port");
+    if ((!sid || !*sid) && (!sp || !*sp)) return refuse(body, bodylen, 400, "Invalid host");   /* no headers: the name itself */
+    if (!sid || !*sid) return refuse(body, bodylen, 400, "Missing header: E2b-Sandbox-Id");
+    if (!sp || !*sp) return refuse(body, bodylen, 400, "Missing header: E2b-Sandbox-Port");
+    if (!parse_port(sp, strlen(sp), &t->port)) return refuse(body, bodylen, 400, "Invalid sandbox port");
+    if (!reg_valid_id(sid)) return refuse(body, bodylen, 400, "Invalid sandbox ID");
+    snprintf(t->id, sizeof t->id, "%s", sid);
+    return 0;
+  }
+  /* <port>-<id>[-<anything>] in one label */
+  const char *dash = strchr(host, '-');
+  if (!dash || strchr(host, '.')) return refuse(body, bodylen, 400, "Invalid host");
+  if (!parse_port(host, (size_t)(dash - host), &t->port)) return refuse(body, bodylen, 400, "Invalid sandbox port");
+  size_t il = strcspn(dash + 1, "-");
+  if (il == 0 || il >= sizeof t->id) return refuse(body, bodylen, 400, "Invalid sandbox ID");
+  snprintf(t->id, sizeof t->id, "%.*s", (int)il, dash + 1);
+  if (!reg_valid_id(t->id)) return refuse(body, bodylen, 400, "Invalid sandbox ID");
+  return 0;
+}
+
+#define PATH_PROXY "/_sandbox/"
+
+/* Plain mode: /_sandbox/<id>/<port>[/<path>], or the routing headers. */
+static int plain_target(const rt_view *v, target *t, char *body, size_t bodylen) {
+  if (!strncmp(v->path, PATH_PROXY, sizeof PATH_PROXY - 1)) {
+    const char *id = v->path + sizeof PATH_PROXY - 1, *slash = strchr(id, '/');
+    const char *port = slash ? slash + 1 : NULL;
+    size_t il = slash ? (size_t)(slash - id) : 0, pl = port ? strcspn(port, "/") : 0;
+    if (!slash || il == 0 || il >= sizeof t->id)
+      return refuse(body, bodylen, 404, "the port proxy's paths are " PATH_PROXY "<sandbox id>/<port>/<path>");
+    snprintf(t->id, sizeof t->id, "%.*s", (int)il, id);
+    if (!reg_valid_id(t->id)) return refuse(body, bodylen, 400, "Invalid sandbox ID");
+    if (!parse_port(port, pl, &t->port)) return refuse(body, bodylen, 400, "Invalid sandbox port");
+    t->kind = TGT_SANDBOX;
+    t->strip = (size_t)(port + pl - v->path);
+    t->path = port[pl] ? port + pl : "/";
+    return 0;
+  }
   const char *sid = v->header(v->req, "E2b-Sandbox-Id");
-  int st = 0;
-  if (sid) {
-    if (!strcmp(v->path, "/health")) {
-      reg_entry *w = reg_get(sid);   /* traffic wakes an auto-resume sandbox */
-      if (w) { (void)reg_wake(w); reg_put(w); }
-      /* A sandbox being destroyed is still reported until it is completely gone (like GET). */
-      if (!reg_exists(sid)) return refuse_502(body, bodylen, sid);
-      d->route = RT_ENVD_HEALTH;
-      return 0;
-    }
+  if (!sid) return 0;
+  t->kind = TGT_SANDBOX;
+  t->path = v->path;
+  snprintf(t->id, sizeof t->id, "%.64s", sid);
+  const char *sp = v->header(v->req, "E2b-Sandbox-Port");
+  if (sp && *sp && !parse_port(sp, strlen(sp), &t->port)) return refuse(body, bodylen, 400, "Invalid sandbox port");
+  return 0;
+}
+
+/* A body follows the headers (the proxy streams it to the port). */
+static bool has_body(const rt_view *v) {
+  const char *cl = v->header(v->req, "Content-Length"), *te = v->header(v->req, "Transfer-Encoding");
+  return (te && *te) || (cl && strtoull(cl, NULL, 10) > 0);
+}
+
+/* envd of sandbox `sid` (its own port or by header), or its port through the proxy. */
+static int sandbox_admit(const rt_view *v, const target *t, rt_decision *d, char *body, size_t bodylen) {
+  const char *sid = t->id;
+  if (t->port && t->port != RT_ENVD_PORT) {
     reg_entry *e = reg_get(sid);
     if (!e || reg_wake(e) != 0) { reg_put(e); return refuse_502(body, bodylen, sid); }
     d->entry = e;
-    d->route = envd_route(v->path, d);
-    if ((int)d->route == RT_NO_ENDPOINT) st = refuse(body, bodylen, 404, "envd has no endpoint %.60s %.300s", v->method, v->path);
-  } else if (!strcmp(v->path, "/files")) {
+    d->route = RT_PORT;
+    d->port = t->port;
+    d->strip = t->strip;
+    d->upload = has_body(v);
+    return 0;
+  }
+  if (!strcmp(t->path, "/health")) {
+    reg_entry *w = reg_get(sid);   /* traffic wakes an auto-resume sandbox */
+    if (w) { (void)reg_wake(w); reg_put(w); }
+    /* A sandbox being destroyed is still reported until it is completely gone (like GET). */
+    if (!reg_exists(sid)) return refuse_502(body, bodylen, sid);
+    d->route = RT_ENVD_HEALTH;
+    return 0;
+  }
+  reg_entry *e = reg_get(sid);
+  if (!e || reg_wake(e) != 0) { reg_put(e); return refuse_502(body, bodylen, sid); }
+  d->entry = e;
+  d->route = envd_route(t->path, d);
+  if ((int)d->route == RT_NO_ENDPOINT) return refuse(body, bodylen, 404, "envd has no endpoint %.60s %.300s", v->method, t->path);
+  return 0;
+}
+
+int router_admit(const rt_view *v, int64_t now_s, rt_decision *d, char *body, size_t bodylen) {
+  memset(d, 0, sizeof *d);
+  target t = {0};
+  int st = edge_target(v, &t, body, bodylen);
+  if (!st && t.kind == TGT_NONE) st = plain_target(v, &t, body, bodylen);
+  if (st) return st;
+  if (t.kind == TGT_SANDBOX) {
+    st = sandbox_admit(v, &t, d, body, bodylen);
+    if (st) { router_release(d); return st; }
+    if (d->route == RT_ENVD_HEALTH || d->route == RT_PORT) return 0;
+  } else if (t.kind == TGT_NONE && !strcmp(v->path, "/files")) {
     /* Signed URLs carry no routing header: the signature names the sandbox (the one whose token
      * verifies it). */
     const char *sig = v->query(v->req, "signature");

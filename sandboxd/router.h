@@ -1,8 +1,21 @@
 /* router.h — the one route table and the one auth table of sandboxd. From a request's method,
  * path, headers and query alone it decides which handler serves it and checks its credentials
- * (each parsed once, by auth.c), before any body byte is read:
+ * (each parsed once, by auth.c), before any body byte is read.
  *
- *   E2b-Sandbox-Id header  → envd of that sandbox: GET /health (none), /files (its token, or a
+ * First the sandbox and port a request is for, if any (E2B's edge; with a domain D set):
+ *   Host api.D             → the control plane (below), whatever the headers
+ *   Host <port>-<id>.D     → port <port> of sandbox <id> (more "-" parts after the id are ignored,
+ *                            as E2B's edge does)
+ *   Host sandbox.D         → E2b-Sandbox-Id and E2b-Sandbox-Port name them (both required)
+ *   other hosts under D    → 400 Invalid host
+ * and for any other Host (plain mode: an address):
+ *   /_sandbox/<id>/<port>[/<path>] → port <port> of sandbox <id>, path /<path> (the path proxy)
+ *   E2b-Sandbox-Id header  → that sandbox; port E2b-Sandbox-Port if it is given, else envd's.
+ * Port 49983 is envd (sandboxd itself serves it); any other port goes to the port proxy
+ * (RT_PORT, proxy.c), which needs no credentials: the URL is the capability, as with E2B's
+ * default allowPublicTraffic. Then:
+ *
+ *   envd of a sandbox      → GET /health (none), /files (its token, or a
  *                            v1 signature), /process.Process/<rpc>, /filesystem.Filesystem/<rpc> (its
  *                            token when secure; the user from Basic authorization)
  *   /files without it      → the sandbox whose token verifies the URL's signature
@@ -38,11 +51,12 @@ typedef enum {
   RT_PROCESS,                /* process.Process/<rpc> */
   RT_FILESYSTEM,             /* filesystem.Filesystem/<rpc> */
   RT_RPC_UNKNOWN,            /* another service: Connect unimplemented */
+  RT_PORT,                   /* the port proxy: d->port of d->entry (held), no credentials */
 } rt_route;
 
-/* A request as the router sees it. */
+/* A request as the router sees it (the Host header comes through `header`). */
 typedef struct {
-  const char *method, *path;
+  const char *method, *path;   /* path decoded, without the query */
   const char *(*header)(const void *req, const char *name);   /* case-insensitive; NULL if absent */
   const char *(*query)(const void *req, const char *name);
   const void *req;
@@ -61,10 +75,17 @@ typedef struct {
   const char *user_error;    /* RPC routes: why the Authorization header is refused, NULL if it is not */
   bool user_unknown;         /* RPC routes: the header names a user the sandbox does not have (in user) */
   const char *message;       /* RT_UNIMPLEMENTED */
-  bool upload;               /* POST /files: the body is streamed to the handler */
+  bool upload;               /* POST /files, and RT_PORT with a body: the body is streamed to the handler */
+  unsigned port;             /* RT_PORT: the port inside the sandbox (1..65535) */
+  size_t strip;              /* RT_PORT by path: bytes of the path's /_sandbox/<id>/<port> prefix */
 } rt_decision;
 
-void router_init(const char *api_key);   /* keeps a copy */
+#define RT_ENVD_PORT 49983u
+#define RT_DOMAIN_MAX 200
+/* Keeps copies. domain: E2B's domain D for routing by Host (NULL or "": none); lower-case
+ * letters, digits, '-' and '.', as rt_valid_domain checks. */
+void router_init(const char *api_key, const char *domain);
+bool rt_valid_domain(const char *domain);
 void router_shutdown(void);
 /* 0 and d filled, or the HTTP status of a refusal with its JSON body in body. now_s: the time
  * signatures' expiry is checked against. */

@@ -106,6 +106,10 @@ static uid_t map_uid(bool priv, uid_t uid0, uid_t inner) {
 uid_t sbx_host_uid(const sbx_t *s, uid_t inner) { return map_uid(s->privileged, s->uid0, inner); }
 gid_t sbx_host_gid(const sbx_t *s, gid_t inner) { return (gid_t)map_uid(s->privileged, (uid_t)s->gid0, (uid_t)inner); }
 int sbx_root_fd(sbx_t *s) { return s->root_fd; }
+int sbx_socket(sbx_t *s, int domain, int type) {
+  if (!s->net) { errno = ENETUNREACH; return -1; }
+  return net_pair_socket(s->net, domain, type);
+}
 void sbx_id_range(uid_t *uid_base, gid_t *gid_base, uint32_t *count) {
   bool priv = geteuid() == 0;
   *uid_base = priv ? SBX_UID_BASE : geteuid();

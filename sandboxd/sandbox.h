@@ -43,6 +43,9 @@ int   sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen);
 void  sbx_destroy(sbx_t *s);
 int   sbx_pause(sbx_t *s);              /* freeze every process (cgroup freezer, else SIGSTOP); 0 or -1 */
 int   sbx_resume(sbx_t *s);
+/* A socket in s's network namespace (net_pair_socket): connect it to 127.0.0.1 to reach a port
+ * of s's loopback. -1 with errno. */
+int   sbx_socket(sbx_t *s, int domain, int type);
 int   sbx_root_fd(sbx_t *s);            /* O_PATH fd of "/" as the sandbox's processes see it: use openat2(RESOLVE_IN_ROOT) */
 uid_t sbx_host_uid(const sbx_t *s, uid_t inner);   /* inner uid/gid → host id, for fchown from the host */
 /* Every sandbox's map: inner id i < *count is host id *uid_base + i (*gid_base + i). */

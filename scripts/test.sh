@@ -146,6 +146,17 @@ if ls spec/*_spec.lua spec/**/*_spec.lua >/dev/null 2>&1; then
   if ! grep -qE '^1\.\.[0-9]+' <<<"$out"; then echo "$out" | tail -20; f=$((f + 1)); fi
   add "$p" "$f" "busted"
 fi
+# moonbox against sandboxd in edge mode (TLS, routing by Host, a CA made by the spec), configured
+# as for E2B's cloud: once (the spec starts its own sandboxd; the SDK's edge suite is
+# spec/sdk/edge.test.mjs, the proxy's wire checks tests/sandboxd/edge.test.mjs).
+if [ -d spec/edge ] && [ -n "$SBXD_PID" ]; then
+  note "busted: moonbox on an E2B edge (spec/edge)"
+  out=$(timeout -k 10 300 "${BUSTED[@]}" -o TAP spec/edge 2>&1); echo "$out" >"$LOG/busted-edge.log"
+  busted_counts "$out"
+  [ "$f" -gt 0 ] && grep -A8 '^not ok ' <<<"$out" | head -40
+  if ! grep -qE '^1\.\.[0-9]+' <<<"$out"; then echo "$out" | tail -20; f=$((f + 1)); fi
+  add "$p" "$f" "busted edge (moonbox on sandboxd --domain, TLS)"
+fi
 # The matrix: the seam contract suite, the consumer suite and workspace sync, the same files,
 # × {host providers, E2B providers on sandboxd}. The host cell runs as an unprivileged user (as root no permission
 # is ever denied, and the permission cases would be vacuous), from a copy it can read.

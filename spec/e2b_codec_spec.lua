@@ -10,7 +10,7 @@ describe("envd codecs #sandboxd", function()
   local mb, only_json, both
   setup(function()
     mb = require "moonbox"
-    only_json = H.start_sandboxd({ "--envd-codecs", "json" })
+    only_json = H.start_sandboxd{ args = { "--envd-codecs", "json" } }
     both = H.start_sandboxd()
   end)
   teardown(function()

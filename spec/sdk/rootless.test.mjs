@@ -97,6 +97,18 @@ test('sandboxd as an ordinary user: reports missing isolation, serves the SDK, S
   assert.equal(await sbx.files.read('notes/hello.txt'), 'hello from a rootless sandbox')
   assert.equal((await sbx.commands.run('cat ~/notes/hello.txt')).stdout, 'hello from a rootless sandbox')
   assert.ok(pathsUnder(stateDir, sbx.sandboxId).length > 0, 'the sandbox lives under --state-dir')
+  // The port proxy without root: its socket in the sandbox's network namespace comes from a child
+  // that joins the sandbox's user namespace first (net.c), and reaches the sandbox's own loopback.
+  const h = await sbx.commands.run('python3 -m http.server 8000 -d ~/notes', { background: true, timeoutMs: 0 })
+  await h.disconnect()
+  const viaProxy = await waitFor(async () => {
+    const res = await fetch(`${srv.url}/_sandbox/${sbx.sandboxId}/8000/hello.txt`)
+    return res.status === 200 && (await res.text())
+  }, { what: 'the rootless sandbox\'s port through the path proxy' })
+  assert.equal(viaProxy, 'hello from a rootless sandbox')
+  const closed = await fetch(`${srv.url}/_sandbox/${sbx.sandboxId}/8001/`)
+  assert.equal(closed.status, 502)
+  assert.equal((await closed.json()).message, 'The sandbox is running but port is not open')
   await sbx.kill()
   await waitFor(() => hostProcessesWith(`sleep ${m}`).length === 0, { what: 'the killed sandbox sleep to be gone' })
   await waitFor(() => pathsUnder(stateDir, sbx.sandboxId).length === 0, { what: 'the killed sandbox directory to be gone' })

@@ -51,29 +51,35 @@ function H.stop_server(s)
   end)
 end
 
--- A private sandboxd (logs in its state directory), with extra arguments if given (a list);
--- → { url, key, pid, proc, state }.
-function H.start_sandboxd(extra)
+-- A private sandboxd (logs in its state directory); → { url, key, pid, proc, state } (and, with a
+-- TLS listener among opts.args, https and tls_port). opts: args (more arguments: e.g. edge mode's
+-- --tls-listen/--domain), env ("NAME=VALUE" strings for its environment).
+function H.start_sandboxd(opts)
+  opts = opts or {}
   local build = os.getenv("MB_BUILD_DIR") or "build"
   local state = assert(io.popen("mktemp -d /tmp/moonbox-spec-sbxd.XXXXXX")):read("l")
   local key = "e2b_" .. ("%040x"):format(os.time())
+  local extra = ""
+  for _, a in ipairs(opts.args or {}) do extra = extra .. " '" .. a:gsub("'", "'\\''") .. "'" end
+  local env = ""
+  for _, e in ipairs(opts.env or {}) do env = env .. " '" .. e:gsub("'", "'\\''") .. "'" end
   return H.run(function()
-    local argv = { "/bin/sh", "-c",
-      'k=$1 d=$2; shift 2; exec "$0" --listen 127.0.0.1:0 --api-key "$k" --state-dir "$d/state" --exit-with-parent "$@" >"$d/log" 2>&1',
-      build .. "/bin/sandboxd", key, state }
-    for _, a in ipairs(extra or {}) do argv[#argv + 1] = a end
-    local p = assert(mb.proc.spawn{ argv = argv })
-    local url
+    local p = assert(mb.proc.spawn{ argv = { "/bin/sh", "-c",
+      'exec env' .. env .. ' "$0" --listen 127.0.0.1:0 --api-key "$1" --state-dir "$2/state" --exit-with-parent' .. extra
+        .. ' >"$2/log" 2>&1', build .. "/bin/sandboxd", key, state } })
+    local url, https, text
     for _ = 1, 200 do
       local f = io.open(state .. "/log", "r")
-      local text = f and f:read("a") or ""
+      text = f and f:read("a") or ""
       if f then f:close() end
       url = text:match("sandboxd listening on (http://[%d%.]+:%d+)")
-      if url then break end
+      https = text:match("sandboxd listening on (https://[%d%.]+:%d+)")
+      if url and (https or not extra:find("--tls-listen", 1, true)) then break end
       mb.sleep(50)
     end
-    assert(url, "sandboxd did not start (see " .. state .. "/log)")
-    return { url = url, key = key, pid = p.pid, proc = p, state = state }
+    assert(url, "sandboxd did not start (see " .. state .. "/log): " .. tostring(text))
+    return { url = url, https = https, tls_port = https and tonumber(https:match(":(%d+)$")), key = key, pid = p.pid,
+      proc = p, state = state }
   end, 20000)
 end
 

@@ -417,9 +417,161 @@ static void test_volumes(void) {
   CHECK_INT(system(cmd), 0);
 }
 
+/* E2B's edge: routing by Host under the domain, the shared host with its headers, and the port
+ * proxy (RT_PORT) by host, by header and by path, with E2B's refusals. */
+#define DOM "sbx.test"
+static void test_edge(void) {
+  reg_info s = made(true), p = made(false);
+  char host[200], body[1024];
+  rt_decision d;
+  /* api.D: the control plane, whatever routing headers come along; Host is case-blind, its port
+   * and a final dot do not matter */
+  fake_req api = {"GET", "/v2/sandboxes", {"Host", "api." DOM, "X-API-KEY", KEY, "E2b-Sandbox-Id", s.id}, {0}};
+  want_route(&api, RT_LIST);
+  api.h[1] = "API.Sbx.Test:443";
+  want_route(&api, RT_LIST);
+  api.h[1] = "api." DOM ".";
+  want_route(&api, RT_LIST);
+  fake_req apikey = {"GET", "/v2/sandboxes", {"Host", "api." DOM}, {0}};
+  want_refusal(&apikey, 401, "missing X-API-KEY header");
+  /* 49983-<id>.D: envd of <id>, its token as ever */
+  snprintf(host, sizeof host, "49983-%s." DOM, s.id);
+  fake_req envd = {"POST", "/process.Process/Start", {"Host", host, "X-Access-Token", s.token}, {0}};
+  CHECK_INT(admit(&envd, &d, body), 0);
+  CHECK_INT(d.route, RT_PROCESS);
+  CHECK(d.entry != NULL && !strcmp(reg_id(d.entry), s.id));
+  router_release(&d);
+  fake_req envd_nt = {"POST", "/process.Process/Start", {"Host", host}, {0}};
+  want_refusal(&envd_nt, 401, "unauthorized access");
+  fake_req eh = {"GET", "/health", {"Host", host}, {0}};
+  want_route(&eh, RT_ENVD_HEALTH);
+  fake_req ef = {"GET", "/files", {"Host", host, "X-Access-Token", s.token}, {"path", "/x"}};
+  want_route(&ef, RT_FILES);
+  /* <port>-<id>.D: the port proxy, no credentials; more "-" parts are E2B's and ignored */
+  snprintf(host, sizeof host, "8000-%s-abc." DOM, s.id);
+  fake_req port = {"GET", "/index.html", {"Host", host}, {0}};
+  CHECK_INT(admit(&port, &d, body), 0);
+  CHECK_INT(d.route, RT_PORT);
+  CHECK_INT(d.port, 8000);
+  CHECK_INT(d.strip, 0);
+  CHECK(!d.upload);
+  CHECK(d.entry != NULL && !strcmp(reg_id(d.entry), s.id));
+  router_release(&d);
+  fake_req upl = {"POST", "/up", {"Host", host, "Content-Length", "5"}, {0}};
+  CHECK_INT(admit(&upl, &d, body), 0);
+  CHECK(d.upload);                                  /* the body is streamed to the port */
+  router_release(&d);
+  fake_req chunked = {"PUT", "/up", {"Host", host, "Transfer-Encoding", "chunked"}, {0}};
+  CHECK_INT(admit(&chunked, &d, body), 0);
+  CHECK(d.upload);
+  router_release(&d);
+  fake_req empty = {"POST", "/up", {"Host", host, "Content-Length", "0"}, {0}};
+  CHECK_INT(admit(&empty, &d, body), 0);
+  CHECK(!d.upload);
+  router_release(&d);
+  /* sandbox.D: E2b-Sandbox-Id and E2b-Sandbox-Port, both required */
+  fake_req shared = {"POST", "/filesystem.Filesystem/Stat", {"Host", "sandbox." DOM, "E2b-Sandbox-Id", p.id, "E2b-Sandbox-Port", "49983"}, {0}};
+  want_route(&shared, RT_FILESYSTEM);
+  fake_req sp = {"GET", "/", {"Host", "sandbox." DOM, "E2b-Sandbox-Id", p.id, "E2b-Sandbox-Port", "3000"}, {0}};
+  CHECK_INT(admit(&sp, &d, body), 0);
+  CHECK_INT(d.route, RT_PORT);
+  CHECK_INT(d.port, 3000);
+  router_release(&d);
+  fake_req noport = {"GET", "/", {"Host", "sandbox." DOM, "E2b-Sandbox-Id", p.id}, {0}};
+  want_refusal(&noport, 400, "Missing header: E2b-Sandbox-Port");
+  fake_req noid = {"GET", "/", {"Host", "sandbox." DOM, "E2b-Sandbox-Port", "3000"}, {0}};
+  want_refusal(&noid, 400, "Missing header: E2b-Sandbox-Id");
+  fake_req badsp = {"GET", "/", {"Host", "sandbox." DOM, "E2b-Sandbox-Id", p.id, "E2b-Sandbox-Port", "99999"}, {0}};
+  want_refusal(&badsp, 400, "Invalid sandbox port");
+  fake_req badsid = {"GET", "/", {"Host", "sandbox." DOM, "E2b-Sandbox-Id", "No-Such", "E2b-Sandbox-Port", "1"}, {0}};
+  want_refusal(&badsid, 400, "Invalid sandbox ID");
+  /* E2B's refusals for hosts under the domain that name nothing */
+  const char *bad_hosts[][2] = {
+    {DOM, "Invalid host"}, {"www." DOM, "Invalid host"}, {"sandbox." DOM, "Invalid host"},
+    {"8000-x.y." DOM, "Invalid host"}, {"abc-i1." DOM, "Invalid sandbox port"}, {"0-i1." DOM, "Invalid sandbox port"},
+    {"65536-i1." DOM, "Invalid sandbox port"}, {"80-." DOM, "Invalid sandbox ID"}, {"80-I_1." DOM, "Invalid sandbox ID"},
+  };
+  for (size_t i = 0; i < sizeof bad_hosts / sizeof bad_hosts[0]; i++) {
+    fake_req b = {"GET", "/", {"Host", bad_hosts[i][0]}, {0}};
+    want_refusal(&b, 400, bad_hosts[i][1]);
+  }
+  /* a host that only ends like the domain is not under it: the plain rules (here, the control plane) */
+  fake_req notunder = {"GET", "/v2/sandboxes", {"Host", "xsbx.test", "X-API-KEY", KEY}, {0}};
+  want_route(&notunder, RT_LIST);
+  /* unknown and paused sandboxes: E2B's 502 on every port */
+  fake_req unk = {"GET", "/", {"Host", "8000-nosuchsandbox." DOM}, {0}};
+  want_refusal(&unk, 502, "{\"sandboxId\":\"nosuchsandbox\",\"message\":\"The sandbox was not found\",\"code\":502}");
+  snprintf(host, sizeof host, "8000-%s." DOM, p.id);
+  fake_req pp = {"GET", "/", {"Host", host}, {0}};
+  want_route(&pp, RT_PORT);
+  CHECK_INT(reg_pause(p.id), 0);
+  want_refusal(&pp, 502, "The sandbox was not found");
+  CHECK_INT(reg_kill(s.id), 0);
+  CHECK_INT(reg_kill(p.id), 0);
+}
+
+/* Plain mode: the path proxy /_sandbox/<id>/<port>/<path>, and E2b-Sandbox-Port naming a port. */
+static void test_path_proxy(void) {
+  reg_info s = made(true);
+  char path[200], body[1024];
+  rt_decision d;
+  snprintf(path, sizeof path, "/_sandbox/%s/8000/a/b", s.id);
+  fake_req r = {"GET", path, {"Host", "127.0.0.1:4000"}, {0}};
+  CHECK_INT(admit(&r, &d, body), 0);
+  CHECK_INT(d.route, RT_PORT);
+  CHECK_INT(d.port, 8000);
+  CHECK_INT(d.strip, strlen(path) - strlen("/a/b"));
+  router_release(&d);
+  snprintf(path, sizeof path, "/_sandbox/%s/8000", s.id);
+  CHECK_INT(admit(&r, &d, body), 0);                /* no path: "/" */
+  CHECK_INT(d.route, RT_PORT);
+  CHECK_INT(d.strip, strlen(path));
+  router_release(&d);
+  /* port 49983 is envd, by path too (the rest of the path is envd's) */
+  snprintf(path, sizeof path, "/_sandbox/%s/49983/process.Process/List", s.id);
+  fake_req envd = {"POST", path, {"X-Access-Token", s.token}, {0}};
+  want_route(&envd, RT_PROCESS);
+  fake_req envd_nt = {"POST", path, {0}, {0}};
+  want_refusal(&envd_nt, 401, "unauthorized access");
+  snprintf(path, sizeof path, "/_sandbox/%s/49983/health", s.id);
+  fake_req eh = {"GET", path, {0}, {0}};
+  want_route(&eh, RT_ENVD_HEALTH);
+  /* refusals */
+  fake_req bad = {"GET", "/_sandbox/", {0}, {0}};
+  want_refusal(&bad, 404, "the port proxy's paths are /_sandbox/<sandbox id>/<port>/<path>");
+  bad.path = "/_sandbox/abc";
+  want_refusal(&bad, 404, "the port proxy's paths are");
+  bad.path = "/_sandbox/ABC/80/";
+  want_refusal(&bad, 400, "Invalid sandbox ID");
+  snprintf(path, sizeof path, "/_sandbox/%s/80x/", s.id);
+  bad.path = path;
+  want_refusal(&bad, 400, "Invalid sandbox port");
+  snprintf(path, sizeof path, "/_sandbox/%s//", s.id);
+  want_refusal(&bad, 400, "Invalid sandbox port");
+  bad.path = "/_sandbox/nosuchsandbox/80/";
+  want_refusal(&bad, 502, "The sandbox was not found");
+  /* the routing headers with another port than envd's */
+  fake_req hp = {"GET", "/", {"E2b-Sandbox-Id", s.id, "E2b-Sandbox-Port", "5173"}, {0}};
+  CHECK_INT(admit(&hp, &d, body), 0);
+  CHECK_INT(d.route, RT_PORT);
+  CHECK_INT(d.port, 5173);
+  router_release(&d);
+  fake_req he = {"POST", "/process.Process/List", {"E2b-Sandbox-Id", s.id, "E2b-Sandbox-Port", "49983", "X-Access-Token", s.token}, {0}};
+  want_route(&he, RT_PROCESS);
+  fake_req hb = {"GET", "/", {"E2b-Sandbox-Id", s.id, "E2b-Sandbox-Port", "x"}, {0}};
+  want_refusal(&hb, 400, "Invalid sandbox port");
+  /* under the domain the host decides, not the path */
+  snprintf(path, sizeof path, "/_sandbox/%s/8000/", s.id);
+  fake_req viaapi = {"GET", path, {"Host", "api." DOM, "X-API-KEY", KEY}, {0}};
+  want_refusal(&viaapi, 404, "no endpoint GET /_sandbox/");
+  CHECK(rt_valid_domain("e2b.app") && rt_valid_domain("a-b.c9") && !rt_valid_domain("") && !rt_valid_domain(".x") &&
+        !rt_valid_domain("x.") && !rt_valid_domain("a..b") && !rt_valid_domain("A.b") && !rt_valid_domain("a_b"));
+  CHECK_INT(reg_kill(s.id), 0);
+}
+
 int main(void) {
   if (reg_init(&FK_BACKEND, &FK_HOOKS) != 0) return 1;
-  router_init(KEY);
+  router_init(KEY, DOM);
   MBT_RUN(test_control_plane);
   MBT_RUN(test_api_key);
   MBT_RUN(test_envd);
@@ -427,6 +579,8 @@ int main(void) {
   MBT_RUN(test_release);
   MBT_RUN(test_basic_auth);
   MBT_RUN(test_volumes);
+  MBT_RUN(test_edge);
+  MBT_RUN(test_path_proxy);
   router_shutdown();
   reg_shutdown();
   return mbt_report();
