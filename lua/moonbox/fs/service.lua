@@ -109,7 +109,7 @@ local function shielded(fn)
     if err and err.code == "MB_CANCELED" then canceled = true end
   end
 end
-M.shielded = shielded
+M.shielded, M.cancel_requested, M.rearm = shielded, cancel_requested, rearm
 
 -- shielded() for a call returning `value | nil, err`: → value, err, canceled; a raise becomes
 -- E2B_PROTOCOL "<what> raised: …".

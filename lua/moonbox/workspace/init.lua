@@ -79,14 +79,9 @@ local function yield()
   return err == nil
 end
 
-local function cancel_requested()
-  local t = mb().current()
-  return t ~= nil and t:take_cancel()
-end
-local function rearm(canceled)
-  local t = canceled and mb().current()
-  if t then t:cancel() end
-end
+-- a cancellation asked while not blocked, consumed and given back (as the fs service does)
+local function cancel_requested() return require("moonbox.fs.service").cancel_requested() end
+local function rearm(canceled) return require("moonbox.fs.service").rearm(canceled) end
 
 -- fn in a task of its own (the caller's cancel cannot interrupt it). → value, err, canceled
 local function shielded_call(fn)
