@@ -1,5 +1,6 @@
 /* net.c — pasta per sandbox and the host guard (see net.h). */
 #include "net.h"
+#include "procfile.h"
 #include "pidfile.h"
 
 #include <errno.h>
@@ -216,14 +217,7 @@ pid_t net_pair_pasta(const net_pair *p) { return p->pasta; }
 static int write_proc(pid_t pid, const char *file, const char *s) {
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, file);
-  int fd = open(path, O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  size_t len = strlen(s);
-  ssize_t w = write(fd, s, len);
-  int e = errno;
-  close(fd);
-  if (w != (ssize_t)len) { errno = w < 0 ? e : EIO; return -1; }
-  return 0;
+  return procfile_write(path, s);
 }
 
 /* A throwaway process makes the namespaces; their descriptors keep them once it is gone. */

@@ -1,5 +1,6 @@
 /* pidfile.c — see pidfile.h. */
 #include "pidfile.h"
+#include "procfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,20 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
-static int read_small(const char *path, char *buf, size_t cap) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  ssize_t n = read(fd, buf, cap - 1);
-  close(fd);
-  if (n < 0) return -1;
-  buf[n] = 0;
-  return 0;
-}
-
 long long pidfile_starttime(pid_t pid) {
   char p[64], buf[1024];
   snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
-  if (read_small(p, buf, sizeof buf) != 0) return -1;
+  if (procfile_read(p, buf, sizeof buf) != 0) return -1;
   char *q = strrchr(buf, ')');   /* comm may contain spaces */
   if (!q) return -1;
   int field = 2;
@@ -49,7 +40,7 @@ void pidfile_kill(const char *path) {
   char buf[64];
   long pid = 0;
   long long start = -1;
-  if (read_small(path, buf, sizeof buf) != 0 || sscanf(buf, "%ld %lld", &pid, &start) != 2 || pid <= 1 ||
+  if (procfile_read(path, buf, sizeof buf) != 0 || sscanf(buf, "%ld %lld", &pid, &start) != 2 || pid <= 1 ||
       pidfile_starttime((pid_t)pid) != start)
     return;
   kill((pid_t)pid, SIGKILL);

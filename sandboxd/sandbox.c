@@ -1,5 +1,6 @@
 /* sandbox.c — create/destroy one sandbox: namespaces, id maps, cgroups, the init, the layers. */
 #include "sandbox.h"
+#include "procfile.h"
 
 #include "init.h"
 #include "layers.h"
@@ -146,28 +147,6 @@ int sbx_fs_ctx(sbx_t *s, const char *user, fs_ctx *c) {
   return 0;
 }
 
-/* ---- small file helpers ---- */
-static int write_str(const char *path, const char *s) {
-  int fd = open(path, O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  size_t len = strlen(s);
-  ssize_t w = write(fd, s, len);
-  int e = errno;
-  close(fd);
-  if (w != (ssize_t)len) { errno = w < 0 ? e : EIO; return -1; }
-  return 0;
-}
-
-static int read_str(const char *path, char *buf, size_t cap) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  ssize_t n = read(fd, buf, cap - 1);
-  close(fd);
-  if (n < 0) return -1;
-  buf[n] = 0;
-  return 0;
-}
-
 /* Sandboxes of different state dirs (parallel test runs) get separate cgroup parents. */
 static void cg_parent(const char *state_dir, char *out, size_t cap) {
   char real[4096];
@@ -207,7 +186,7 @@ void sbx_probe_host(sbx_host_caps *caps) {
     WHY("not root: pasta runs as you, and nothing keeps sandboxes with internet access from the host's "
         "non-loopback addresses; ");
   char fs[8192] = "";
-  caps->overlay = read_str("/proc/filesystems", fs, sizeof fs) == 0 && strstr(fs, "\toverlay\n");
+  caps->overlay = procfile_read("/proc/filesystems", fs, sizeof fs) == 0 && strstr(fs, "\toverlay\n");
   if (!caps->overlay) WHY("overlay file system not available; ");
   caps->cgroup_pids = cg_available(CG_PIDS);
   caps->cgroup_memory = cg_available(CG_MEMORY);
@@ -251,11 +230,11 @@ static int cg_setup(sbx_t *s, const sbx_config *cfg, char *err, size_t errlen) {
     if (c == CG_PIDS) {
       xfmt(p, sizeof p, "%s/pids.max", s->cg[c]);
       snprintf(v, sizeof v, "%ld", cfg->pids_max > 0 ? cfg->pids_max : SBX_DEFAULT_PIDS_MAX);
-      if (write_str(p, v) != 0) goto fail;
+      if (procfile_write(p, v) != 0) goto fail;
     } else if (c == CG_MEMORY) {
       xfmt(p, sizeof p, "%s/memory.limit_in_bytes", s->cg[c]);
       snprintf(v, sizeof v, "%ld", (cfg->memory_mb > 0 ? cfg->memory_mb : SBX_DEFAULT_MEMORY_MB) * 1048576L);
-      if (write_str(p, v) != 0) goto fail;
+      if (procfile_write(p, v) != 0) goto fail;
     }
     continue;
   fail:
@@ -280,7 +259,7 @@ static int cg_enter(sbx_t *s, cg_home *home, char *err, size_t errlen) {
   bool any = false;
   for (int c = 0; c < CG_N; c++) any = any || s->cg[c][0];
   if (!any) return 0;
-  if (read_str("/proc/thread-self/cgroup", buf, sizeof buf) != 0) {
+  if (procfile_read("/proc/thread-self/cgroup", buf, sizeof buf) != 0) {
     seterr(err, errlen, "read /proc/thread-self/cgroup: %s", strerror(errno));
     return -1;
   }
@@ -302,13 +281,13 @@ static int cg_enter(sbx_t *s, cg_home *home, char *err, size_t errlen) {
     if (!s->cg[c][0]) continue;
     if (!home->path[c][0]) { seterr(err, errlen, "cgroup %s: cannot tell this thread's cgroup", CG_NAMES[c]); goto fail; }
     xfmt(p, sizeof p, "%s/tasks", s->cg[c]);
-    if (write_str(p, "0") != 0) { seterr(err, errlen, "cgroup join %s: %s", p, strerror(errno)); goto fail; }
+    if (procfile_write(p, "0") != 0) { seterr(err, errlen, "cgroup join %s: %s", p, strerror(errno)); goto fail; }
   }
   return 0;
 fail:
   for (int c = 0; c < CG_N; c++) if (s->cg[c][0] && home->path[c][0]) {
     xfmt(p, sizeof p, "%s/tasks", home->path[c]);
-    (void)write_str(p, "0");
+    (void)procfile_write(p, "0");
   }
   return -1;
 }
@@ -320,20 +299,20 @@ static void cg_leave(sbx_t *s, const cg_home *home) {
   for (int c = 0; c < CG_N; c++) {
     if (!s->cg[c][0]) continue;
     xfmt(p, sizeof p, "%s/tasks", home->path[c]);
-    if (write_str(p, "0") == 0) continue;
+    if (procfile_write(p, "0") == 0) continue;
     fprintf(stderr, "sandboxd: cgroup: back to %s: %s\n", p, strerror(errno));
     xfmt(p, sizeof p, CG_ROOT "/%s/tasks", CG_NAMES[c]);
-    if (write_str(p, "0") != 0) fprintf(stderr, "sandboxd: cgroup: back to %s: %s\n", p, strerror(errno));
+    if (procfile_write(p, "0") != 0) fprintf(stderr, "sandboxd: cgroup: back to %s: %s\n", p, strerror(errno));
   }
 }
 
 static int freezer_set(sbx_t *s, const char *state) {
   char p[600], cur[64];
   xfmt(p, sizeof p, "%s/freezer.state", s->cg[CG_FREEZER]);
-  if (write_str(p, state) != 0) return -1;
+  if (procfile_write(p, state) != 0) return -1;
   /* FREEZING → FROZEN is asynchronous; wait for the kernel to confirm (bounded). */
   for (int i = 0; i < 5000; i++) {
-    if (read_str(p, cur, sizeof cur) != 0) return -1;
+    if (procfile_read(p, cur, sizeof cur) != 0) return -1;
     if (!strncmp(cur, state, strlen(state))) return 0;
     struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);
@@ -396,7 +375,7 @@ static int init_file_fd(void) {
 #endif
 static int make_image(void) {
   char mode[8] = "0";
-  (void)read_str("/proc/sys/vm/memfd_noexec", mode, sizeof mode);
+  (void)procfile_read("/proc/sys/vm/memfd_noexec", mode, sizeof mode);
   if (mode[0] == '2') return -1;           /* the host forbids executable memfds */
   int src = init_file_fd();
   if (src < 0) return -1;
@@ -456,9 +435,9 @@ static int idmap_userns_fd(void) {
         char path[64], map[64];
         snprintf(map, sizeof map, "0 %u %u\n", SBX_UID_BASE, SBX_UID_COUNT);
         snprintf(path, sizeof path, "/proc/%ld/uid_map", pid);
-        int ok = write_str(path, map) == 0;
+        int ok = procfile_write(path, map) == 0;
         snprintf(path, sizeof path, "/proc/%ld/gid_map", pid);
-        ok = ok && write_str(path, map) == 0;
+        ok = ok && procfile_write(path, map) == 0;
         snprintf(path, sizeof path, "/proc/%ld/ns/user", pid);
         if (ok) idmap_userns = open(path, O_RDONLY | O_CLOEXEC);
         if (idmap_userns < 0) idmap_userns = -1;
@@ -754,7 +733,7 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   if (pidfile_write(p, s->init_pid) != 0) { seterr(err, errlen, "write %s: %s", p, strerror(errno)); goto fail; }
   /* An OOM-killed init would take the whole sandbox down: let the kernel pick a command. */
   xfmt(p, sizeof p, "/proc/%ld/oom_score_adj", pid);
-  (void)write_str(p, "-1000");
+  (void)procfile_write(p, "-1000");
   struct pollfd pf = {sv[0], POLLIN, 0};
   int pr;
   do pr = poll(&pf, 1, SBX_READY_TIMEOUT_MS); while (pr < 0 && errno == EINTR);
@@ -861,12 +840,12 @@ static int write_limits(sbx_t *s, const sbx_config *cfg) {
   if (s->cg[CG_PIDS][0] && cfg->pids_max > 0 && cfg->pids_max != SBX_DEFAULT_PIDS_MAX) {
     xfmt(p, sizeof p, "%s/pids.max", s->cg[CG_PIDS]);
     snprintf(v, sizeof v, "%ld", cfg->pids_max);
-    if (write_str(p, v) != 0) return -1;
+    if (procfile_write(p, v) != 0) return -1;
   }
   if (s->cg[CG_MEMORY][0] && cfg->memory_mb > 0 && cfg->memory_mb != SBX_DEFAULT_MEMORY_MB) {
     xfmt(p, sizeof p, "%s/memory.limit_in_bytes", s->cg[CG_MEMORY]);
     snprintf(v, sizeof v, "%ld", cfg->memory_mb * 1048576L);
-    if (write_str(p, v) != 0) return -1;
+    if (procfile_write(p, v) != 0) return -1;
   }
   return 0;
 }
@@ -1166,13 +1145,13 @@ static uint64_t du_below(int dirfd, int depth, uint64_t *budget) {
 
 static uint64_t read_u64(const char *path) {
   char buf[64];
-  return read_str(path, buf, sizeof buf) == 0 ? strtoull(buf, NULL, 10) : 0;
+  return procfile_read(path, buf, sizeof buf) == 0 ? strtoull(buf, NULL, 10) : 0;
 }
 
 /* "<key> <value>" of a cgroup stat file. */
 static uint64_t stat_field(const char *path, const char *key) {
   char buf[8192];
-  if (read_str(path, buf, sizeof buf) != 0) return 0;
+  if (procfile_read(path, buf, sizeof buf) != 0) return 0;
   size_t k = strlen(key);
   for (char *l = buf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
     if (!strncmp(l, key, k) && l[k] == ' ') return strtoull(l + k + 1, NULL, 10);
@@ -1296,10 +1275,10 @@ void sbx_destroy(sbx_t *s) {
 static void kill_cgroup(const char *dir) {
   char p[600], buf[65536];
   xfmt(p, sizeof p, "%s/freezer.state", dir);
-  (void)write_str(p, "THAWED");
+  (void)procfile_write(p, "THAWED");
   xfmt(p, sizeof p, "%s/cgroup.procs", dir);
   for (int round = 0; round < 1000; round++) {
-    if (read_str(p, buf, sizeof buf) != 0 || !buf[0]) break;
+    if (procfile_read(p, buf, sizeof buf) != 0 || !buf[0]) break;
     for (char *save = NULL, *t = strtok_r(buf, "\n", &save); t; t = strtok_r(NULL, "\n", &save))
       kill((pid_t)atoi(t), SIGKILL);
     struct timespec ts = {0, 2000000};

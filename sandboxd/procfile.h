@@ -1,0 +1,13 @@
+/* procfile — the small kernel files sandboxd reads and writes (/proc, cgroups): whole values in
+ * one read or one write. A leaf: no sandboxd module below it. */
+#ifndef SBX_PROCFILE_H
+#define SBX_PROCFILE_H
+#include <stddef.h>
+
+/* path's contents (at most cap - 1 bytes), NUL-terminated. 0 | -1 with errno */
+int procfile_read(const char *path, char *buf, size_t cap);
+/* s written in one write(2) to an existing path (the kernel takes a value whole or refuses it).
+ * 0 | -1 with errno (EIO for a short write) */
+int procfile_write(const char *path, const char *s);
+
+#endif
