@@ -104,9 +104,11 @@ static enum MHD_Result iter(void *cls, enum MHD_ValueKind kind, const char *key,
 
 static int leftovers, entries;
 static int check_entry(const char *p, const struct stat *st, int type, struct FTW *ftw) {
-  (void)st; (void)type;
+  (void)st;
   const char *name = p + ftw->base;
-  if (name[0] == '.' && strstr(name, ".upload-")) leftovers++;
+  /* upload.c's temporary files are regular files; a directory of that name is one a part's
+   * path asked for (parents are made) */
+  if (type == FTW_F && name[0] == '.' && strstr(name, ".upload-")) leftovers++;
   entries++;
   return 0;
 }
