@@ -61,6 +61,16 @@ local function no_more(cli, argv, pos, cmd)
   if argv[pos] then cli.usage_error("sandbox %s: unexpected argument %s", cmd, argv[pos]) end
 end
 
+-- The options and the one sandbox id of `sandbox CMD ID [options]`. → opts, id
+local function one_id(cli, argv, i, cmd, spec)
+  spec = spec or {}
+  spec["--json"] = spec["--json"] or "flag"
+  local opts, args = parse_all(cli, argv, i, spec, "sandbox " .. cmd)
+  local id = id_arg(cli, args, 1, cmd)
+  no_more(cli, args, 2, cmd)
+  return opts, id
+end
+
 -- Each command: (cli, client, argv, i) → exit status | nil, err
 local commands = {}
 
@@ -133,9 +143,7 @@ function commands.list(cli, argv, i)
 end
 
 function commands.info(cli, argv, i)
-  local opts, args = parse_all(cli, argv, i, { ["--json"] = "flag" }, "sandbox info")
-  local id = id_arg(cli, args, 1, "info")
-  no_more(cli, args, 2, "info")
+  local opts, id = one_id(cli, argv, i, "info")
   return function(c)
     local it, err = c:info(id)
     if not it then return nil, err end
@@ -164,9 +172,7 @@ function commands.kill(cli, argv, i)
 end
 
 function commands.pause(cli, argv, i)
-  local opts, args = parse_all(cli, argv, i, { ["--json"] = "flag" }, "sandbox pause")
-  local id = id_arg(cli, args, 1, "pause")
-  no_more(cli, args, 2, "pause")
+  local opts, id = one_id(cli, argv, i, "pause")
   return function(c)
     local ok, err = c:pause(id)
     if ok == nil then return nil, err end
@@ -176,9 +182,7 @@ function commands.pause(cli, argv, i)
 end
 
 function commands.resume(cli, argv, i)
-  local opts, args = parse_all(cli, argv, i, { ["--timeout"] = "value", ["--json"] = "flag" }, "sandbox resume")
-  local id = id_arg(cli, args, 1, "resume")
-  no_more(cli, args, 2, "resume")
+  local opts, id = one_id(cli, argv, i, "resume", { ["--timeout"] = "value" })
   local ms = timeout_opt(cli, opts["--timeout"], "sandbox resume")
   return function(c)
     local it, err = c:resume(id, { timeoutMs = ms })
@@ -188,9 +192,7 @@ function commands.resume(cli, argv, i)
 end
 
 function commands.snapshot(cli, argv, i)
-  local opts, args = parse_all(cli, argv, i, { ["--name"] = "value", ["--json"] = "flag" }, "sandbox snapshot")
-  local id = id_arg(cli, args, 1, "snapshot")
-  no_more(cli, args, 2, "snapshot")
+  local opts, id = one_id(cli, argv, i, "snapshot", { ["--name"] = "value" })
   if opts["--name"] == "" then cli.usage_error("sandbox snapshot: --name must not be empty") end
   return function(c)
     local s, err = c:snapshot(id, { name = opts["--name"] })
@@ -200,9 +202,7 @@ function commands.snapshot(cli, argv, i)
 end
 
 function commands.metrics(cli, argv, i)
-  local opts, args = parse_all(cli, argv, i, { ["--json"] = "flag" }, "sandbox metrics")
-  local id = id_arg(cli, args, 1, "metrics")
-  no_more(cli, args, 2, "metrics")
+  local opts, id = one_id(cli, argv, i, "metrics")
   return function(c)
     local m, err = c:metrics(id)
     if not m then return nil, err end
