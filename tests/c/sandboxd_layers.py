@@ -51,7 +51,7 @@ def main():
         failures.append(f"http depends on {sorted(deps['http'])}")
     # What the unit tests and fuzzers link must not reach the HTTP layer.
     for m in ('paths', 'registry', 'router', 'auth', 'users', 'template', 'connect_request', 'ptab', 'upload', 'net', 'pidfile',
-              'ids', 'layer_copy', 'layers', 'snapshots', 'volumes'):
+              'ids', 'layer_copy', 'layers', 'snapshots', 'volumes', 'egress_rules'):
         if m not in deps:
             failures.append(f'module {m} is missing')
         elif 'http' in closure(deps, m) | {m}:
