@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "metrics.h"
+
 typedef struct sbx sbx_t;
 
 /* A volume (volumes.h) to bind-mount at path (absolute, clean, checked by the caller). */
@@ -55,16 +57,10 @@ gid_t sbx_host_gid(const sbx_t *s, gid_t inner);
  * template, then start the warm pool for state_dir. */
 void  sbx_cleanup_stale(const char *state_dir);
 
-/* Warm pool: SBX_WARM_POOL spare sandboxes per internet flag (env SANDBOXD_WARM_POOL overrides;
- * 0 disables), booted ahead of need with the default shape; sbx_create claims one when cfg's
- * state dir and flag match, and a thread boots the replacement. A spare has never run anything:
- * a claimed one gets the requested id (layer directory, cgroups, host name), limits and envVars.
- * sbx_pool_start is idempotent; sbx_pool_stop ends the refill thread and destroys every spare
- * (it also runs at exit). */
-#define SBX_WARM_POOL 1
-/* And SBX_NET_POOL network pairs with pasta up (env SANDBOXD_NET_POOL; 0 disables), for sandboxes
- * with internet access that find no spare: they then wait for their own boot only. */
-#define SBX_NET_POOL 1
+/* The warm pool (pool.h) for state_dir: spares booted ahead of need with the default shape;
+ * sbx_create claims one when cfg's state dir and flag match and it asks for no snapshot layer or
+ * volume. A claimed spare gets the requested id (layer directory, cgroups, host name), limits and
+ * envVars. Network pairs with pasta up go to sandboxes with internet access that find no spare. */
 void  sbx_pool_start(const char *state_dir);
 void  sbx_pool_stop(void);
 
@@ -76,20 +72,8 @@ void sbx_stop(sbx_t *s);
  * are copied into a new layer over the one s started from (layers.h), s is thawed. *out is a new
  * reference. 0, or -1 with err. The caller keeps s from being paused or resumed meanwhile. */
 int sbx_capture(sbx_t *s, struct layer **out, char *err, size_t errlen);
-/* Metrics, as E2B's getMetrics has them: samples taken when asked (at most one per
- * SBX_METRICS_INTERVAL_MS; the newest SBX_METRICS_MAX kept). CPU from the cpuacct cgroup, as a
- * share of every host CPU since the previous sample (or the start); memory from the memory cgroup
- * (used without page cache, the limit as total); disk: what the upper layers hold (at most
- * SBX_DU_ENTRIES entries counted) of the state dir's file system. */
-typedef struct {
-  int64_t ts_ms;
-  int cpu_count;
-  double cpu_pct;
-  uint64_t mem_used, mem_total, mem_cache, disk_used, disk_total;
-} sbx_metric;
-#define SBX_METRICS_INTERVAL_MS 1000
-#define SBX_METRICS_MAX 720
-#define SBX_DU_ENTRIES 1000000
+/* Metrics (metrics.h), as E2B's getMetrics has them. */
+typedef mx_sample sbx_metric;
 /* A sample now if due, then every sample with from_ms <= ts_ms <= to_ms (*out: free()). 0 or -1. */
 int sbx_metrics(sbx_t *s, int64_t from_ms, int64_t to_ms, sbx_metric **out, size_t *n);
 

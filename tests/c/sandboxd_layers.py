@@ -51,7 +51,7 @@ def main():
         failures.append(f"http depends on {sorted(deps['http'])}")
     # What the unit tests and fuzzers link must not reach the HTTP layer.
     for m in ('paths', 'registry', 'router', 'auth', 'users', 'template', 'connect_request', 'ptab', 'upload', 'net', 'pidfile',
-              'ids', 'layer_copy', 'layers', 'snapshots', 'volumes', 'egress_rules'):
+              'ids', 'layer_copy', 'layers', 'snapshots', 'volumes', 'cgroups', 'metrics', 'pool', 'egress_rules'):
         if m not in deps:
             failures.append(f'module {m} is missing')
         elif 'http' in closure(deps, m) | {m}:
@@ -59,6 +59,14 @@ def main():
     # The registry knows sandboxes only through its backend.
     if 'sandbox' in closure(deps, 'registry'):
         failures.append('registry depends on sandbox')
+    # sandbox.c's helpers know no sandbox: cgroups (a set of directories), metrics (a ring of
+    # samples read from a cgroup set and a directory), the warm pool (opaque spares, booted and
+    # discarded through callbacks).
+    for m in ('cgroups', 'metrics', 'pool'):
+        if 'sandbox' in closure(deps, m):
+            failures.append(f'{m} depends on sandbox')
+    if 'cgroups' in closure(deps, 'pool'):
+        failures.append('pool depends on cgroups (a spare is opaque to it)')
     if '--order' in sys.argv:
         for m in seq:
             print(f"{m}: {', '.join(sorted(deps[m])) or '-'}")
