@@ -1,5 +1,6 @@
 /* egress_rules.c — E2B's allowOut/denyOut parsed, and the decision (see egress_rules.h). */
 #include "egress_rules.h"
+#include "sniff.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -98,30 +99,9 @@ static int parse_cidr(const char *text, egress_addr *net, int *prefix) {
   return 0;
 }
 
-/* A host name as sandboxd takes it: labels of [a-z0-9_-] (1..63 bytes), at most 253 in all, a
- * final label that is not all digits (that would be a mistyped address). Lower-cases into out. */
-static bool valid_name(const char *s, char *out) {
-  size_t n = strlen(s);
-  if (n && s[n - 1] == '.') n--;
-  if (n == 0 || n > EGRESS_NAME_MAX) return false;
-  size_t label = 0;
-  bool digits_only = true;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c == '.') {
-      if (label == 0) return false;
-      label = 0;
-      digits_only = true;
-      out[i] = '.';
-      continue;
-    }
-    if (!(isalnum(c) || c == '-' || c == '_') || ++label > 63) return false;
-    if (!isdigit(c)) digits_only = false;
-    out[i] = (char)tolower(c);
-  }
-  out[n] = 0;
-  return label > 0 && !digits_only;
-}
+/* A host name, checked and normalised exactly as the sniffers return them (sniff.h), so that a
+ * rule and a connection's name compare byte for byte. */
+static bool valid_name(const char *s, char *out) { return sniff_hostname(s, strlen(s), out) == 0; }
 
 static char *trimmed(const char *s) {
   while (isspace((unsigned char)*s)) s++;
