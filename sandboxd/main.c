@@ -22,6 +22,7 @@
 #include "dispatch.h"
 #include "http.h"
 #include "layers.h"
+#include "egress.h"
 #include "net.h"
 #include "registry.h"
 #include "router.h"
@@ -35,6 +36,7 @@
 static void usage(FILE *f) {
   fprintf(f, "usage: sandboxd [--listen HOST:PORT] [--tls-listen HOST:PORT --tls-cert PEM --tls-key PEM] [--domain D]\n"
              "                [--api-key e2b_HEX] [--state-dir DIR] [--exit-with-parent] [--envd-codecs json,proto]\n"
+             "                [--dns ADDR[:PORT]]... [--egress-unblock private|link-local|CIDR]...\n"
              "  Serves E2B's control plane, envd API and port proxy on HOST:PORT (IPv4; plain HTTP), and with\n"
              "  --tls-listen over TLS too (the certificate chain and key in PEM files). Point the E2B SDK at it\n"
              "  with E2B_API_URL=http://HOST:PORT E2B_SANDBOX_URL=http://HOST:PORT E2B_API_KEY=<key>; a port\n"
@@ -45,7 +47,13 @@ static void usage(FILE *f) {
              "  whole client configuration (with DNS for *.D and trust in the certificate).\n"
              "  --exit-with-parent: SIGTERM (destroy every sandbox, exit) when the starting process dies.\n"
              "  --envd-codecs json,proto: the Connect codecs envd's RPCs take (default both; `json` answers\n"
-             "  binary requests 415, as a JSON-only envd would).\n");
+             "  binary requests 415, as a JSON-only envd would).\n"
+             "  --dns ADDR[:PORT] (up to 4): the resolvers sandboxes' DNS queries go to, and that sandboxd asks\n"
+             "  for names an egress rule allows (default: the host's /etc/resolv.conf).\n"
+             "  --egress-unblock: let sandboxes reach private and shared ranges (10/8, 172.16/12, 192.168/16,\n"
+             "  100.64/10, fc00::/7: `private`), link-local ones (169.254/16, fe80::/10, where clouds serve\n"
+             "  instance metadata: `link-local`) or a CIDR inside them, which are refused otherwise (private\n"
+             "  ones unless a sandbox's allowOut names them).\n");
 }
 
 /* HOST:PORT (IPv4 address, port 0..65535) into host/port; 0 or -1. */
@@ -148,7 +156,7 @@ static int load_or_make_key(const char *state_dir, char *key, size_t len) {
 static char g_state_dir[4096];
 static int backend_create(const char *id, const reg_create_opts *o, sbx_t **out, char *err, size_t errlen) {
   sbx_config cfg = {.id = id, .state_dir = g_state_dir, .internet = o->internet, .envs = o->envs, .layer = o->layer,
-                    .mounts = o->mounts, .nmounts = o->nmounts};
+                    .mounts = o->mounts, .nmounts = o->nmounts, .egress = o->egress};
   return sbx_create(&cfg, out, err, errlen);
 }
 static const reg_backend BACKEND = {backend_create, sbx_stop, sbx_destroy, sbx_pause, sbx_resume};
@@ -162,8 +170,8 @@ static void report_caps(void) {
   sbx_probe_host(&caps);
   struct { bool ok; const char *name; } f[] = {
     { caps.userns, "user namespaces" }, { caps.overlay, "overlay root" }, { caps.pidns, "pid namespace" },
-    { caps.netns, "network namespace" }, { caps.internet, "internet access (pasta)" },
-    { caps.net_guard, "host address guard (nftables)" }, { caps.cgroup_pids, "cgroup pids limit" },
+    { caps.netns, "network namespace" }, { caps.internet, "internet access" },
+    { caps.net_guard, "egress rules (the gateway) and the host address guard" }, { caps.cgroup_pids, "cgroup pids limit" },
     { caps.cgroup_memory, "cgroup memory limit" }, { caps.freezer, "freezer (pause)" },
   };
   char missing[640] = "";
@@ -181,6 +189,9 @@ int main(int argc, char **argv) {
   const char *listen = NULL, *tls_listen = NULL, *domain = NULL, *cert_path = NULL, *key_path = NULL;
   const char *api_key = NULL, *state = NULL, *codecs = "json,proto";
   bool exit_with_parent = false;
+  egress_config ecfg;
+  memset(&ecfg, 0, sizeof ecfg);
+  ecfg.trace = getenv("SANDBOXD_TRACE_EGRESS") != NULL;
   pid_t parent = getppid();                 /* before anything else: the process that started us */
   static const char *const VALUED[] = {"--listen", "--tls-listen", "--domain", "--tls-cert", "--tls-key", "--api-key",
                                        "--state-dir", "--envd-codecs"};
@@ -189,6 +200,19 @@ int main(int argc, char **argv) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
     if (!strcmp(a, "--exit-with-parent")) { exit_with_parent = true; continue; }
+    if ((!strcmp(a, "--dns") || !strcmp(a, "--egress-unblock")) && i + 1 < argc) {
+      const char *v = argv[++i];
+      char uerr[300];
+      if (!strcmp(a, "--egress-unblock")) {
+        if (egress_site_unblock(&ecfg.site, v, uerr, sizeof uerr) != 0) { fprintf(stderr, "sandboxd: --egress-unblock %s\n", uerr); return 2; }
+      } else if (ecfg.ndns == EGRESS_DNS_SERVERS || strlen(v) >= sizeof ecfg.dns[0]) {
+        fprintf(stderr, "sandboxd: --dns '%s': at most %d resolvers, each ADDR, ADDR:PORT or [ADDR]:PORT\n", v, EGRESS_DNS_SERVERS);
+        return 2;
+      } else {
+        snprintf(ecfg.dns[ecfg.ndns++], sizeof ecfg.dns[0], "%s", v);
+      }
+      continue;
+    }
     size_t k = 0;
     while (k < sizeof VALUED / sizeof VALUED[0] && strcmp(a, VALUED[k]) != 0) k++;
     if (i + 1 >= argc || k == sizeof VALUED / sizeof VALUED[0]) {
@@ -272,7 +296,8 @@ int main(int argc, char **argv) {
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) { perror("sandboxd: prctl(PR_SET_PDEATHSIG)"); return 1; }
     if (getppid() != parent) { fprintf(stderr, "sandboxd: --exit-with-parent: the parent already exited\n"); return 1; }
   }
-  net_init(state_dir, NULL, 0);   /* before any sandbox: the host guard (report_caps says what is missing) */
+  /* Before any sandbox: the gateway, the egress proxy, the host guard (report_caps says what is missing). */
+  net_init(state_dir, &ecfg, NULL, 0);
   sbx_cleanup_stale(state_dir);
   report_caps();
   /* Snapshots: the layer store, the catalogue over it, then what nothing refers to any more. */

@@ -65,9 +65,11 @@ static void *pool_main(void *arg) {
   /* Without pasta (the start-up report says why) nothing with internet access is kept. */
   bool net_ok = net_available(NULL, 0);
   int want_net = net_ok ? g_pool.want : 0, want_pairs = net_ok ? g_pool.want_pairs : 0;
+  /* Where every sandbox is linked (net_wants_link), a spare without a link is never claimed. */
+  int want_plain = net_wants_link(false) ? 0 : g_pool.want;
   pthread_mutex_lock(&g_pool.mu);
   for (;;) {
-    while (!g_pool.stopping && g_pool.n[0] >= g_pool.want && g_pool.n[1] >= want_net && g_pool.npairs >= want_pairs)
+    while (!g_pool.stopping && g_pool.n[0] >= want_plain && g_pool.n[1] >= want_net && g_pool.npairs >= want_pairs)
       pthread_cond_wait(&g_pool.cv, &g_pool.mu);
     if (g_pool.claimed) {
       g_pool.claimed = false;
@@ -100,7 +102,7 @@ static void *pool_main(void *arg) {
       continue;
     }
     /* internet access is the E2B default: fill it first */
-    bool net = g_pool.n[1] < want_net && (g_pool.n[1] <= g_pool.n[0] || g_pool.n[0] >= g_pool.want);
+    bool net = g_pool.n[1] < want_net && (g_pool.n[1] <= g_pool.n[0] || g_pool.n[0] >= want_plain);
     char id[32];
     snprintf(id, sizeof id, "spare%lx%lx", (unsigned long)getpid(), ++g_pool.serial);
     pthread_mutex_unlock(&g_pool.mu);

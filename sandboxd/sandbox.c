@@ -6,6 +6,7 @@
 #include "cgroups.h"
 #include "init.h"
 #include "layers.h"
+#include "egress.h"
 #include "net.h"
 #include "pidfile.h"
 #include "pool.h"
@@ -116,7 +117,6 @@ static void idmap_here(net_idmap *m) {
   if (geteuid() == 0) {
     snprintf(m->uid_map, sizeof m->uid_map, "0 %u %u\n", SBX_UID_BASE, SBX_UID_COUNT);
     snprintf(m->gid_map, sizeof m->gid_map, "0 %u %u\n", SBX_UID_BASE, SBX_UID_COUNT);
-    m->own_by_net_uid = true;
   } else {
     snprintf(m->uid_map, sizeof m->uid_map, "0 %u 1\n", (unsigned)geteuid());
     snprintf(m->gid_map, sizeof m->gid_map, "0 %u 1\n", (unsigned)getegid());
@@ -489,13 +489,14 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   }
   char *ienv[] = {NULL};
   step(tr, "fds");
-  /* Its user and network namespaces: a pair from the pool (pasta already up) or a new one. */
-  if (cfg->internet) s->net = pool_take_pair(cfg->state_dir);
+  /* Its user and network namespaces: a pair from the pool (linked already) or a new one. */
+  bool link = net_wants_link(cfg->internet);
+  if (link) s->net = pool_take_pair(cfg->state_dir);
   if (!s->net) {
     net_idmap map;
     idmap_here(&map);
-    if (!(s->net = net_pair_new(&map, cfg->internet, err, errlen))) goto fail;
-    step(tr, cfg->internet ? "network (pasta)" : "network");
+    if (!(s->net = net_pair_new(&map, link, err, errlen))) goto fail;
+    step(tr, link ? "network (link)" : "network");
   } else {
     step(tr, "network (pool)");
   }
@@ -731,7 +732,7 @@ void sbx_pool_stop(void) { pool_stop(); }
 /* A spare of the right shape for cfg, renamed to cfg->id, or NULL. */
 static sbx_t *claim_spare(const sbx_config *cfg, step_trace *tr) {
   if (cfg->layer || cfg->nmounts) return NULL;   /* spares have the default shape only */
-  sbx_t *s = pool_claim(cfg->state_dir, cfg->internet);
+  sbx_t *s = pool_claim(cfg->state_dir, net_wants_link(cfg->internet));
   if (!s) return NULL;
   step(tr, "pool");
   /* Its names become the sandbox's: the layer directory, then its cgroups. Anything failing: the
@@ -777,6 +778,18 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
   if (set_hostname(s, s->id, err, errlen) != 0) { discard(s); return -1; }
 named:
   step(&tr, "hostname");
+  /* From here the sandbox's traffic is decided by its rules (before: everything refused). */
+  if (net_pair_index(s->net)) {
+    egress_rules open;
+    egress_rules *rules = cfg->egress;
+    if (!rules) {
+      egress_rules_open(&open);
+      open.internet = cfg->internet;
+      rules = &open;
+    }
+    if (egress_attach(net_pair_index(s->net), s->id, rules, err, errlen) != 0) { discard(s); return -1; }
+    step(&tr, "egress");
+  }
   s->pt = ptab_create(s->ctl, cfg->envs, err, errlen);
   s->ctl = -1;   /* owned by the table now, even on failure */
   if (!s->pt) { discard(s); return -1; }
@@ -788,6 +801,15 @@ named:
 }
 
 layer *sbx_layer(sbx_t *s) { return s->layer; }
+
+int sbx_set_egress(sbx_t *s, egress_rules *rules, char *err, size_t errlen) {
+  if (!net_pair_index(s->net)) {
+    egress_rules_free(rules);
+    seterr(err, errlen, "this sandbox's network has no egress rules (sandboxd without root)");
+    return -1;
+  }
+  return egress_update(net_pair_index(s->net), rules, err, errlen);
+}
 
 int sbx_metrics(sbx_t *s, int64_t from_ms, int64_t to_ms, sbx_metric **out, size_t *n) {
   mx_source src = {&s->cg, s->dir, (const char (*)[16])s->sys, s->nsys};

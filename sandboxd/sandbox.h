@@ -21,7 +21,10 @@ typedef struct sbx_mount { struct volume *volume; const char *path; } sbx_mount;
 typedef struct {
   const char *id;               /* lowercase alnum, unique */
   const char *state_dir;        /* sandboxd state dir; the sandbox keeps its layers under <state_dir>/sandboxes/<id> */
-  bool internet;                /* its own network namespace either way; true: pasta connects it (net.h) */
+  bool internet;                /* allow_internet_access (net.h: as root a rule, rootless pasta or not) */
+  struct egress_rules *egress;  /* its egress rules (egress_rules.h), emptied when sbx_create hands them
+                                 * on (the caller frees them after either way: egress_rules_free of an
+                                 * emptied set is a no-op); NULL: all traffic, or none without `internet` */
   const char *const *envs;      /* NULL-terminated "NAME=VALUE" list added to every process (create envVars) */
   long memory_mb;               /* cgroup memory limit; 0 = SBX_DEFAULT_MEMORY_MB (ignored without the controller) */
   long pids_max;                /* cgroup pids limit; 0 = SBX_DEFAULT_PIDS_MAX */
@@ -76,6 +79,11 @@ int sbx_capture(sbx_t *s, struct layer **out, char *err, size_t errlen);
 typedef mx_sample sbx_metric;
 /* A sample now if due, then every sample with from_ms <= ts_ms <= to_ms (*out: free()). 0 or -1. */
 int sbx_metrics(sbx_t *s, int64_t from_ms, int64_t to_ms, sbx_metric **out, size_t *n);
+
+/* New egress rules for s (taken): what opens from now on is decided by them, and open connections
+ * they deny are reset before this returns (egress.h). 0, or -1 with err. */
+struct egress_rules;
+int sbx_set_egress(sbx_t *s, struct egress_rules *rules, char *err, size_t errlen);
 
 /* The layer s started from (NULL: the template); borrowed. */
 struct layer *sbx_layer(sbx_t *s);
