@@ -821,7 +821,7 @@ static void sweep(int64_t now) {
     }
     for (flow *f = e->flows, *next; f; f = next) {
       next = f->next;
-      if (now - f->last >= (f->dns ? 10000 : EGRESS_UDP_IDLE_MS)) flow_free(f);
+      if (now - f->last >= (f->dns ? EGRESS_DNS_IDLE_MS : EGRESS_UDP_IDLE_MS)) flow_free(f);
     }
   }
 }

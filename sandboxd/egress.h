@@ -27,10 +27,11 @@
 #include "egress_rules.h"
 
 #define EGRESS_MAX_CONNS 1024          /* open TCP connections per sandbox; more are reset */
-#define EGRESS_MAX_FLOWS 256           /* UDP flows per sandbox; datagrams of more are dropped */
+#define EGRESS_MAX_FLOWS 1024          /* UDP flows per sandbox; datagrams of more are dropped */
 #define EGRESS_SNIFF_MS 10000          /* the first bytes of a connection decided by name */
 #define EGRESS_CONNECT_MS 30000
 #define EGRESS_UDP_IDLE_MS 60000
+#define EGRESS_DNS_IDLE_MS 5000        /* a DNS flow: one query and its answer, mostly */
 #define EGRESS_DNS_SERVERS 4
 
 typedef struct egress_config {
