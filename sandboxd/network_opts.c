@@ -11,14 +11,14 @@
 
 /* A list of strings (absent or null: none) as a C array into *out (borrowed strings). 0, or -1
  * after replying. */
-static int string_list(sd_request *r, json_t *v, const char *field, const char ***out, size_t *n) {
+static int string_list(sd_request *r, json_t *v, const char *pre, const char *field, const char ***out, size_t *n) {
   *out = NULL;
   *n = 0;
   if (!v || json_is_null(v)) return 0;
-  if (!json_is_array(v)) { sd_reply_error(r, 400, "field 'network.%s' must be an array of strings", field); return -1; }
+  if (!json_is_array(v)) { sd_reply_error(r, 400, "field '%s%s' must be an array of strings", pre, field); return -1; }
   size_t count = json_array_size(v);
   if (count > EGRESS_MAX_ENTRIES) {
-    sd_reply_error(r, 400, "field 'network.%s': at most %d entries (got %zu)", field, EGRESS_MAX_ENTRIES, count);
+    sd_reply_error(r, 400, "field '%s%s': at most %d entries (got %zu)", pre, field, EGRESS_MAX_ENTRIES, count);
     return -1;
   }
   const char **l = calloc(count ? count : 1, sizeof *l);
@@ -26,7 +26,7 @@ static int string_list(sd_request *r, json_t *v, const char *field, const char *
   for (size_t i = 0; i < count; i++) {
     json_t *e = json_array_get(v, i);
     if (!json_is_string(e)) {
-      sd_reply_error(r, 400, "field 'network.%s[%zu]' must be a string (an address, a CIDR or a host name)", field, i);
+      sd_reply_error(r, 400, "field '%s%s[%zu]' must be a string (an address, a CIDR or a host name)", pre, field, i);
       free(l);
       return -1;
     }
@@ -37,22 +37,23 @@ static int string_list(sd_request *r, json_t *v, const char *field, const char *
   return 0;
 }
 
-/* The lists parsed into o->rules, and o->reported's allowOut/denyOut as in force. */
-static int egress_lists(sd_request *r, json_t *allow_v, json_t *deny_v, net_opts *o) {
+/* The lists parsed into o->rules, and o->reported's allowOut/denyOut as in force. pre: where the
+ * request has them ("network." on create). */
+static int egress_lists(sd_request *r, const char *pre, json_t *allow_v, json_t *deny_v, net_opts *o) {
   const char **allow = NULL, **deny = NULL;
   size_t na = 0, nd = 0;
   char err[512];
   int rc = -1;
-  if (string_list(r, allow_v, "allowOut", &allow, &na) != 0 || string_list(r, deny_v, "denyOut", &deny, &nd) != 0) goto out;
+  if (string_list(r, allow_v, pre, "allowOut", &allow, &na) != 0 || string_list(r, deny_v, pre, "denyOut", &deny, &nd) != 0) goto out;
   if ((na || nd) && !net_guarded()) {
-    sd_reply_error(r, 501, "field 'network.%s': egress rules need sandboxd to run as root (without root a sandbox reaches "
-                   "the network through pasta, which cannot enforce them)", na ? "allowOut" : "denyOut");
+    sd_reply_error(r, 501, "field '%s%s': egress rules need sandboxd to run as root (without root a sandbox reaches "
+                   "the network through pasta, which cannot enforce them)", pre, na ? "allowOut" : "denyOut");
     goto out;
   }
   /* E2B: allow_internet_access false replaces denyOut with all traffic. */
   if (egress_rules_parse(&o->rules, o->internet, allow, na, o->internet ? deny : NULL, o->internet ? nd : 0, err, sizeof err) != 0) {
     size_t at = strcspn(err, ":");            /* err: "allowOut[2]: why" */
-    sd_reply_error(r, 400, "field 'network.%.*s'%s", (int)at, err, err + at);
+    sd_reply_error(r, 400, "field '%s%.*s'%s", pre, (int)at, err, err + at);
     goto out;
   }
   json_t *a = json_array(), *d = json_array();
@@ -126,7 +127,7 @@ int net_opts_create(sd_request *r, json_t *network, bool internet, net_opts *out
       asked = true;
     }
   }
-  if (egress_lists(r, allow, deny, out) != 0) goto fail;
+  if (egress_lists(r, "network.", allow, deny, out) != 0) goto fail;
   if (!asked) { json_decref(out->reported); out->reported = NULL; }
   return 0;
 fail:
@@ -161,7 +162,7 @@ int net_opts_update(sd_request *r, json_t *body, json_t *current, net_opts *out)
                    "through pasta, which cannot enforce egress rules)");
     goto fail;
   }
-  if (egress_lists(r, allow, deny, out) != 0) goto fail;
+  if (egress_lists(r, "", allow, deny, out) != 0) goto fail;
   /* The ingress options stay as created. */
   static const char *const INGRESS[] = {"allowPublicTraffic", "maskRequestHost"};
   for (size_t i = 0; i < 2 && current; i++)
