@@ -160,8 +160,8 @@ void sbx_probe_host(sbx_host_caps *caps) {
   if (!caps->internet) WHY("internet access: %s (sandboxes need allow_internet_access: false); ", nwhy);
   caps->net_guard = net_guarded();
   if (caps->internet && !caps->net_guard)
-    WHY("not root: pasta runs as you, and nothing keeps sandboxes with internet access from the host's "
-        "non-loopback addresses; ");
+    WHY("not root: pasta runs as you, egress rules (network.allowOut/denyOut) are unavailable, and nothing keeps "
+        "sandboxes with internet access from the host's non-loopback addresses; ");
   char fs[8192] = "";
   caps->overlay = procfile_read("/proc/filesystems", fs, sizeof fs) == 0 && strstr(fs, "\toverlay\n");
   if (!caps->overlay) WHY("overlay file system not available; ");
