@@ -68,8 +68,12 @@ struct conn {
   egress_addr target[8];                 /* where to connect, in order */
   int ntarget, itarget;
   bool dns;                              /* to the resolver: no mark, never re-decided */
-  uint8_t *pend[2];                      /* bytes the other side did not take yet (sniffed bytes first) */
+  /* Bytes read from one side that the other did not take yet: the sniffed first bytes in a buffer
+   * (TO_UP only), then whatever a pipe holds (splice: the kernel moves the bytes, no copy here). */
+  uint8_t *pend[2];
   size_t plen[2], poff[2], pcap;
+  int pipe_fd[2][2];                     /* per direction, made on its first bytes; -1 before */
+  size_t inpipe[2];
   bool eof[2];                           /* [TO_UP]: the sandbox sent FIN; [TO_DOWN]: the upstream did */
   int64_t deadline;                      /* sniff / connect; 0 while relaying */
   resolve_req *rq;
@@ -249,19 +253,26 @@ static void conn_deny(conn *c, const egress_decision *d) {
   conn_free(c, true);
 }
 
+static size_t pending(const conn *c, int dir) { return c->plen[dir] + c->inpipe[dir]; }
+
 /* What epoll should watch on both sides of a relay: read a side only while nothing of it waits
  * for the other side (backpressure), write a side while something waits for it. */
 static void relay_interest(conn *c) {
   uint32_t d = 0, u = 0;
-  if (!c->eof[TO_UP] && !c->plen[TO_UP]) d |= EPOLLIN;
-  if (c->plen[TO_DOWN]) d |= EPOLLOUT;
-  if (!c->eof[TO_DOWN] && !c->plen[TO_DOWN]) u |= EPOLLIN;
-  if (c->plen[TO_UP]) u |= EPOLLOUT;
+  if (!c->eof[TO_UP] && !pending(c, TO_UP)) d |= EPOLLIN;
+  if (pending(c, TO_DOWN)) d |= EPOLLOUT;
+  if (!c->eof[TO_DOWN] && !pending(c, TO_DOWN)) u |= EPOLLIN;
+  if (pending(c, TO_UP)) u |= EPOLLOUT;
   watch(&c->down, d);
   watch(&c->up, u);
 }
 
-/* Sends what waits for direction dir; true when the connection is still fine. */
+static void count(conn *c, int dir, size_t n) {
+  if (dir == TO_UP) c->sb->st.bytes_out += n; else c->sb->st.bytes_in += n;
+}
+
+/* Sends what waits for direction dir, as far as the other side takes it; true when the
+ * connection is still fine. */
 static bool flush(conn *c, int dir) {
   handle *to = dir == TO_UP ? &c->up : &c->down;
   while (c->plen[dir]) {
@@ -269,52 +280,44 @@ static bool flush(conn *c, int dir) {
     if (n < 0) return errno == EAGAIN || errno == EINTR;
     c->poff[dir] += (size_t)n;
     c->plen[dir] -= (size_t)n;
-    if (dir == TO_UP) c->sb->st.bytes_out += (uint64_t)n; else c->sb->st.bytes_in += (uint64_t)n;
+    count(c, dir, (size_t)n);
   }
   c->poff[dir] = 0;
+  while (c->inpipe[dir]) {
+    ssize_t n = splice(c->pipe_fd[dir][0], NULL, to->fd, NULL, c->inpipe[dir], SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n < 0) return errno == EAGAIN || errno == EINTR;
+    c->inpipe[dir] -= (size_t)n;
+    count(c, dir, (size_t)n);
+  }
   /* The source ended and everything of it went: pass the half-close on. */
   if (c->eof[dir]) shutdown(to->fd, SHUT_WR);
   return true;
 }
 
-/* Keeps n bytes for direction dir (the other side did not take them yet). */
-static bool keep(conn *c, int dir, const uint8_t *p, size_t n) {
-  uint8_t *b = malloc(n);
-  if (!b) return false;
-  memcpy(b, p, n);
-  free(c->pend[dir]);
-  c->pend[dir] = b;
-  c->plen[dir] = n;
-  c->poff[dir] = 0;
-  return true;
-}
-
 static void relay_done_or_watch(conn *c) {
-  if (c->eof[TO_UP] && c->eof[TO_DOWN] && !c->plen[TO_UP] && !c->plen[TO_DOWN]) { conn_free(c, false); return; }
+  if (c->eof[TO_UP] && c->eof[TO_DOWN] && !pending(c, TO_UP) && !pending(c, TO_DOWN)) { conn_free(c, false); return; }
   relay_interest(c);
 }
 
-/* One read from side `from` (TO_UP: the sandbox's), written on at once to the other side. */
+/* One read from the source of direction dir (TO_UP: the sandbox's side) into its pipe, passed
+ * on at once as far as the other side takes it. */
 static void relay_read(conn *c, int dir) {
-  handle *from = dir == TO_UP ? &c->down : &c->up, *to = dir == TO_UP ? &c->up : &c->down;
-  ssize_t n = recv(from->fd, g.buf, sizeof g.buf, 0);
+  handle *from = dir == TO_UP ? &c->down : &c->up;
+  if (c->pipe_fd[dir][0] < 0 && pipe2(c->pipe_fd[dir], O_NONBLOCK | O_CLOEXEC) != 0) {
+    c->pipe_fd[dir][0] = c->pipe_fd[dir][1] = -1;
+    conn_free(c, true);
+    return;
+  }
+  ssize_t n = splice(from->fd, NULL, c->pipe_fd[dir][1], NULL, CHUNK, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
   if (n < 0) {
     if (errno == EAGAIN || errno == EINTR) return;
     conn_free(c, true);                  /* a reset on one side resets the other */
     return;
   }
-  if (n == 0) {
-    c->eof[dir] = true;
-    if (!c->plen[dir]) shutdown(to->fd, SHUT_WR);
-    relay_done_or_watch(c);
-    return;
-  }
-  ssize_t w = send(to->fd, g.buf, (size_t)n, MSG_NOSIGNAL);
-  if (w < 0 && errno != EAGAIN && errno != EINTR) { conn_free(c, true); return; }
-  if (w < 0) w = 0;
-  if (dir == TO_UP) c->sb->st.bytes_out += (uint64_t)w; else c->sb->st.bytes_in += (uint64_t)w;
-  if (w < n && !keep(c, dir, g.buf + w, (size_t)(n - w))) { conn_free(c, true); return; }
-  relay_interest(c);
+  if (n == 0) c->eof[dir] = true;
+  c->inpipe[dir] += (size_t)n;
+  if (!flush(c, dir)) { conn_free(c, true); return; }
+  relay_done_or_watch(c);
 }
 
 static void relay_write(conn *c, int dir) {
@@ -325,8 +328,9 @@ static void relay_write(conn *c, int dir) {
 static void start_relay(conn *c) {
   c->state = C_RELAY;
   c->deadline = 0;
-  int one = 1;
+  int one = 1;   /* bytes go on as they come: the two ends decide how to batch them */
   setsockopt(c->up.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(c->down.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (!flush(c, TO_UP)) { conn_free(c, true); return; }   /* the sniffed bytes first */
   relay_done_or_watch(c);
 }
@@ -477,6 +481,7 @@ static void tcp_accept(void) {
       continue;
     }
     c->sb = e;
+    memset(c->pipe_fd, -1, sizeof c->pipe_fd);
     c->down = h;
     c->down.owner = c;
     c->up = (handle){H_UP, -1, 0, c};
@@ -546,8 +551,10 @@ static void bury(void) {
   while (g.dead_conns) {
     conn *c = g.dead_conns;
     g.dead_conns = c->next;
-    free(c->pend[0]);
-    free(c->pend[1]);
+    for (int d = 0; d < 2; d++) {
+      free(c->pend[d]);
+      for (int k = 0; k < 2; k++) if (c->pipe_fd[d][k] >= 0) close(c->pipe_fd[d][k]);
+    }
     free(c);
   }
   while (g.dead_flows) {
@@ -850,7 +857,7 @@ static void event(handle *h, uint32_t ev) {
     if (ev & EPOLLOUT) { relay_write(c, out); return; }
     /* A hang-up or error reported while this side's bytes still wait for the other side: look
      * again once they went (relay_interest watches it again then). */
-    if (c->plen[in]) { watch(h, 0); return; }
+    if (pending(c, in)) { watch(h, 0); return; }
     relay_read(c, in);   /* errors and hang-ups show as readable: recv tells which */
     return;
   }

@@ -211,28 +211,37 @@ int gateway_attach(int netns_fd, int *index, char *err, size_t errlen) {
   int fd = netns_socket(netns_fd, AF_NETLINK, SOCK_RAW, 0);
   rtnl *in = fd >= 0 ? rtnl_open(fd) : NULL;
   if (!in) { snprintf(err, errlen, "netlink in the sandbox's namespace: %s", strerror(errno)); return -1; }
-  pthread_mutex_lock(&g.mu);
-  int i = take_index();
-  char name[16];
-  veth_name(i, name, sizeof name);
-  struct in_addr me, gw;
-  gateway_sandbox_addr(i, &me);
+  struct in_addr gw;
   inet_pton(AF_INET, GATEWAY_ADDR, &gw);
-  int rc = -1;
-  if (i < 0) snprintf(err, errlen, "every one of the %d sandbox addresses is in use", GATEWAY_MAX_SANDBOXES);
-  else if (rtnl_veth_add(g.nl, name, "eth0", netns_fd, err, errlen) == 0) {
+  int rc = -1, i = -1;
+  pthread_mutex_lock(&g.mu);
+  /* An index whose last pair the kernel has not removed yet (gateway_detach) has its name taken
+   * still: the next one. */
+  for (int tries = 0; tries < 64 && rc != 0; tries++) {
+    if ((i = take_index()) < 0) { snprintf(err, errlen, "every one of the %d sandbox addresses is in use", GATEWAY_MAX_SANDBOXES); break; }
+    char name[16];
+    veth_name(i, name, sizeof name);
+    struct in_addr me;
+    gateway_sandbox_addr(i, &me);
+    if (rtnl_veth_add(g.nl, name, "eth0", netns_fd, err, errlen) != 0) {
+      g.used[i / 64] &= ~(1ull << (i % 64));
+      if (errno == EEXIST) continue;
+      break;
+    }
     if (rtnl_link_up(g.nl, name, err, errlen) == 0 &&
         rtnl_route_add(g.nl, AF_INET, &me, 32, NULL, name, 0, false, err, errlen) == 0 &&
         rtnl_addr_add(in, "eth0", AF_INET, &me, 32, false, err, errlen) == 0 &&
         rtnl_link_up(in, "eth0", err, errlen) == 0 &&
         rtnl_route_add(in, AF_INET, &gw, 32, NULL, "eth0", 0, false, err, errlen) == 0 &&
-        rtnl_route_add(in, AF_INET, &gw, 0, &gw, "eth0", 0, false, err, errlen) == 0)
+        rtnl_route_add(in, AF_INET, &gw, 0, &gw, "eth0", 0, false, err, errlen) == 0) {
       rc = 0;
-    else
+    } else {
       rtnl_link_del(g.nl, name, NULL, 0);
+      g.used[i / 64] &= ~(1ull << (i % 64));
+      break;
+    }
   }
   if (rc == 0) *index = i;
-  else if (i >= 0) g.used[i / 64] &= ~(1ull << (i % 64));
   pthread_mutex_unlock(&g.mu);
   rtnl_close(in);
   return rc;
@@ -240,12 +249,10 @@ int gateway_attach(int netns_fd, int *index, char *err, size_t errlen) {
 
 void gateway_detach(int index) {
   if (!g.ready || index <= 0 || index >= GATEWAY_MAX_SANDBOXES) return;
-  char name[16], err[200];
-  veth_name(index, name, sizeof name);
+  /* Nothing to delete: the pair goes when the sandbox's network namespace does (the kernel's
+   * clean-up work, later: deleting it here would wait for an RCU grace period, 10-40 ms). Until
+   * then its gateway end still has the name; gateway_attach skips an index whose name is taken. */
   pthread_mutex_lock(&g.mu);
-  /* Deleting one end deletes the pair; ENODEV: it went with the sandbox's namespace already. */
-  if (rtnl_link_del(g.nl, name, err, sizeof err) != 0 && errno != ENODEV)
-    fprintf(stderr, "sandboxd: gateway: %s\n", err);
   g.used[index / 64] &= ~(1ull << (index % 64));
   pthread_mutex_unlock(&g.mu);
 }
