@@ -45,9 +45,11 @@ build = {
         "core/lua_rpc.c",
         "core/lua_sync.c",
         "core/lua_util.c",
+        "core/lua_egress.c",
+        "sandboxd/egress_rules.c",   -- sandboxd's egress decision (core.egress)
       },
       defines = { "_GNU_SOURCE" },
-      incdirs = { "core", "core/include", "core/gen" },
+      incdirs = { "core", "core/include", "core/gen", "sandboxd" },
       -- libuv, libcurl, OpenSSL, jansson, protobuf-c and libarchive from the compiler's
       -- standard paths (Debian: libuv1-dev libcurl4-openssl-dev libssl-dev libjansson-dev
       -- libprotobuf-c-dev libarchive-dev; libutil for openpty)
