@@ -82,6 +82,7 @@ build = {
     ["moonbox.policy.composition"] = "lua/moonbox/policy/composition.lua",
     ["moonbox.policy.env"] = "lua/moonbox/policy/env.lua",
     ["moonbox.policy.lifecycle"] = "lua/moonbox/policy/lifecycle.lua",
+    ["moonbox.policy.network"] = "lua/moonbox/policy/network.lua",
     ["moonbox.policy.schema"] = "lua/moonbox/policy/schema.lua",
     ["moonbox.policy.source"] = "lua/moonbox/policy/source.lua",
     ["moonbox.policy.timeouts"] = "lua/moonbox/policy/timeouts.lua",
@@ -107,5 +108,6 @@ build = {
     ["moonbox.policies.lifecycle"] = "policies/lifecycle.lua",
     ["moonbox.policies.timeouts"] = "policies/timeouts.lua",
     ["moonbox.policies.composition"] = "policies/composition.lua",
+    ["moonbox.policies.network"] = "policies/network.lua",
   },
 }
