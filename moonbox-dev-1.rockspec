@@ -56,6 +56,7 @@ build = {
       libraries = { "uv", "curl", "crypto", "jansson", "protobuf-c", "archive", "util" },
     },
     ["moonbox.cli"] = "lua/moonbox/cli.lua",
+    ["moonbox.cli.network"] = "lua/moonbox/cli/network.lua",
     ["moonbox.cli.sandbox"] = "lua/moonbox/cli/sandbox.lua",
     ["moonbox.compose"] = "lua/moonbox/compose.lua",
     ["moonbox.consumers.bash"] = "lua/moonbox/consumers/bash.lua",
