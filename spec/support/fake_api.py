@@ -7,7 +7,7 @@ Prints "listening PORT" on stdout once ready. Keeps sandboxes in memory and reco
   GET  /sandboxes/{id}            200 the sandbox with network {allowOut, denyOut} and allowInternetAccess
   PUT  /sandboxes/{id}/network    204, replacing the rules (omitted fields cleared); an entry "refuse.me"
                                   gets the 400 sandboxd gives for a bad entry; an unknown id 404
-  GET  /_requests                 every request so far: [{method, path, body (parsed JSON or null)}]
+  GET  /_requests                 every other request so far: [{method, path, body (parsed JSON or null)}]
 """
 import json
 import sys
@@ -51,10 +51,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def handle_any(self, method):
         body = self.body()
-        REQUESTS.append({"method": method, "path": self.path, "body": body})
         parts = [p for p in self.path.split("?")[0].split("/") if p]
         if method == "GET" and parts == ["_requests"]:
-            return self.reply(200, REQUESTS[:-1])
+            return self.reply(200, REQUESTS)
+        REQUESTS.append({"method": method, "path": self.path, "body": body})
         if method == "GET" and parts == ["v2", "sandboxes"]:
             return self.reply(200, [view(sid) for sid in sorted(SANDBOXES)])
         if method == "POST" and parts == ["sandboxes"]:
