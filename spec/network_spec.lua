@@ -340,6 +340,24 @@ describe("the owner's create request and ctx.e2b:updateNetwork (scripted transpo
     assert.are.same({ "allow_internet_access", "autoPause", "autoResume", "secure", "templateID", "timeout" }, keys)
   end)
 
+  it("a create the server refuses is the error of every call on the owned sandbox (no raise)", function()
+    fake.push{ status = 400, body = '{"code":400,"message":"field \'network\' is not supported"}' }
+    local errs = mb.run(function()
+      local o = require("moonbox.e2b").new({ policies = policies.defaults() },
+        { apiKey = "e2b_00", cwd = "/home/user/workspace", timeoutMs = 300000 })
+      local out = {}
+      for _, call in ipairs({ function() return o:updateNetwork{ allowOut = { "x.io" } } end,
+          function() return o:info() end, function() return o:pause() end }) do
+        local r, e = call()
+        out[#out + 1] = { r, e and e.code }
+      end
+      assert(o:dispose())
+      return out
+    end)
+    assert.are.same({ { nil, "E2B_HTTP" }, { nil, "E2B_HTTP" }, { nil, "E2B_HTTP" } }, errs)
+    assert.are.equal(1, #fake.log)
+  end)
+
   it("ctx.e2b:updateNetwork PUTs for the owned sandbox; a wrong option raises before any request", function()
     local ok, perr
     run_owner(policies.defaults(), nil, function(o)

@@ -202,10 +202,21 @@ function Owner:client()
   return self.cl
 end
 
+-- The calls on any sandbox work without one of our own; the others need the sandbox setup made
+-- (a failed create is their error, not a raise about a missing id).
+local ANY = { list = true, listAll = true, kill = true, connect = true, snapshots = true, deleteSnapshot = true }
+local function no_sandbox(self, err)
+  return err or self.setup_error or errors.new("E2B_SETUP", "no sandbox was created")
+end
+
 local function own(name, fn)
   Owner[name] = function(self, ...)
     local c, err = self:client()
     if not c then return nil, err end
+    if not self.id and not ANY[name] then
+      local _, serr = self:sandbox()
+      return nil, no_sandbox(self, serr)
+    end
     return fn(self, c, ...)
   end
 end
@@ -250,6 +261,7 @@ function Owner:updateNetwork(o)
   if bad then return nil, bad end
   local c, err = self:client()
   if not c then return nil, err end
+  if not self.id then return nil, no_sandbox(self) end
   return c:updateNetwork(self.id, o)
 end
 own("list", function(_, c, q) return c:list(q) end)
