@@ -102,7 +102,7 @@ if [ -f build-asan/lib/moonbox/core.so ] && [ -f "$ASAN_RT" ]; then
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 MB_BUILD_DIR=$ROOT/build-asan \
     LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;$ROOT/spec/?.lua;;" \
     LUA_CPATH="$ROOT/build-asan/lib/?.so;;" \
-    timeout -k 10 600 "${BUSTED[@]}" -o TAP spec/codec_spec.lua spec/scheduler_spec.lua spec/http_spec.lua 2>&1)
+    timeout -k 10 600 "${BUSTED[@]}" -o TAP spec/codec_spec.lua spec/scheduler_spec.lua spec/http_spec.lua spec/egress_spec.lua 2>&1)
   rc=$?; echo "$out" >"$LOG/busted-asan.log"
   p=$(grep -c '^ok ' <<<"$out"); f=$(grep -c '^not ok ' <<<"$out")
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; tail -30 <<<"$out"; fi

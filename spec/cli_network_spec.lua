@@ -55,6 +55,10 @@ deny_out = { "0.0.0.0/0" }
     assert.are.equal(want, out:sub(1, #want))
     assert.truthy(out:find("link-local (169.254.0.0/16, fe80::/10, instance metadata): refused unless sandboxd runs with "
       .. "--egress-unblock link-local", 1, true), out)
+    code, out = moonbox("--help")
+    assert.are.equal(0, code)
+    assert.truthy(out:find("moonbox policy network [--compose C]", 1, true), out)
+    assert.truthy(out:find("Exit status: 0 when every check is allowed, 1 when one is denied", 1, true), out)
   end)
 
   it("explains each check with the rule and file:line that decides it; exit 1 when one is denied", function()
