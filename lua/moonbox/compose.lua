@@ -224,6 +224,11 @@ function compose.load(file, opts)
       for _, w in ipairs(warns or {}) do warnings[#warnings + 1] = w end
     end
   end
+
+  local ordered, oerr, culprit = policies.composition.order(records)
+  if not ordered then
+    return fail(("%s: %s"):format(culprit and culprit.where or file, oerr))
+  end
   local nw = compose.network_warning(file, records, policies)
   if nw then warnings[#warnings + 1] = nw end
   local warn = opts.warn or stderr_warn
@@ -232,11 +237,6 @@ function compose.load(file, opts)
   policies.on_reload = function(set)
     local w = compose.network_warning(file, records, set)
     if w then warn(w) end
-  end
-
-  local ordered, oerr, culprit = policies.composition.order(records)
-  if not ordered then
-    return fail(("%s: %s"):format(culprit and culprit.where or file, oerr))
   end
   return { file = file, plugins = ordered, policies = policies, policy_layer = policy_layer, warnings = warnings }
 end

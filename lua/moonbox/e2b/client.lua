@@ -66,7 +66,7 @@ end
 local NETWORK_KEYS = { "allowOut", "denyOut", "allowInternetAccess" }
 local function check_network(o, what, keys, level)
   level = level + 1
-  if type(o) ~= "table" then error(("e2b: %s: expects a table { allowOut, denyOut, allowInternetAccess }"):format(what), level) end
+  if type(o) ~= "table" then error(("e2b: %s: expects a table { %s }"):format(what, table.concat(keys, ", ")), level) end
   local known = {}
   for _, k in ipairs(keys) do known[k] = true end
   for k in pairs(o) do
