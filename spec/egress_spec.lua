@@ -144,3 +144,59 @@ describe("core.egress", function()
     assert.is_nil(out:find("egress", 1, true), out)
   end)
 end)
+
+describe("core.getaddrinfo", function()
+  local mb = require "moonbox"
+  local core = require "moonbox.core"
+  local function resolve(name)
+    return mb.run(function()
+      local ev = mb.event()
+      local req = assert(core.getaddrinfo(name, function() ev:set(true) end))
+      assert(ev:wait(10000))
+      return req:result()
+    end)
+  end
+
+  it("resolves with the host's resolver, each address once", function()
+    local l = assert(resolve("localhost"))
+    local seen = {}
+    for _, a in ipairs(l) do
+      assert.is_nil(seen[a], a)
+      seen[a] = true
+      assert.are.equal("special", egress.classify(a))            -- loopback, v4 or v6
+    end
+    assert.is_true(#l >= 1)
+    assert.are.same({ "192.0.2.7" }, assert(resolve("192.0.2.7")))
+  end)
+
+  it("an unknown name is E2B_DNS; result() before the callback raises", function()
+    local l, err = resolve("nosuch.invalid")
+    assert.is_nil(l)
+    assert.are.equal("E2B_DNS", err.code)
+    mb.run(function()
+      local req = assert(core.getaddrinfo("localhost", function() end))
+      assert.is_false((pcall(req.result, req)))
+      req:cancel()
+    end)
+  end)
+
+  it("a canceled request never calls back; a collected one is abandoned safely", function()
+    local canceled, done = 0, mb.event()
+    mb.run(function()
+      for _ = 1, 20 do
+        local req = core.getaddrinfo("localhost", function() canceled = canceled + 1 end)
+        req:cancel()
+        req:cancel()                                              -- idempotent
+        core.getaddrinfo("localhost", function() end)             -- dropped at once
+      end
+      collectgarbage()
+      collectgarbage()
+      -- while a later request is resolved the canceled ones finish or are dropped in the
+      -- threadpool (in any order); none of them may reach Lua
+      local last = core.getaddrinfo("localhost", function() done:set(true) end)
+      assert(done:wait(10000))
+      last:cancel()
+    end)
+    assert.are.equal(0, canceled)
+  end)
+end)
