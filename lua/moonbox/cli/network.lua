@@ -295,7 +295,8 @@ function M.main(cli, argv, i)
       say("  DNS in the sandbox: %s", r.dns and ("answers " .. r.host) or ("refuses " .. r.host .. " (no allow_out name matches it)"))
     end
     if r.resolve_error then
-      say("  not resolved here (%s): decided by the addresses %s resolves to", r.resolve_error, r.host)
+      say("  not resolved here (%s)%s", r.resolve_error,
+        r.by_name and "" or (": decided by the addresses " .. r.host .. " resolves to"))
       if r.by_name then
         say("  by name: %s[%d] %q (%s), for each of its addresses the safe defaults allow", r.by_name.field,
           r.by_name.index, r.by_name.entry, r.by_name.where or "?")
