@@ -78,7 +78,8 @@ install_suite() {
   check embed-static-run embed_ok clean "$T/embed/embed-static" "$ROOT/examples/embed"
   check lua-require lua_ok "$P/share/lua/5.4" "$P/lib/lua/5.4"
   check moonbox-installed clean sh -c "$P/bin/moonbox --help | grep -qF 'Lua modules: $P/bin/../share/lua/5.4' && $P/bin/moonbox policy env --from-host >/dev/null && $P/bin/moonbox dump-config $ROOT/examples/demo/compose.lua | grep -qF '$P/share/lua/5.4/moonbox/policies/env.lua'"
-  mkdir -p "$T/src" && cp -r core lua policies moonbox-dev-1.rockspec "$T/src/"
+  mkdir -p "$T/src/sandboxd" && cp -r core lua policies moonbox-dev-1.rockspec "$T/src/" &&
+    cp sandboxd/egress_rules.c sandboxd/egress_rules.h "$T/src/sandboxd/"   # core.egress
   check luarocks-make sh -c "cd $T/src && luarocks --lua-version=5.4 make --tree=$T/rocks --deps-mode=none moonbox-dev-1.rockspec"
   check luarocks-require lua_ok "$T/rocks/share/lua/5.4" "$T/rocks/lib/lua/5.4"
   rm -rf "$T"
@@ -101,7 +102,7 @@ if [ -f build-asan/lib/moonbox/core.so ] && [ -f "$ASAN_RT" ]; then
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 MB_BUILD_DIR=$ROOT/build-asan \
     LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;$ROOT/spec/?.lua;;" \
     LUA_CPATH="$ROOT/build-asan/lib/?.so;;" \
-    timeout -k 10 600 "${BUSTED[@]}" -o TAP spec/codec_spec.lua spec/scheduler_spec.lua spec/http_spec.lua 2>&1)
+    timeout -k 10 600 "${BUSTED[@]}" -o TAP spec/codec_spec.lua spec/scheduler_spec.lua spec/http_spec.lua spec/egress_spec.lua 2>&1)
   rc=$?; echo "$out" >"$LOG/busted-asan.log"
   p=$(grep -c '^ok ' <<<"$out"); f=$(grep -c '^not ok ' <<<"$out")
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; tail -30 <<<"$out"; fi

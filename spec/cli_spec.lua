@@ -64,7 +64,7 @@ describe("the moonbox command line", function()
 
   it("names the unknown concern and what was expected", function()
     local _, _, err = moonbox("run --policy envv=x.lua c.lua s.lua")
-    assert.truthy(err:find('moonbox: --policy envv=x.lua: unknown concern "envv" (expected env, lifecycle, timeouts or composition)', 1, true), err)
+    assert.truthy(err:find('moonbox: --policy envv=x.lua: unknown concern "envv" (expected env, lifecycle, timeouts, composition or network)', 1, true), err)
   end)
 
   it("refuses a missing composition or script in one line, before anything starts", function()
