@@ -222,6 +222,24 @@ for i in range(300):
   assert.equal((await s.getInfo()).allowInternetAccess, false)
 })
 
+test('a fork keeps its source\'s rules as they are in force (an update included)', T, async (t) => {
+  if (skipped(t)) return
+  const w = world
+  const src = await box(t, { network: { allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'] } })
+  await src.updateNetwork({ allowOut: [w.public], denyOut: ['0.0.0.0/0'] })
+  const res = await fetch(`${srv.url}/sandboxes/${src.sandboxId}/fork`, { method: 'POST', headers: { 'X-API-KEY': srv.key, 'Content-Type': 'application/json' }, body: JSON.stringify({ count: 1 }) })
+  assert.equal(res.status, 201)
+  const [made] = await res.json()
+  assert.ok(made.sandbox, JSON.stringify(made))
+  const fork = await Sandbox.connect(made.sandbox.sandboxID, srv.opts)
+  t.after(() => fork.kill().catch(() => {}))
+  const info = await fork.getInfo()
+  assert.deepEqual({ allowOut: info.network?.allowOut, denyOut: info.network?.denyOut }, { allowOut: [w.public], denyOut: ['0.0.0.0/0'] })
+  const r = await probe(fork, [['tcp', w.public, 2222], ['http', 'allowed.test', 80, 'allowed.test'], ['udp', '203.0.113.5', 9999, 'x']])
+  assert.equal(r[0], 'ok:BANNER public')
+  assert.ok(refused(r[1]) && refused(r[2]), JSON.stringify(r))
+})
+
 test('bad network options are refused naming the field; nothing is created', T, async (t) => {
   if (skipped(t)) return
   const post = (body) => fetch(`${srv.url}/sandboxes`, { method: 'POST', headers: { 'X-API-KEY': srv.key, 'Content-Type': 'application/json' },
