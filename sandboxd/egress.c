@@ -43,6 +43,13 @@ typedef struct handle {
 typedef struct conn conn;
 typedef struct flow flow;
 
+/* What the proxy counts of a sandbox (open ones: the limits; the rest: for a trace or a debugger). */
+typedef struct {
+  uint64_t tcp_allowed, tcp_denied, udp_allowed, udp_denied, dns_answered, dns_refused;
+  uint64_t bytes_out, bytes_in;          /* payload sent for the sandbox / received for it */
+  unsigned open_conns, open_flows;
+} egress_stats;
+
 /* A sandbox attached to the proxy. rules: under g.mu; everything else: the loop's. */
 typedef struct esb {
   int index;
@@ -340,7 +347,7 @@ static void try_connect(conn *c) {
   while (c->itarget < c->ntarget) {
     egress_addr *a = &c->target[c->itarget++];
     handle_close(&c->up, false);
-    int fd = host_socket(a->family, SOCK_STREAM, !c->dns);
+    int fd = host_socket(c->dns ? g.resolver.ss_family : a->family, SOCK_STREAM, !c->dns);
     if (fd < 0) continue;
     c->up.fd = fd;
     struct sockaddr_storage ss;
@@ -1034,12 +1041,4 @@ void egress_detach(int index) {
   g.table[index] = NULL;
   pthread_mutex_unlock(&g.mu);
   if (e) free_esb(e);
-}
-
-int egress_stats_of(int index, egress_stats *out) {
-  pthread_mutex_lock(&g.mu);
-  esb *e = index > 0 && index < GATEWAY_MAX_SANDBOXES ? g.table[index] : NULL;
-  if (e) *out = e->st;                   /* counters the loop writes: a snapshot, maybe a moment old */
-  pthread_mutex_unlock(&g.mu);
-  return e ? 0 : -1;
 }

@@ -56,10 +56,4 @@ int  egress_update(int index, egress_rules *rules, char *err, size_t errlen);
 /* Every connection and flow of the sandbox closed, its address refused again. */
 void egress_detach(int index);
 
-typedef struct {
-  uint64_t tcp_allowed, tcp_denied, udp_allowed, udp_denied, dns_answered, dns_refused;
-  uint64_t bytes_out, bytes_in;        /* payload sent for the sandbox / received for it */
-  unsigned open_conns, open_flows;
-} egress_stats;
-int egress_stats_of(int index, egress_stats *out);   /* 0, or -1 when not attached */
 #endif

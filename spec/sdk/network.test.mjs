@@ -211,8 +211,19 @@ except Exception as e: print(type(e).__name__)
   const inside = Buffer.from((await on.commands.run(ask)).stdout.trim(), 'hex')
   assert.deepEqual(inside, direct, 'the forwarder passes the resolver\'s answer on as it is')
   assert.equal((await sh(on, 'getent hosts allowed.test')).out.split(/\s+/)[0], world.public, 'the resolver library uses it')
+  // over TCP too (a resolver's fallback for long answers): relayed to the resolver as it is
+  const askTcp = `python3 -c "
+import socket, struct
+q = bytes.fromhex('${q.toString('hex')}')
+s = socket.create_connection(('169.254.1.1', 53), timeout=3); s.sendall(struct.pack('!H', len(q)) + q)
+n = struct.unpack('!H', s.recv(2))[0]; d = b''
+while len(d) < n: d += s.recv(n - len(d))
+print(d.hex())
+"`
+  assert.deepEqual(Buffer.from((await on.commands.run(askTcp)).stdout.trim(), 'hex').subarray(12), direct.subarray(12), 'over TCP the same answer')
   const off = await Sandbox.create('base', { ...srv.opts, timeoutMs: 60_000, allowInternetAccess: false })
   t.after(() => off.kill().catch(() => {}))
+  assert.notEqual((await sh(off, askTcp)).code, 0, 'DNS over TCP refused without internet access')
   const refused = Buffer.from((await off.commands.run(ask)).stdout.trim(), 'hex')
   assert.ok(refused.length >= 12, 'no answer without internet access')
   assert.equal(refused.readUInt16BE(0), 0x4d42)
