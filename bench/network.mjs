@@ -38,7 +38,7 @@ const children = (pid) => {
 }
 /* Every process that serves networking: sandboxd, and any network helper it started (pasta). */
 const servingPss = (srv) => pss(srv.proc.pid) + children(srv.proc.pid).filter((p) => {
-  try { return readFileSync(`/proc/${p}/comm`, 'utf8').trim() === 'pasta' } catch { return false }
+  try { return readFileSync(`/proc/${p}/comm`, 'utf8').startsWith('pasta') } catch { return false }   // pasta.avx2 too
 }).reduce((a, p) => a + pss(p), 0)
 
 const world = await startNetworld()
@@ -64,7 +64,7 @@ try {
   const ns = `mbbench${process.pid}`
   execFileSync('ip', ['netns', 'add', ns])
   try {
-    const pasta = spawn('pasta', ['--quiet', '--foreground', '--config-net', '-t', 'none', '-u', 'none', '-T', 'none', '-U', 'none',
+    const pasta = spawn('pasta', ['--quiet', '--foreground', '--runas', '0:0', '--config-net', '-t', 'none', '-u', 'none', '-T', 'none', '-U', 'none',
       '--no-map-gw', '--netns', `/run/netns/${ns}`, '--no-netns-quit'], { stdio: 'ignore' })
     await new Promise((ok) => setTimeout(ok, 1500))
     result.pasta_pss_mb = pss(pasta.pid)
