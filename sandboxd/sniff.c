@@ -114,7 +114,7 @@ static int server_name(const struct rd *r, size_t off, size_t end, char name[SNI
   TRY(length(r, off, 2, end, &n));
   off += 2;
   if (n != end - off) return BAD;   /* one entry, the whole list */
-  if (n == 0 || n > SNIFF_NAME_MAX + 1) return BAD;
+  if (n > SNIFF_NAME_MAX + 1) return BAD;   /* too long even with a trailing dot (empty: below) */
   int t = get(r, off, n, end);
   if (t == SHORT) return name_prefix(r->p + off, r->avail > off ? r->avail - off : 0) ? SHORT : BAD;
   TRY(t);
@@ -155,8 +155,7 @@ static int client_hello(const unsigned char *hs, size_t avail, size_t cap, char 
   TRY(get(&r, off, n, end));
   if (!memchr(hs + off, 0, n)) return BAD;
   off += n;
-  if (off == end) return BAD;   /* no extensions, so no server_name */
-  TRY(length(&r, off, 2, end, &n));
+  TRY(length(&r, off, 2, end, &n));   /* no extensions at all: BAD here (no server_name) */
   off += 2;
   if (n != end - off) return BAD;   /* the extensions fill the rest of the message */
   uint64_t seen[65536 / 64];        /* extension types met, one bit each */
@@ -286,7 +285,8 @@ static int target(const unsigned char *m, size_t mn, const unsigned char *t, siz
   else return -1;
   size_t a = s;
   while (a < tn && t[a] != '/' && t[a] != '?' && t[a] != '#') a++;
-  if (memchr(t + s, '@', a - s)) return -1;   /* userinfo: deprecated, and a way to mislead (RFC 9110 §4.2.4) */
+  /* userinfo (`user@host`, deprecated and a way to mislead: RFC 9110 §4.2.4) fails the name's
+   * byte set, so is refused there. */
   *named = true;
   return host_port(t + s, a - s, false, host);
 }

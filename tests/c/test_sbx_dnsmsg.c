@@ -116,7 +116,7 @@ static void test_hand_built(void) {
   query(&m, 1, "a.example", 1);
   set16(&m, 2, 0x8180);
   NOT_TAKEN(&m);
-  static const unsigned ops[] = {1, 2, 3, 4, 5, 15};
+  static const unsigned ops[] = {1, 2, 3, 4, 5, 6, 8, 15};
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
     query(&m, 1, "a.example", 1);
     set16(&m, 2, 0x0100 | ops[i] << 11);
@@ -134,8 +134,9 @@ static void test_hand_built(void) {
   static const size_t count_at[] = {6, 8};
   for (size_t i = 0; i < 2; i++) {
     query(&m, 1, "a.example", 1);
-    m.d[count_at[i] + 1] = 1;
-    opt(&m, 0);   /* a record for it to count */
+    m.d[count_at[i] + 1] = 1;   /* counted, absent */
+    NOT_TAKEN(&m);
+    opt(&m, 0);   /* counted and present */
     NOT_TAKEN(&m);
   }
   /* Shorter than a header; a name running off the end; no type and class; a byte too many. */

@@ -684,8 +684,12 @@ static void test_http_syntax(void) {
   HTTP_NONE("GET / HTTP/1.1\nHost: a\n\n");
   HTTP_NONE("GET / HTTP/1.1\r\nHost: a\n\r\n");
   HTTP_NONE("GET / HTTP/1.1\r\nHost: a\r\n\n");
-  HTTP_NONE("GET / HTTP/1.1\r\nHost: a\rX: b\r\n\r\n");   /* a bare CR */
-  HTTP_NONE("GET / HTTP/1.1\r\nHost: a\r\n\r\r");
+  const char *cr = "GET / HTTP/1.1\r\nX: a\rHost: b\r\n\r\n";   /* a bare CR */
+  BAD_AT(sniff_http, cr, strlen(cr), strlen("GET / HTTP/1.1\r\nX: a\rH"));
+  cr = "GET / HTTP/1.1\rHost: b\r\n\r\n";
+  BAD_AT(sniff_http, cr, strlen(cr), strlen("GET / HTTP/1.1\rH"));
+  cr = "GET / HTTP/1.1\r\nHost: a\r\n\rX";
+  BAD_AT(sniff_http, cr, strlen(cr), strlen(cr));
   HTTP_NONE("\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n");   /* an empty line first */
   /* The request line. */
   HTTP_NONE("GET  / HTTP/1.1\r\nHost: a\r\n\r\n");
