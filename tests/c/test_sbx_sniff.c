@@ -745,9 +745,24 @@ static void test_http_target(void) {
   HTTP_NONE("GET http:/example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n");
   HTTP_NONE("GET example.com/x HTTP/1.1\r\nHost: example.com\r\n\r\n");
   HTTP_NONE("GET http://example.com/ HTTP/1.1\r\n\r\n");   /* no Host: NONE, even with a name in the target */
-  /* A bad target is NONE at the space that ends it. */
-  const char *t = "GET http://user@example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n";
-  BAD_AT(sniff_http, t, strlen(t), strlen("GET http://user@example.com/ "));
+  /* A target is NONE at its first byte that no ending could make right; a name differing from
+   * Host's at the end of the Host line. */
+  static const struct { const char *head, *upto; } early[] = {
+    {"GET http://user@example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n", "GET http://user@"},
+    {"GET ftp://example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n", "GET f"},
+    {"GET hTTpS:/x HTTP/1.1\r\nHost: example.com\r\n\r\n", "GET hTTpS:/x"},
+    {"GET http://a.example:99999/ HTTP/1.1\r\nHost: a.example\r\n\r\n", "GET http://a.example:99999"},
+    {"GET http://a.example:123456/ HTTP/1.1\r\nHost: a.example\r\n\r\n", "GET http://a.example:123456"},
+    {"GET http://a..example/ HTTP/1.1\r\nHost: a.example\r\n\r\n", "GET http://a.."},
+    {"GET *x HTTP/1.1\r\nHost: a.example\r\n\r\n", "GET *"},
+    {"OPTIONS *x HTTP/1.1\r\nHost: a.example\r\n\r\n", "OPTIONS *x"},
+    {"CONNECT /x HTTP/1.1\r\nHost: a.example\r\n\r\n", "CONNECT /"},
+    {"CONNECT a.example HTTP/1.1\r\nHost: a.example\r\n\r\n", "CONNECT a.example "},
+    {"GET http://a.example/ HTTP/1.1\r\nHost: b.example\r\n\r\n", "GET http://a.example/ HTTP/1.1\r\nHost: b.example\r"},
+    {"GET / HTTP/1.1\r\nHost: a.example:65536\r\n\r\n", "GET / HTTP/1.1\r\nHost: a.example:65536"},
+  };
+  for (size_t i = 0; i < sizeof early / sizeof early[0]; i++)
+    bad_at(sniff_http, early[i].head, strlen(early[i].head), strlen(early[i].upto), __LINE__);
   /* asterisk-form for OPTIONS only; authority-form for CONNECT only (with a port) */
   HTTP_NAME("OPTIONS * HTTP/1.1\r\nHost: example.com\r\n\r\n", "example.com");
   HTTP_NONE("GET * HTTP/1.1\r\nHost: example.com\r\n\r\n");
