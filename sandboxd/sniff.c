@@ -114,7 +114,7 @@ static int server_name(const struct rd *r, size_t off, size_t end, char name[SNI
   TRY(length(r, off, 2, end, &n));
   off += 2;
   if (n != end - off) return BAD;   /* one entry, the whole list */
-  if (n == 0 || n > SNIFF_NAME_MAX + 1) return BAD;
+  if (n > SNIFF_NAME_MAX + 1) return BAD;   /* too long even with a trailing dot (empty: below) */
   int t = get(r, off, n, end);
   if (t == SHORT) return name_prefix(r->p + off, r->avail > off ? r->avail - off : 0) ? SHORT : BAD;
   TRY(t);
@@ -155,8 +155,7 @@ static int client_hello(const unsigned char *hs, size_t avail, size_t cap, char 
   TRY(get(&r, off, n, end));
   if (!memchr(hs + off, 0, n)) return BAD;
   off += n;
-  if (off == end) return BAD;   /* no extensions, so no server_name */
-  TRY(length(&r, off, 2, end, &n));
+  TRY(length(&r, off, 2, end, &n));   /* no extensions at all: BAD here (no server_name) */
   off += 2;
   if (n != end - off) return BAD;   /* the extensions fill the rest of the message */
   uint64_t seen[65536 / 64];        /* extension types met, one bit each */
@@ -246,20 +245,46 @@ static int host_port(const unsigned char *s, size_t n, bool port_required, char 
   return sniff_hostname((const char *)s, h, name);
 }
 
+/* Could s[0..n) begin a `host[:port]` that host_port takes? *used: how much of s it spans (what
+ * follows is the caller's: whitespace after a Host value, a path after an authority). */
+static bool authority_prefix(const unsigned char *s, size_t n, size_t *used) {
+  size_t i = 0;
+  while (i < n && name_byte(s[i])) i++;
+  if (!name_prefix(s, i)) return false;
+  if (i < n && s[i] == ':') {
+    unsigned long v = 0;
+    size_t d = ++i;
+    while (i < n && is_digit(s[i])) {
+      v = v * 10 + (unsigned long)(s[i] - '0');
+      if (++i - d > 5 || v > 65535) return false;
+    }
+  }
+  *used = i;
+  return true;
+}
+
 /* Could the Host value received so far, v[0..n) (from just after the colon), still be valid? */
 static bool host_value_prefix(const unsigned char *v, size_t n) {
-  size_t i = 0;
+  size_t i = 0, used;
   while (i < n && (v[i] == ' ' || v[i] == '\t')) i++;   /* OWS */
-  size_t h = i;
-  while (i < n && v[i] != ':' && v[i] != ' ' && v[i] != '\t') i++;
-  if (!name_prefix(v + h, i - h)) return false;
-  if (i < n && v[i] == ':') {
-    size_t d = ++i;
-    while (i < n && is_digit(v[i])) i++;
-    if (i - d > 5) return false;
-  }
+  if (!authority_prefix(v + i, n - i, &used)) return false;
+  i += used;
   while (i < n && (v[i] == ' ' || v[i] == '\t')) i++;   /* OWS */
   return i == n;
+}
+
+/* Could t[0..n), a request target of method m[0..mn) still arriving, become one target() takes? */
+static bool target_prefix(const unsigned char *m, size_t mn, const unsigned char *t, size_t n) {
+  size_t used, s;
+  if (mn == 7 && memcmp(m, "CONNECT", 7) == 0) return authority_prefix(t, n, &used) && used == n;
+  if (n == 0 || t[0] == '/') return true;
+  if (t[0] == '*') return n == 1 && mn == 7 && memcmp(m, "OPTIONS", 7) == 0;
+  if (n >= 7 && ascii_ieq(t, "http://", 7)) s = 7;
+  else if (n >= 8 && ascii_ieq(t, "https://", 8)) s = 8;
+  else return ascii_ieq(t, "http://", n < 7 ? n : 7) || ascii_ieq(t, "https://", n < 8 ? n : 8);
+  size_t a = s;
+  while (a < n && t[a] != '/' && t[a] != '?' && t[a] != '#') a++;
+  return authority_prefix(t + s, a - s, &used) && used == a - s;
 }
 
 /* The Host value v[0..n) → the name; optional whitespace around it. */
@@ -286,7 +311,8 @@ static int target(const unsigned char *m, size_t mn, const unsigned char *t, siz
   else return -1;
   size_t a = s;
   while (a < tn && t[a] != '/' && t[a] != '?' && t[a] != '#') a++;
-  if (memchr(t + s, '@', a - s)) return -1;   /* userinfo: deprecated, and a way to mislead (RFC 9110 §4.2.4) */
+  /* userinfo (`user@host`, deprecated and a way to mislead: RFC 9110 §4.2.4) fails the name's
+   * byte set, so is refused there. */
   *named = true;
   return host_port(t + s, a - s, false, host);
 }
@@ -355,7 +381,11 @@ sniff_result sniff_http(const unsigned char *buf, size_t len, char name[SNIFF_NA
       break;
     case H_VALUE:
       if (c == '\r') {
-        if (in_host && host_value(buf + start, i - start, name) != 0) return SNIFF_NONE;
+        if (in_host) {
+          if (host_value(buf + start, i - start, name) != 0) return SNIFF_NONE;
+          /* The target named a host too (always before Host): two names, ambiguous unless equal. */
+          if (target_named && strcmp(target_host, name) != 0) return SNIFF_NONE;
+        }
         in_host = false;
         st = H_LF;
       } else if (c != '\t' && (c < 0x20 || c == 0x7f)) {
@@ -365,12 +395,12 @@ sniff_result sniff_http(const unsigned char *buf, size_t len, char name[SNIFF_NA
     case H_END:
       if (c != '\n') return SNIFF_NONE;
       /* The head is whole. */
-      if (hosts != 1) return SNIFF_NONE;
-      if (target_named && strcmp(target_host, name) != 0) return SNIFF_NONE;   /* two names: ambiguous */
-      return SNIFF_NAME;
+      return hosts == 1 ? SNIFF_NAME : SNIFF_NONE;
     }
   }
   if (len >= SNIFF_LIMIT) return SNIFF_NONE;   /* no end within the limit */
+  /* What has arrived of a target or a Host value: NONE as soon as no ending could save it. */
+  if (st == H_TARGET && !target_prefix(buf, method_len, buf + start, n - start)) return SNIFF_NONE;
   if (st == H_VALUE && in_host && !host_value_prefix(buf + start, n - start)) return SNIFF_NONE;
   return SNIFF_MORE;
 }

@@ -11,7 +11,10 @@
  *   SNIFF_NONE  anything else: malformed, ambiguous, no name, an address instead of a name, or not
  *               complete within the first SNIFF_LIMIT bytes. Final: more bytes never change it.
  * The answer depends only on the first SNIFF_LIMIT bytes (and on whether len reached it); for a
- * prefix it is MORE or the answer for the whole. Bytes after the message are not looked at.
+ * prefix it is MORE or the answer for the whole. Bytes after the message are not looked at (so a
+ * second request on a kept-alive connection, or a second ClientHello after a HelloRetryRequest,
+ * is the caller's concern). name is meaningful only with SNIFF_NAME (otherwise it may hold
+ * anything, NUL-terminated or not).
  *
  * Host names (both sniffers and sniff_hostname): bytes [A-Za-z0-9._-] only; one trailing dot
  * dropped; labels 1..63 bytes; at most 253 bytes; not an IPv4 literal in any form inet_aton or a
