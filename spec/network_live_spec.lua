@@ -3,6 +3,7 @@
 -- ctx.e2b:updateNetwork and `moonbox sandbox network` replace the rules, the server's own 400
 -- names the entry, an unknown sandbox is E2B_NOT_FOUND.
 local compose = require "moonbox.compose"
+local H = require "support.helpers"
 local cjson = require "cjson"
 local bin = (os.getenv("MB_BUILD_DIR") or "build") .. "/bin/moonbox"
 if bin:sub(1, 1) ~= "/" then bin = assert(io.popen("pwd")):read("l") .. "/" .. bin end
@@ -87,5 +88,39 @@ describe("the network policy on sandboxd #sandboxd", function()
     end)
     moonbox("sandbox kill " .. id)
     assert(ok, perr)
+  end)
+
+  it("is enforced: what the policy allows gets out, the rest does not, and updateNetwork changes it live", function()
+    if not (io.popen("id -u"):read("l") == "0") then pending("not root: no stand-in world") return end
+    local world = assert(H.start_networld())
+    local probe = [==[
+import socket, sys
+for host, port in [a.split(':') for a in sys.argv[1:]]:
+    try:
+        s = socket.create_connection((host, int(port)), timeout=3); s.settimeout(3)
+        d = s.recv(64); print(host, 'ok' if d.startswith(b'BANNER') else 'reset')
+    except Exception as e:
+        print(host, type(e).__name__)
+]==]
+    local ok, err = pcall(with, ('deny_out = { "0.0.0.0/0" }\nallow_out = { "%s" }\n'):format(world.public), function(ctx)
+      local function run()
+        local h = assert(ctx.subprocess:spawn{ argv = { "python3", "-c", probe, world.public .. ":2222", "203.0.113.7:2222",
+          world.private .. ":80", world.linklocal .. ":80" }, cwd = "/tmp", graceMs = 100,
+          stdio = { stdin = "ignore", stdout = { maxBytes = 4096 }, stderr = { maxBytes = 4096 } } })
+        assert(h:wait(30000))
+        return h.collected.stdout:readFrom(0).text
+      end
+      local out = run()
+      assert.truthy(out:find(world.public .. " ok\n", 1, true), out)
+      for _, other in ipairs{ "203.0.113.7", world.private, world.linklocal } do
+        assert.falsy(out:find(other .. " ok", 1, true), out)
+      end
+      -- the policy's rules, then none of them: the same command is refused
+      assert.is_true(ctx.e2b:updateNetwork{ allowInternetAccess = false })
+      out = run()
+      assert.falsy(out:find(" ok", 1, true), out)
+    end)
+    world.stop()
+    assert(ok, err)
   end)
 end)

@@ -13,8 +13,9 @@ rebind.test → private; meta.test → linklocal.
 Every HTTP answer is `<which> <Host header>`; GET /bytes/N sends N bytes. The test reads what the
 servers saw from the host: GET http://PUBLIC:8099/stats → {"tcp": {"public:80": n, ...}, "udp": [...]}.
 
-Usage: networld.py DIR   prints one JSON line describing the world (addresses, the CA's path),
-then runs until stdin closes or SIGTERM, and removes everything it made."""
+Usage: networld.py DIR [--until-signal]   prints one JSON line describing the world (addresses,
+the CA's path), then runs until its stdin closes (or, with --until-signal, until SIGTERM), and
+removes everything it made."""
 import json, os, random, signal, socket, subprocess, sys, threading, time
 
 SERVE = '--serve' in sys.argv
@@ -217,6 +218,9 @@ except Exception as e:
     cleanup()
 print(json.dumps(world), flush=True)
 try:
+    if '--until-signal' in sys.argv:
+        while True:
+            signal.pause()
     sys.stdin.read()   # until the test closes our stdin (or dies)
 finally:
     cleanup()
