@@ -295,8 +295,14 @@ static void set_network(sd_request *r, const char *id) {
 }
 
 static void get_sandbox(sd_request *r, const char *id) {
-  reg_info in;
-  if (reg_lookup_info(id, &in) != 0) { sd_reply_error(r, 404, "sandbox '%s' not found", id); return; }
+  reg_info in = {0};
+  /* A sandbox being killed is gone for a client that asks about it (as after E2B's DELETE): a
+   * request that failed because of the kill learns so at once, not after the clean-up. */
+  if (reg_lookup_info(id, &in) != 0 || in.dying) {
+    if (in.dying) reg_info_free(&in);
+    sd_reply_error(r, 404, "sandbox '%s' not found", id);
+    return;
+  }
   sd_reply_json(r, 200, detail_json(&in));
   reg_info_free(&in);
 }

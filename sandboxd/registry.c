@@ -87,7 +87,7 @@ static void info_locked(reg_entry *e, reg_info *in) {
   memcpy(in->template_id, e->template_id, sizeof in->template_id);
   memcpy(in->template_alias, e->template_alias, sizeof in->template_alias);
   in->secure = e->secure; in->internet = e->internet; in->auto_pause = e->auto_pause; in->auto_resume = e->auto_resume;
-  in->paused = e->paused; in->started_ms = e->started_ms; in->end_ms = e->end_ms; in->seq = e->seq;
+  in->paused = e->paused; in->dying = e->dying; in->started_ms = e->started_ms; in->end_ms = e->end_ms; in->seq = e->seq;
   in->metadata = json_incref(e->metadata);
   in->network = json_incref(e->network);
 }

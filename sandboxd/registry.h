@@ -41,6 +41,7 @@ typedef struct {
   char id[32], token[40];
   char template_id[REG_TEMPLATE_MAX], template_alias[REG_TEMPLATE_MAX];
   bool secure, internet, auto_pause, auto_resume, paused;
+  bool dying;                   /* a kill started: reported by list until it is gone, never by GET */
   int64_t started_ms, end_ms;
   uint64_t seq;                 /* creation order: larger is newer */
   json_t *metadata;             /* new references: reg_info_free */

@@ -581,7 +581,7 @@ static void test_server_name(void) {
   memset(l64, 'a', 64), l64[64] = 0;
   snprintf(n253, sizeof n253, "%s.%s.%s.%.61s", l63, l63, l63, l63);
   CHECK_INT(strlen(n253), 253);
-  snprintf(n254, sizeof n254, "%s.", n253);
+  memcpy(n254, n253, 253); n254[253] = '.'; n254[254] = 0;
   e.n = 0, sni(&e, l63), c = ch(&e);
   TLS_CASE(&c, SNIFF_NAME, l63);
   e.n = 0, sni(&e, n253), c = ch(&e);
