@@ -1,0 +1,264 @@
+// The cgroup v2 checks, run inside the VM by tests/vm/guest.sh (as root, only cgroup2 mounted):
+// sandboxd started here with small limits, driven through the official E2B SDK, its cgroups read
+// straight from /sys/fs/cgroup. Prints "VMTEST ok|not ok <check>: <detail>" and "VMFIG k=v" lines
+// for tests/vm/run.sh. Bounds are on counts (pids never above pids.max, CPU time unchanged while
+// frozen, ...), never on how long something took; waits have a give-up bound only.
+import { spawn } from 'node:child_process'
+import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs'
+import { createRequire } from 'node:module'
+
+const ROOT = process.env.MB_ROOT
+const SANDBOXD = process.env.MB_SANDBOXD
+const require = createRequire(`${ROOT}/spec/sdk/package.json`)
+const { Sandbox, CommandExitError } = require('e2b')
+
+const KEY = `e2b_${'0'.repeat(40)}`
+const ADDR = '127.0.0.1:49983'
+const URL = `http://${ADDR}`
+const STATE = '/tmp/sandboxd-state'            // tmpfs
+const LIMITS = { cpu: 1, memoryMB: 128, pids: 64 }
+const CG = '/sys/fs/cgroup'
+Object.assign(process.env, { E2B_API_URL: URL, E2B_SANDBOX_URL: URL, E2B_API_KEY: KEY })
+const OPTS = { allowInternetAccess: false, timeoutMs: 600_000 }
+
+const say = (s) => console.log(s)
+const fig = (k, v) => say(`VMFIG ${k}=${v}`)
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+function assert(cond, msg) { if (!cond) throw new Error(msg) }
+async function check(name, fn) {
+  try {
+    say(`VMTEST ok ${name}: ${(await fn()) ?? ''}`)
+  } catch (e) {
+    say(`VMTEST not ok ${name}: ${String(e?.stack ?? e).split('\n').slice(0, 4).join(' | ')}`)
+  }
+}
+// Polls until fn() is truthy; gives up (throws `what`) after `tries` rounds.
+async function until(what, fn, tries = 600, ms = 100) {
+  for (let i = 0; i < tries; i++) {
+    const v = await fn()
+    if (v) return v
+    await sleep(ms)
+  }
+  throw new Error(`gave up waiting: ${what}`)
+}
+
+const read = (p) => readFileSync(p, 'utf8')
+const keyed = (text) => Object.fromEntries(text.trim().split('\n').map((l) => l.split(' ')).map(([k, v]) => [k, Number(v)]))
+const procs = (cg) => read(`${cg}/cgroup.procs`).split('\n').filter(Boolean).map(Number)
+function stat(pid) {   // state and CPU ticks (utime + stime) of a host pid, or null once it is gone
+  try {
+    const s = read(`/proc/${pid}/stat`)
+    const f = s.slice(s.lastIndexOf(')') + 2).split(' ')
+    return { state: f[0], ticks: Number(f[11]) + Number(f[12]) }
+  } catch { return null }
+}
+const innerPid = (pid) => { try { return read(`/proc/${pid}/status`).match(/^NSpid:\s*(.*)$/m)[1].trim().split(/\s+/).pop() } catch { return null } }
+const sandboxdCgroups = () => readdirSync(CG).filter((d) => d.startsWith('sandboxd-'))
+
+// ---- sandboxd, started and stopped here ----
+let sbxd = null
+function startSandboxd() {
+  const p = spawn(SANDBOXD, ['--listen', ADDR, '--api-key', KEY, '--state-dir', STATE, '--cpu-count', String(LIMITS.cpu),
+    '--memory-mb', String(LIMITS.memoryMB), '--pids-max', String(LIMITS.pids)], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const d = { p, log: '', exit: null }
+  p.stdout.on('data', (b) => { d.log += b })
+  p.stderr.on('data', (b) => { d.log += b })
+  p.on('exit', (code, sig) => { d.exit = { code, sig } })
+  sbxd = d
+  return until('sandboxd listening', () => d.log.includes('sandboxd listening on') || d.exit, 1200).then(() => {
+    if (d.exit) throw new Error(`sandboxd exited at start: ${JSON.stringify(d.exit)}: ${d.log}`)
+    return d
+  })
+}
+async function stopSandboxd(sig = 'SIGTERM') {
+  const d = sbxd
+  d.p.kill(sig)
+  await until('sandboxd exit', () => d.exit, 1200)
+  return d.exit
+}
+const report = (d) => d.log.split('\n').filter((l) => /cgroup|isolation/.test(l)).join(' / ')
+
+// Cgroup of a sandbox: where its commands are (no cgroup namespace: the path is the host's).
+async function cgroupOf(sbx) {
+  const r = await sbx.commands.run('cat /proc/self/cgroup')
+  const rel = r.stdout.trim().replace(/^0::/, '')
+  assert(rel.startsWith('/sandboxd-'), `a command runs in ${rel}, not in a cgroup of sandboxd's`)
+  return CG + rel
+}
+const initOf = (cg) => procs(cg).find((p) => innerPid(p) === '1')
+
+async function main() {
+  const t0 = Date.now()
+  await startSandboxd()
+  fig('sandboxd_start_ms', Date.now() - t0)
+
+  await check('hierarchy', async () => {
+    const types = read('/proc/self/mountinfo').split('\n').map((l) => l.split(' - ')[1]?.split(' ')[0]).filter((t) => t?.startsWith('cgroup'))
+    assert(types.length > 0 && types.every((t) => t === 'cgroup2'), `cgroup mounts: ${types}`)
+    assert(/cgroup v2: sandboxes in \/sys\/fs\/cgroup\/sandboxd-[0-9a-f]+ .*pids memory cpu freeze kill/.test(sbxd.log), `start-up report: ${report(sbxd)}`)
+    return report(sbxd)
+  })
+
+  let t = Date.now()
+  const a = await Sandbox.create('base', OPTS)
+  fig('create_ms', Date.now() - t)
+  let cgA = null
+  await check('limits', async () => {
+    const info = await Sandbox.getInfo(a.sandboxId)
+    assert(info.cpuCount === LIMITS.cpu && info.memoryMB === LIMITS.memoryMB, `getInfo: cpuCount ${info.cpuCount}, memoryMB ${info.memoryMB}`)
+    cgA = await cgroupOf(a)
+    const v = (f) => read(`${cgA}/${f}`).trim()
+    assert(v('pids.max') === String(LIMITS.pids), `pids.max ${v('pids.max')}`)
+    assert(v('memory.max') === String(LIMITS.memoryMB * 1048576), `memory.max ${v('memory.max')}`)
+    if (existsSync(`${cgA}/memory.swap.max`)) assert(v('memory.swap.max') === '0', `memory.swap.max ${v('memory.swap.max')}`)
+    assert(v('cpu.max') === `${LIMITS.cpu * 100000} 100000`, `cpu.max ${v('cpu.max')}`)
+    const init = initOf(cgA)
+    assert(init, `no pid 1 of the sandbox among ${procs(cgA)}`)
+    return `getInfo cpuCount ${info.cpuCount} memoryMB ${info.memoryMB}; ${cgA}: pids.max ${v('pids.max')}, memory.max ${v('memory.max')}, ` +
+      `memory.swap.max ${existsSync(`${cgA}/memory.swap.max`) ? v('memory.swap.max') : '(no swap accounting)'}, cpu.max ${v('cpu.max')}; its init (host pid ${init}) inside`
+  })
+
+  await check('fork bomb held at pids.max', async () => {
+    const bomb = await Sandbox.create('base', OPTS)
+    const cg = await cgroupOf(bomb)
+    const max = Number(read(`${cg}/pids.max`))
+    await bomb.commands.run('b() { b | b & }; b', { background: true })
+    let highest = 0, samples = 0
+    const sample = () => { const n = Number(read(`${cg}/pids.current`)); highest = Math.max(highest, n); samples++; return n }
+    await until('the bomb reaching its bound (pids.events max)', () => { sample(); return keyed(read(`${cg}/pids.events`)).max > 0 }, 3000, 20)
+    for (let i = 0; i < 200; i++) { sample(); await sleep(10) }
+    const refused = keyed(read(`${cg}/pids.events`)).max
+    const peak = existsSync(`${cg}/pids.peak`) ? Number(read(`${cg}/pids.peak`)) : null
+    assert(highest <= max, `pids.current reached ${highest} > pids.max ${max}`)
+    if (peak !== null) assert(peak <= max, `pids.peak ${peak} > pids.max ${max}`)
+    // the other sandbox and sandboxd go on meanwhile
+    const r = await a.commands.run('echo alive')
+    assert(r.stdout.trim() === 'alive', `the other sandbox: ${r.stdout}`)
+    const tk = Date.now()
+    await bomb.kill()
+    fig('bomb_kill_ms', Date.now() - tk)
+    assert(!existsSync(cg), `${cg} still there after the kill`)
+    fig('fork_bomb', `highest pids.current ${highest} of pids.max ${max} over ${samples} samples; pids.peak ${peak ?? 'n/a'}; forks refused ${refused}`)
+    return `highest pids.current ${highest} ≤ pids.max ${max} (${samples} samples), ${refused} forks refused; the other sandbox answered; killed: cgroup removed`
+  })
+
+  await check('OOM kill inside, sandbox and sandboxd survive', async () => {
+    const before = keyed(read(`${cgA}/memory.events`)).oom_kill
+    let err = null
+    try { await a.commands.run('exec tail /dev/zero', { timeoutMs: 300_000 }) } catch (e) { err = e }
+    assert(err instanceof CommandExitError, `the hog was not killed: ${err}`)
+    // envd's End event for a process killed by a signal (Go's ProcessState): exitCode -1, "signal: killed"
+    assert(err.exitCode === -1 && err.error === 'signal: killed', `exit: code ${err.exitCode}, error ${err.error}`)
+    const ev = keyed(read(`${cgA}/memory.events`))
+    assert(ev.oom_kill > before, `memory.events oom_kill ${ev.oom_kill} (before ${before})`)
+    const peak = existsSync(`${cgA}/memory.peak`) ? Number(read(`${cgA}/memory.peak`)) : null
+    if (peak !== null) assert(peak <= LIMITS.memoryMB * 1048576, `memory.peak ${peak} above memory.max`)
+    const r = await a.commands.run('echo survived')
+    assert(r.stdout.trim() === 'survived', `after the OOM: ${r.stdout}`)
+    assert(initOf(cgA), 'the init is gone')
+    assert(sbxd.exit === null, 'sandboxd exited')
+    fig('oom', `exitCode ${err.exitCode}, error "${err.error}", memory.events oom_kill ${ev.oom_kill}, oom ${ev.oom}, max ${ev.max}` +
+      (peak !== null ? `, memory.peak ${(peak / 1048576).toFixed(1)} MiB` : ''))
+    return `the hog ended with exitCode ${err.exitCode} "${err.error}" (as envd), oom_kill ${ev.oom_kill}; the sandbox ran a command after, its init and sandboxd alive`
+  })
+
+  // Metrics samples: at most one a second; a new one is there once its timestamp moves.
+  const latest = async (after) => until('a new metrics sample', async () => {
+    const m = await a.getMetrics()
+    const last = m[m.length - 1]
+    return last && (!after || last.timestamp > after.timestamp) ? last : null
+  }, 100, 300)
+
+  await check('CPU quota throttles (cpu.stat) and metrics move', async () => {
+    const m0 = await latest(null)
+    const s0 = keyed(read(`${cgA}/cpu.stat`))
+    await a.commands.run('for i in 1 2 3; do timeout 3 sh -c "while :; do :; done" & done; wait')
+    const s1 = keyed(read(`${cgA}/cpu.stat`))
+    const m1 = await latest(m0)
+    assert(s1.nr_throttled > s0.nr_throttled && s1.throttled_usec > s0.throttled_usec,
+      `cpu.stat nr_throttled ${s0.nr_throttled}→${s1.nr_throttled}, throttled_usec ${s0.throttled_usec}→${s1.throttled_usec}`)
+    assert(m1.cpuCount === LIMITS.cpu && m1.cpuUsedPct > 0 && m1.cpuUsedPct <= 100, `metrics cpuCount ${m1.cpuCount} cpuUsedPct ${m1.cpuUsedPct}`)
+    // memory: a process holding 40 MiB (tail keeps the last 40 MiB it read; sleep never reads them)
+    await a.commands.run('head -c 40M /dev/zero | tail -c 40M | sleep 600', { background: true })
+    const m2 = await until('40 MiB held', async () => { const m = await latest(m1); return m.memUsed - m1.memUsed >= 30 * 1048576 ? m : null }, 30, 0)
+    assert(m2.memTotal === LIMITS.memoryMB * 1048576, `memTotal ${m2.memTotal}`)
+    await a.commands.run('pkill -x sleep; true')
+    fig('cpu_stat', `nr_periods ${s1.nr_periods - s0.nr_periods}, nr_throttled ${s1.nr_throttled - s0.nr_throttled}, ` +
+      `throttled_usec ${s1.throttled_usec - s0.throttled_usec}, usage_usec ${s1.usage_usec - s0.usage_usec} (3 busy loops, 3 s, quota 1 CPU)`)
+    fig('metrics', `cpuUsedPct ${m0.cpuUsedPct.toFixed(1)}→${m1.cpuUsedPct.toFixed(1)}, memUsed ${(m1.memUsed / 1048576).toFixed(1)}→${(m2.memUsed / 1048576).toFixed(1)} MiB of ${m2.memTotal / 1048576}`)
+    return `throttled ${s1.nr_throttled - s0.nr_throttled} of ${s1.nr_periods - s0.nr_periods} periods; metrics cpuUsedPct ${m1.cpuUsedPct.toFixed(1)}, memUsed +${((m2.memUsed - m1.memUsed) / 1048576).toFixed(1)} MiB`
+  })
+
+  await check('pause freezes every process, resume thaws them', async () => {
+    const s = await Sandbox.create('base', OPTS)
+    const cg = await cgroupOf(s)
+    await s.commands.run('sh -c "while :; do :; done" & sh -c "while :; do :; done" & wait', { background: true })
+    const init = initOf(cg)
+    const workers = await until('two busy loops', () => { const w = procs(cg).filter((p) => p !== init && stat(p)?.state === 'R'); return w.length >= 2 ? w : null })
+    const all = () => procs(cg)
+    // The same measure throughout: CPU ticks of every process across ten round trips to sandboxd.
+    const ticks = () => Object.fromEntries(all().map((p) => [p, stat(p)?.ticks ?? -1]))
+    const across = async () => { const b = ticks(); for (let i = 0; i < 10; i++) await Sandbox.getInfo(s.sandboxId); return [b, ticks()] }
+    const grew = ([b, e]) => workers.some((p) => e[p] > b[p])
+    assert(grew(await across()), 'the busy loops did not run before the pause')
+    const tp = Date.now()
+    const res = await fetch(`${URL}/sandboxes/${s.sandboxId}/pause`, { method: 'POST', headers: { 'X-API-KEY': KEY } })
+    fig('pause_ms', Date.now() - tp)
+    assert(res.status === 204, `pause: HTTP ${res.status}`)
+    assert(read(`${cg}/cgroup.freeze`).trim() === '1' && keyed(read(`${cg}/cgroup.events`)).frozen === 1, `not frozen: ${read(`${cg}/cgroup.events`)}`)
+    const [b, e] = await across()
+    const moved = Object.keys(e).filter((p) => e[p] !== b[p])
+    assert(moved.length === 0, `processes ran while frozen: ${moved.map((p) => `${p}: ${b[p]}→${e[p]}`)}`)
+    const running = all().filter((p) => stat(p)?.state === 'R')
+    assert(running.length === 0, `runnable while frozen: ${running}`)
+    const frozen = all().length
+    const tr = Date.now()
+    await Sandbox.connect(s.sandboxId)   // resumes a paused sandbox
+    fig('resume_ms', Date.now() - tr)
+    assert(keyed(read(`${cg}/cgroup.events`)).frozen === 0, 'still frozen after resume')
+    assert(grew(await across()), 'the busy loops did not run after the resume')
+    await s.kill()
+    assert(!existsSync(cg), `${cg} still there after the kill`)
+    fig('freeze', `${frozen} processes frozen (the init and ${frozen - 1} of its descendants), no CPU tick while frozen, running again after resume`)
+    return `${frozen} processes: no CPU tick and none runnable while frozen (cgroup.events frozen 1); running again after resume`
+  })
+
+  await check('teardown leaves no cgroup', async () => {
+    await a.kill()
+    assert(!existsSync(cgA), `${cgA} still there after the kill`)
+    const exit = await stopSandboxd('SIGTERM')
+    assert(exit.code === 0, `sandboxd exit ${JSON.stringify(exit)}`)
+    const left = sandboxdCgroups()
+    assert(left.length === 0, `left in ${CG}: ${left}`)
+    return 'killed sandboxes lose their cgroup at once; after sandboxd stops (exit 0) no sandboxd-* cgroup remains'
+  })
+
+  await check('stale clean-up after a crash (cgroup.kill, rmdir)', async () => {
+    await startSandboxd()
+    const s = await Sandbox.create('base', OPTS)
+    const cg = await cgroupOf(s)
+    await stopSandboxd('SIGKILL')
+    // Something still inside when sandboxd comes back: a process of the host put there by hand.
+    const stray = spawn('sleep', ['1000'], { stdio: 'ignore' })
+    writeFileSync(`${cg}/cgroup.procs`, String(stray.pid))
+    let strayExit = null
+    stray.on('exit', (code, sig) => { strayExit = sig ?? code })
+    const leftover = readdirSync(cg.slice(0, cg.lastIndexOf('/'))).filter((d) => !d.includes('.'))
+    await startSandboxd()
+    await until('the stray process killed', () => strayExit !== null, 100)
+    assert(strayExit === 'SIGKILL', `stray process ended by ${strayExit}`)
+    assert(!existsSync(cg), `${cg} still there after the restart`)
+    const s2 = await Sandbox.create('base', OPTS)
+    assert((await s2.commands.run('echo ok')).stdout.trim() === 'ok', 'a sandbox after the restart')
+    await s2.kill()
+    const exit = await stopSandboxd('SIGTERM')
+    assert(exit.code === 0 && sandboxdCgroups().length === 0, `exit ${JSON.stringify(exit)}, left ${sandboxdCgroups()}`)
+    return `${leftover.length} cgroups a killed sandboxd left (${leftover.join(' ')}) and a process inside: killed and removed at the next start`
+  })
+  fig('checks_s', ((Date.now() - t0) / 1000).toFixed(1))
+}
+
+main().catch((e) => say(`VMTEST not ok checks: ${e?.stack ?? e}`)).finally(() => {
+  if (sbxd && sbxd.exit === null) sbxd.p.kill('SIGKILL')
+  process.exit(0)
+})
