@@ -4,7 +4,7 @@
 // for tests/vm/run.sh. Bounds are on counts (pids never above pids.max, CPU time unchanged while
 // frozen, ...), never on how long something took; waits have a give-up bound only.
 import { spawn } from 'node:child_process'
-import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs'
+import { chownSync, existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 
 const ROOT = process.env.MB_ROOT
@@ -57,18 +57,29 @@ const sandboxdCgroups = () => readdirSync(CG).filter((d) => d.startsWith('sandbo
 
 // ---- sandboxd, started and stopped here ----
 let sbxd = null
-function startSandboxd() {
-  const p = spawn(SANDBOXD, ['--listen', ADDR, '--api-key', KEY, '--state-dir', STATE, '--cpu-count', String(LIMITS.cpu),
-    '--memory-mb', String(LIMITS.memoryMB), '--pids-max', String(LIMITS.pids)], { stdio: ['ignore', 'pipe', 'pipe'] })
+// opts.as: a uid to run as (rootless), opts.cgroup: a cgroup directory to start it in
+async function startSandboxd(opts = {}) {
+  if (sbxd && sbxd.exit === null) await stopSandboxd('SIGKILL')   // one a failed check left
+  const state = opts.state ?? STATE
+  const args = ['--listen', ADDR, '--api-key', KEY, '--state-dir', state, '--cpu-count', String(LIMITS.cpu),
+    '--memory-mb', String(LIMITS.memoryMB), '--pids-max', String(LIMITS.pids)]
+  let cmd = SANDBOXD, argv = args
+  if (opts.as !== undefined) {
+    mkdirSync(state, { recursive: true })
+    chownSync(state, opts.as, opts.as)
+    const join = opts.cgroup ? `echo $$ > ${opts.cgroup}/cgroup.procs && ` : ''
+    cmd = 'sh'
+    argv = ['-c', `${join}exec setpriv --reuid=${opts.as} --regid=${opts.as} --clear-groups "$@"`, 'sh', SANDBOXD, ...args]
+  }
+  const p = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, HOME: '/tmp', SANDBOXD_WARM_POOL: opts.pool ?? '1' } })
   const d = { p, log: '', exit: null }
   p.stdout.on('data', (b) => { d.log += b })
   p.stderr.on('data', (b) => { d.log += b })
   p.on('exit', (code, sig) => { d.exit = { code, sig } })
   sbxd = d
-  return until('sandboxd listening', () => d.log.includes('sandboxd listening on') || d.exit, 1200).then(() => {
-    if (d.exit) throw new Error(`sandboxd exited at start: ${JSON.stringify(d.exit)}: ${d.log}`)
-    return d
-  })
+  await until('sandboxd listening', () => d.log.includes('sandboxd listening on') || d.exit, 1200)
+  if (d.exit) throw new Error(`sandboxd exited at start: ${JSON.stringify(d.exit)}: ${d.log}`)
+  return d
 }
 async function stopSandboxd(sig = 'SIGTERM') {
   const d = sbxd
@@ -82,7 +93,7 @@ const report = (d) => d.log.split('\n').filter((l) => /cgroup|isolation/.test(l)
 async function cgroupOf(sbx) {
   const r = await sbx.commands.run('cat /proc/self/cgroup')
   const rel = r.stdout.trim().replace(/^0::/, '')
-  assert(rel.startsWith('/sandboxd-'), `a command runs in ${rel}, not in a cgroup of sandboxd's`)
+  assert(/^(\/[^/]+)*\/sandboxd-[0-9a-f]+\/[a-z0-9]+$/.test(rel), `a command runs in ${rel}, not in a cgroup of sandboxd's`)
   return CG + rel
 }
 const initOf = (cg) => procs(cg).find((p) => innerPid(p) === '1')
@@ -180,7 +191,8 @@ async function main() {
     assert(m1.cpuCount === LIMITS.cpu && m1.cpuUsedPct > 0 && m1.cpuUsedPct <= 100, `metrics cpuCount ${m1.cpuCount} cpuUsedPct ${m1.cpuUsedPct}`)
     // memory: a process holding 40 MiB (tail keeps the last 40 MiB it read; sleep never reads them)
     await a.commands.run('head -c 40M /dev/zero | tail -c 40M | sleep 600', { background: true })
-    const m2 = await until('40 MiB held', async () => { const m = await latest(m1); return m.memUsed - m1.memUsed >= 30 * 1048576 ? m : null }, 30, 0)
+    let seen = m1
+    const m2 = await until('40 MiB held', async () => { seen = await latest(seen); return seen.memUsed - m1.memUsed >= 30 * 1048576 ? seen : null }, 60, 0)
     assert(m2.memTotal === LIMITS.memoryMB * 1048576, `memTotal ${m2.memTotal}`)
     await a.commands.run('pkill -x sleep; true')
     fig('cpu_stat', `nr_periods ${s1.nr_periods - s0.nr_periods}, nr_throttled ${s1.nr_throttled - s0.nr_throttled}, ` +
@@ -196,9 +208,16 @@ async function main() {
     const init = initOf(cg)
     const workers = await until('two busy loops', () => { const w = procs(cg).filter((p) => p !== init && stat(p)?.state === 'R'); return w.length >= 2 ? w : null })
     const all = () => procs(cg)
-    // The same measure throughout: CPU ticks of every process across ten round trips to sandboxd.
+    // The same measure throughout: CPU ticks of every process of the sandbox across a window of
+    // CPU time: while a busy loop of the VM's own (outside every sandbox) gains 50 ticks (0.5 s of
+    // CPU), the sandbox's two loops, given 1 CPU, would gain about as much.
+    const clock = spawn('sh', ['-c', 'while :; do :; done'], { stdio: 'ignore' })
     const ticks = () => Object.fromEntries(all().map((p) => [p, stat(p)?.ticks ?? -1]))
-    const across = async () => { const b = ticks(); for (let i = 0; i < 10; i++) await Sandbox.getInfo(s.sandboxId); return [b, ticks()] }
+    const across = async () => {
+      const b = ticks(), c0 = stat(clock.pid).ticks
+      await until('the reference loop gaining 50 ticks', () => stat(clock.pid).ticks >= c0 + 50, 1000, 20)
+      return [b, ticks()]
+    }
     const grew = ([b, e]) => workers.some((p) => e[p] > b[p])
     assert(grew(await across()), 'the busy loops did not run before the pause')
     const tp = Date.now()
@@ -216,7 +235,10 @@ async function main() {
     await Sandbox.connect(s.sandboxId)   // resumes a paused sandbox
     fig('resume_ms', Date.now() - tr)
     assert(keyed(read(`${cg}/cgroup.events`)).frozen === 0, 'still frozen after resume')
-    assert(grew(await across()), 'the busy loops did not run after the resume')
+    const after = await across()
+    assert(grew(after), `the busy loops did not run after the resume: ${workers.map((p) => `${p} ${stat(p)?.state} ${after[0][p]}→${after[1][p]}`)}; ` +
+      `cgroup.events ${read(`${cg}/cgroup.events`).replace(/\n/g, ' ')} cpu.stat ${read(`${cg}/cpu.stat`).replace(/\n/g, ' ')}`)
+    clock.kill('SIGKILL')
     await s.kill()
     assert(!existsSync(cg), `${cg} still there after the kill`)
     fig('freeze', `${frozen} processes frozen (the init and ${frozen - 1} of its descendants), no CPU tick while frozen, running again after resume`)
@@ -254,6 +276,55 @@ async function main() {
     const exit = await stopSandboxd('SIGTERM')
     assert(exit.code === 0 && sandboxdCgroups().length === 0, `exit ${JSON.stringify(exit)}, left ${sandboxdCgroups()}`)
     return `${leftover.length} cgroups a killed sandboxd left (${leftover.join(' ')}) and a process inside: killed and removed at the next start`
+  })
+  // Rootless: what systemd gives a user (Delegate=yes): a cgroup whose directory and cgroup.procs,
+  // cgroup.subtree_control, cgroup.threads belong to the user; sandboxd started inside it.
+  const NOBODY = 65534
+  const DELEG = `${CG}/deleg-${NOBODY}`
+  await check('rootless in a delegated cgroup', async () => {
+    mkdirSync(DELEG)
+    for (const f of ['', '/cgroup.procs', '/cgroup.subtree_control', '/cgroup.threads']) chownSync(DELEG + f, NOBODY, NOBODY)
+    const d = await startSandboxd({ as: NOBODY, cgroup: DELEG, state: '/tmp/rootless-state' })
+    const line = report(d)
+    assert(line.includes(`cgroup v2: sandboxes in ${DELEG}/sandboxd-`) && line.includes("sandboxd's own delegated cgroup") &&
+      /pids memory cpu freeze kill/.test(line), `start-up report: ${line}`)
+    const own = read(`/proc/${d.p.pid}/cgroup`).trim()
+    assert(own === `0::/deleg-${NOBODY}/supervisor`, `sandboxd itself in ${own}, not in the delegated cgroup's leaf`)
+    const s = await Sandbox.create('base', OPTS)
+    const cg = await cgroupOf(s).catch((e) => { throw new Error(`${e.message}`) })
+    assert(cg.startsWith(`${DELEG}/sandboxd-`), `the sandbox's cgroup ${cg}`)
+    const info = await Sandbox.getInfo(s.sandboxId)
+    assert(info.cpuCount === LIMITS.cpu && info.memoryMB === LIMITS.memoryMB, `getInfo: cpuCount ${info.cpuCount}, memoryMB ${info.memoryMB}`)
+    const v = (f) => read(`${cg}/${f}`).trim()
+    assert(v('pids.max') === String(LIMITS.pids) && v('memory.max') === String(LIMITS.memoryMB * 1048576) && v('cpu.max') === '100000 100000',
+      `limits: pids.max ${v('pids.max')}, memory.max ${v('memory.max')}, cpu.max ${v('cpu.max')}`)
+    assert((await fetch(`${URL}/sandboxes/${s.sandboxId}/pause`, { method: 'POST', headers: { 'X-API-KEY': KEY } })).status === 204, 'pause')
+    assert(keyed(v('cgroup.events')).frozen === 1, 'not frozen')
+    await Sandbox.connect(s.sandboxId)
+    assert(keyed(v('cgroup.events')).frozen === 0, 'still frozen')
+    await s.kill()
+    assert(!existsSync(cg), `${cg} still there after the kill`)
+    const exit = await stopSandboxd('SIGTERM')
+    const left = readdirSync(DELEG).filter((x) => x.startsWith('sandboxd-'))
+    assert(exit.code === 0 && left.length === 0, `exit ${JSON.stringify(exit)}, left ${left}`)
+    return `uid ${NOBODY}: sandboxd moved itself to ${DELEG}/supervisor, sandboxes in ${DELEG}/sandboxd-* with pids.max, memory.max, cpu.max; pause froze, kill and exit left nothing`
+  })
+
+  await check('rootless with nothing delegated says so', async () => {
+    const d = await startSandboxd({ as: NOBODY, state: '/tmp/rootless-state2' })   // in the root cgroup, which is root's
+    const line = report(d)
+    assert(line.includes(`is not delegated to uid ${NOBODY}`) && /unavailable: .*cgroup pids limit, cgroup memory limit, cgroup CPU limit, freezer \(pause\)/.test(line),
+      `start-up report: ${line}`)
+    const s = await Sandbox.create('base', OPTS)
+    const info = await Sandbox.getInfo(s.sandboxId)
+    const hostMB = Math.floor(Number(read('/proc/meminfo').match(/MemTotal:\s+(\d+)/)[1]) / 1024)
+    assert(info.cpuCount === Number(readdirSync('/sys/devices/system/cpu').filter((c) => /^cpu\d+$/.test(c)).length) && Math.abs(info.memoryMB - hostMB) <= 1,
+      `getInfo reports cpuCount ${info.cpuCount}, memoryMB ${info.memoryMB} (host: ${hostMB} MB): not the host's figures`)
+    assert((await s.commands.run('echo ok')).stdout.trim() === 'ok', 'a command')
+    await s.kill()
+    const exit = await stopSandboxd('SIGTERM')
+    assert(exit.code === 0, `exit ${JSON.stringify(exit)}`)
+    return `the start-up report names it (${line.match(/cgroup v2: sandboxd's cgroup [^;]*/)?.[0]}); getInfo gives the host's figures; sandboxes still work`
   })
   fig('checks_s', ((Date.now() - t0) / 1000).toFixed(1))
 }
