@@ -403,6 +403,7 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   if (!s) { seterr(err, errlen, "out of memory"); return -1; }
   pthread_mutex_init(&s->mu, NULL);
   mx_init(&s->mx);
+  s->cg.fd = -1;
   snprintf(s->id, sizeof s->id, "%s", cfg->id);
   s->internet = cfg->internet;
   s->ctl = -1;
