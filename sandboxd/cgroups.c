@@ -635,8 +635,8 @@ void cg_read_usage(const cg_set *cg, cg_usage *u) {
   char buf[8192], v[64];
   bool f1, f2;
   if (cg->dir[0]) {
-    if (G.v2_has[CG_MEMORY]) {
-      u->has_mem = read_file(cg->dir, "memory.current", v, sizeof v) == 0;
+    if (G.v2_has[CG_MEMORY] && read_file(cg->dir, "memory.current", v, sizeof v) == 0) {
+      u->has_mem = true;
       u->mem_usage = strtoull(v, NULL, 10);
       if (read_file(cg->dir, "memory.max", v, sizeof v) == 0) u->mem_limit = strtoull(v, NULL, 10);   /* "max": 0 */
       if (read_file(cg->dir, "memory.stat", buf, sizeof buf) == 0) u->mem_cache = field(buf, "file", NULL);
@@ -651,9 +651,9 @@ void cg_read_usage(const cg_set *cg, cg_usage *u) {
     }
     return;
   }
-  if (cg->path[CG_MEMORY][0]) {
-    const char *d = cg->path[CG_MEMORY];
-    u->has_mem = read_file(d, "memory.usage_in_bytes", v, sizeof v) == 0;
+  const char *d = cg->path[CG_MEMORY];
+  if (d[0] && read_file(d, "memory.usage_in_bytes", v, sizeof v) == 0) {
+    u->has_mem = true;
     u->mem_usage = strtoull(v, NULL, 10);
     if (read_file(d, "memory.limit_in_bytes", v, sizeof v) == 0) u->mem_limit = strtoull(v, NULL, 10);
     if (read_file(d, "memory.stat", buf, sizeof buf) == 0) u->mem_cache = field(buf, "total_cache", NULL);

@@ -710,6 +710,14 @@ static void release(sbx_t *s) {
   net_pair_free(s->net);
   s->net = NULL;
   if (s->root_fd >= 0) close(s->root_fd);
+  cg_usage u;   /* what the kernel's OOM killer did inside is worth a line to whoever runs sandboxd */
+  cg_read_usage(&s->cg, &u);
+  if (u.oom_kills) {
+    char peak[48] = "";
+    if (u.has_peak) snprintf(peak, sizeof peak, ", peak %llu MiB", (unsigned long long)(u.mem_peak >> 20));
+    fprintf(stderr, "sandboxd: sandbox %s: %llu process%s killed out of memory (limit %llu MiB%s)\n", s->id,
+            (unsigned long long)u.oom_kills, u.oom_kills == 1 ? "" : "es", (unsigned long long)(u.mem_limit >> 20), peak);
+  }
   cg_remove(&s->cg, s->id);
   if (tpl_rm_tree(s->dir) != 0)
     fprintf(stderr, "sandboxd: sandbox %s: removing %s: %s\n", s->id, s->dir, strerror(errno));

@@ -248,6 +248,8 @@ async function main() {
   await check('teardown leaves no cgroup', async () => {
     await a.kill()
     assert(!existsSync(cgA), `${cgA} still there after the kill`)
+    assert(new RegExp(`sandbox ${a.sandboxId}: 1 process killed out of memory \\(limit ${LIMITS.memoryMB} MiB`).test(sbxd.log),
+      `sandboxd did not report the OOM kill at the end: ${sbxd.log.split('\n').filter((l) => l.includes(a.sandboxId)).join(' / ')}`)
     const exit = await stopSandboxd('SIGTERM')
     assert(exit.code === 0, `sandboxd exit ${JSON.stringify(exit)}`)
     const left = sandboxdCgroups()
