@@ -57,6 +57,7 @@ const sandboxdCgroups = () => readdirSync(CG).filter((d) => d.startsWith('sandbo
 
 // ---- sandboxd, started and stopped here ----
 let sbxd = null
+const runs = []   // every sandboxd started, for the last check
 // opts.as: a uid to run as (rootless), opts.cgroup: a cgroup directory to start it in
 async function startSandboxd(opts = {}) {
   if (sbxd && sbxd.exit === null) await stopSandboxd('SIGKILL')   // one a failed check left
@@ -77,6 +78,7 @@ async function startSandboxd(opts = {}) {
   p.stderr.on('data', (b) => { d.log += b })
   p.on('exit', (code, sig) => { d.exit = { code, sig } })
   sbxd = d
+  runs.push(d)
   await until('sandboxd listening', () => d.log.includes('sandboxd listening on') || d.exit, 1200)
   if (d.exit) throw new Error(`sandboxd exited at start: ${JSON.stringify(d.exit)}: ${d.log}`)
   return d
@@ -327,6 +329,12 @@ async function main() {
     const exit = await stopSandboxd('SIGTERM')
     assert(exit.code === 0, `exit ${JSON.stringify(exit)}`)
     return `the start-up report names it (${line.match(/cgroup v2: sandboxd's cgroup [^;]*/)?.[0]}); getInfo gives the host's figures; sandboxes still work`
+  })
+  await check("sandboxd's logs: no cgroup error, no sanitizer report", async () => {
+    if (sbxd && sbxd.exit === null) await stopSandboxd('SIGTERM')
+    const bad = runs.flatMap((d) => d.log.split('\n')).filter((l) => /runtime error|Sanitizer|sandboxd: (cgroup|cleanup): |rmdir |cannot /.test(l))
+    assert(bad.length === 0, bad.slice(0, 5).join(' / '))
+    return `${runs.length} runs of sandboxd (${process.env.MB_SANDBOXD})`
   })
   fig('checks_s', ((Date.now() - t0) / 1000).toFixed(1))
 }
