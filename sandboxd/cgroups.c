@@ -605,24 +605,34 @@ bool cg_can_freeze(const cg_set *cg) {
   return cg->dir[0] ? G.v2_has[CG_FREEZER] : cg->path[CG_FREEZER][0] != 0;
 }
 
+/* A failed freeze or thaw is said on stderr (which file, why): the caller's error is generic. */
+static int freeze_failed(const char *dir, const char *file, bool frozen) {
+  int e = errno;
+  fprintf(stderr, "sandboxd: cgroup: %s %s/%s: %s\n", frozen ? "freezing" : "thawing", dir, file,
+          e == ETIMEDOUT ? "the kernel did not confirm it within 5 s" : strerror(e));
+  errno = e;
+  return -1;
+}
+
 int cg_freeze(const cg_set *cg, bool frozen) {
   if (cg->dir[0]) {
-    if (write_file(cg->dir, "cgroup.freeze", frozen ? "1" : "0", NULL, 0) != 0) return -1;
-    return events_wait(cg->dir, "frozen", frozen ? 1 : 0);   /* asynchronous: wait for the kernel */
+    if (write_file(cg->dir, "cgroup.freeze", frozen ? "1" : "0", NULL, 0) != 0) return freeze_failed(cg->dir, "cgroup.freeze", frozen);
+    /* asynchronous: wait for the kernel */
+    return events_wait(cg->dir, "frozen", frozen ? 1 : 0) == 0 ? 0 : freeze_failed(cg->dir, "cgroup.events", frozen);
   }
   const char *state = frozen ? "FROZEN" : "THAWED";
   char p[600], cur[64];
   if (xfmt(p, sizeof p, "%s/freezer.state", cg->path[CG_FREEZER]) != 0) return -1;
-  if (procfile_write(p, state) != 0) return -1;
+  if (procfile_write(p, state) != 0) return freeze_failed(cg->path[CG_FREEZER], "freezer.state", frozen);
   /* FREEZING → FROZEN is asynchronous; wait for the kernel to confirm (bounded). */
   for (int i = 0; i < WAIT_MS; i++) {
-    if (procfile_read(p, cur, sizeof cur) != 0) return -1;
+    if (procfile_read(p, cur, sizeof cur) != 0) return freeze_failed(cg->path[CG_FREEZER], "freezer.state", frozen);
     if (!strncmp(cur, state, strlen(state))) return 0;
     struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);
   }
   errno = ETIMEDOUT;
-  return -1;
+  return freeze_failed(cg->path[CG_FREEZER], "freezer.state", frozen);
 }
 
 void cg_kill_all(const cg_set *cg) {
