@@ -46,24 +46,24 @@ else   # no package lists: whatever was fetched before
   KPKG=$(basename "${DEB%%_*}")
 fi
 [ -n "$DEB" ] && [ -f "$DEB" ] || fail "no kernel package: apt-cache knows no $KPKG_META (apt-get update?) and $CACHE has none"
-KDIR=$CACHE/${KPKG}.unpacked
-if [ ! -f "$KDIR/.done" ] || [ "$KDIR/.done" -ot "$DEB" ]; then
-  rm -rf "$KDIR" && mkdir -p "$KDIR" && dpkg-deb -x "$DEB" "$KDIR" || fail "dpkg-deb -x $DEB failed"
-  touch "$KDIR/.done"
-fi
-KVER=$(ls "$KDIR/lib/modules" | head -1)
-VMLINUZ=$KDIR/boot/vmlinuz-$KVER
-[ -f "$VMLINUZ" ] || fail "no kernel image in $DEB"
-MODDIR=$KDIR/lib/modules/$KVER
-[ -f "$MODDIR/modules.dep" ] || (cd "$KDIR" && "$BB" depmod -b . "$KVER") || fail "depmod of $KVER failed"
-
-# ---- the initramfs: busybox, the modules in dependency order, tests/vm/init ----
-# virtio PCI + 9p (the root), overlay (sandbox roots), crc32c (ext4's and overlay's helpers on demand)
-WANT="virtio_pci 9pnet_virtio 9p overlay crc32c_generic virtio_console"
-IRD=$CACHE/initramfs.d
-INITRD=$CACHE/initramfs-$KVER.gz
-if [ ! -f "$INITRD" ] || [ "$INITRD" -ot tests/vm/init ] || [ "$INITRD" -ot tests/vm/run.sh ] || [ "$INITRD" -ot "$BB" ]; then
-  rm -rf "$IRD" && mkdir -p "$IRD"/{bin,dev,proc,sys,mnt/root,lib/modules} || fail "cannot create $IRD"
+# What is kept: the package, its kernel image and the initramfs made from it (the unpacked tree,
+# ~400 MB of modules, only while the initramfs is made).
+VMLINUZ=$CACHE/$KPKG.vmlinuz
+INITRD=$CACHE/$KPKG.initramfs.gz
+# virtio PCI and 9p (the root), overlay (sandbox roots)
+WANT="virtio_pci 9pnet_virtio 9p overlay"
+if [ ! -f "$INITRD" ] || [ ! -f "$VMLINUZ" ] || [ "$INITRD" -ot "$DEB" ] || [ "$INITRD" -ot tests/vm/init ] ||
+   [ "$INITRD" -ot tests/vm/run.sh ] || [ "$INITRD" -ot "$BB" ]; then
+  KDIR=$(mktemp -d "$CACHE/unpack.XXXXXX") || fail "cannot create a directory in $CACHE"
+  trap 'rm -rf "$KDIR"' EXIT
+  dpkg-deb -x "$DEB" "$KDIR" || fail "dpkg-deb -x $DEB failed"
+  KVER=$(ls "$KDIR/lib/modules" | head -1)
+  MODDIR=$KDIR/lib/modules/$KVER
+  [ -n "$KVER" ] && [ -f "$KDIR/boot/vmlinuz-$KVER" ] || fail "no kernel image in $DEB"
+  [ -f "$MODDIR/modules.dep" ] || (cd "$KDIR" && "$BB" depmod -b . "$KVER") || fail "depmod of $KVER failed"
+  # the initramfs: busybox, the modules in dependency order (modules.dep), tests/vm/init
+  IRD=$KDIR/initramfs
+  mkdir -p "$IRD"/{bin,dev,proc,sys,mnt/root,lib/modules} || fail "cannot create $IRD"
   cp "$BB" "$IRD/bin/busybox" && cp tests/vm/init "$IRD/init" && chmod 755 "$IRD/init" || fail "cannot fill $IRD"
   order=()
   add_mod() { # name: its dependencies first (modules.dep: "path: dep dep ...")
@@ -81,7 +81,10 @@ if [ ! -f "$INITRD" ] || [ "$INITRD" -ot tests/vm/init ] || [ "$INITRD" -ot test
     case "$p" in *.xz) "$BB" unxz -f "$IRD/lib/modules/$(basename "$p")";; esac
     basename "${p%.xz}" >>"$IRD/modules"
   done
-  (cd "$IRD" && find . | "$BB" cpio -o -H newc 2>/dev/null | gzip -1) >"$INITRD.tmp" && mv "$INITRD.tmp" "$INITRD" || fail "cannot pack the initramfs"
+  (cd "$IRD" && find . | "$BB" cpio -o -H newc 2>/dev/null | gzip -1) >"$INITRD.tmp" && mv "$INITRD.tmp" "$INITRD" &&
+    cp "$KDIR/boot/vmlinuz-$KVER" "$VMLINUZ" || fail "cannot pack the initramfs"
+  rm -rf "$KDIR"
+  trap - EXIT
 fi
 
 # ---- boot ----
