@@ -429,7 +429,7 @@ int cg_set_limits(cg_set *cg, const cg_limits *lim, char *err, size_t errlen) {
 static void v1_remove(cg_set *cg, const char *id) {
   for (int c = 0; c < CG_N; c++) {
     if (!cg->path[c][0]) continue;
-    if (!cg->shared[c]) {
+    if (!G.v1_shared[c]) {
       if (rmdir(cg->path[c]) != 0 && errno != ENOENT)
         fprintf(stderr, "sandboxd: sandbox %s: rmdir %s: %s\n", id, cg->path[c], strerror(errno));
       /* The per-state-dir parent goes with its last sandbox (EBUSY while others live). */
@@ -463,7 +463,7 @@ static int v1_create(cg_set *cg, const char *state_dir, const char *name, const 
     if (!G.v1_mnt[c][0]) continue;
     if (G.v1_shared[c]) {   /* the directory of the first controller of its hierarchy */
       for (int e = 0; e < c; e++)
-        if (!strcmp(G.v1_mnt[e], G.v1_mnt[c]) && cg->path[e][0]) { memcpy(cg->path[c], cg->path[e], sizeof cg->path[c]); cg->shared[c] = true; }
+        if (!strcmp(G.v1_mnt[e], G.v1_mnt[c]) && cg->path[e][0]) memcpy(cg->path[c], cg->path[e], sizeof cg->path[c]);
       continue;
     }
     char p[600];
@@ -530,12 +530,12 @@ int cg_rename(cg_set *cg, const char *name) {
   if (cg->dir[0]) return 0;   /* v2 has no rename: the cgroup keeps the name it was made with */
   char to[512];
   for (int c = 0; c < CG_N; c++) {
-    if (!cg->path[c][0] || cg->shared[c]) continue;
+    if (!cg->path[c][0] || G.v1_shared[c]) continue;
     const char *slash = strrchr(cg->path[c], '/');
     if (!slash || xfmt(to, sizeof to, "%.*s/%s", (int)(slash - cg->path[c]), cg->path[c], name) != 0) { errno = ENAMETOOLONG; return -1; }
     if (rename(cg->path[c], to) != 0) return -1;   /* v1 allows a rename within the parent */
     for (int e = c + 1; e < CG_N; e++)
-      if (cg->shared[e] && !strcmp(cg->path[e], cg->path[c])) memcpy(cg->path[e], to, sizeof to);
+      if (G.v1_shared[e] && !strcmp(cg->path[e], cg->path[c])) memcpy(cg->path[e], to, sizeof to);
     memcpy(cg->path[c], to, sizeof to);
   }
   return 0;
@@ -578,14 +578,14 @@ int cg_enter(const cg_set *cg, cg_home *home, char *err, size_t errlen) {
   }
   char e[700];
   for (int c = 0; c < CG_N; c++) {
-    if (!cg->path[c][0] || cg->shared[c]) continue;
+    if (!cg->path[c][0] || G.v1_shared[c]) continue;
     if (!home->path[c][0]) { snprintf(err, errlen, "cgroup %s: cannot tell this thread's cgroup", CG_NAMES[c]); goto fail; }
     if (write_file(cg->path[c], "tasks", "0", e, sizeof e) != 0) { snprintf(err, errlen, "cgroup join: %s", e); goto fail; }
   }
   return 0;
 fail:
   for (int c = 0; c < CG_N; c++)
-    if (cg->path[c][0] && !cg->shared[c] && home->path[c][0]) (void)write_file(home->path[c], "tasks", "0", NULL, 0);
+    if (cg->path[c][0] && !G.v1_shared[c] && home->path[c][0]) (void)write_file(home->path[c], "tasks", "0", NULL, 0);
   return -1;
 }
 
@@ -594,7 +594,7 @@ fail:
 void cg_leave(const cg_set *cg, const cg_home *home) {
   char e[700];
   for (int c = 0; c < CG_N; c++) {
-    if (!cg->path[c][0] || cg->shared[c]) continue;
+    if (!cg->path[c][0] || G.v1_shared[c]) continue;
     if (write_file(home->path[c], "tasks", "0", e, sizeof e) == 0) continue;
     fprintf(stderr, "sandboxd: cgroup: back to %s: %s\n", home->path[c], e);
     if (write_file(G.v1_mnt[c], "tasks", "0", e, sizeof e) != 0) fprintf(stderr, "sandboxd: cgroup: back to %s: %s\n", G.v1_mnt[c], e);

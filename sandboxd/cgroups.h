@@ -22,10 +22,10 @@
 enum { CG_PIDS, CG_MEMORY, CG_CPU, CG_FREEZER, CG_CPUACCT, CG_N };
 
 /* A sandbox's cgroups. v1: one directory per controller ("" when it is not used; controllers
- * mounted together share one, owned by the first). v2: one directory, and an fd of it. */
+ * mounted together share one, made and removed through the first). v2: one directory, and an fd
+ * of it. */
 typedef struct {
   char path[CG_N][512];
-  bool shared[CG_N];
   char dir[512];
   int fd;
 } cg_set;
