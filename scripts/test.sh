@@ -252,7 +252,8 @@ if [ -n "$SBXD_PID" ] && ls tests/sandboxd/*.test.mjs >/dev/null 2>&1; then
 fi
 
 # cgroup v2 for real: sandboxd in a VM that has only cgroup2 (these machines run v1), driven by
-# the E2B SDK: limits, a fork bomb, an OOM kill, CPU quota, freeze, teardown (tests/vm/run.sh).
+# the E2B SDK: limits, a fork bomb, an OOM kill, CPU quota, freeze, teardown, rootless; then the
+# same kernel as a v1 host with cpu and cpuacct together (tests/vm/run.sh).
 note "cgroup v2 VM (tests/vm)"
 out=$(MB_VM_TIMEOUT=${MB_VM_TIMEOUT:-900} timeout -k 10 1000 tests/vm/run.sh 2>&1); echo "$out" >"$LOG/vm.log"
 p=$(sed -n 's/^vm: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' <<<"$out" | tail -1)

@@ -5,7 +5,8 @@
 # mounts this host's own userland read-only over 9p, then tests/vm/guest.sh as pid 1 in it: only
 # cgroup2 mounted, tmpfs where something is written, sandboxd with its state on tmpfs, and
 # tests/vm/checks.mjs driving it through the official E2B SDK. qemu in software emulation (TCG:
-# KVM guests do not boot on these machines), no network device (-nic none).
+# KVM guests do not boot on these machines), no network device (-nic none). A second boot of the
+# same kernel lays the controllers out as a systemd cgroup v1 host does (MB_VM_MODE=v1).
 #
 # The guest reports on the serial console: "VMTEST ok|not ok <check>: <detail>" per check,
 # "VMFIG <name>=<value>" figures, "VMTEST end" last. This prints them and one line
@@ -87,30 +88,36 @@ if [ ! -f "$INITRD" ] || [ ! -f "$VMLINUZ" ] || [ "$INITRD" -ot "$DEB" ] || [ "$
   trap - EXIT
 fi
 
-# ---- boot ----
-LOG=$BUILD/test-logs/vm-console.log
-mkdir -p "$(dirname "$LOG")"
-echo "vm: booting $KPKG ($(basename "$DEB")) under qemu (TCG, 2 vCPUs, 2 GiB, no network); console: $LOG"
-T0=$(date +%s.%N)
-# Kernel parameters that are name=value and unknown to the kernel become init's environment.
-timeout -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp 2 -m 2048 \
-  -nographic -monitor none -serial "file:$LOG" -no-reboot -nic none \
-  -kernel "$VMLINUZ" -initrd "$INITRD" \
-  -append "console=ttyS0 panic=-1 quiet loglevel=3 cgroup_no_v1=all MB_ROOT=$ROOT MB_BUILD=$BUILD" \
-  -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap" </dev/null >/dev/null 2>&1
-rc=$?
-T1=$(date +%s.%N)
-[ -f "$LOG" ] || fail "qemu wrote no console log (exit $rc)"
-# (a line may start with the terminal resets firmware and kernel print)
-OUT=$(grep -aoE '(VMTEST|VMFIG|VMLOG) .*' "$LOG" | tr -d '\r')
-echo "$OUT"
-p=$(grep -cE '^VMTEST ok ' <<<"$OUT"); f=$(grep -cE '^VMTEST not ok ' <<<"$OUT")
-if ! grep -q '^VMTEST end' <<<"$OUT"; then
-  f=$((f + 1))
-  [ "$rc" -eq 124 ] && echo "vm: the guest did not finish within ${TIMEOUT}s" || echo "vm: the guest stopped before its end (qemu exit $rc)"
-  tail -30 "$LOG" | tr -d '\r'
-fi
+# ---- two boots: cgroup v2 only (the suite proper), then the same kernel as a v1 host ----
+mkdir -p "$BUILD/test-logs"
+p=0; f=0
+boot() { # mode: v2 | v1
+  local mode=$1 log=$BUILD/test-logs/vm-console-$1.log t0 t1 rc out
+  echo "vm: booting $KPKG ($(basename "$DEB")) under qemu (TCG, 2 vCPUs, 2 GiB, no network), cgroup $mode; console: $log"
+  t0=$(date +%s.%N)
+  rm -f "$log"
+  # Kernel parameters that are name=value and unknown to the kernel become init's environment.
+  timeout -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp 2 -m 2048 \
+    -nographic -monitor none -serial "file:$log" -no-reboot -nic none \
+    -kernel "$VMLINUZ" -initrd "$INITRD" \
+    -append "console=ttyS0 panic=-1 quiet loglevel=3 MB_ROOT=$ROOT MB_BUILD=$BUILD MB_VM_MODE=$mode" \
+    -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap" </dev/null >/dev/null 2>&1
+  rc=$?
+  t1=$(date +%s.%N)
+  [ -f "$log" ] || { echo "vm: qemu wrote no console log (exit $rc)"; f=$((f + 1)); return; }
+  # (a line may start with the terminal resets firmware and kernel print)
+  out=$(grep -aoE '(VMTEST|VMFIG|VMLOG) .*' "$log" | tr -d '\r')
+  echo "$out"
+  p=$((p + $(grep -cE '^VMTEST ok ' <<<"$out"))); f=$((f + $(grep -cE '^VMTEST not ok ' <<<"$out")))
+  if ! grep -q '^VMTEST end' <<<"$out"; then
+    f=$((f + 1))
+    [ "$rc" -eq 124 ] && echo "vm: the guest did not finish within ${TIMEOUT}s" || echo "vm: the guest stopped before its end (qemu exit $rc)"
+    tail -30 "$log" | tr -d '\r'
+  fi
+  awk -v a="$t0" -v b="$t1" -v m="$mode" 'BEGIN { printf "VMFIG suite_%s_s=%.1f (boot to power-off, host clock)\n", m, b - a }'
+}
+boot v2
+boot v1
 [ "$p" -eq 0 ] && [ "$f" -eq 0 ] && f=1
-awk -v a="$T0" -v b="$T1" 'BEGIN { printf "VMFIG suite_s=%.1f (boot to power-off, host clock)\n", b - a }'
 echo "vm: $p passed, $f failed"
 [ "$f" -eq 0 ]
