@@ -50,14 +50,15 @@ json_t *control_sandbox_json(const reg_info *in) {
   return j;
 }
 
-/* Host figures: sandboxd does not carve CPUs or disk per sandbox, so it reports what is shared. */
+/* CPUs and memory: the sandbox's limits where the host enforces them (sandbox.h sbx_limits), else
+ * the host's; disk is not carved per sandbox, so it is the state dir's file system. */
 static void host_sizes(json_t *j) {
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  struct sysinfo si;
-  json_int_t mem = sysinfo(&si) == 0 ? (json_int_t)((uint64_t)si.totalram * si.mem_unit >> 20) : 0;
+  int cpus;
+  long mem;
+  sbx_limits(&cpus, &mem);
   struct statvfs vf;
   json_int_t disk = statvfs(g_state_dir, &vf) == 0 ? (json_int_t)((uint64_t)vf.f_blocks * vf.f_frsize >> 20) : 0;
-  json_object_set_new(j, "cpuCount", json_integer(cpus > 0 ? cpus : 1));
+  json_object_set_new(j, "cpuCount", json_integer(cpus));
   json_object_set_new(j, "memoryMB", json_integer(mem));
   json_object_set_new(j, "diskSizeMB", json_integer(disk));
 }

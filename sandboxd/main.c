@@ -37,6 +37,7 @@ static void usage(FILE *f) {
   fprintf(f, "usage: sandboxd [--listen HOST:PORT] [--tls-listen HOST:PORT --tls-cert PEM --tls-key PEM] [--domain D]\n"
              "                [--api-key e2b_HEX] [--state-dir DIR] [--exit-with-parent] [--envd-codecs json,proto]\n"
              "                [--dns ADDR[:PORT]]... [--egress-unblock private|link-local|CIDR]...\n"
+             "                [--cpu-count N] [--memory-mb M] [--pids-max N] [--cgroup DIR]\n"
              "  Serves E2B's control plane, envd API and port proxy on HOST:PORT (IPv4; plain HTTP), and with\n"
              "  --tls-listen over TLS too (the certificate chain and key in PEM files). Point the E2B SDK at it\n"
              "  with E2B_API_URL=http://HOST:PORT E2B_SANDBOX_URL=http://HOST:PORT E2B_API_KEY=<key>; a port\n"
@@ -53,7 +54,25 @@ static void usage(FILE *f) {
              "  --egress-unblock: let sandboxes reach private and shared ranges (10/8, 172.16/12, 192.168/16,\n"
              "  100.64/10, fc00::/7: `private`), link-local ones (169.254/16, fe80::/10, where clouds serve\n"
              "  instance metadata: `link-local`) or a CIDR inside them, which are refused otherwise (private\n"
-             "  ones unless a sandbox's allowOut names them).\n");
+             "  ones unless a sandbox's allowOut names them).\n"
+             "  --cpu-count N, --memory-mb M: every sandbox's CPU quota and memory limit (the base template's\n"
+             "  cpuCount and memoryMB, reported by getInfo; default 2 (at most the host's CPUs) and 2048);\n"
+             "  --pids-max N: its process limit (default 4096). Enforced through cgroups where the host has them.\n"
+             "  --cgroup DIR: a cgroup v2 directory sandboxd owns, for its sandboxes' cgroups (default: its own\n"
+             "  cgroup when systemd delegates it, else as root a directory under the hierarchy's root).\n");
+}
+
+/* A decimal count lo..hi into *out; 0 or -1 (said why). */
+static int parse_count(const char *flag, const char *v, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  if (errno || end == v || *end || n < lo || n > hi) {
+    fprintf(stderr, "sandboxd: %s '%s' must be a whole number from %ld to %ld\n", flag, v, lo, hi);
+    return -1;
+  }
+  *out = n;
+  return 0;
 }
 
 /* HOST:PORT (IPv4 address, port 0..65535) into host/port; 0 or -1. */
@@ -172,7 +191,7 @@ static void report_caps(void) {
     { caps.userns, "user namespaces" }, { caps.overlay, "overlay root" }, { caps.pidns, "pid namespace" },
     { caps.netns, "network namespace" }, { caps.internet, "internet access" },
     { caps.net_guard, "egress rules (the gateway) and the host address guard" }, { caps.cgroup_pids, "cgroup pids limit" },
-    { caps.cgroup_memory, "cgroup memory limit" }, { caps.freezer, "freezer (pause)" },
+    { caps.cgroup_memory, "cgroup memory limit" }, { caps.cgroup_cpu, "cgroup CPU limit" }, { caps.freezer, "freezer (pause)" },
   };
   char missing[640] = "";
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
@@ -183,19 +202,25 @@ static void report_caps(void) {
   if (missing[0]) fprintf(stderr, "sandboxd: isolation features unavailable: %s%s%s\n", missing,
                           caps.why[0] ? " — " : "", caps.why);
   else fprintf(stderr, "sandboxd: every isolation feature is available\n");
+  int cpus;
+  long mem_mb;
+  sbx_limits(&cpus, &mem_mb);
+  fprintf(stderr, "sandboxd: %s; each sandbox: %d CPU%s, %ld MB\n", caps.cgroups, cpus, cpus == 1 ? "" : "s", mem_mb);
 }
 
 int main(int argc, char **argv) {
   const char *listen = NULL, *tls_listen = NULL, *domain = NULL, *cert_path = NULL, *key_path = NULL;
   const char *api_key = NULL, *state = NULL, *codecs = "json,proto";
+  const char *cpu_arg = NULL, *mem_arg = NULL, *pids_arg = NULL, *cgroup = NULL;
   bool exit_with_parent = false;
   egress_config ecfg;
   memset(&ecfg, 0, sizeof ecfg);
   ecfg.trace = getenv("SANDBOXD_TRACE_EGRESS") != NULL;
   pid_t parent = getppid();                 /* before anything else: the process that started us */
   static const char *const VALUED[] = {"--listen", "--tls-listen", "--domain", "--tls-cert", "--tls-key", "--api-key",
-                                       "--state-dir", "--envd-codecs"};
-  const char **slot[] = {&listen, &tls_listen, &domain, &cert_path, &key_path, &api_key, &state, &codecs};
+                                       "--state-dir", "--envd-codecs", "--cpu-count", "--memory-mb", "--pids-max", "--cgroup"};
+  const char **slot[] = {&listen, &tls_listen, &domain, &cert_path, &key_path, &api_key, &state, &codecs,
+                         &cpu_arg, &mem_arg, &pids_arg, &cgroup};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
@@ -226,6 +251,14 @@ int main(int argc, char **argv) {
   bool cp = !strcmp(codecs, "proto") || !strcmp(codecs, "json,proto") || !strcmp(codecs, "proto,json");
   if (!cj && !cp) { fprintf(stderr, "sandboxd: --envd-codecs '%s' must be json, proto or json,proto\n", codecs); return 2; }
   rpc_set_codecs(cj, cp);
+  sbx_defaults lim = {.cgroup = cgroup};
+  long v;
+  if (cpu_arg && parse_count("--cpu-count", cpu_arg, 1, 1024, &v)) return 2;
+  lim.cpu_count = cpu_arg ? (int)v : 0;
+  if (mem_arg && parse_count("--memory-mb", mem_arg, 16, 1L << 30, &v)) return 2;
+  lim.memory_mb = mem_arg ? v : 0;
+  if (pids_arg && parse_count("--pids-max", pids_arg, 8, 1L << 22, &v)) return 2;
+  lim.pids_max = pids_arg ? v : 0;
   if (!listen && !tls_listen) { fprintf(stderr, "sandboxd: --listen HOST:PORT (or --tls-listen) is required\n"); usage(stderr); return 2; }
   char host[64] = "", tls_host[64] = "";
   int port = 0, tls_port = 0;
@@ -296,6 +329,8 @@ int main(int argc, char **argv) {
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) { perror("sandboxd: prctl(PR_SET_PDEATHSIG)"); return 1; }
     if (getppid() != parent) { fprintf(stderr, "sandboxd: --exit-with-parent: the parent already exited\n"); return 1; }
   }
+  char cgerr[700];
+  if (sbx_init(state_dir, &lim, cgerr, sizeof cgerr) != 0) { fprintf(stderr, "sandboxd: %s\n", cgerr); return 2; }
   /* Before any sandbox: the gateway, the egress proxy, the host guard (report_caps says what is missing). */
   net_init(state_dir, &ecfg, NULL, 0);
   sbx_cleanup_stale(state_dir);
@@ -368,7 +403,7 @@ int main(int argc, char **argv) {
   snap_shutdown();
   ly_shutdown();
   vol_shutdown();
-  sbx_pool_stop();     /* the spares' pastas, before their guard goes */
+  sbx_shutdown();      /* the spares' pastas, before their guard goes; the cgroup parent */
   net_shutdown();
   return 0;
 }

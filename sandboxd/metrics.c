@@ -64,8 +64,7 @@ int mx_query(mx_ring *r, const mx_source *src, int64_t from_ms, int64_t to_ms, m
     struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
     m.ts_ms = (int64_t)wall.tv_sec * 1000 + wall.tv_nsec / 1000000;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    m.cpu_count = cpus > 0 ? (int)cpus : 1;
+    m.cpu_count = src->cpu_count > 0 ? src->cpu_count : 1;
     struct sysinfo si;
     uint64_t host_mem = sysinfo(&si) == 0 ? (uint64_t)si.totalram * si.mem_unit : 0;
     m.mem_total = host_mem;

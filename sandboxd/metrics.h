@@ -1,6 +1,6 @@
 /* metrics.h — a sandbox's metrics, as E2B's getMetrics has them: samples taken when asked (at
  * most one per MX_INTERVAL_MS; the newest MX_MAX kept). CPU from the sandbox's cgroup, as a share
- * of every host CPU since the previous sample (or the start); memory from its cgroup (used
+ * of the sandbox's CPUs since the previous sample (or the start); memory from its cgroup (used
  * without page cache, the limit as total); disk: what its upper layers hold (at most
  * MX_DU_ENTRIES entries counted) of the state dir's file system. */
 #ifndef SANDBOXD_METRICS_H
@@ -40,6 +40,7 @@ typedef struct {
   const char *dir;
   const char (*sys)[16];
   int nsys;
+  int cpu_count;               /* the sandbox's CPUs: the share cpu_pct is of */
 } mx_source;
 
 /* A sample now if due, then every sample with from_ms <= ts_ms <= to_ms (*out: free()). 0 or -1. */

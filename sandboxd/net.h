@@ -10,8 +10,8 @@
  * (-t/-u/-T/-U none, --no-map-gw) and forwards DNS to NET_DNS_FORWARDER; egress rules are not
  * available there (the start-up report says so).
  *
- * Links take a moment to make (a veth pair ~1 ms, pasta ~30 ms), so sandbox.c keeps pairs ready
- * in its warm pool; a pasta is recorded under <state>/net until it is stopped, so that a crashed
+ * Links take a moment to make (a veth pair ~1 ms, pasta ~30 ms), so the warm pool (pool.c) keeps pairs ready
+ * ahead; a pasta is recorded under <state>/net until it is stopped, so that a crashed
  * run's are found at the next start. */
 #ifndef SANDBOXD_NET_H
 #define SANDBOXD_NET_H

@@ -32,6 +32,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <poll.h>
 #include <time.h>
@@ -139,6 +140,32 @@ int sbx_fs_ctx(sbx_t *s, const char *user, fs_ctx *c) {
   return 0;
 }
 
+/* Every sandbox's limits (sbx_init). */
+static cg_limits g_lim = {SBX_DEFAULT_PIDS_MAX, SBX_DEFAULT_MEMORY_MB, SBX_DEFAULT_CPU_COUNT};
+
+static int host_cpus(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+int sbx_init(const char *state_dir, const sbx_defaults *d, char *err, size_t errlen) {
+  if (d->pids_max > 0) g_lim.pids_max = d->pids_max;
+  if (d->memory_mb > 0) g_lim.memory_mb = d->memory_mb;
+  g_lim.cpu_count = d->cpu_count > 0 ? d->cpu_count : SBX_DEFAULT_CPU_COUNT;
+  if (g_lim.cpu_count > host_cpus()) g_lim.cpu_count = host_cpus();   /* a larger quota would limit nothing */
+  return cg_init(state_dir, d->cgroup, err, errlen);
+}
+
+void sbx_limits(int *cpu_count, long *memory_mb) {
+  cg_caps cc;
+  char why[8] = "", desc[8];
+  cg_probe(&cc, why, 0, desc, 0);
+  struct sysinfo si;
+  long host_mb = sysinfo(&si) == 0 ? (long)((uint64_t)si.totalram * si.mem_unit >> 20) : 0;
+  *cpu_count = cc.cpu ? g_lim.cpu_count : host_cpus();
+  *memory_mb = cc.memory && (!host_mb || g_lim.memory_mb < host_mb) ? g_lim.memory_mb : host_mb;
+}
+
 void sbx_probe_host(sbx_host_caps *caps) {
   memset(caps, 0, sizeof *caps);
   size_t off = 0;
@@ -166,10 +193,11 @@ void sbx_probe_host(sbx_host_caps *caps) {
   caps->overlay = procfile_read("/proc/filesystems", fs, sizeof fs) == 0 && strstr(fs, "\toverlay\n");
   if (!caps->overlay) WHY("overlay file system not available; ");
   cg_caps cc;
-  cg_probe(&cc, caps->why, sizeof caps->why);
+  cg_probe(&cc, caps->why, sizeof caps->why, caps->cgroups, sizeof caps->cgroups);
   off = strlen(caps->why);
   caps->cgroup_pids = cc.pids;
   caps->cgroup_memory = cc.memory;
+  caps->cgroup_cpu = cc.cpu;
   caps->freezer = cc.freezer;
   if (geteuid() != 0) WHY("not root: a single id is mapped, so commands for 'user' run as root inside (= your uid outside); ");
 #undef WHY
@@ -189,8 +217,7 @@ static void sbx_kill_init(sbx_t *s) {
   pthread_mutex_lock(&s->mu);
   if (!s->killed && s->init_pid > 0) {
     kill(s->init_pid, SIGKILL);
-    /* Frozen tasks only die once thawed. */
-    if (cg_can_freeze(&s->cg)) (void)cg_freeze(&s->cg, false);
+    cg_kill_all(&s->cg);   /* v2: every task at once; v1: thawed, as frozen tasks only die once thawed */
     while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR) {}
     s->killed = true;   /* the kernel has reaped the whole pid namespace before init is reaped */
   }
@@ -339,6 +366,34 @@ bool sbx_valid_id(const char *id) {
   return true;
 }
 
+/* clone3's arguments up to the cgroup field (CLONE_ARGS_SIZE_VER2): spelled out, as <linux/sched.h>
+ * and <sched.h> do not mix. */
+struct clone3_args {
+  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
+};
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+
+/* The intermediate process of create_booted; returns as fork does (0 in the child). With a v2
+ * cgroup fd it is born in that cgroup (clone3, CLONE_INTO_CGROUP: no migration, so none of the
+ * threadgroup lock's cost); a kernel without it (< 5.7) gets a plain clone and *late: the caller
+ * moves the init in once it knows its pid. */
+static long clone_mid(int cgfd, bool *late) {
+  *late = false;
+  if (cgfd >= 0) {
+    struct clone3_args a;
+    memset(&a, 0, sizeof a);
+    a.flags = CLONE_INTO_CGROUP;
+    a.exit_signal = SIGCHLD;
+    a.cgroup = (uint64_t)cgfd;
+    long pid = syscall(SYS_clone3, &a, sizeof a);
+    if (pid >= 0 || (errno != ENOSYS && errno != E2BIG && errno != EINVAL)) return pid;
+    *late = true;
+  }
+  return syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+}
+
 /* Layers, cgroups, namespaces, init up and READY; the channel stays in s->ctl (no process
  * table yet, host name not yet set). cfg is validated by the caller. */
 static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen, step_trace *trace) {
@@ -348,6 +403,7 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   if (!s) { seterr(err, errlen, "out of memory"); return -1; }
   pthread_mutex_init(&s->mu, NULL);
   mx_init(&s->mx);
+  s->cg.fd = -1;
   snprintf(s->id, sizeof s->id, "%s", cfg->id);
   s->internet = cfg->internet;
   s->ctl = -1;
@@ -417,8 +473,8 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
     strcat(sysdirs, one);
   }
   step(tr, "layers");
-  cg_limits lim = {cfg->pids_max > 0 ? cfg->pids_max : SBX_DEFAULT_PIDS_MAX,
-                   cfg->memory_mb > 0 ? cfg->memory_mb : SBX_DEFAULT_MEMORY_MB};
+  cg_limits lim = {cfg->pids_max > 0 ? cfg->pids_max : g_lim.pids_max, cfg->memory_mb > 0 ? cfg->memory_mb : g_lim.memory_mb,
+                   cfg->cpu_count > 0 ? cfg->cpu_count : g_lim.cpu_count};
   if (cg_create(&s->cg, cfg->state_dir, s->id, &lim, err, errlen) != 0) goto fail;
   step(tr, "cgroups");
 
@@ -504,14 +560,18 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   int report[2] = {-1, -1};   /* the init's pid, from the intermediate process */
   if (pipe2(report, O_CLOEXEC) != 0) { seterr(err, errlen, "pipe: %s", strerror(errno)); goto fail; }
   cg_home home;
-  if (cg_enter(&s->cg, &home, err, errlen) != 0) { close(report[0]); close(report[1]); goto fail; }
-  step(tr, "cg join");
+  int cgfd = cg_clone_fd(&s->cg);   /* v2: the intermediate process is born in the cgroup (clone3) */
+  if (cgfd < 0) {
+    if (cg_enter(&s->cg, &home, err, errlen) != 0) { close(report[0]); close(report[1]); goto fail; }
+    step(tr, "cg join");
+  }
   /* The init cannot be cloned straight into existing namespaces: an intermediate process (born
    * in the sandbox's cgroups, like everything it clones) joins the pair, then clones the init
    * with new mount/pid/uts/ipc namespaces and sandboxd as its parent (CLONE_PARENT), reports
    * its pid and exits. Both make raw system calls only (other sandboxd threads may hold libc
    * locks that are never released in a child). */
-  long mid = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+  bool cg_late = false;
+  long mid = clone_mid(cgfd, &cg_late);
   if (mid == 0) {
     syscall(SYS_close, report[0]);
     long rc = 0;
@@ -552,8 +612,10 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   }
   int clone_errno = errno;
   step(tr, "clone");
-  cg_leave(&s->cg, &home);
-  step(tr, "cg leave");
+  if (cgfd < 0) {
+    cg_leave(&s->cg, &home);
+    step(tr, "cg leave");
+  }
   close(report[1]);
   long got = 0;
   ssize_t rn = -1;
@@ -572,6 +634,7 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   }
   long pid = got;
   s->init_pid = (pid_t)pid;
+  if (cg_late && cg_attach(&s->cg, s->init_pid, err, errlen) != 0) goto fail;
   close(sv[1]);
   sv[1] = -1;
   close(exe_fd);
@@ -648,6 +711,14 @@ static void release(sbx_t *s) {
   net_pair_free(s->net);
   s->net = NULL;
   if (s->root_fd >= 0) close(s->root_fd);
+  cg_usage u;   /* what the kernel's OOM killer did inside is worth a line to whoever runs sandboxd */
+  cg_read_usage(&s->cg, &u);
+  if (u.oom_kills) {
+    char peak[48] = "";
+    if (u.has_peak) snprintf(peak, sizeof peak, ", peak %llu MiB", (unsigned long long)(u.mem_peak >> 20));
+    fprintf(stderr, "sandboxd: sandbox %s: %llu process%s killed out of memory (limit %llu MiB%s)\n", s->id,
+            (unsigned long long)u.oom_kills, u.oom_kills == 1 ? "" : "es", (unsigned long long)(u.mem_limit >> 20), peak);
+  }
   cg_remove(&s->cg, s->id);
   if (tpl_rm_tree(s->dir) != 0)
     fprintf(stderr, "sandboxd: sandbox %s: removing %s: %s\n", s->id, s->dir, strerror(errno));
@@ -692,11 +763,11 @@ static int set_hostname(sbx_t *s, const char *name, char *err, size_t errlen) {
 }
 
 /* A claimed spare was booted with the default limits: only other ones are written. */
-static int write_limits(sbx_t *s, const sbx_config *cfg) {
-  cg_limits lim = {cfg->pids_max > 0 ? cfg->pids_max : SBX_DEFAULT_PIDS_MAX,
-                   cfg->memory_mb > 0 ? cfg->memory_mb : SBX_DEFAULT_MEMORY_MB};
-  if (lim.pids_max == SBX_DEFAULT_PIDS_MAX && lim.memory_mb == SBX_DEFAULT_MEMORY_MB) return 0;
-  return cg_set_limits(&s->cg, &lim);
+static int write_limits(sbx_t *s, const sbx_config *cfg, char *err, size_t errlen) {
+  cg_limits lim = {cfg->pids_max > 0 ? cfg->pids_max : g_lim.pids_max, cfg->memory_mb > 0 ? cfg->memory_mb : g_lim.memory_mb,
+                   cfg->cpu_count > 0 ? cfg->cpu_count : g_lim.cpu_count};
+  if (!memcmp(&lim, &g_lim, sizeof lim)) return 0;
+  return cg_set_limits(&s->cg, &lim, err, errlen);
 }
 
 static bool trace_on(void) { return getenv("SANDBOXD_TRACE_CREATE") != NULL; }
@@ -728,6 +799,10 @@ static const pool_ops POOL_OPS = {spare_boot, spare_discard, pair_new};
 
 void sbx_pool_start(const char *state_dir) { pool_start(state_dir, &POOL_OPS); }
 void sbx_pool_stop(void) { pool_stop(); }
+void sbx_shutdown(void) {
+  pool_stop();
+  cg_shutdown();
+}
 
 /* A spare of the right shape for cfg, renamed to cfg->id, or NULL. */
 static sbx_t *claim_spare(const sbx_config *cfg, step_trace *tr) {
@@ -766,8 +841,7 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
   bool warm = s != NULL;
   if (warm) {
     /* A spare whose init died meanwhile (or any other failure here): boot one instead. */
-    bool limits_ok = write_limits(s, cfg) == 0;
-    if (!limits_ok) seterr(err, errlen, "cgroup limits: %s", strerror(errno));
+    bool limits_ok = write_limits(s, cfg, err, errlen) == 0;
     if (limits_ok && set_hostname(s, s->id, err, errlen) == 0) goto named;
     fprintf(stderr, "sandboxd: warm pool: spare for %s unusable (%s); booting one\n", cfg->id, err);
     discard(s);
@@ -812,7 +886,9 @@ int sbx_set_egress(sbx_t *s, egress_rules *rules, char *err, size_t errlen) {
 }
 
 int sbx_metrics(sbx_t *s, int64_t from_ms, int64_t to_ms, sbx_metric **out, size_t *n) {
-  mx_source src = {&s->cg, s->dir, (const char (*)[16])s->sys, s->nsys};
+  long mem_mb;
+  mx_source src = {&s->cg, s->dir, (const char (*)[16])s->sys, s->nsys, 0};
+  sbx_limits(&src.cpu_count, &mem_mb);
   return mx_query(&s->mx, &src, from_ms, to_ms, out, n);
 }
 
@@ -860,6 +936,8 @@ void sbx_destroy(sbx_t *s) {
 void sbx_cleanup_stale(const char *state_dir) {
   char p[4200];
   sbx_pool_stop();   /* our own spares first: the sweep below would kill them under the pool */
+  char cerr[256];
+  if (cg_init(state_dir, NULL, cerr, sizeof cerr) != 0) fprintf(stderr, "sandboxd: cleanup: %s\n", cerr);   /* no-op after sbx_init */
   cg_cleanup_stale(state_dir);
   xfmt(p, sizeof p, "%s/sandboxes", state_dir);
   DIR *d = opendir(p);

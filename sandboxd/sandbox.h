@@ -26,8 +26,9 @@ typedef struct {
                                  * on (the caller frees them after either way: egress_rules_free of an
                                  * emptied set is a no-op); NULL: all traffic, or none without `internet` */
   const char *const *envs;      /* NULL-terminated "NAME=VALUE" list added to every process (create envVars) */
-  long memory_mb;               /* cgroup memory limit; 0 = SBX_DEFAULT_MEMORY_MB (ignored without the controller) */
-  long pids_max;                /* cgroup pids limit; 0 = SBX_DEFAULT_PIDS_MAX */
+  long memory_mb;               /* cgroup memory limit; 0 = the default (sbx_init) (ignored without the controller) */
+  long pids_max;                /* cgroup pids limit; 0 = the default */
+  int cpu_count;                /* cgroup CPU quota, in CPUs; 0 = the default */
   struct layer *layer;          /* a snapshot's top layer (layers.h) to start from, NULL: the template; the
                                  * sandbox holds its own reference */
   const sbx_mount *mounts;      /* volumes bind-mounted (nosuid, nodev); the sandbox holds its own mounts */
@@ -35,10 +36,25 @@ typedef struct {
 } sbx_config;
 #define SBX_DEFAULT_MEMORY_MB 2048
 #define SBX_DEFAULT_PIDS_MAX 4096
+#define SBX_DEFAULT_CPU_COUNT 2      /* at most the host's CPUs */
 bool  sbx_valid_id(const char *id);    /* 1..64 of [a-z0-9]: what sbx_config.id accepts (a directory name) */
 
 /* Capabilities probed once at start-up; `why` says what is missing and why. */
-typedef struct { bool userns, overlay, pidns, netns, internet, net_guard, cgroup_pids, cgroup_memory, freezer; char why[768]; } sbx_host_caps;
+/* Once, before sbx_cleanup_stale: every sandbox's limits (the base template's cpuCount and
+ * memoryMB; 0 = SBX_DEFAULT_*) and the cgroup subtree given with --cgroup (NULL: sandboxd finds
+ * one, cgroups.h). 0, or -1 with err when `cgroup` cannot be used. */
+typedef struct { int cpu_count; long memory_mb; long pids_max; const char *cgroup; } sbx_defaults;
+int   sbx_init(const char *state_dir, const sbx_defaults *d, char *err, size_t errlen);
+/* What every sandbox gets, as getInfo reports it: the limits where the host enforces them, the
+ * host's own figures where it does not. */
+void  sbx_limits(int *cpu_count, long *memory_mb);
+
+/* Capabilities probed once at start-up; `why` says what is missing and why, `cgroups` which
+ * hierarchy sandboxd uses and where. */
+typedef struct {
+  bool userns, overlay, pidns, netns, internet, net_guard, cgroup_pids, cgroup_memory, cgroup_cpu, freezer;
+  char why[1536], cgroups[1024];
+} sbx_host_caps;
 void sbx_probe_host(sbx_host_caps *caps);
 
 int   sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen);
@@ -66,6 +82,8 @@ void  sbx_cleanup_stale(const char *state_dir);
  * envVars. Network pairs with pasta up go to sandboxes with internet access that find no spare. */
 void  sbx_pool_start(const char *state_dir);
 void  sbx_pool_stop(void);
+/* At exit, after every sandbox: the pool stopped, the cgroup parent removed. */
+void  sbx_shutdown(void);
 
 /* Kill every process (SIGKILL to pid 1: the pid namespace dies with it; thawed first), end every
  * process stream cleanly. Idempotent; sbx_destroy calls it too. */

@@ -16,6 +16,7 @@ DEB_PACKAGES=(
   attr iproute2 procps ncurses-bin python3 git sudo curl openssl strace
   passt nftables xfsprogs
   clangd                              # the lsp consumer's server in the tests and examples/world
+  qemu-system-x86 busybox-static      # tests/vm: sandboxd in a cgroup-v2-only VM (TCG), its initramfs
   nodejs npm
 )
 

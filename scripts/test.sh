@@ -252,6 +252,17 @@ if [ -n "$SBXD_PID" ] && ls tests/sandboxd/*.test.mjs >/dev/null 2>&1; then
   add "${p:-0}" "${f:-1}" "sandboxd wire checks"
 fi
 
+# cgroup v2 for real: sandboxd in a VM that has only cgroup2 (these machines run v1), driven by
+# the E2B SDK: limits, a fork bomb, an OOM kill, CPU quota, freeze, teardown, rootless; then the
+# same kernel as a v1 host with cpu and cpuacct together (tests/vm/run.sh).
+note "cgroup v2 VM (tests/vm)"
+out=$(MB_VM_TIMEOUT=${MB_VM_TIMEOUT:-900} timeout -k 10 1000 tests/vm/run.sh 2>&1); echo "$out" >"$LOG/vm.log"
+p=$(sed -n 's/^vm: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' <<<"$out" | tail -1)
+f=$(sed -n 's/^vm: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' <<<"$out" | tail -1)
+grep -E '^VMFIG ' <<<"$out"
+[ "${f:-1}" != 0 ] && grep -E '^VMTEST not ok|^vm: ' <<<"$out" | head -20
+add "${p:-0}" "${f:-1}" "cgroup v2 VM"
+
 if ! command -v clang >/dev/null; then
   note "fuzzers cannot run: clang missing (scripts/install-deps.sh)"; add 0 1 "fuzzers"
 elif [ -f fuzz/CMakeLists.txt ]; then

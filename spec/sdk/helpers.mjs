@@ -380,11 +380,11 @@ export async function stopSandboxd(s) {
  * its "api key:" line. Returns what startSandboxd returns plus stdout() and stderr() (separately);
  * stopSandboxd works on it.
  */
-export async function startSandboxdArgs({ stateDir, key = ZERO_KEY, wrap = [], env = {} } = {}) {
+export async function startSandboxdArgs({ stateDir, key = ZERO_KEY, wrap = [], env = {}, args = [] } = {}) {
   const bin = sandboxdBinary()
   if (!existsSync(bin)) throw new Error(`sandboxd binary not found at ${bin} (build it first)`)
   stateDir ??= mkdtempSync(path.join(tmpdir(), 'mb-sdk-state-'))
-  const argv = [...wrap, bin, '--listen', '127.0.0.1:0', ...(key ? ['--api-key', key] : []), '--state-dir', stateDir, '--exit-with-parent']
+  const argv = [...wrap, bin, '--listen', '127.0.0.1:0', ...(key ? ['--api-key', key] : []), '--state-dir', stateDir, '--exit-with-parent', ...args]
   const proc = spawn(argv[0], argv.slice(1), { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
   let out = ''
   let err = ''

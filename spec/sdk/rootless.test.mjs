@@ -60,6 +60,7 @@ test('sandboxd as an ordinary user: reports missing isolation, serves the SDK, S
   const reasonOf = {
     'cgroup pids limit': /no writable cgroup v1 pids controller: no process limit/,
     'cgroup memory limit': /no writable cgroup v1 memory controller: no memory limit/,
+    'cgroup CPU limit': /no writable cgroup v1 cpu controller: no CPU limit/,
     'freezer (pause)': /no writable cgroup v1 freezer: pause uses SIGSTOP/,
   }
   for (const [feature, reason] of Object.entries(reasonOf)) {
