@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/netlink.h>
 #include <nftables/libnftables.h>
 #include <pthread.h>
 #include <sched.h>
@@ -46,6 +47,14 @@ int gateway_index_of(const struct in_addr *a) {
 
 /* Runs an nftables script in the calling thread's network namespace; 0, or -1 with nft's words. */
 static int run_nft(const char *script, char *err, size_t errlen) {
+  /* libnftables exits the process when it cannot open its netlink socket (a kernel without
+   * nfnetlink): ask first. */
+  int probe = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
+  if (probe < 0) {
+    snprintf(err, errlen, "nftables: the kernel has no netfilter netlink (%s)", strerror(errno));
+    return -1;
+  }
+  close(probe);
   struct nft_ctx *ctx = nft_ctx_new(NFT_CTX_DEFAULT);
   if (!ctx) { snprintf(err, errlen, "nft: cannot make a context"); return -1; }
   nft_ctx_buffer_output(ctx);
