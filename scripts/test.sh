@@ -259,8 +259,19 @@ elif [ -f fuzz/CMakeLists.txt ]; then
     fp=0; ff=0
     for f in build-fuzz/fuzz/fuzz_*; do
       [ -x "$f" ] || continue
-      dict=(); [ -f "fuzz/$(basename "$f").dict" ] && dict=(-dict="fuzz/$(basename "$f").dict")
-      if "$f" -max_total_time="${FUZZ_SECONDS:-20}" -rss_limit_mb=1024 "${dict[@]}" >"$LOG/$(basename "$f").log" 2>&1; then fp=$((fp+1)); else ff=$((ff+1)); tail -30 "$LOG/$(basename "$f").log"; fi
+      name=$(basename "$f")
+      dict=(); [ -f "fuzz/$name.dict" ] && dict=(-dict="fuzz/$name.dict")
+      # The committed regression corpus (fuzz/corpus/<target>: inputs found outside CI) is
+      # replayed input by input first, then seeds the brief run; new inputs go to a scratch
+      # directory, never into the repository.
+      seeds=(); reg=()
+      if [ -d "fuzz/corpus/$name" ]; then
+        seeds=("fuzz/corpus/$name"); for r in "fuzz/corpus/$name"/*; do [ -f "$r" ] && reg+=("$r"); done
+      fi
+      scratch=build-fuzz/ci-corpus/$name; rm -rf "$scratch"; mkdir -p "$scratch"
+      if { [ ${#reg[@]} -eq 0 ] || "$f" -rss_limit_mb=1024 "${reg[@]}"; } >"$LOG/$name-regressions.log" 2>&1; then fp=$((fp+1))
+      else ff=$((ff+1)); echo "fuzz regression corpus fails: $name (log: $LOG/$name-regressions.log)"; tail -30 "$LOG/$name-regressions.log"; fi
+      if "$f" -max_total_time="${FUZZ_SECONDS:-20}" -rss_limit_mb=1024 "${dict[@]}" "$scratch" "${seeds[@]}" >"$LOG/$name.log" 2>&1; then fp=$((fp+1)); else ff=$((ff+1)); tail -30 "$LOG/$name.log"; fi
     done
     add "$fp" "$ff" "fuzzers"
   else tail -30 "$LOG/build-build-fuzz.log"; add 0 1 "fuzz build"; fi
