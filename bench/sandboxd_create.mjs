@@ -184,10 +184,12 @@ async function startCold(env) {
   const dir = mkdtempSync(path.join(base, 'cold-'))
   const log = path.join(dir, 'sandboxd.log')
   const fd = openSync(log, 'w')
-  const proc = spawn(bin, ['--listen', '127.0.0.1:0', '--api-key', KEY, '--state-dir', path.join(dir, 'state'), '--exit-with-parent'], {
+  const proc = spawn(bin, ['--listen', '127.0.0.1:0', '--api-key-fd', '3', '--state-dir', path.join(dir, 'state'), '--exit-with-parent'], {
     env: { ...process.env, SANDBOXD_WARM_POOL: '0', SANDBOXD_TRACE_CREATE: '1', ...env },
-    stdio: ['ignore', 'pipe', fd],
+    stdio: ['ignore', 'pipe', fd, 'pipe'],
   })
+  proc.stdio[3].on('error', () => {})   // the key on its fd 3, never on its command line
+  proc.stdio[3].end(KEY + '\n')
   closeSync(fd)
   const exited = new Promise((r) => proc.on('exit', (code, signal) => r({ code, signal })))
   const url = await new Promise((resolve, reject) => {

@@ -4,6 +4,10 @@
  *   core.lock_file(path [, create = true]) → lock (:fd(), :release()) | nil, err
  *       an exclusive flock(2) on path, taken without waiting: MB_BUSY while another open file
  *       holds it (its owner lives), MB_NOT_FOUND for a missing file when create is false
+ *   core.secret_pipe(data) → pipe (:fd(), :close()): the read end of a pipe that already holds
+ *       data (at most 4096 bytes) and whose write end is closed, for a child to inherit
+ *       (spawn's inherit_fds) and read a secret from: never on a command line or in an
+ *       environment, gone once read. Close it after the spawn.
  *   core.signal(name, fn) → watch (:close()): fn() runs (protected, on the loop) whenever
  *       the process receives SIGTERM, SIGINT or SIGHUP; while any watch is open the signal no
  *       longer kills the process.
@@ -102,6 +106,51 @@ static int lk_release(lua_State *L) {
   return 0;
 }
 
+/* ---- a secret handed to a child on a descriptor ---- */
+
+#define MB_SECRET_MT "moonbox.secret_pipe"
+#define MB_SECRET_MAX 4096   /* a pipe holds at least a page: the write never blocks */
+
+typedef struct { int fd; } lsecret;
+
+static int l_secret_pipe(lua_State *L) {
+  size_t n;
+  const char *data = luaL_checklstring(L, 1, &n);
+  if (n > MB_SECRET_MAX) return luaL_error(L, "secret_pipe: at most %d bytes", MB_SECRET_MAX);
+  lsecret *k = lua_newuserdatauv(L, sizeof *k, 0);
+  k->fd = -1;
+  luaL_setmetatable(L, MB_SECRET_MT);
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) {
+    int e = errno;
+    return mb_lua_push_error(L, "E2B_IO", lua_pushfstring(L, "secret_pipe: %s", strerror(e)));
+  }
+  ssize_t w;
+  do w = n ? write(p[1], data, n) : 0; while (w < 0 && errno == EINTR);
+  int e = errno;
+  close(p[1]);   /* the reader sees the end right after the data */
+  if (w != (ssize_t)n) {
+    close(p[0]);
+    return mb_lua_push_error(L, "E2B_IO", lua_pushfstring(L, "secret_pipe: %s", w < 0 ? strerror(e) : "short write"));
+  }
+  k->fd = p[0];
+  return 1;
+}
+
+static int sp_fd(lua_State *L) {
+  lsecret *k = luaL_checkudata(L, 1, MB_SECRET_MT);
+  if (k->fd < 0) return luaL_error(L, "secret pipe is closed");
+  lua_pushinteger(L, k->fd);
+  return 1;
+}
+
+static int sp_close(lua_State *L) {
+  lsecret *k = luaL_checkudata(L, 1, MB_SECRET_MT);
+  if (k->fd >= 0) close(k->fd);
+  k->fd = -1;
+  return 0;
+}
+
 /* ---- signals ---- */
 
 typedef struct {
@@ -187,11 +236,14 @@ void mb_lua_open_host(lua_State *L) {
   static const luaL_Reg lk[] = {{"fd", lk_fd}, {"release", lk_release}, {NULL, NULL}};
   static const luaL_Reg lk_meta[] = {{"__gc", lk_release}, {NULL, NULL}};
   mb_lua_new_class(L, MB_LOCK_MT, lk, lk_meta);
+  static const luaL_Reg sp[] = {{"fd", sp_fd}, {"close", sp_close}, {NULL, NULL}};
+  static const luaL_Reg sp_meta[] = {{"__gc", sp_close}, {NULL, NULL}};
+  mb_lua_new_class(L, MB_SECRET_MT, sp, sp_meta);
   static const luaL_Reg sg[] = {{"close", sg_close}, {NULL, NULL}};
   static const luaL_Reg sg_meta[] = {{"__gc", sg_close}, {NULL, NULL}};
   mb_lua_new_class(L, MB_SIGNAL_MT, sg, sg_meta);
   static const luaL_Reg f[] = {{"getpid", l_getpid}, {"exe_path", l_exe_path}, {"environ", l_environ},
-                               {"rss_bytes", l_rss_bytes}, {"lock_file", l_lock_file},
+                               {"rss_bytes", l_rss_bytes}, {"lock_file", l_lock_file}, {"secret_pipe", l_secret_pipe},
                                {"signal", l_signal}, {"loop_info", l_loop_info}, {"isatty", l_isatty},
                                {NULL, NULL}};
   luaL_setfuncs(L, f, 0);

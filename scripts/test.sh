@@ -114,8 +114,8 @@ SBXD_STATE=$(mktemp -d /tmp/moonbox-test-state.XXXXXX)
 SBXD_PID=
 if [ -x build/bin/sandboxd ]; then
   note "starting sandboxd on 127.0.0.1:$SBXD_PORT"
-  build/bin/sandboxd --listen "127.0.0.1:$SBXD_PORT" --api-key "e2b_$(printf '%040d' 0)" \
-    --state-dir "$SBXD_STATE" --exit-with-parent >"$LOG/sandboxd.log" 2>&1 &
+  build/bin/sandboxd --listen "127.0.0.1:$SBXD_PORT" --api-key-fd 3 \
+    --state-dir "$SBXD_STATE" --exit-with-parent >"$LOG/sandboxd.log" 2>&1 3<<<"e2b_$(printf '%040d' 0)" &
   SBXD_PID=$!
   for _ in $(seq 1 100); do grep -q 'sandboxd listening on' "$LOG/sandboxd.log" && break; sleep 0.1; done
   export E2B_API_URL="http://127.0.0.1:$SBXD_PORT" E2B_SANDBOX_URL="http://127.0.0.1:$SBXD_PORT"

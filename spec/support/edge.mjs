@@ -71,8 +71,10 @@ export async function startEdge({ domain, cert, tlsKey, tls = '127.0.0.1:0', api
     const addr = tls.startsWith('random:') ? `${randomLoopback()}:${tls.slice(7)}` : tls
     const stateDir = mkdtempSync(path.join(tmpdir(), 'mb-edge-state-'))
     const args = ['--listen', '127.0.0.1:0', '--tls-listen', addr, '--tls-cert', cert, '--tls-key', tlsKey,
-      '--api-key', apiKey, '--state-dir', stateDir, '--exit-with-parent', ...(domain ? ['--domain', domain] : []), ...extra]
-    const proc = spawn(bin, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+      '--api-key-fd', '3', '--state-dir', stateDir, '--exit-with-parent', ...(domain ? ['--domain', domain] : []), ...extra]
+    const proc = spawn(bin, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe', 'pipe'] })
+    proc.stdio[3].on('error', () => {})   // the key on its fd 3, never on its command line
+    proc.stdio[3].end(apiKey + '\n')
     let out = ''
     proc.stdout.on('data', (d) => (out += d))
     proc.stderr.on('data', (d) => (out += d))

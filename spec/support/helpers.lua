@@ -64,9 +64,12 @@ function H.start_sandboxd(opts)
   local env = ""
   for _, e in ipairs(opts.env or {}) do env = env .. " '" .. e:gsub("'", "'\\''") .. "'" end
   return H.run(function()
+    -- the key on a pipe that sh and then sandboxd inherit as fd 3: never on a command line
+    local kp = assert(require("moonbox.core").secret_pipe(key))
     local p = assert(mb.proc.spawn{ argv = { "/bin/sh", "-c",
-      'exec env' .. env .. ' "$0" --listen 127.0.0.1:0 --api-key "$1" --state-dir "$2/state" --exit-with-parent' .. extra
-        .. ' >"$2/log" 2>&1', build .. "/bin/sandboxd", key, state } })
+      'exec env' .. env .. ' "$0" --listen 127.0.0.1:0 --api-key-fd 3 --state-dir "$1/state" --exit-with-parent' .. extra
+        .. ' >"$1/log" 2>&1', build .. "/bin/sandboxd", state }, inherit_fds = { kp:fd() } })
+    kp:close()
     local url, https, text
     for _ = 1, 200 do
       local f = io.open(state .. "/log", "r")

@@ -25,8 +25,10 @@ export async function startSandboxd({ bin = sandboxdBin(), prefix = 'sbxd-', key
   assert.ok(existsSync(bin), `no sandboxd binary at ${bin}`)
   const top = mkdtempSync(join(tmpdir(), prefix))
   const dir = stateDir ?? top
-  const child = spawn(bin, ['--listen', '127.0.0.1:0', '--api-key', key, '--state-dir', dir, '--exit-with-parent'],
-    { stdio: ['ignore', 'pipe', 'inherit'], env, cwd: cwd ?? top })
+  const child = spawn(bin, ['--listen', '127.0.0.1:0', '--api-key-fd', '3', '--state-dir', dir, '--exit-with-parent'],
+    { stdio: ['ignore', 'pipe', 'inherit', 'pipe'], env, cwd: cwd ?? top })
+  child.stdio[3].on('error', () => {})   // the key on its fd 3, never on its command line
+  child.stdio[3].end(key + '\n')
   const exited = new Promise((r) => child.on('exit', (code, sig) => r(code ?? sig)))
   const url = await new Promise((resolve, reject) => {
     let out = ''
