@@ -251,6 +251,21 @@ if [ -n "$SBXD_PID" ] && ls tests/sandboxd/*.test.mjs >/dev/null 2>&1; then
   add "${p:-0}" "${f:-1}" "sandboxd wire checks"
 fi
 
+# Nothing secret on a command line (issue 19): a scanner reads every process's command line (and
+# the environments other users could read) while moonbox runs with its embedded sandboxd and
+# while the SDK drives a sandboxd; it first proves that it catches a key (tests/secrets).
+if [ -x build/bin/sandboxd ] && [ -f spec/sdk/node_modules/e2b/package.json ]; then
+  note "nothing secret on a command line (tests/secrets)"
+  out=$(timeout -k 10 900 node --test --test-reporter=tap --test-concurrency=1 --test-timeout=300000 tests/secrets/*.test.mjs 2>&1)
+  echo "$out" >"$LOG/secrets.log"
+  p=$(sed -n 's/^# pass \([0-9]*\)/\1/p' <<<"$out" | tail -1); f=$(sed -n 's/^# fail \([0-9]*\)/\1/p' <<<"$out" | tail -1)
+  [ "${f:-1}" != 0 ] && grep -B2 -A25 '^not ok' <<<"$out" | head -80
+  add "${p:-0}" "${f:-1}" "nothing secret on a command line"
+else
+  note "nothing secret on a command line cannot run: build/bin/sandboxd or spec/sdk/node_modules/e2b missing"
+  add 0 1 "nothing secret on a command line"
+fi
+
 if ! command -v clang >/dev/null; then
   note "fuzzers cannot run: clang missing (scripts/install-deps.sh)"; add 0 1 "fuzzers"
 elif [ -f fuzz/CMakeLists.txt ]; then
