@@ -4,12 +4,12 @@
 // signature of that run may be in any of them. First the scanner proves it catches a key on a
 // command line (and, as root, in an environment another user can read); then moonbox with its
 // embedded sandboxd runs a composition that spawns commands, terminals and file operations; then
-// the official SDK drives a sandboxd of its own.
+// the official SDK drives a sandboxd of its own; last, sandboxd's own ways to take a key.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -192,3 +192,60 @@ test('sandboxd driven by the SDK: no key, envd token or URL signature on any com
   }
 })
 
+
+test('sandboxd takes its key from a private file or a descriptor, never from its command line', T, async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'mb-secrets-key-'))
+  const key = 'e2b_' + randomBytes(20).toString('hex')
+  const bin = sandboxdBinary()
+  const env = { ...process.env, SANDBOXD_WARM_POOL: '0', SANDBOXD_NET_POOL: '0' }
+  /** sandboxd with args (and `input` on its fd 3): → { code, out } once it exits, or its URL. */
+  const run = (args, input) => new Promise((resolve) => {
+    const p = spawn(bin, ['--listen', '127.0.0.1:0', '--state-dir', path.join(dir, 'state'), ...args],
+      { env, stdio: ['ignore', 'pipe', 'pipe', 'pipe'] })
+    p.stdio[3].on('error', () => {})
+    p.stdio[3].end(input ?? '')
+    let out = ''
+    const take = (d) => {
+      out += d
+      const m = out.match(/sandboxd listening on (http:\/\/\S+)/)
+      if (m) resolve({ url: m[1], proc: p, out })
+    }
+    p.stdout.on('data', take)
+    p.stderr.on('data', take)
+    p.on('exit', (code) => resolve({ code, out }))
+  })
+  const stop = async (r) => { r.proc.kill('SIGTERM'); await new Promise((ok) => r.proc.on('exit', ok)) }
+  const list = (url, k) => fetch(`${url}/sandboxes`, { headers: { 'X-API-Key': k } }).then((r) => r.status)
+  try {
+    let r = await run(['--api-key', 'e2b_' + randomBytes(20).toString('hex')])   // a throwaway: it is on a command line
+    assert.equal(r.code, 2, r.out)
+    assert.match(r.out, /--api-key is no longer accepted: a key on the command line is readable by every local user/)
+    assert.match(r.out, /--api-key-file FILE/)
+    const file = path.join(dir, 'key')
+    writeFileSync(file, key + '\n', { mode: 0o600 })
+    chmodSync(file, 0o640)
+    r = await run(['--api-key-file', file])
+    assert.equal(r.code, 2, r.out)
+    assert.match(r.out, /group or others may access it \(mode 0640\); a key file must be private to its owner: chmod 600/)
+    assert.ok(!r.out.includes(key), 'the refusal never prints the key')
+    chmodSync(file, 0o600)
+    r = await run(['--api-key-file', file])
+    assert.ok(r.url, r.out)
+    assert.equal(await list(r.url, key), 200, 'the file\'s key is the key')
+    assert.equal(await list(r.url, 'e2b_' + '0'.repeat(40)), 401)
+    assert.ok(!r.out.includes(key), 'not printed either')
+    await stop(r)
+    r = await run(['--api-key-fd', '3'], key + '\n')
+    assert.ok(r.url, r.out)
+    assert.equal(await list(r.url, key), 200, 'the descriptor\'s key is the key')
+    await stop(r)
+    r = await run(['--api-key-fd', '3'], 'not-a-key\n')
+    assert.equal(r.code, 2, r.out)
+    assert.match(r.out, /--api-key-fd: descriptor 3: does not hold a valid key/)
+    r = await run(['--api-key-fd', '3', '--api-key-file', file])
+    assert.equal(r.code, 2)
+    assert.match(r.out, /at most one of --api-key-file and --api-key-fd/)
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+})
