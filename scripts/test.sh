@@ -117,7 +117,7 @@ if [ -x build/bin/sandboxd ]; then
   build/bin/sandboxd --listen "127.0.0.1:$SBXD_PORT" --api-key-fd 3 \
     --state-dir "$SBXD_STATE" --exit-with-parent >"$LOG/sandboxd.log" 2>&1 3<<<"e2b_$(printf '%040d' 0)" &
   SBXD_PID=$!
-  for _ in $(seq 1 100); do grep -q 'sandboxd listening on' "$LOG/sandboxd.log" && break; sleep 0.1; done
+  for _ in $(seq 1 100); do grep -qs 'sandboxd listening on' "$LOG/sandboxd.log" && break; sleep 0.1; done
   export E2B_API_URL="http://127.0.0.1:$SBXD_PORT" E2B_SANDBOX_URL="http://127.0.0.1:$SBXD_PORT"
   export E2B_API_KEY="e2b_$(printf '%040d' 0)" MB_SANDBOXD_PID=$SBXD_PID
 fi

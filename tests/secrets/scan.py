@@ -11,7 +11,7 @@ another user's. Every distinct command line and counted environment is kept, so 
 at the end (a key the run made) are checked against everything seen.
 
 stdin, one command a line (any time):
-  watch LABEL TEXT    say "seen LABEL PID" on stdout the first time a command line (its arguments
+  watch LABEL TEXT    say "seen LABEL PID SCAN" on stdout the first time a command line (its arguments
                       joined by spaces) holds TEXT
   secret LABEL VALUE  a secret of the run (checked against all that was and will be seen)
   end                 stop looking (so does the end of stdin)
@@ -79,7 +79,7 @@ def scan_once():
                     if text in flat and label not in found:
                         found.add(label)
                         if label not in seen:
-                            print(f'seen {label} {pid}', flush=True)
+                            print(f'seen {label} {pid} {scans + 1}', flush=True)   # in scan number
                         seen[label] = seen.get(label, 0) + 1
             # an environment counts when a user other than the run's can read it: its own
             if env and env not in environs:

@@ -33,10 +33,11 @@ function startScanner() {
   return {
     watch: (label, text) => proc.stdin.write(`watch ${label} ${text}\n`),
     secret: (label, value) => { assert.ok(value && value.length >= 16, `secret ${label} is real`); proc.stdin.write(`secret ${label} ${value}\n`) },
-    /** Every label seen, then `more` further full scans of the machine while the run goes on. */
+    /** Every label seen, then `more` further full scans of the machine while the run goes on
+     * (so a process that lives on is seen in more than `more` scans). */
     async sawAll(labels, more = 100) {
       await waitFor(() => labels.every(seen), { ...BOUND, what: `the scanner to see ${labels.join(', ')} (it saw: ${out.match(/^seen .*$/gm)})` })
-      const at = scans()
+      const at = Math.max(...labels.map((l) => Number(out.match(new RegExp(`^seen ${l} \\d+ (\\d+)$`, 'm'))[1])))
       await waitFor(() => scans() >= at + more, { ...BOUND, what: `${more} more scans` })
     },
     async finish() {
