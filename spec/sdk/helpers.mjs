@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os'
 import net from 'node:net'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { KEY_FD_ARGS, passKey } from '../support/sandboxd_key.mjs'
 
 /**
  * The SDK under test: MB_E2B_SDK=e2b (default, the pinned 2.29.1) or e2b-latest (the current
@@ -320,13 +321,6 @@ export function freePort() {
   })
 }
 
-/** sandboxd reads its key on fd 3 (--api-key-fd 3): never on a command line, where every local
- * user could read it. `proc` was spawned with a 'pipe' as its fourth stdio entry. */
-export function passKey(proc, key) {
-  proc.stdio[3].on('error', () => {})   // a sandboxd that exits without reading it
-  proc.stdio[3].end(key + '\n')
-}
-
 /**
  * Starts a private sandboxd. Resolves once it prints "sandboxd listening on".
  * Returns {proc, port, url, stateDir, key, log(), exited (promise of {code, signal}), opts (SDK connection opts)}.
@@ -336,7 +330,7 @@ export async function startSandboxd({ stateDir, port, env = {}, key = ZERO_KEY }
   if (!existsSync(bin)) throw new Error(`sandboxd binary not found at ${bin} (build it first)`)
   stateDir ??= mkdtempSync(path.join(tmpdir(), 'mb-sdk-state-'))
   port ??= await freePort()
-  const proc = spawn(bin, ['--listen', `127.0.0.1:${port}`, '--api-key-fd', '3', '--state-dir', stateDir, '--exit-with-parent'], {
+  const proc = spawn(bin, ['--listen', `127.0.0.1:${port}`, ...KEY_FD_ARGS, '--state-dir', stateDir, '--exit-with-parent'], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
   })
@@ -392,7 +386,7 @@ export async function startSandboxdArgs({ stateDir, key = ZERO_KEY, wrap = [], e
   const bin = sandboxdBinary()
   if (!existsSync(bin)) throw new Error(`sandboxd binary not found at ${bin} (build it first)`)
   stateDir ??= mkdtempSync(path.join(tmpdir(), 'mb-sdk-state-'))
-  const argv = [...wrap, bin, '--listen', '127.0.0.1:0', ...(key ? ['--api-key-fd', '3'] : []), '--state-dir', stateDir, '--exit-with-parent']
+  const argv = [...wrap, bin, '--listen', '127.0.0.1:0', ...(key ? KEY_FD_ARGS : []), '--state-dir', stateDir, '--exit-with-parent']
   const proc = spawn(argv[0], argv.slice(1), { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe', ...(key ? ['pipe'] : [])] })
   if (key) passKey(proc, key)
   let out = ''

@@ -14,6 +14,7 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Sandbox, startSandboxd, stopSandboxd, waitFor, sandboxdBinary } from '../../spec/sdk/helpers.mjs'
+import { passKey } from '../../spec/support/sandboxd_key.mjs'
 
 const HERE = path.dirname(fileURLToPath(import.meta.url))
 const ROOT = path.join(HERE, '..', '..')
@@ -203,8 +204,7 @@ test('sandboxd takes its key from a private file or a descriptor, never from its
   const run = (args, input) => new Promise((resolve) => {
     const p = spawn(bin, ['--listen', '127.0.0.1:0', '--state-dir', path.join(dir, 'state'), ...args],
       { env, stdio: ['ignore', 'pipe', 'pipe', 'pipe'] })
-    p.stdio[3].on('error', () => {})
-    p.stdio[3].end(input ?? '')
+    passKey(p, input ?? '')
     let out = ''
     const take = (d) => {
       out += d
@@ -236,11 +236,11 @@ test('sandboxd takes its key from a private file or a descriptor, never from its
     assert.equal(await list(r.url, 'e2b_' + '0'.repeat(40)), 401)
     assert.ok(!r.out.includes(key), 'not printed either')
     await stop(r)
-    r = await run(['--api-key-fd', '3'], key + '\n')
+    r = await run(['--api-key-fd', '3'], key)
     assert.ok(r.url, r.out)
     assert.equal(await list(r.url, key), 200, 'the descriptor\'s key is the key')
     await stop(r)
-    r = await run(['--api-key-fd', '3'], 'not-a-key\n')
+    r = await run(['--api-key-fd', '3'], 'not-a-key')
     assert.equal(r.code, 2, r.out)
     assert.match(r.out, /--api-key-fd: descriptor 3: does not hold a valid key/)
     r = await run(['--api-key-fd', '3', '--api-key-file', file])
