@@ -1,13 +1,15 @@
 /* lua_host.c — facts about and hooks into the host process:
  *   core.getpid() → pid;  core.exe_path() → the running executable | nil;  core.rss_bytes()
  *   core.environ() → the host's environment (name → value)
- *   core.lock_file(path [, create = true]) → lock (:fd(), :release()) | nil, err
+ *   core.lock_file(path [, create = true]) → lock (a descriptor: :fd(), :release()) | nil, err
  *       an exclusive flock(2) on path, taken without waiting: MB_BUSY while another open file
  *       holds it (its owner lives), MB_NOT_FOUND for a missing file when create is false
- *   core.secret_pipe(data) → pipe (:fd(), :close()): the read end of a pipe that already holds
+ *   core.secret_pipe(data) → pipe (a descriptor: :fd(), :close()): the read end of a pipe that already holds
  *       data (at most 4096 bytes) and whose write end is closed, for a child to inherit
  *       (spawn's inherit_fds) and read a secret from: never on a command line or in an
  *       environment, gone once read. Close it after the spawn.
+ *   A descriptor (both of the above) is one owned fd: :fd() (raises once closed), :close() and
+ *   :release() (the same; a lock's word), and the collector closes it too.
  *   core.signal(name, fn) → watch (:close()): fn() runs (protected, on the loop) whenever
  *       the process receives SIGTERM, SIGINT or SIGHUP; while any watch is open the signal no
  *       longer kills the process.
@@ -26,7 +28,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#define MB_LOCK_MT "moonbox.lock"
+#define MB_FD_MT "moonbox.fd"
 #define MB_SIGNAL_MT "moonbox.signal"
 
 static int l_getpid(lua_State *L) {
@@ -68,14 +70,35 @@ static int l_rss_bytes(lua_State *L) {
   return 1;
 }
 
-typedef struct { int fd; } llock;
+/* ---- owned descriptors: a lock, a secret's pipe ---- */
+
+typedef struct { int fd; } lfd;
+
+static lfd *new_fd(lua_State *L) {
+  lfd *k = lua_newuserdatauv(L, sizeof *k, 0);
+  k->fd = -1;
+  luaL_setmetatable(L, MB_FD_MT);
+  return k;
+}
+
+static int fd_get(lua_State *L) {
+  lfd *k = luaL_checkudata(L, 1, MB_FD_MT);
+  if (k->fd < 0) return luaL_error(L, "descriptor is closed");
+  lua_pushinteger(L, k->fd);
+  return 1;
+}
+
+static int fd_close(lua_State *L) {
+  lfd *k = luaL_checkudata(L, 1, MB_FD_MT);
+  if (k->fd >= 0) close(k->fd); /* a lock goes with the last descriptor of its open file */
+  k->fd = -1;
+  return 0;
+}
 
 static int l_lock_file(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   int create = lua_isnoneornil(L, 2) ? 1 : lua_toboolean(L, 2);
-  llock *k = lua_newuserdatauv(L, sizeof *k, 0);
-  k->fd = -1;
-  luaL_setmetatable(L, MB_LOCK_MT);
+  lfd *k = new_fd(L);
   int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0600);
   if (fd < 0) {
     int e = errno;
@@ -92,34 +115,15 @@ static int l_lock_file(lua_State *L) {
   return 1;
 }
 
-static int lk_fd(lua_State *L) {
-  llock *k = luaL_checkudata(L, 1, MB_LOCK_MT);
-  if (k->fd < 0) return luaL_error(L, "lock is released");
-  lua_pushinteger(L, k->fd);
-  return 1;
-}
-
-static int lk_release(lua_State *L) {
-  llock *k = luaL_checkudata(L, 1, MB_LOCK_MT);
-  if (k->fd >= 0) close(k->fd); /* the lock goes with the last descriptor of this open file */
-  k->fd = -1;
-  return 0;
-}
-
 /* ---- a secret handed to a child on a descriptor ---- */
 
-#define MB_SECRET_MT "moonbox.secret_pipe"
 #define MB_SECRET_MAX 4096   /* a pipe holds at least a page: the write never blocks */
-
-typedef struct { int fd; } lsecret;
 
 static int l_secret_pipe(lua_State *L) {
   size_t n;
   const char *data = luaL_checklstring(L, 1, &n);
   if (n > MB_SECRET_MAX) return luaL_error(L, "secret_pipe: at most %d bytes", MB_SECRET_MAX);
-  lsecret *k = lua_newuserdatauv(L, sizeof *k, 0);
-  k->fd = -1;
-  luaL_setmetatable(L, MB_SECRET_MT);
+  lfd *k = new_fd(L);
   int p[2];
   if (pipe2(p, O_CLOEXEC) != 0) {
     int e = errno;
@@ -135,20 +139,6 @@ static int l_secret_pipe(lua_State *L) {
   }
   k->fd = p[0];
   return 1;
-}
-
-static int sp_fd(lua_State *L) {
-  lsecret *k = luaL_checkudata(L, 1, MB_SECRET_MT);
-  if (k->fd < 0) return luaL_error(L, "secret pipe is closed");
-  lua_pushinteger(L, k->fd);
-  return 1;
-}
-
-static int sp_close(lua_State *L) {
-  lsecret *k = luaL_checkudata(L, 1, MB_SECRET_MT);
-  if (k->fd >= 0) close(k->fd);
-  k->fd = -1;
-  return 0;
 }
 
 /* ---- signals ---- */
@@ -233,12 +223,9 @@ static int l_loop_info(lua_State *L) {
 }
 
 void mb_lua_open_host(lua_State *L) {
-  static const luaL_Reg lk[] = {{"fd", lk_fd}, {"release", lk_release}, {NULL, NULL}};
-  static const luaL_Reg lk_meta[] = {{"__gc", lk_release}, {NULL, NULL}};
-  mb_lua_new_class(L, MB_LOCK_MT, lk, lk_meta);
-  static const luaL_Reg sp[] = {{"fd", sp_fd}, {"close", sp_close}, {NULL, NULL}};
-  static const luaL_Reg sp_meta[] = {{"__gc", sp_close}, {NULL, NULL}};
-  mb_lua_new_class(L, MB_SECRET_MT, sp, sp_meta);
+  static const luaL_Reg fdm[] = {{"fd", fd_get}, {"close", fd_close}, {"release", fd_close}, {NULL, NULL}};
+  static const luaL_Reg fd_meta[] = {{"__gc", fd_close}, {NULL, NULL}};
+  mb_lua_new_class(L, MB_FD_MT, fdm, fd_meta);
   static const luaL_Reg sg[] = {{"close", sg_close}, {NULL, NULL}};
   static const luaL_Reg sg_meta[] = {{"__gc", sg_close}, {NULL, NULL}};
   mb_lua_new_class(L, MB_SIGNAL_MT, sg, sg_meta);
