@@ -4,10 +4,10 @@
  *   core.lock_file(path [, create = true]) → lock (a descriptor: :fd(), :release()) | nil, err
  *       an exclusive flock(2) on path, taken without waiting: MB_BUSY while another open file
  *       holds it (its owner lives), MB_NOT_FOUND for a missing file when create is false
- *   core.secret_pipe(data) → pipe (a descriptor: :fd(), :close()): the read end of a pipe that already holds
- *       data (at most 4096 bytes) and whose write end is closed, for a child to inherit
- *       (spawn's inherit_fds) and read a secret from: never on a command line or in an
- *       environment, gone once read. Close it after the spawn.
+ *   core.secret_pipe(data) → pipe (a descriptor: :fd(), :close()) | nil, err: the read end of a
+ *       pipe that already holds data (at most 4096 bytes) and whose write end is closed, for a
+ *       child to inherit (spawn's inherit_fds) and read a secret from: never on a command line
+ *       or in an environment, gone once read. Close it after the spawn.
  *   A descriptor (both of the above) is one owned fd: :fd() (raises once closed), :close() and
  *   :release() (the same; a lock's word), and the collector closes it too.
  *   core.signal(name, fn) → watch (:close()): fn() runs (protected, on the loop) whenever
