@@ -114,10 +114,16 @@ SBXD_STATE=$(mktemp -d /tmp/moonbox-test-state.XXXXXX)
 SBXD_PID=
 if [ -x build/bin/sandboxd ]; then
   note "starting sandboxd on 127.0.0.1:$SBXD_PORT"
+  # (the previous run's log must not answer for this one: the redirection happens in the child)
+  rm -f "$LOG/sandboxd.log"
   build/bin/sandboxd --listen "127.0.0.1:$SBXD_PORT" --api-key-fd 3 \
     --state-dir "$SBXD_STATE" --exit-with-parent >"$LOG/sandboxd.log" 2>&1 3<<<"e2b_$(printf '%040d' 0)" &
   SBXD_PID=$!
-  for _ in $(seq 1 100); do grep -qs 'sandboxd listening on' "$LOG/sandboxd.log" && break; sleep 0.1; done
+  for _ in $(seq 1 300); do
+    grep -qs "sandboxd listening on http://127.0.0.1:$SBXD_PORT" "$LOG/sandboxd.log" && break
+    kill -0 "$SBXD_PID" 2>/dev/null || { echo "sandboxd exited at start:"; cat "$LOG/sandboxd.log"; break; }
+    sleep 0.1
+  done
   export E2B_API_URL="http://127.0.0.1:$SBXD_PORT" E2B_SANDBOX_URL="http://127.0.0.1:$SBXD_PORT"
   export E2B_API_KEY="e2b_$(printf '%040d' 0)" MB_SANDBOXD_PID=$SBXD_PID
 fi
