@@ -36,6 +36,7 @@ import { execFileSync, spawn } from 'node:child_process'
 import { mkdtempSync, openSync, closeSync, readFileSync, readlinkSync, rmSync } from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
+import { KEY_FD_ARGS, passKey } from '../spec/support/sandboxd_key.mjs'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 const { Sandbox } = await import(pathToFileURL(path.join(ROOT, 'spec/sdk/node_modules/e2b/dist/index.mjs')).href)
@@ -185,10 +186,11 @@ async function startCold(env) {
   const dir = mkdtempSync(path.join(base, 'cold-'))
   const log = path.join(dir, 'sandboxd.log')
   const fd = openSync(log, 'w')
-  const proc = spawn(bin, ['--listen', '127.0.0.1:0', '--api-key', KEY, '--state-dir', path.join(dir, 'state'), '--exit-with-parent'], {
+  const proc = spawn(bin, ['--listen', '127.0.0.1:0', ...KEY_FD_ARGS, '--state-dir', path.join(dir, 'state'), '--exit-with-parent'], {
     env: { ...process.env, SANDBOXD_WARM_POOL: '0', SANDBOXD_TRACE_CREATE: '1', ...env },
-    stdio: ['ignore', 'pipe', fd],
+    stdio: ['ignore', 'pipe', fd, 'pipe'],
   })
+  passKey(proc, KEY)
   closeSync(fd)
   const exited = new Promise((r) => proc.on('exit', (code, signal) => r({ code, signal })))
   const url = await new Promise((resolve, reject) => {

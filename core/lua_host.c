@@ -1,9 +1,15 @@
 /* lua_host.c — facts about and hooks into the host process:
  *   core.getpid() → pid;  core.exe_path() → the running executable | nil;  core.rss_bytes()
  *   core.environ() → the host's environment (name → value)
- *   core.lock_file(path [, create = true]) → lock (:fd(), :release()) | nil, err
+ *   core.lock_file(path [, create = true]) → lock (a descriptor: :fd(), :release()) | nil, err
  *       an exclusive flock(2) on path, taken without waiting: MB_BUSY while another open file
  *       holds it (its owner lives), MB_NOT_FOUND for a missing file when create is false
+ *   core.secret_pipe(data) → pipe (a descriptor: :fd(), :close()) | nil, err: the read end of a
+ *       pipe that already holds data (at most 4096 bytes) and whose write end is closed, for a
+ *       child to inherit (spawn's inherit_fds) and read a secret from: never on a command line
+ *       or in an environment, gone once read. Close it after the spawn.
+ *   A descriptor (both of the above) is one owned fd: :fd() (raises once closed), :close() and
+ *   :release() (the same; a lock's word), and the collector closes it too.
  *   core.signal(name, fn) → watch (:close()): fn() runs (protected, on the loop) whenever
  *       the process receives SIGTERM, SIGINT or SIGHUP; while any watch is open the signal no
  *       longer kills the process.
@@ -28,7 +34,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#define MB_LOCK_MT "moonbox.lock"
+#define MB_FD_MT "moonbox.fd"
 #define MB_SIGNAL_MT "moonbox.signal"
 #define MB_RESOLVE_MT "moonbox.resolve"
 
@@ -71,14 +77,35 @@ static int l_rss_bytes(lua_State *L) {
   return 1;
 }
 
-typedef struct { int fd; } llock;
+/* ---- owned descriptors: a lock, a secret's pipe ---- */
+
+typedef struct { int fd; } lfd;
+
+static lfd *new_fd(lua_State *L) {
+  lfd *k = lua_newuserdatauv(L, sizeof *k, 0);
+  k->fd = -1;
+  luaL_setmetatable(L, MB_FD_MT);
+  return k;
+}
+
+static int fd_get(lua_State *L) {
+  lfd *k = luaL_checkudata(L, 1, MB_FD_MT);
+  if (k->fd < 0) return luaL_error(L, "descriptor is closed");
+  lua_pushinteger(L, k->fd);
+  return 1;
+}
+
+static int fd_close(lua_State *L) {
+  lfd *k = luaL_checkudata(L, 1, MB_FD_MT);
+  if (k->fd >= 0) close(k->fd); /* a lock goes with the last descriptor of its open file */
+  k->fd = -1;
+  return 0;
+}
 
 static int l_lock_file(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   int create = lua_isnoneornil(L, 2) ? 1 : lua_toboolean(L, 2);
-  llock *k = lua_newuserdatauv(L, sizeof *k, 0);
-  k->fd = -1;
-  luaL_setmetatable(L, MB_LOCK_MT);
+  lfd *k = new_fd(L);
   int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0600);
   if (fd < 0) {
     int e = errno;
@@ -95,18 +122,30 @@ static int l_lock_file(lua_State *L) {
   return 1;
 }
 
-static int lk_fd(lua_State *L) {
-  llock *k = luaL_checkudata(L, 1, MB_LOCK_MT);
-  if (k->fd < 0) return luaL_error(L, "lock is released");
-  lua_pushinteger(L, k->fd);
-  return 1;
-}
+/* ---- a secret handed to a child on a descriptor ---- */
 
-static int lk_release(lua_State *L) {
-  llock *k = luaL_checkudata(L, 1, MB_LOCK_MT);
-  if (k->fd >= 0) close(k->fd); /* the lock goes with the last descriptor of this open file */
-  k->fd = -1;
-  return 0;
+#define MB_SECRET_MAX 4096   /* a pipe holds at least a page: the write never blocks */
+
+static int l_secret_pipe(lua_State *L) {
+  size_t n;
+  const char *data = luaL_checklstring(L, 1, &n);
+  if (n > MB_SECRET_MAX) return luaL_error(L, "secret_pipe: at most %d bytes", MB_SECRET_MAX);
+  lfd *k = new_fd(L);
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) {
+    int e = errno;
+    return mb_lua_push_error(L, "E2B_IO", lua_pushfstring(L, "secret_pipe: %s", strerror(e)));
+  }
+  ssize_t w;
+  do w = n ? write(p[1], data, n) : 0; while (w < 0 && errno == EINTR);
+  int e = errno;
+  close(p[1]);   /* the reader sees the end right after the data */
+  if (w != (ssize_t)n) {
+    close(p[0]);
+    return mb_lua_push_error(L, "E2B_IO", lua_pushfstring(L, "secret_pipe: %s", w < 0 ? strerror(e) : "short write"));
+  }
+  k->fd = p[0];
+  return 1;
 }
 
 /* ---- signals ---- */
@@ -292,9 +331,9 @@ static int rs_cancel(lua_State *L) {
 }
 
 void mb_lua_open_host(lua_State *L) {
-  static const luaL_Reg lk[] = {{"fd", lk_fd}, {"release", lk_release}, {NULL, NULL}};
-  static const luaL_Reg lk_meta[] = {{"__gc", lk_release}, {NULL, NULL}};
-  mb_lua_new_class(L, MB_LOCK_MT, lk, lk_meta);
+  static const luaL_Reg fdm[] = {{"fd", fd_get}, {"close", fd_close}, {"release", fd_close}, {NULL, NULL}};
+  static const luaL_Reg fd_meta[] = {{"__gc", fd_close}, {NULL, NULL}};
+  mb_lua_new_class(L, MB_FD_MT, fdm, fd_meta);
   static const luaL_Reg sg[] = {{"close", sg_close}, {NULL, NULL}};
   static const luaL_Reg sg_meta[] = {{"__gc", sg_close}, {NULL, NULL}};
   mb_lua_new_class(L, MB_SIGNAL_MT, sg, sg_meta);
@@ -302,7 +341,7 @@ void mb_lua_open_host(lua_State *L) {
   static const luaL_Reg rs_meta[] = {{"__gc", rs_cancel}, {NULL, NULL}};
   mb_lua_new_class(L, MB_RESOLVE_MT, rs, rs_meta);
   static const luaL_Reg f[] = {{"getpid", l_getpid}, {"exe_path", l_exe_path}, {"environ", l_environ},
-                               {"rss_bytes", l_rss_bytes}, {"lock_file", l_lock_file},
+                               {"rss_bytes", l_rss_bytes}, {"lock_file", l_lock_file}, {"secret_pipe", l_secret_pipe},
                                {"signal", l_signal}, {"loop_info", l_loop_info}, {"isatty", l_isatty},
                                {"getaddrinfo", l_getaddrinfo},
                                {NULL, NULL}};

@@ -115,10 +115,16 @@ SBXD_STATE=$(mktemp -d /tmp/moonbox-test-state.XXXXXX)
 SBXD_PID=
 if [ -x build/bin/sandboxd ]; then
   note "starting sandboxd on 127.0.0.1:$SBXD_PORT"
-  build/bin/sandboxd --listen "127.0.0.1:$SBXD_PORT" --api-key "e2b_$(printf '%040d' 0)" \
-    --state-dir "$SBXD_STATE" --exit-with-parent >"$LOG/sandboxd.log" 2>&1 &
+  # (the previous run's log must not answer for this one: the redirection happens in the child)
+  rm -f "$LOG/sandboxd.log"
+  build/bin/sandboxd --listen "127.0.0.1:$SBXD_PORT" --api-key-fd 3 \
+    --state-dir "$SBXD_STATE" --exit-with-parent >"$LOG/sandboxd.log" 2>&1 3<<<"e2b_$(printf '%040d' 0)" &
   SBXD_PID=$!
-  for _ in $(seq 1 100); do grep -q 'sandboxd listening on' "$LOG/sandboxd.log" && break; sleep 0.1; done
+  for _ in $(seq 1 300); do
+    grep -qs "sandboxd listening on http://127.0.0.1:$SBXD_PORT" "$LOG/sandboxd.log" && break
+    kill -0 "$SBXD_PID" 2>/dev/null || { echo "sandboxd exited at start:"; cat "$LOG/sandboxd.log"; break; }
+    sleep 0.1
+  done
   export E2B_API_URL="http://127.0.0.1:$SBXD_PORT" E2B_SANDBOX_URL="http://127.0.0.1:$SBXD_PORT"
   export E2B_API_KEY="e2b_$(printf '%040d' 0)" MB_SANDBOXD_PID=$SBXD_PID
 fi
@@ -263,6 +269,21 @@ grep -E '^VMFIG ' <<<"$out"
 [ "${f:-1}" != 0 ] && grep -E '^VMTEST not ok|^vm: ' <<<"$out" | head -20
 add "${p:-0}" "${f:-1}" "cgroup v2 VM"
 
+# Nothing secret on a command line (issue 19): a scanner reads every process's command line (and
+# the environments other users could read) while moonbox runs with its embedded sandboxd and
+# while the SDK drives a sandboxd; it first proves that it catches a key (tests/secrets).
+if [ -x build/bin/sandboxd ] && [ -f spec/sdk/node_modules/e2b/package.json ]; then
+  note "nothing secret on a command line (tests/secrets)"
+  out=$(timeout -k 10 900 node --test --test-reporter=tap --test-concurrency=1 --test-timeout=300000 tests/secrets/*.test.mjs 2>&1)
+  echo "$out" >"$LOG/secrets.log"
+  p=$(sed -n 's/^# pass \([0-9]*\)/\1/p' <<<"$out" | tail -1); f=$(sed -n 's/^# fail \([0-9]*\)/\1/p' <<<"$out" | tail -1)
+  [ "${f:-1}" != 0 ] && grep -B2 -A25 '^not ok' <<<"$out" | head -80
+  add "${p:-0}" "${f:-1}" "nothing secret on a command line"
+else
+  note "nothing secret on a command line cannot run: build/bin/sandboxd or spec/sdk/node_modules/e2b missing"
+  add 0 1 "nothing secret on a command line"
+fi
+
 if ! command -v clang >/dev/null; then
   note "fuzzers cannot run: clang missing (scripts/install-deps.sh)"; add 0 1 "fuzzers"
 elif [ -f fuzz/CMakeLists.txt ]; then
@@ -271,8 +292,19 @@ elif [ -f fuzz/CMakeLists.txt ]; then
     fp=0; ff=0
     for f in build-fuzz/fuzz/fuzz_*; do
       [ -x "$f" ] || continue
-      dict=(); [ -f "fuzz/$(basename "$f").dict" ] && dict=(-dict="fuzz/$(basename "$f").dict")
-      if "$f" -max_total_time="${FUZZ_SECONDS:-20}" -rss_limit_mb=1024 "${dict[@]}" >"$LOG/$(basename "$f").log" 2>&1; then fp=$((fp+1)); else ff=$((ff+1)); tail -30 "$LOG/$(basename "$f").log"; fi
+      name=$(basename "$f")
+      dict=(); [ -f "fuzz/$name.dict" ] && dict=(-dict="fuzz/$name.dict")
+      # The committed regression corpus (fuzz/corpus/<target>: inputs found outside CI) is
+      # replayed input by input first, then seeds the brief run; new inputs go to a scratch
+      # directory, never into the repository.
+      seeds=(); reg=()
+      if [ -d "fuzz/corpus/$name" ]; then
+        seeds=("fuzz/corpus/$name"); for r in "fuzz/corpus/$name"/*; do [ -f "$r" ] && reg+=("$r"); done
+      fi
+      scratch=build-fuzz/ci-corpus/$name; rm -rf "$scratch"; mkdir -p "$scratch"
+      if { [ ${#reg[@]} -eq 0 ] || "$f" -rss_limit_mb=1024 "${reg[@]}"; } >"$LOG/$name-regressions.log" 2>&1; then fp=$((fp+1))
+      else ff=$((ff+1)); echo "fuzz regression corpus fails: $name (log: $LOG/$name-regressions.log)"; tail -30 "$LOG/$name-regressions.log"; fi
+      if "$f" -max_total_time="${FUZZ_SECONDS:-20}" -rss_limit_mb=1024 "${dict[@]}" "$scratch" "${seeds[@]}" >"$LOG/$name.log" 2>&1; then fp=$((fp+1)); else ff=$((ff+1)); tail -30 "$LOG/$name.log"; fi
     done
     add "$fp" "$ff" "fuzzers"
   else tail -30 "$LOG/build-build-fuzz.log"; add 0 1 "fuzz build"; fi

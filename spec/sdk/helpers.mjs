@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os'
 import net from 'node:net'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { KEY_FD_ARGS, passKey } from '../support/sandboxd_key.mjs'
 
 /**
  * The SDK under test: MB_E2B_SDK=e2b (default, the pinned 2.29.1) or e2b-latest (the current
@@ -329,10 +330,11 @@ export async function startSandboxd({ stateDir, port, env = {}, key = ZERO_KEY, 
   if (!existsSync(bin)) throw new Error(`sandboxd binary not found at ${bin} (build it first)`)
   stateDir ??= mkdtempSync(path.join(tmpdir(), 'mb-sdk-state-'))
   port ??= await freePort()
-  const proc = spawn(bin, ['--listen', `127.0.0.1:${port}`, '--api-key', key, '--state-dir', stateDir, '--exit-with-parent', ...args], {
+  const proc = spawn(bin, ['--listen', `127.0.0.1:${port}`, ...KEY_FD_ARGS, '--state-dir', stateDir, '--exit-with-parent', ...args], {
     env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
   })
+  passKey(proc, key)
   let out = ''
   proc.stdout.on('data', (d) => (out += d))
   proc.stderr.on('data', (d) => (out += d))
@@ -375,8 +377,8 @@ export async function stopSandboxd(s) {
 
 /**
  * Starts a private sandboxd on `--listen 127.0.0.1:0`, optionally under a wrapper command (`wrap`,
- * e.g. setpriv; the wrapper must exec sandboxd so that signals reach it) and without --api-key
- * (`key: null`). The port is read from the "listening on" line of its stdout, a generated key from
+ * e.g. setpriv; the wrapper must exec sandboxd so that signals reach it) and without a key of its
+ * own (`key: null`: sandboxd makes one in its state directory). The port is read from the "listening on" line of its stdout, a generated key from
  * its "api key:" line. Returns what startSandboxd returns plus stdout() and stderr() (separately);
  * stopSandboxd works on it.
  */
@@ -384,8 +386,9 @@ export async function startSandboxdArgs({ stateDir, key = ZERO_KEY, wrap = [], e
   const bin = sandboxdBinary()
   if (!existsSync(bin)) throw new Error(`sandboxd binary not found at ${bin} (build it first)`)
   stateDir ??= mkdtempSync(path.join(tmpdir(), 'mb-sdk-state-'))
-  const argv = [...wrap, bin, '--listen', '127.0.0.1:0', ...(key ? ['--api-key', key] : []), '--state-dir', stateDir, '--exit-with-parent', ...args]
-  const proc = spawn(argv[0], argv.slice(1), { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  const argv = [...wrap, bin, '--listen', '127.0.0.1:0', ...(key ? KEY_FD_ARGS : []), '--state-dir', stateDir, '--exit-with-parent', ...args]
+  const proc = spawn(argv[0], argv.slice(1), { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe', ...(key ? ['pipe'] : [])] })
+  if (key) passKey(proc, key)
   let out = ''
   let err = ''
   proc.stdout.on('data', (d) => (out += d))

@@ -37,7 +37,7 @@ async function signalAndWait(srv, sig) {
 
 const CG_CONTROLLERS = ['pids', 'memory', 'freezer', 'cpu', 'cpuacct']
 
-test('without --api-key a key is generated once, kept in the state dir, and works; SIGINT exits 0 and leaves nothing', T, async (t) => {
+test('without --api-key-file or --api-key-fd a key is generated once, kept in the state dir, and works; SIGINT exits 0 and leaves nothing', T, async (t) => {
   const stateDir = mkdtempSync(path.join(tmpdir(), 'mb-sdk-key-'))
   let first = null
   let second = null

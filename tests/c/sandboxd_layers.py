@@ -52,7 +52,7 @@ def main():
     if deps.get('http'):
         failures.append(f"http depends on {sorted(deps['http'])}")
     # What the unit tests and fuzzers link must not reach the HTTP layer.
-    for m in ('paths', 'registry', 'router', 'auth', 'users', 'template', 'connect_request', 'ptab', 'upload', 'net', 'pidfile',
+    for m in ('apikey', 'paths', 'registry', 'router', 'auth', 'users', 'template', 'connect_request', 'ptab', 'upload', 'net', 'pidfile',
               'ids', 'layer_copy', 'layers', 'snapshots', 'volumes', 'cgroups', 'metrics', 'pool', 'egress_rules',
               'sniff', 'dnsmsg'):
         if m not in deps:

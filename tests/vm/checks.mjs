@@ -6,6 +6,7 @@
 import { spawn } from 'node:child_process'
 import { chownSync, existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
+import { KEY_FD_ARGS, passKey } from '../../spec/support/sandboxd_key.mjs'
 
 const ROOT = process.env.MB_ROOT
 const SANDBOXD = process.env.MB_SANDBOXD
@@ -62,7 +63,7 @@ const runs = []   // every sandboxd started, for the last check
 async function startSandboxd(opts = {}) {
   if (sbxd && sbxd.exit === null) await stopSandboxd('SIGKILL')   // one a failed check left
   const state = opts.state ?? STATE
-  const args = ['--listen', ADDR, '--api-key', KEY, '--state-dir', state, '--cpu-count', String(LIMITS.cpu),
+  const args = ['--listen', ADDR, ...KEY_FD_ARGS, '--state-dir', state, '--cpu-count', String(LIMITS.cpu),
     '--memory-mb', String(LIMITS.memoryMB), '--pids-max', String(LIMITS.pids)]
   let cmd = SANDBOXD, argv = args
   if (opts.as !== undefined) {
@@ -72,7 +73,8 @@ async function startSandboxd(opts = {}) {
     cmd = 'sh'
     argv = ['-c', `${join}exec setpriv --reuid=${opts.as} --regid=${opts.as} --clear-groups "$@"`, 'sh', SANDBOXD, ...args]
   }
-  const p = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, HOME: '/tmp', SANDBOXD_WARM_POOL: opts.pool ?? '1' } })
+  const p = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe', 'pipe'], env: { ...process.env, HOME: '/tmp', SANDBOXD_WARM_POOL: opts.pool ?? '1' } })
+  passKey(p, KEY)
   const d = { p, log: '', exit: null }
   p.stdout.on('data', (b) => { d.log += b })
   p.stderr.on('data', (b) => { d.log += b })
