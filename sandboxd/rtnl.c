@@ -137,13 +137,19 @@ int rtnl_link_up(rtnl *r, const char *name, char *err, size_t errlen) {
 
 static size_t addr_len(int family) { return family == AF_INET ? 4 : 16; }
 
-int rtnl_addr_add(rtnl *r, const char *dev, int family, const void *addr, int prefix, bool nodad, char *err, size_t errlen) {
+/* dev's index, or 0 with errno ENODEV and err ("<what> on <dev>: no such link"). */
+static int link_or_fail(rtnl *r, const char *dev, const char *what, char *err, size_t errlen) {
   int index = rtnl_link_index(r, dev);
   if (!index) {
-    if (err && errlen) snprintf(err, errlen, "address on %s: no such link", dev);
+    if (err && errlen) snprintf(err, errlen, "%s on %s: no such link", what, dev);
     errno = ENODEV;
-    return -1;
   }
+  return index;
+}
+
+int rtnl_addr_add(rtnl *r, const char *dev, int family, const void *addr, int prefix, bool nodad, char *err, size_t errlen) {
+  int index = link_or_fail(r, dev, "address", err, errlen);
+  if (!index) return -1;
   struct nlmsghdr *nlh = start(r, RTM_NEWADDR, NLM_F_CREATE | NLM_F_REPLACE);
   struct ifaddrmsg *ifa = mnl_nlmsg_put_extra_header(nlh, sizeof *ifa);
   ifa->ifa_family = (unsigned char)family;
@@ -160,12 +166,8 @@ int rtnl_addr_add(rtnl *r, const char *dev, int family, const void *addr, int pr
 
 int rtnl_route_add(rtnl *r, int family, const void *dst, int prefix, const void *gw, const char *dev,
                    uint32_t table, bool local, char *err, size_t errlen) {
-  int index = 0;
-  if (dev && !(index = rtnl_link_index(r, dev))) {
-    if (err && errlen) snprintf(err, errlen, "route on %s: no such link", dev);
-    errno = ENODEV;
-    return -1;
-  }
+  int index = dev ? link_or_fail(r, dev, "route", err, errlen) : 0;
+  if (dev && !index) return -1;
   struct nlmsghdr *nlh = start(r, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE);
   struct rtmsg *rtm = mnl_nlmsg_put_extra_header(nlh, sizeof *rtm);
   rtm->rtm_family = (unsigned char)family;

@@ -3,24 +3,15 @@
 -- info` with the network options against a fake control plane (spec/support/fake_api.py).
 local H = require "support.helpers"
 local cjson = require "cjson"
-local bin = (os.getenv("MB_BUILD_DIR") or "build") .. "/bin/moonbox"
 local ROOT = assert(io.popen("pwd")):read("l")
-if bin:sub(1, 1) ~= "/" then bin = ROOT .. "/" .. bin end
 
-local function tmpdir()
-  local d = os.tmpname(); os.remove(d); assert(os.execute("mkdir -p '" .. d .. "'")); return d
-end
-local function write(path, s) local f = assert(io.open(path, "w")); f:write(s); f:close() end
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local cli = require "support.cli"
+local bin = cli.bin
+local tmpdir, write, q = cli.tmpdir, cli.write, cli.q
 
 -- → exit status, stdout, stderr. env: extra "NAME=VALUE ..." (E2B_* are unset unless given)
 local function moonbox(args, dir, env)
-  local out, err = os.tmpname(), os.tmpname()
-  local cmd = ("cd %s && env -u E2B_API_KEY -u E2B_API_URL -u E2B_SANDBOX_URL -u E2B_DOMAIN %s %s %s >%s 2>%s")
-    :format(q(dir or "."), env or "", q(bin), args, q(out), q(err))
-  local _, _, code = os.execute(cmd)
-  local function slurp(p) local f = io.open(p); local s = f:read("a"); f:close(); os.remove(p); return s end
-  return code, slurp(out), slurp(err)
+  return cli.moonbox(args, { dir = dir or ".", prefix = cli.NO_E2B .. " " .. (env or "") })
 end
 
 local function count(s, pat) return select(2, s:gsub(pat, "")) end

@@ -5,20 +5,9 @@
 local compose = require "moonbox.compose"
 local H = require "support.helpers"
 local cjson = require "cjson"
-local bin = (os.getenv("MB_BUILD_DIR") or "build") .. "/bin/moonbox"
-if bin:sub(1, 1) ~= "/" then bin = assert(io.popen("pwd")):read("l") .. "/" .. bin end
 
-local function tmpdir()
-  local d = os.tmpname(); os.remove(d); assert(os.execute("mkdir -p '" .. d .. "'")); return d
-end
-local function write(path, s) local f = assert(io.open(path, "w")); f:write(s); f:close() end
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-local function moonbox(args)
-  local out, err = os.tmpname(), os.tmpname()
-  local _, _, code = os.execute(("%s %s >%s 2>%s"):format(q(bin), args, q(out), q(err)))
-  local function slurp(p) local f = io.open(p); local s = f:read("a"); f:close(); os.remove(p); return s end
-  return code, slurp(out), slurp(err)
-end
+local cli = require "support.cli"
+local tmpdir, write, q, moonbox = cli.tmpdir, cli.write, cli.q, cli.moonbox
 
 describe("the network policy on sandboxd #sandboxd", function()
   local mb, dir
