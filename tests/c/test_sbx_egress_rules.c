@@ -91,7 +91,7 @@ static void test_parse_forms(void) {
 }
 
 static void test_safe_defaults(void) {
-  egress_rules_open(&R);
+  egress_rules_free(&R), egress_rules_open(&R);
   memset(&S, 0, sizeof S);
   CHECK_INT(V("198.51.100.7", 443, NULL), EGRESS_ALLOW);
   CHECK_INT(V("169.254.169.254", 80, NULL), EGRESS_DENY);
@@ -131,7 +131,7 @@ static void test_safe_defaults(void) {
   CHECK_INT(egress_site_unblock(&S, "link-local", err, sizeof err), 0);
   CHECK_INT(V("169.254.169.254", 80, NULL), EGRESS_ALLOW);
   CHECK_INT(egress_site_unblock(&S, "10.9.0.0/16", err, sizeof err), 0);
-  egress_rules_open(&R);
+  egress_rules_free(&R), egress_rules_open(&R);
   CHECK_INT(V("10.9.1.1", 80, NULL), EGRESS_ALLOW);
   CHECK_INT(V("10.8.1.1", 80, NULL), EGRESS_DENY);
   CHECK_INT(egress_site_unblock(&S, "private", err, sizeof err), 0);
@@ -203,7 +203,7 @@ static void test_no_internet(void) {
 }
 
 static void test_dns(void) {
-  egress_rules_open(&R);
+  egress_rules_free(&R), egress_rules_open(&R);
   CHECK(egress_dns_allowed(&R, "anything.example"));
   const char *allow[] = {"api.example.com", "*.pkg.dev", "1.1.1.1"};
   const char *some[] = {"9.0.0.0/8"};
