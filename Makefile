@@ -4,8 +4,9 @@
 # and: make install [PREFIX=/usr/local]   (cmake --install: libmoonbox, headers, moonbox.pc,
 #      the Lua modules, policies and moonbox.core on the prefix's Lua 5.4 paths, the programs)
 #      make fuzz-long  every fuzzer for at least 10 M executions (fuzz/run-long.sh; CI runs them briefly)
+#      make test-vm    the cgroup v2 suite alone: sandboxd in a cgroup-v2-only VM (tests/vm/run.sh; make test runs it too)
 PREFIX ?= /usr/local
-.PHONY: deps build demo test bench soak install clean fuzz-long
+.PHONY: deps build demo test test-vm bench soak install clean fuzz-long
 deps:
 	@scripts/install-deps.sh
 # The compiler's output goes to build/build.log (shown when something fails).
@@ -17,6 +18,8 @@ demo: build
 	@build/bin/moonbox run examples/demo/compose.lua examples/demo/demo.lua
 test: deps
 	@scripts/test.sh
+test-vm: build
+	@tests/vm/run.sh
 bench: build
 	@bench/run.sh
 # One Lua state, 10,000 mixed operations on the embedded sandboxd (tests/soak/soak.lua).

@@ -45,15 +45,19 @@ build = {
         "core/lua_rpc.c",
         "core/lua_sync.c",
         "core/lua_util.c",
+        "core/lua_egress.c",
+        "sandboxd/egress_rules.c",   -- sandboxd's egress decision (core.egress)
+        "sandboxd/sniff.c",          -- its host-name rules (as the egress proxy reads names)
       },
       defines = { "_GNU_SOURCE" },
-      incdirs = { "core", "core/include", "core/gen" },
+      incdirs = { "core", "core/include", "core/gen", "sandboxd" },
       -- libuv, libcurl, OpenSSL, jansson, protobuf-c and libarchive from the compiler's
       -- standard paths (Debian: libuv1-dev libcurl4-openssl-dev libssl-dev libjansson-dev
       -- libprotobuf-c-dev libarchive-dev; libutil for openpty)
       libraries = { "uv", "curl", "crypto", "jansson", "protobuf-c", "archive", "util" },
     },
     ["moonbox.cli"] = "lua/moonbox/cli.lua",
+    ["moonbox.cli.network"] = "lua/moonbox/cli/network.lua",
     ["moonbox.cli.sandbox"] = "lua/moonbox/cli/sandbox.lua",
     ["moonbox.compose"] = "lua/moonbox/compose.lua",
     ["moonbox.consumers.bash"] = "lua/moonbox/consumers/bash.lua",
@@ -80,6 +84,7 @@ build = {
     ["moonbox.policy.composition"] = "lua/moonbox/policy/composition.lua",
     ["moonbox.policy.env"] = "lua/moonbox/policy/env.lua",
     ["moonbox.policy.lifecycle"] = "lua/moonbox/policy/lifecycle.lua",
+    ["moonbox.policy.network"] = "lua/moonbox/policy/network.lua",
     ["moonbox.policy.schema"] = "lua/moonbox/policy/schema.lua",
     ["moonbox.policy.source"] = "lua/moonbox/policy/source.lua",
     ["moonbox.policy.timeouts"] = "lua/moonbox/policy/timeouts.lua",
@@ -105,5 +110,6 @@ build = {
     ["moonbox.policies.lifecycle"] = "policies/lifecycle.lua",
     ["moonbox.policies.timeouts"] = "policies/timeouts.lua",
     ["moonbox.policies.composition"] = "policies/composition.lua",
+    ["moonbox.policies.network"] = "policies/network.lua",
   },
 }

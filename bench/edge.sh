@@ -29,7 +29,7 @@ openssl x509 -req -in "$WORK/edge.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" 
 echo "== start sandboxd (plain HTTP and TLS, --domain $DOMAIN)"
 STATE=$WORK/state LOGF=$WORK/sandboxd.log
 "$BUILD_DIR/bin/sandboxd" --listen 127.0.0.1:0 --tls-listen 127.0.0.1:0 --tls-cert "$WORK/edge.pem" --tls-key "$WORK/edge.key" \
-  --domain "$DOMAIN" --api-key "$KEY" --state-dir "$STATE" --exit-with-parent >"$LOGF" 2>&1 &
+  --domain "$DOMAIN" --api-key-fd 3 --state-dir "$STATE" --exit-with-parent >"$LOGF" 2>&1 3<<<"$KEY" &
 SBXD_PID=$!
 URL= TLS=
 for _ in $(seq 1 300); do

@@ -37,7 +37,7 @@ bench_need_sdk() {
 sbxd_start() {
   echo "== start sandboxd"
   STATE=$WORK/state LOGF=$WORK/sandboxd.log
-  "$BUILD_DIR/bin/sandboxd" --listen 127.0.0.1:0 --api-key "$1" --state-dir "$STATE" --exit-with-parent >"$LOGF" 2>&1 &
+  "$BUILD_DIR/bin/sandboxd" --listen 127.0.0.1:0 --api-key-fd 3 --state-dir "$STATE" --exit-with-parent >"$LOGF" 2>&1 3<<<"$1" &
   SBXD_PID=$!
   URL=
   for _ in $(seq 1 300); do

@@ -48,7 +48,7 @@ const f = (x) => (typeof x === 'number' ? x.toFixed(2) : '?')
 const goal = (x, max) => (typeof x !== 'number' ? 'no figure' : x <= max ? 'goal met' : 'over goal')
 if (c) {
   console.log(`create→ready  cold ${f(c.raw_ms)} ms vs floor ${f(c.floor_ms)} ms: ${f(c.ratio_raw)}× (goal ≤ 2×, ${goal(c.ratio_raw, 2)}); ` +
-    `cold with pasta starting ${f(c.rawnet_ms)} ms: ${f(c.ratio_rawnet)}×; ` +
+    `cold with the link made during the create ${f(c.rawnet_ms)} ms: ${f(c.ratio_rawnet)}×; ` +
     `pooled ${f(c.pooled_ms)} ms: ${f(c.ratio_pooled)}× (${goal(c.ratio_pooled, 2)})` +
     (c.sbx_create_ms !== undefined ? `; in-server sbx_create ${f(c.ratio_sbx_create)}×` : '') + `; via SDK ${f(c.ratio_sdk)}×`)
 } else console.log('create→ready  no result')

@@ -5,9 +5,10 @@
 // Three sandboxd configurations are measured, and all are reported:
 //   cold    a second sandboxd started here with SANDBOXD_WARM_POOL=0: every create boots a
 //           sandbox (layers, cgroups, namespaces, overlays, init) while the client waits; its
-//           network pair (user+net namespaces with pasta up, SANDBOXD_NET_POOL=1) is stocked
+//           network pair (user+net namespaces linked: a veth into the gateway as root, pasta
+//           rootless; SANDBOXD_NET_POOL=1) is stocked
 //           ahead, and the bench waits (untimed) for the stock to refill between samples
-//   coldnet a third with SANDBOXD_WARM_POOL=0 SANDBOXD_NET_POOL=0: the create starts pasta too
+//   coldnet a third with SANDBOXD_WARM_POOL=0 SANDBOXD_NET_POOL=0: the create makes the link too
 //           (internet access is the SDK's default) — a burst beyond the stock
 //   pooled  the sandboxd under test (E2B_API_URL) with its warm pool (default 1 spare per
 //           internet flag): a create claims a spare booted ahead of need and renames it
@@ -35,6 +36,7 @@ import { execFileSync, spawn } from 'node:child_process'
 import { mkdtempSync, openSync, closeSync, readFileSync, readlinkSync, rmSync } from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
+import { KEY_FD_ARGS, passKey } from '../spec/support/sandboxd_key.mjs'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 const { Sandbox } = await import(pathToFileURL(path.join(ROOT, 'spec/sdk/node_modules/e2b/dist/index.mjs')).href)
@@ -184,10 +186,11 @@ async function startCold(env) {
   const dir = mkdtempSync(path.join(base, 'cold-'))
   const log = path.join(dir, 'sandboxd.log')
   const fd = openSync(log, 'w')
-  const proc = spawn(bin, ['--listen', '127.0.0.1:0', '--api-key', KEY, '--state-dir', path.join(dir, 'state'), '--exit-with-parent'], {
+  const proc = spawn(bin, ['--listen', '127.0.0.1:0', ...KEY_FD_ARGS, '--state-dir', path.join(dir, 'state'), '--exit-with-parent'], {
     env: { ...process.env, SANDBOXD_WARM_POOL: '0', SANDBOXD_TRACE_CREATE: '1', ...env },
-    stdio: ['ignore', 'pipe', fd],
+    stdio: ['ignore', 'pipe', fd, 'pipe'],
   })
+  passKey(proc, KEY)
   closeSync(fd)
   const exited = new Promise((r) => proc.on('exit', (code, signal) => r({ code, signal })))
   const url = await new Promise((resolve, reject) => {
@@ -325,8 +328,8 @@ console.log(`create→ready, median of ${res.n} paired samples (min in brackets)
 console.log(`  floor (ns+maps+overlay+true, reaped)  ${f2(res.floor_ms)} ms (${f2(res.floor_min_ms)}); until exec'd ${f2(res.floor_exec_ms)} ms`)
 if (res.raw_ms !== undefined) {
   console.log(`  COLD (warm pool off) POST→first cmd   ${f2(res.raw_ms)} ms (${f2(res.raw_min_ms)})   ratio ${f2(res.ratio_raw)}× (goal ≤ 2×); median of pair ratios ${f2(res.median_pair_ratio)}×`)
-  console.log(`  COLD, no network stocked (pasta starts) ${f2(res.rawnet_ms)} ms (${f2(res.rawnet_min_ms)})   ratio ${f2(res.ratio_rawnet)}×` +
-    (cns ? `; sbx_create ${f2(cns.ms)} ms, of which network ${f2(cns.phases['network (pasta)'] ?? NaN)} ms` : ''))
+  console.log(`  COLD, no network stocked (the link is made) ${f2(res.rawnet_ms)} ms (${f2(res.rawnet_min_ms)})   ratio ${f2(res.ratio_rawnet)}×` +
+    (cns ? `; sbx_create ${f2(cns.ms)} ms, of which network ${f2(cns.phases['network (link)'] ?? NaN)} ms` : ''))
   console.log(`    of which POST /sandboxes            ${f2(res.raw_post_ms)} ms, first /bin/true ${f2(res.raw_first_cmd_ms)} ms`)
   if (cs) {
     console.log(`    of which sbx_create (server log)    ${f2(res.sbx_create_ms)} ms   ratio ${f2(res.ratio_sbx_create)}×`)

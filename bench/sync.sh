@@ -24,7 +24,7 @@ fi
 sbxd_start "$KEY"
 if [ -n "${STATE_OVERRIDE:-}" ]; then   # restart it on the chosen file system
   kill -TERM "$SBXD_PID"; wait "$SBXD_PID" || true
-  "$BUILD_DIR/bin/sandboxd" --listen 127.0.0.1:0 --api-key "$KEY" --state-dir "$STATE_OVERRIDE" --exit-with-parent >"$LOGF" 2>&1 &
+  "$BUILD_DIR/bin/sandboxd" --listen 127.0.0.1:0 --api-key-fd 3 --state-dir "$STATE_OVERRIDE" --exit-with-parent >"$LOGF" 2>&1 3<<<"$KEY" &
   SBXD_PID=$! STATE=$STATE_OVERRIDE URL=
   for _ in $(seq 1 300); do URL=$(sed -n 's/^sandboxd listening on \(http:[^ ]*\).*/\1/p' "$LOGF"); [ -n "$URL" ] && break; sleep 0.05; done
 fi

@@ -9,7 +9,9 @@
  * Input: [split seed][query-path flag][body...]: the body is fed in pieces of 1..64 bytes chosen by
  * the seed; with the flag set the request names its target by ?path (every part goes there).
  * Properties checked after every input:
- *  - no temporary upload file (".<name>.upload-<hex>") is left anywhere, whatever failed;
+ *  - no temporary upload file is left anywhere, whatever failed: every regular file in the tree is
+ *    one that a part asked for (by inode; the skeleton has none). Names prove nothing: a part may
+ *    ask for ".upload-x" or ".a.upload-0123456789abcdef" itself;
  *  - on success every file listed exists, is a regular file inside the root, and the results have
  *    no duplicate path; on failure a status and a message are set;
  *  - the directory beside the root is untouched. */
@@ -102,13 +104,33 @@ static enum MHD_Result iter(void *cls, enum MHD_ValueKind kind, const char *key,
   return f->rc ? MHD_NO : MHD_YES;
 }
 
+/* The files the request asked for (dev, inode), as they are after the upload. */
+static struct { dev_t dev; ino_t ino; } asked[UPLOAD_MAX_PARTS];
+static size_t nasked;
+static void collect_asked(upload *u) {
+  json_t *res = upload_results(u);
+  nasked = 0;
+  for (size_t i = 0; i < json_array_size(res) && nasked < UPLOAD_MAX_PARTS; i++) {
+    const char *p = json_string_value(json_object_get(json_array_get(res, i), "path"));
+    int fd = p ? paths_open(&C, p, O_PATH, 0, 0) : -1;   /* a symlinked target: its file */
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+      asked[nasked].dev = st.st_dev;
+      asked[nasked++].ino = st.st_ino;
+    }
+    if (fd >= 0) close(fd);
+  }
+}
+
 static int leftovers, entries;
 static int check_entry(const char *p, const struct stat *st, int type, struct FTW *ftw) {
-  (void)st;
-  const char *name = p + ftw->base;
-  /* upload.c's temporary files are regular files; a directory of that name is one a part's
-   * path asked for (parents are made) */
-  if (type == FTW_F && name[0] == '.' && strstr(name, ".upload-")) leftovers++;
+  (void)p; (void)ftw;
+  /* upload.c makes regular files only: one nobody asked for is a temporary that survived */
+  if (type == FTW_F && S_ISREG(st->st_mode)) {
+    size_t i = 0;
+    while (i < nasked && !(asked[i].dev == st->st_dev && asked[i].ino == st->st_ino)) i++;
+    if (i == nasked) leftovers++;
+  }
   entries++;
   return 0;
 }
@@ -159,6 +181,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       close(fd);
     }
   }
+  collect_asked(u);
   upload_free(u);
   leftovers = entries = 0;
   nftw(rootdir, check_entry, 16, FTW_PHYS);

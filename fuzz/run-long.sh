@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make fuzz-long: every libFuzzer target of the project (fuzz/fuzz_*.c, ASan + UBSan) for at least
 # FUZZ_RUNS executions each (default 10 M; libFuzzer's -runs), FUZZ_JOBS at a time (default 2).
-# Corpora persist in build-fuzz/corpus/<target> between runs (never in the repository); a
-# fuzz/<target>.dict is used when present. Prints each target's executions and time; exits
+# Corpora persist in build-fuzz/corpus/<target> between runs (never in the repository); the
+# committed regression corpus fuzz/corpus/<target> (inputs found outside CI) is replayed first and
+# seeds the run (read only); a fuzz/<target>.dict is used when present. Prints each target's executions and time; exits
 # non-zero if any target crashed, leaked or did not reach FUZZ_RUNS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,8 +20,16 @@ one() {
   mkdir -p "$corpus"
   local args=(-runs="$RUNS" -rss_limit_mb=2048 -timeout=60 -print_final_stats=1)
   [ -f "$dict" ] && args+=(-dict="$dict")
+  local seeds=() reg=() r
+  if [ -d "fuzz/corpus/$name" ]; then
+    seeds=("fuzz/corpus/$name"); for r in "fuzz/corpus/$name"/*; do [ -f "$r" ] && reg+=("$r"); done
+  fi
+  if [ ${#reg[@]} -gt 0 ] && ! "$f" "${reg[@]}" >"$LOGS/$name-regressions.log" 2>&1; then
+    echo "FAIL $name: the regression corpus fuzz/corpus/$name fails (see $LOGS/$name-regressions.log)"
+    return 1
+  fi
   local t0=$SECONDS
-  "$f" "${args[@]}" "$corpus" >"$LOGS/$name.log" 2>&1
+  "$f" "${args[@]}" "$corpus" "${seeds[@]}" >"$LOGS/$name.log" 2>&1
   local rc=$? done
   done=$(sed -n 's/^Done \([0-9]*\) runs in .*/\1/p' "$LOGS/$name.log" | tail -1)
   if [ "$rc" -eq 0 ] && [ "${done:-0}" -ge "$RUNS" ]; then

@@ -15,6 +15,7 @@
 #include "api_body.h"
 #include "layers.h"
 #include "net.h"
+#include "network_opts.h"
 #include "registry.h"
 #include "sandbox.h"
 #include "snapshots.h"
@@ -49,14 +50,15 @@ json_t *control_sandbox_json(const reg_info *in) {
   return j;
 }
 
-/* Host figures: sandboxd does not carve CPUs or disk per sandbox, so it reports what is shared. */
+/* CPUs and memory: the sandbox's limits where the host enforces them (sandbox.h sbx_limits), else
+ * the host's; disk is not carved per sandbox, so it is the state dir's file system. */
 static void host_sizes(json_t *j) {
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  struct sysinfo si;
-  json_int_t mem = sysinfo(&si) == 0 ? (json_int_t)((uint64_t)si.totalram * si.mem_unit >> 20) : 0;
+  int cpus;
+  long mem;
+  sbx_limits(&cpus, &mem);
   struct statvfs vf;
   json_int_t disk = statvfs(g_state_dir, &vf) == 0 ? (json_int_t)((uint64_t)vf.f_blocks * vf.f_frsize >> 20) : 0;
-  json_object_set_new(j, "cpuCount", json_integer(cpus > 0 ? cpus : 1));
+  json_object_set_new(j, "cpuCount", json_integer(cpus));
   json_object_set_new(j, "memoryMB", json_integer(mem));
   json_object_set_new(j, "diskSizeMB", json_integer(disk));
 }
@@ -75,6 +77,7 @@ static json_t *detail_json(const reg_info *in) {
   json_t *j = listed_json(in);
   if (!j) return NULL;
   json_object_set_new(j, "allowInternetAccess", json_boolean(in->internet));
+  if (in->network) json_object_set(j, "network", in->network);
   json_object_set_new(j, "lifecycle", json_pack("{s:s,s:b}", "onTimeout", in->auto_pause ? "pause" : "kill", "autoResume", in->auto_resume));
   json_object_set_new(j, "domain", domain_json());
   if (in->secure) json_object_set_new(j, "envdAccessToken", json_string(in->token));
@@ -153,6 +156,7 @@ static void create_sandbox(sd_request *r, bool v2) {
   if (!body) return;
   char **envs = NULL;
   size_t nenv = 0;
+  net_opts net = {0};
   layer *from = NULL;   /* a snapshot's layer, held until the sandbox holds its own */
   snap_info snap;
   sbx_mount mounts[SBX_MAX_MOUNTS];   /* their volumes held until the sandbox holds its own */
@@ -167,14 +171,11 @@ static void create_sandbox(sd_request *r, bool v2) {
         !strcmp(k, "allow_internet_access") || !strcmp(k, "autoPause") || !strcmp(k, "autoResume"))
       continue;
     if (!strcmp(k, "secure") && (!v2 || json_is_true(v))) continue;
-    if (!strcmp(k, "network") && json_is_object(v) && json_object_size(v) == 0) continue;
+    if (!strcmp(k, "network")) continue;
     if (!strcmp(k, "volumeMounts")) continue;
     if (!strcmp(k, "autoPauseMemory") && json_is_true(v)) continue;
     if (!strcmp(k, "secure"))
       sd_reply_error(r, 400, "field 'secure': /v2/sandboxes creates secure sandboxes only (the field is not part of it)");
-    else if (!strcmp(k, "network"))
-      sd_reply_error(r, 400, "field 'network' (egress rules: allowOut, denyOut, rules, allowPublicTraffic, "
-                     "maskRequestHost, httpsPorts) is not supported by sandboxd; use allow_internet_access");
     else if (!strcmp(k, "mcp"))
       sd_reply_error(r, 400, "field 'mcp' is not supported by sandboxd (no MCP gateway in the base template)");
     else if (!strcmp(k, "iam"))
@@ -246,6 +247,9 @@ static void create_sandbox(sd_request *r, bool v2) {
                    "sandbox with allowInternetAccess: false", why);
     goto out;
   }
+  if (net_opts_create(r, json_object_get(body, "network"), o.internet, &net) != 0) goto out;
+  o.network = net.reported;
+  o.egress = &net.rules;
   reg_info in;
   char err[512];
   if (reg_create(&o, &in, err, sizeof err) != 0) {
@@ -253,8 +257,9 @@ static void create_sandbox(sd_request *r, bool v2) {
     goto out;
   }
   sd_reply_json(r, 201, control_sandbox_json(&in));
-  json_decref(in.metadata);
+  reg_info_free(&in);
 out:
+  net_opts_free(&net);
   for (size_t i = 0; i < nenv; i++) free(envs[i]);
   free(envs);
   ly_release(from);
@@ -263,11 +268,44 @@ out:
   json_decref(body);
 }
 
+/* PUT /sandboxes/{id}/network: every egress rule replaced at once; open connections the new
+ * rules deny are reset before the answer (egress.h). A paused sandbox ⇒ 409, as on E2B. */
+typedef struct { sd_request *r; json_t *body; } net_update;
+static int apply_network(sbx_t *s, const reg_info *in, void *cls) {
+  net_update *u = cls;
+  net_opts n;
+  if (net_opts_update(u->r, u->body, in->network, &n) != 0) return -3;   /* replied */
+  char err[512];
+  int rc = sbx_set_egress(s, &n.rules, err, sizeof err);
+  if (rc == 0) reg_set_network(in->id, n.internet, n.reported);
+  else sd_reply_error(u->r, 500, "cannot change the sandbox's network: %s", err);
+  net_opts_free(&n);
+  return rc == 0 ? 0 : -3;
+}
+
+static void set_network(sd_request *r, const char *id) {
+  net_update u = {r, api_body_object(r, true)};
+  if (!u.body) return;
+  switch (reg_with_running(id, apply_network, &u)) {
+  case 0: sd_reply_bytes(r, 204, NULL, NULL, 0); break;
+  case -1: sd_reply_error(r, 404, "sandbox '%s' not found", id); break;
+  case -2: sd_reply_error(r, 409, "sandbox '%s' is paused: resume it to change its network", id); break;
+  default: break;                        /* replied */
+  }
+  json_decref(u.body);
+}
+
 static void get_sandbox(sd_request *r, const char *id) {
-  reg_info in;
-  if (reg_lookup_info(id, &in) != 0) { sd_reply_error(r, 404, "sandbox '%s' not found", id); return; }
+  reg_info in = {0};
+  /* A sandbox being killed is gone for a client that asks about it (as after E2B's DELETE): a
+   * request that failed because of the kill learns so at once, not after the clean-up. */
+  if (reg_lookup_info(id, &in) != 0 || in.dying) {
+    if (in.dying) reg_info_free(&in);
+    sd_reply_error(r, 404, "sandbox '%s' not found", id);
+    return;
+  }
   sd_reply_json(r, 200, detail_json(&in));
-  json_decref(in.metadata);
+  reg_info_free(&in);
 }
 
 static void set_timeout(sd_request *r, const char *id) {
@@ -306,7 +344,7 @@ static void connect_sandbox(sd_request *r, const char *id) {
     else {
       if (rc == -2) sd_reply_error(r, 500, "sandbox '%s' could not be resumed", id);
       else sd_reply_json(r, resumed ? 201 : 200, control_sandbox_json(&in));
-      json_decref(in.metadata);
+      reg_info_free(&in);
     }
   }
   json_decref(body);
@@ -564,6 +602,7 @@ void control_handle(sd_request *r, const rt_decision *d) {
     case RT_CONNECT: connect_sandbox(r, id); break;
     case RT_PAUSE: pause_sandbox(r, id); break;
     case RT_METRICS: sandbox_metrics(r, id); break;
+    case RT_NETWORK: set_network(r, id); break;
     case RT_UNIMPLEMENTED: sd_reply_error(r, 501, "%s", d->message ? d->message : "not implemented by sandboxd"); break;
     case RT_HEALTH: sd_reply_json(r, 200, json_pack("{s:s}", "message", "Health check successful")); break;
     default: sd_reply_error(r, 500, "internal error: route %d is not the control plane's", (int)d->route); break;

@@ -1,5 +1,5 @@
 /* main.c — sandboxd: a local, E2B-compatible sandbox server.
- *   sandboxd --listen 127.0.0.1:PORT [--api-key KEY] [--state-dir DIR]
+ *   sandboxd --listen 127.0.0.1:PORT [--api-key-file F | --api-key-fd N] [--state-dir DIR]
  *   sandboxd [--listen ...] --tls-listen ADDR:443 --domain D --tls-cert F --tls-key F   (edge mode)
  * Serves the control plane, envd and the port proxy on its listeners, in the foreground, until
  * SIGTERM/SIGINT; then every sandbox is destroyed and it exits 0. */
@@ -13,15 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#include "apikey.h"
 #include "control.h"
 #include "dispatch.h"
 #include "http.h"
 #include "layers.h"
+#include "egress.h"
 #include "net.h"
 #include "registry.h"
 #include "router.h"
@@ -34,7 +35,9 @@
 
 static void usage(FILE *f) {
   fprintf(f, "usage: sandboxd [--listen HOST:PORT] [--tls-listen HOST:PORT --tls-cert PEM --tls-key PEM] [--domain D]\n"
-             "                [--api-key e2b_HEX] [--state-dir DIR] [--exit-with-parent] [--envd-codecs json,proto]\n"
+             "                [--api-key-file FILE | --api-key-fd N] [--state-dir DIR] [--exit-with-parent]\n"
+             "                [--envd-codecs json,proto] [--dns ADDR[:PORT]]... [--egress-unblock private|link-local|CIDR]...\n"
+             "                [--cpu-count N] [--memory-mb M] [--pids-max N] [--cgroup DIR]\n"
              "  Serves E2B's control plane, envd API and port proxy on HOST:PORT (IPv4; plain HTTP), and with\n"
              "  --tls-listen over TLS too (the certificate chain and key in PEM files). Point the E2B SDK at it\n"
              "  with E2B_API_URL=http://HOST:PORT E2B_SANDBOX_URL=http://HOST:PORT E2B_API_KEY=<key>; a port\n"
@@ -43,9 +46,37 @@ static void usage(FILE *f) {
              "  <port>-<id>.D to that sandbox (49983: envd; any other port: the proxy to it), sandbox.D by the\n"
              "  E2b-Sandbox-Id and E2b-Sandbox-Port headers; then E2B_DOMAIN=D E2B_API_KEY=<key> is the\n"
              "  whole client configuration (with DNS for *.D and trust in the certificate).\n"
+             "  The API key (e2b_HEX): --api-key-file FILE (one line; the file must be private to its owner,\n"
+             "  mode 600), --api-key-fd N (read from descriptor N up to a newline or its end, then closed:\n"
+             "  e.g. --api-key-fd 3 3<<<\"$KEY\"), else <state-dir>/api-key, made and printed on first start.\n"
+             "  A key is never taken on the command line, where every local user can read it.\n"
              "  --exit-with-parent: SIGTERM (destroy every sandbox, exit) when the starting process dies.\n"
              "  --envd-codecs json,proto: the Connect codecs envd's RPCs take (default both; `json` answers\n"
-             "  binary requests 415, as a JSON-only envd would).\n");
+             "  binary requests 415, as a JSON-only envd would).\n"
+             "  --dns ADDR[:PORT] (up to 4): the resolvers sandboxes' DNS queries go to, and that sandboxd asks\n"
+             "  for names an egress rule allows (default: the host's /etc/resolv.conf).\n"
+             "  --egress-unblock: let sandboxes reach private and shared ranges (10/8, 172.16/12, 192.168/16,\n"
+             "  100.64/10, fc00::/7: `private`), link-local ones (169.254/16, fe80::/10, where clouds serve\n"
+             "  instance metadata: `link-local`) or a CIDR inside them, which are refused otherwise (private\n"
+             "  ones unless a sandbox's allowOut names them).\n"
+             "  --cpu-count N, --memory-mb M: every sandbox's CPU quota and memory limit (the base template's\n"
+             "  cpuCount and memoryMB, reported by getInfo; default 2 (at most the host's CPUs) and 2048);\n"
+             "  --pids-max N: its process limit (default 4096). Enforced through cgroups where the host has them.\n"
+             "  --cgroup DIR: a cgroup v2 directory sandboxd owns, for its sandboxes' cgroups (default: its own\n"
+             "  cgroup when systemd delegates it, else as root a directory under the hierarchy's root).\n");
+}
+
+/* A decimal count lo..hi into *out; 0 or -1 (said why). */
+static int parse_count(const char *flag, const char *v, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  if (errno || end == v || *end || n < lo || n > hi) {
+    fprintf(stderr, "sandboxd: %s '%s' must be a whole number from %ld to %ld\n", flag, v, lo, hi);
+    return -1;
+  }
+  *out = n;
+  return 0;
 }
 
 /* HOST:PORT (IPv4 address, port 0..65535) into host/port; 0 or -1. */
@@ -110,45 +141,11 @@ static int default_state_dir(char *out, size_t len) {
   return -1;
 }
 
-static bool valid_key(const char *k) {
-  if (strncmp(k, "e2b_", 4) != 0 || !k[4]) return false;
-  for (const char *p = k + 4; *p; p++)
-    if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return false;
-  return strlen(k) < 200;
-}
-
-/* The key kept in <state>/api-key, created on first start. */
-static int load_or_make_key(const char *state_dir, char *key, size_t len) {
-  char path[4200];
-  snprintf(path, sizeof path, "%s/api-key", state_dir);
-  FILE *f = fopen(path, "r");
-  if (f) {
-    bool ok = fgets(key, (int)len, f) != NULL;
-    fclose(f);
-    key[strcspn(key, "\r\n")] = '\0';
-    if (ok && valid_key(key)) return 0;
-    fprintf(stderr, "sandboxd: %s does not hold a valid key (e2b_<hex>); remove it to get a new one\n", path);
-    return -1;
-  }
-  unsigned char rnd[20];
-  if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) { perror("sandboxd: getrandom"); return -1; }
-  int n = snprintf(key, len, "e2b_");
-  for (size_t i = 0; i < sizeof rnd; i++) n += snprintf(key + n, len - (size_t)n, "%02x", rnd[i]);
-  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0 || write(fd, key, strlen(key)) != (ssize_t)strlen(key) || write(fd, "\n", 1) != 1) {
-    fprintf(stderr, "sandboxd: cannot write %s: %s\n", path, strerror(errno));
-    if (fd >= 0) close(fd);
-    return -1;
-  }
-  close(fd);
-  return 0;
-}
-
 /* The registry's sandboxes are sandbox.c's; its deaths end the HTTP layer's streams. */
 static char g_state_dir[4096];
 static int backend_create(const char *id, const reg_create_opts *o, sbx_t **out, char *err, size_t errlen) {
   sbx_config cfg = {.id = id, .state_dir = g_state_dir, .internet = o->internet, .envs = o->envs, .layer = o->layer,
-                    .mounts = o->mounts, .nmounts = o->nmounts};
+                    .mounts = o->mounts, .nmounts = o->nmounts, .egress = o->egress};
   return sbx_create(&cfg, out, err, errlen);
 }
 static const reg_backend BACKEND = {backend_create, sbx_stop, sbx_destroy, sbx_pause, sbx_resume};
@@ -162,9 +159,9 @@ static void report_caps(void) {
   sbx_probe_host(&caps);
   struct { bool ok; const char *name; } f[] = {
     { caps.userns, "user namespaces" }, { caps.overlay, "overlay root" }, { caps.pidns, "pid namespace" },
-    { caps.netns, "network namespace" }, { caps.internet, "internet access (pasta)" },
-    { caps.net_guard, "host address guard (nftables)" }, { caps.cgroup_pids, "cgroup pids limit" },
-    { caps.cgroup_memory, "cgroup memory limit" }, { caps.freezer, "freezer (pause)" },
+    { caps.netns, "network namespace" }, { caps.internet, "internet access" },
+    { caps.net_guard, "egress rules (the gateway) and the host address guard" }, { caps.cgroup_pids, "cgroup pids limit" },
+    { caps.cgroup_memory, "cgroup memory limit" }, { caps.cgroup_cpu, "cgroup CPU limit" }, { caps.freezer, "freezer (pause)" },
   };
   char missing[640] = "";
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
@@ -175,20 +172,50 @@ static void report_caps(void) {
   if (missing[0]) fprintf(stderr, "sandboxd: isolation features unavailable: %s%s%s\n", missing,
                           caps.why[0] ? " — " : "", caps.why);
   else fprintf(stderr, "sandboxd: every isolation feature is available\n");
+  int cpus;
+  long mem_mb;
+  sbx_limits(&cpus, &mem_mb);
+  fprintf(stderr, "sandboxd: %s; each sandbox: %d CPU%s, %ld MB\n", caps.cgroups, cpus, cpus == 1 ? "" : "s", mem_mb);
 }
 
 int main(int argc, char **argv) {
   const char *listen = NULL, *tls_listen = NULL, *domain = NULL, *cert_path = NULL, *key_path = NULL;
-  const char *api_key = NULL, *state = NULL, *codecs = "json,proto";
+  const char *key_file = NULL, *key_fd = NULL, *state = NULL, *codecs = "json,proto";
+  const char *cpu_arg = NULL, *mem_arg = NULL, *pids_arg = NULL, *cgroup = NULL;
   bool exit_with_parent = false;
+  egress_config ecfg;
+  memset(&ecfg, 0, sizeof ecfg);
+  ecfg.trace = getenv("SANDBOXD_TRACE_EGRESS") != NULL;
   pid_t parent = getppid();                 /* before anything else: the process that started us */
-  static const char *const VALUED[] = {"--listen", "--tls-listen", "--domain", "--tls-cert", "--tls-key", "--api-key",
-                                       "--state-dir", "--envd-codecs"};
-  const char **slot[] = {&listen, &tls_listen, &domain, &cert_path, &key_path, &api_key, &state, &codecs};
+  static const char *const VALUED[] = {"--listen", "--tls-listen", "--domain", "--tls-cert", "--tls-key", "--api-key-file",
+                                       "--api-key-fd", "--state-dir", "--envd-codecs", "--cpu-count", "--memory-mb", "--pids-max",
+                                       "--cgroup"};
+  const char **slot[] = {&listen, &tls_listen, &domain, &cert_path, &key_path, &key_file, &key_fd, &state, &codecs,
+                         &cpu_arg, &mem_arg, &pids_arg, &cgroup};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+    if (!strcmp(a, "--api-key") || !strncmp(a, "--api-key=", 10)) {
+      /* Removed, not deprecated: a warning would leave the key readable by every local user. */
+      fprintf(stderr, "sandboxd: --api-key is no longer accepted: a key on the command line is readable by every local "
+                      "user (ps, /proc/PID/cmdline), who could then drive sandboxd. Put it in a file only you can read "
+                      "and pass --api-key-file FILE, or pass it on a descriptor: --api-key-fd 3 3<<<\"$KEY\"\n");
+      return 2;
+    }
     if (!strcmp(a, "--exit-with-parent")) { exit_with_parent = true; continue; }
+    if ((!strcmp(a, "--dns") || !strcmp(a, "--egress-unblock")) && i + 1 < argc) {
+      const char *v = argv[++i];
+      char uerr[300];
+      if (!strcmp(a, "--egress-unblock")) {
+        if (egress_site_unblock(&ecfg.site, v, uerr, sizeof uerr) != 0) { fprintf(stderr, "sandboxd: --egress-unblock %s\n", uerr); return 2; }
+      } else if (ecfg.ndns == EGRESS_DNS_SERVERS || strlen(v) >= sizeof ecfg.dns[0]) {
+        fprintf(stderr, "sandboxd: --dns '%s': at most %d resolvers, each ADDR, ADDR:PORT or [ADDR]:PORT\n", v, EGRESS_DNS_SERVERS);
+        return 2;
+      } else {
+        snprintf(ecfg.dns[ecfg.ndns++], sizeof ecfg.dns[0], "%s", v);
+      }
+      continue;
+    }
     size_t k = 0;
     while (k < sizeof VALUED / sizeof VALUED[0] && strcmp(a, VALUED[k]) != 0) k++;
     if (i + 1 >= argc || k == sizeof VALUED / sizeof VALUED[0]) {
@@ -202,6 +229,14 @@ int main(int argc, char **argv) {
   bool cp = !strcmp(codecs, "proto") || !strcmp(codecs, "json,proto") || !strcmp(codecs, "proto,json");
   if (!cj && !cp) { fprintf(stderr, "sandboxd: --envd-codecs '%s' must be json, proto or json,proto\n", codecs); return 2; }
   rpc_set_codecs(cj, cp);
+  sbx_defaults lim = {.cgroup = cgroup};
+  long v;
+  if (cpu_arg && parse_count("--cpu-count", cpu_arg, 1, 1024, &v)) return 2;
+  lim.cpu_count = cpu_arg ? (int)v : 0;
+  if (mem_arg && parse_count("--memory-mb", mem_arg, 16, 1L << 30, &v)) return 2;
+  lim.memory_mb = mem_arg ? v : 0;
+  if (pids_arg && parse_count("--pids-max", pids_arg, 8, 1L << 22, &v)) return 2;
+  lim.pids_max = pids_arg ? v : 0;
   if (!listen && !tls_listen) { fprintf(stderr, "sandboxd: --listen HOST:PORT (or --tls-listen) is required\n"); usage(stderr); return 2; }
   char host[64] = "", tls_host[64] = "";
   int port = 0, tls_port = 0;
@@ -227,9 +262,23 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (api_key && !valid_key(api_key)) {
-    fprintf(stderr, "sandboxd: --api-key must look like e2b_<lowercase hex> (the E2B SDK rejects anything else)\n");
-    return 2;
+  if (key_file && key_fd) { fprintf(stderr, "sandboxd: give at most one of --api-key-file and --api-key-fd\n"); return 2; }
+  /* The key first: a descriptor is read and closed before anything else can inherit it. */
+  char keybuf[APIKEY_MAX + 1], kerr[4400];
+  const char *api_key = NULL;
+  if (key_fd) {
+    char *end;
+    errno = 0;
+    long fd = strtol(key_fd, &end, 10);
+    if (!*key_fd || *end || errno || fd < 0 || fd > INT_MAX) {
+      fprintf(stderr, "sandboxd: --api-key-fd '%s' must be a descriptor number\n", key_fd);
+      return 2;
+    }
+    if (apikey_from_fd((int)fd, keybuf, sizeof keybuf, kerr, sizeof kerr)) { fprintf(stderr, "sandboxd: --api-key-fd: %s\n", kerr); return 2; }
+    api_key = keybuf;
+  } else if (key_file) {
+    if (apikey_from_file(key_file, keybuf, sizeof keybuf, kerr, sizeof kerr)) { fprintf(stderr, "sandboxd: --api-key-file %s\n", kerr); return 2; }
+    api_key = keybuf;
   }
   char *tls_cert = NULL, *tls_key = NULL;
   if (tls_listen && (!(tls_cert = read_pem("--tls-cert", cert_path)) || !(tls_key = read_pem("--tls-key", key_path)))) {
@@ -248,9 +297,9 @@ int main(int argc, char **argv) {
   }
   snprintf(state_dir, sizeof state_dir, "%s", abs_state);
 
-  char keybuf[256];
+  bool key_made = false;
   if (!api_key) {
-    if (load_or_make_key(state_dir, keybuf, sizeof keybuf)) return 1;
+    if (apikey_load_or_make(state_dir, keybuf, sizeof keybuf, &key_made, kerr, sizeof kerr)) { fprintf(stderr, "sandboxd: %s\n", kerr); return 1; }
     api_key = keybuf;
   }
 
@@ -272,7 +321,10 @@ int main(int argc, char **argv) {
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) { perror("sandboxd: prctl(PR_SET_PDEATHSIG)"); return 1; }
     if (getppid() != parent) { fprintf(stderr, "sandboxd: --exit-with-parent: the parent already exited\n"); return 1; }
   }
-  net_init(state_dir, NULL, 0);   /* before any sandbox: the host guard (report_caps says what is missing) */
+  char cgerr[700];
+  if (sbx_init(state_dir, &lim, cgerr, sizeof cgerr) != 0) { fprintf(stderr, "sandboxd: %s\n", cgerr); return 2; }
+  /* Before any sandbox: the gateway, the egress proxy, the host guard (report_caps says what is missing). */
+  net_init(state_dir, &ecfg, NULL, 0);
   sbx_cleanup_stale(state_dir);
   report_caps();
   /* Snapshots: the layer store, the catalogue over it, then what nothing refers to any more. */
@@ -318,7 +370,7 @@ int main(int argc, char **argv) {
     net_shutdown();
     return 1;
   }
-  if (api_key == keybuf) printf("sandboxd api key: %s (kept in %s/api-key)\n", api_key, state_dir);
+  if (!key_file && !key_fd) printf("sandboxd api key: %s (kept in %s/api-key)\n", api_key, state_dir);
   for (size_t i = 0; i < nls; i++)
     printf("sandboxd listening on %s://%s:%d\n", ls[i].tls_cert ? "https" : "http", ls[i].host, sd_server_port(i));
   if (domain_lc[0])
@@ -343,7 +395,7 @@ int main(int argc, char **argv) {
   snap_shutdown();
   ly_shutdown();
   vol_shutdown();
-  sbx_pool_stop();     /* the spares' pastas, before their guard goes */
+  sbx_shutdown();      /* the spares' pastas, before their guard goes; the cgroup parent */
   net_shutdown();
   return 0;
 }

@@ -1,5 +1,8 @@
-/* net.c — pasta per sandbox and the host guard (see net.h). */
+/* net.c — a sandbox's namespaces and link: a veth pair to the gateway (root), pasta (rootless). */
 #include "net.h"
+#include "egress.h"
+#include "gateway.h"
+#include "netns.h"
 #include "procfile.h"
 #include "pidfile.h"
 
@@ -34,10 +37,8 @@
 extern char **environ;
 
 static struct {
-  bool ready, privileged, guard;
-  char pasta[256], nft[256];
-  char resolver[64];              /* the host's first IPv4 nameserver, "" if none */
-  char table[64];                 /* nftables table of this state dir */
+  bool ready, privileged, gateway;
+  char pasta[256];
   char recdir[4200];              /* <state>/net: records of running pastas */
   char why[512];
 } g;
@@ -64,91 +65,10 @@ static bool find_program(const char *name, char *out, size_t cap) {
   return false;
 }
 
-/* The first IPv4 "nameserver" of the host's resolv.conf: the one pasta forwards the sandbox's DNS
- * queries to (it reads the file itself; this version ignores --dns-forward when given --dns). */
-static void read_resolver(void) {
-  g.resolver[0] = 0;
-  FILE *f = fopen("/etc/resolv.conf", "re");
-  if (!f) return;
-  char line[512];
-  while (fgets(line, sizeof line, f)) {
-    char addr[64];
-    unsigned char buf[4];
-    if (strncmp(line, "nameserver ", 11) != 0 || sscanf(line + 11, "%63s", addr) != 1) continue;
-    if (inet_pton(AF_INET, addr, buf) != 1) continue;
-    snprintf(g.resolver, sizeof g.resolver, "%s", addr);
-    break;
-  }
-  fclose(f);
-}
-
-/* Runs `nft -f -` with script on its stdin; 0, or -1 with nft's own words in err. */
-static int run_nft(const char *script, char *err, size_t errlen) {
-  int in[2], out[2];
-  if (pipe2(in, O_CLOEXEC) != 0) { snprintf(err, errlen, "pipe: %s", strerror(errno)); return -1; }
-  if (pipe2(out, O_CLOEXEC) != 0) { close(in[0]); close(in[1]); snprintf(err, errlen, "pipe: %s", strerror(errno)); return -1; }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 2);
-  char *argv[] = {"nft", "-f", "-", NULL};
-  char *envp[] = {NULL};
-  pid_t pid;
-  int rc = posix_spawn(&pid, g.nft, &fa, NULL, argv, envp);
-  posix_spawn_file_actions_destroy(&fa);
-  close(in[0]);
-  close(out[1]);
-  if (rc != 0) {
-    close(in[1]); close(out[0]);
-    snprintf(err, errlen, "cannot run %s: %s", g.nft, strerror(rc));
-    return -1;
-  }
-  size_t len = strlen(script);
-  bool wrote = write(in[1], script, len) == (ssize_t)len;
-  close(in[1]);
-  char msg[512];
-  size_t n = 0;
-  ssize_t k;
-  while ((k = read(out[0], msg + n, sizeof msg - 1 - n)) > 0) n += (size_t)k;
-  msg[n] = 0;
-  close(out[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-  if (wrote && WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
-  msg[strcspn(msg, "\n")] = 0;
-  snprintf(err, errlen, "nft: %.200s", msg[0] ? msg : "failed");
-  return -1;
-}
-
-/* One table per state dir (parallel sandboxds each own theirs): replaced atomically at start, so
- * a crashed run's table is simply overwritten. */
-static int install_guard(char *err, size_t errlen) {
-  char dns[256] = "";
-  if (g.resolver[0])
-    snprintf(dns, sizeof dns, "    meta skuid %u udp dport 53 ip daddr %s accept\n", NET_UID, g.resolver);
-  char script[1024];
-  snprintf(script, sizeof script,
-           "add table inet %s\n"
-           "delete table inet %s\n"
-           "table inet %s {\n"
-           "  chain output {\n"
-           "    type filter hook output priority 0; policy accept;\n"
-           "%s"
-           "    meta skuid %u fib daddr type local reject\n"
-           "  }\n"
-           "}\n",
-           g.table, g.table, g.table, dns, NET_UID);
-  return run_nft(script, err, errlen);
-}
-
-bool net_init(const char *state_dir, char *why, size_t whylen) {
+bool net_init(const char *state_dir, const egress_config *egress, char *why, size_t whylen) {
   memset(&g, 0, sizeof g);
   g.ready = true;
   g.privileged = geteuid() == 0;
-  uint64_t h = 1469598103934665603ull;           /* the same name the cgroups use */
-  for (const char *p = state_dir; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-  snprintf(g.table, sizeof g.table, "sandboxd_%016llx", (unsigned long long)h);
   /* The pastas a crashed run left (they outlive everything else of a sandbox). */
   if (snprintf(g.recdir, sizeof g.recdir, "%s/net", state_dir) >= (int)sizeof g.recdir) g.recdir[0] = 0;
   DIR *d = g.recdir[0] ? opendir(g.recdir) : NULL;
@@ -163,25 +83,20 @@ bool net_init(const char *state_dir, char *why, size_t whylen) {
     }
     closedir(d);
   }
-  read_resolver();
   struct stat st;
-  if (!g.recdir[0] || (mkdir(g.recdir, 0700) != 0 && errno != EEXIST))
+  if (g.privileged) {
+    char err[480];
+    if (!gateway_init(state_dir, err, sizeof err)) snprintf(g.why, sizeof g.why, "%s", err);
+    else if (egress_start(egress, err, sizeof err) != 0) snprintf(g.why, sizeof g.why, "%s", err);
+    else g.gateway = true;
+  } else if (!g.recdir[0] || (mkdir(g.recdir, 0700) != 0 && errno != EEXIST))
     snprintf(g.why, sizeof g.why, "cannot make %.300s: %s", g.recdir, strerror(errno ? errno : ENAMETOOLONG));
   else if (!find_program("pasta", g.pasta, sizeof g.pasta))
     snprintf(g.why, sizeof g.why, "pasta not found (Debian package passt)");
   else if (stat("/dev/net/tun", &st) != 0 || !S_ISCHR(st.st_mode))
     snprintf(g.why, sizeof g.why, "no /dev/net/tun (tun module)");
-  else if (!g.privileged && access("/dev/net/tun", R_OK | W_OK) != 0)
+  else if (access("/dev/net/tun", R_OK | W_OK) != 0)
     snprintf(g.why, sizeof g.why, "/dev/net/tun is not accessible to uid %u", (unsigned)geteuid());
-  else if (g.privileged && getpwuid(NET_UID) != NULL)
-    snprintf(g.why, sizeof g.why, "uid %u, pasta's own, belongs to an account on this host", NET_UID);
-  else if (g.privileged && !find_program("nft", g.nft, sizeof g.nft))
-    snprintf(g.why, sizeof g.why, "nft not found (Debian package nftables): no guard for the host's addresses");
-  else if (g.privileged) {
-    char err[400];
-    if (install_guard(err, sizeof err) != 0) snprintf(g.why, sizeof g.why, "host guard: %.400s", err);
-    else g.guard = true;
-  }
   if (why && whylen) snprintf(why, whylen, "%.*s", (int)(whylen - 1), g.why);
   return g.why[0] == 0;
 }
@@ -192,20 +107,21 @@ bool net_available(char *why, size_t whylen) {
   return g.why[0] == 0;
 }
 
-bool net_guarded(void) { return g.guard; }
+bool net_guarded(void) { return g.gateway; }
+bool net_wants_link(bool internet) { return g.gateway || internet; }
 
 void net_shutdown(void) {
-  if (!g.guard) return;
-  char script[128], err[256];
-  snprintf(script, sizeof script, "delete table inet %s\n", g.table);
-  if (run_nft(script, err, sizeof err) != 0) fprintf(stderr, "sandboxd: removing the host guard: %s\n", err);
-  g.guard = false;
+  if (!g.gateway) return;
+  egress_stop();
+  gateway_shutdown();
+  g.gateway = false;
 }
 
 /* ---- pairs ---- */
 
 struct net_pair {
   int userns, netns;
+  int index;                      /* its veth's gateway index, 0 when none */
   pid_t pasta;
   char record[4300];              /* <state>/net/pasta-<pid>, "" when none */
 };
@@ -213,6 +129,7 @@ struct net_pair {
 int net_pair_userns(const net_pair *p) { return p->userns; }
 int net_pair_netns(const net_pair *p) { return p->netns; }
 pid_t net_pair_pasta(const net_pair *p) { return p->pasta; }
+int net_pair_index(const net_pair *p) { return p->index; }
 
 static int write_proc(pid_t pid, const char *file, const char *s) {
   char path[64];
@@ -224,14 +141,6 @@ static int write_proc(pid_t pid, const char *file, const char *s) {
 static int make_namespaces(const net_idmap *map, net_pair *p, char *err, size_t errlen) {
   int hold[2];
   if (pipe2(hold, O_CLOEXEC) != 0) { snprintf(err, errlen, "pipe: %s", strerror(errno)); return -1; }
-  /* A new user namespace is owned by the effective uid of its creator. Only this thread changes
-   * (raw system call), and only for the clone. */
-  bool own = map->own_by_net_uid && g.privileged;
-  if (own && syscall(SYS_setresuid, -1, NET_UID, -1) != 0) {
-    snprintf(err, errlen, "seteuid: %s", strerror(errno));
-    close(hold[0]); close(hold[1]);
-    return -1;
-  }
   long pid = syscall(SYS_clone, (unsigned long)(CLONE_NEWUSER | CLONE_NEWNET | SIGCHLD), 0, 0, 0, 0);
   if (pid == 0) {
     /* Until the parent has the namespaces: a byte, not EOF (children cloned meanwhile by other
@@ -242,12 +151,6 @@ static int make_namespaces(const net_idmap *map, net_pair *p, char *err, size_t 
     syscall(SYS_exit_group, 0);
   }
   int clone_errno = errno;
-  if (own && syscall(SYS_setresuid, -1, 0, -1) != 0) {
-    /* Cannot happen (the real and saved uids are 0); a thread that stayed unprivileged would fail
-     * every later step of sandboxd. */
-    fprintf(stderr, "sandboxd: cannot return to euid 0: %s\n", strerror(errno));
-    abort();
-  }
   close(hold[0]);
   if (pid < 0) { close(hold[1]); snprintf(err, errlen, "clone (user+net namespaces): %s", strerror(clone_errno)); return -1; }
   int rc = 0;
@@ -274,28 +177,20 @@ static int make_namespaces(const net_idmap *map, net_pair *p, char *err, size_t 
  * pipe then), or -1 with its own words in err. */
 static int start_pasta(net_pair *p, char *err, size_t errlen) {
   int fds[3] = {p->userns, p->netns, -1}, hi[3] = {-1, -1, -1}, ready[2] = {-1, -1}, errp[2] = {-1, -1};
-  char runas[32];
   if (pipe2(ready, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0) {
     snprintf(err, errlen, "pasta: pipe: %s", strerror(errno));
     goto fail;
   }
   fds[2] = ready[1];
-  /* pasta opens its pid file, our readiness pipe (/proc/self/fd/5), once it dropped to NET_UID. */
-  if (g.privileged && fchown(ready[1], NET_UID, NET_UID) != 0) {
-    snprintf(err, errlen, "pasta: chown pipe: %s", strerror(errno));
-    goto fail;
-  }
   /* Out of the way of 0..5, where the child puts stdio and the descriptors pasta names. */
   for (int i = 0; i < 3; i++)
     if ((hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10)) < 0) { snprintf(err, errlen, "pasta: dup: %s", strerror(errno)); goto fail; }
-  snprintf(runas, sizeof runas, "%u:%u", NET_UID, NET_UID);
   /* Everything the child needs is built here: after clone it makes raw system calls only. */
   char *argv[40];
   int a = 0;
   argv[a++] = "pasta";
   argv[a++] = "--quiet";
   argv[a++] = "--foreground";
-  if (g.privileged) { argv[a++] = "--runas"; argv[a++] = runas; }
   argv[a++] = "--config-net";
   /* Nothing of the host mapped in, nothing of the sandbox mapped out. */
   argv[a++] = "-t"; argv[a++] = "none";
@@ -311,23 +206,13 @@ static int start_pasta(net_pair *p, char *err, size_t errlen) {
   argv[a] = NULL;
   char *envp[] = {NULL};
   const char *path = g.pasta;
-  bool priv = g.privileged;
   int errw = errp[1];
   /* sandboxd ignores SIGPIPE (inherited over exec) and the calling thread may block signals:
    * pasta gets neither (this version even refuses to start with SIGPIPE already ignored). */
   struct { void *handler; unsigned long flags; void *restorer; uint64_t mask; } dfl = {0};
   uint64_t nomask = 0;
-  /* As root pasta gets a tun device node of its own (NET_UID's) in a private mount namespace:
-   * the host's /dev/net/tun may be root's alone, and it stays as it is. */
-  long pid = syscall(SYS_clone, (unsigned long)(priv ? CLONE_NEWNS : 0) | SIGCHLD, 0, 0, 0, 0);
+  long pid = syscall(SYS_clone, (unsigned long)SIGCHLD, 0, 0, 0, 0);
   if (pid == 0) {
-    if (priv) {
-      if (syscall(SYS_mount, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
-          syscall(SYS_mount, "tmpfs", "/dev/net", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=4k") != 0 ||
-          syscall(SYS_mknodat, AT_FDCWD, "/dev/net/tun", S_IFCHR | 0600, makedev(10, 200)) != 0 ||
-          syscall(SYS_fchownat, AT_FDCWD, "/dev/net/tun", NET_UID, NET_UID, 0) != 0)
-        syscall(SYS_exit_group, 120);
-    }
     if (syscall(SYS_rt_sigaction, SIGPIPE, &dfl, NULL, sizeof dfl.mask) != 0 ||
         syscall(SYS_rt_sigprocmask, SIG_SETMASK, &nomask, NULL, sizeof nomask) != 0)
       syscall(SYS_exit_group, 121);
@@ -417,9 +302,9 @@ fail:
   return -1;
 }
 
-net_pair *net_pair_new(const net_idmap *map, bool internet, char *err, size_t errlen) {
+net_pair *net_pair_new(const net_idmap *map, bool link, char *err, size_t errlen) {
   char why[256];
-  if (internet && !net_available(why, sizeof why)) {
+  if (link && !net_available(why, sizeof why)) {
     snprintf(err, errlen, "internet access is unavailable: %s", why);
     return NULL;
   }
@@ -427,7 +312,11 @@ net_pair *net_pair_new(const net_idmap *map, bool internet, char *err, size_t er
   if (!p) { snprintf(err, errlen, "out of memory"); return NULL; }
   p->userns = p->netns = -1;
   if (make_namespaces(map, p, err, errlen) != 0) { net_pair_free(p); return NULL; }
-  if (!internet) return p;
+  if (!link) return p;
+  if (g.gateway) {
+    if (gateway_attach(p->netns, &p->index, err, errlen) != 0) { net_pair_free(p); return NULL; }
+    return p;
+  }
   if (start_pasta(p, err, errlen) != 0) { net_pair_free(p); return NULL; }
   snprintf(p->record, sizeof p->record, "%s/pasta-%d", g.recdir, (int)p->pasta);
   if (pidfile_write(p->record, p->pasta) != 0) {
@@ -441,6 +330,10 @@ net_pair *net_pair_new(const net_idmap *map, bool internet, char *err, size_t er
 
 void net_pair_free(net_pair *p) {
   if (!p) return;
+  if (p->index) {
+    egress_detach(p->index);      /* its connections closed, its address refused again */
+    gateway_detach(p->index);
+  }
   if (p->pasta > 0) {
     kill(p->pasta, SIGKILL);
     while (waitpid(p->pasta, NULL, 0) < 0 && errno == EINTR) {}
@@ -459,26 +352,6 @@ void net_pair_free(net_pair *p) {
  * sandboxd's own user namespace too), and a multithreaded process may not join a user namespace:
  * a forked child joins the pair's user namespace (its owner's uid has every capability there),
  * then the network namespace, makes the socket and passes it back over a socketpair. */
-
-typedef struct { int netns, domain, type, fd, err; } sock_job;
-
-static void *sock_thread(void *arg) {
-  sock_job *j = arg;
-  if (setns(j->netns, CLONE_NEWNET) != 0) { j->err = errno; return NULL; }
-  j->fd = socket(j->domain, j->type | SOCK_CLOEXEC, 0);
-  if (j->fd < 0) j->err = errno;
-  return NULL;                  /* the thread, in the sandbox's namespace, ends here */
-}
-
-static int socket_by_thread(const net_pair *p, int domain, int type) {
-  sock_job j = {p->netns, domain, type, -1, 0};
-  pthread_t t;
-  int rc = pthread_create(&t, NULL, sock_thread, &j);
-  if (rc != 0) { errno = rc; return -1; }
-  pthread_join(t, NULL);
-  if (j.fd < 0) errno = j.err;
-  return j.fd;
-}
 
 static int socket_by_child(const net_pair *p, int domain, int type) {
   int sv[2];
@@ -530,5 +403,5 @@ static int socket_by_child(const net_pair *p, int domain, int type) {
 }
 
 int net_pair_socket(const net_pair *p, int domain, int type) {
-  return g.privileged ? socket_by_thread(p, domain, type) : socket_by_child(p, domain, type);
+  return g.privileged ? netns_socket(p->netns, domain, type, 0) : socket_by_child(p, domain, type);
 }

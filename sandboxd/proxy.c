@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <jansson.h>
 
+#include "network_opts.h"
 #include "registry.h"
 #include "sandbox.h"
 
@@ -245,8 +246,13 @@ static int px_progress(void *cls, curl_off_t dt, curl_off_t dn, curl_off_t ut, c
   return 0;
 }
 
-/* The request's headers for the port: all but the hop-by-hop ones (an upgrade keeps its own). */
-typedef struct { struct curl_slist *list; const char *connection; bool upgrade, body, accept, failed; } hdr_acc;
+/* The request's headers for the port: all but the hop-by-hop ones (an upgrade keeps its own);
+ * Host replaced by the sandbox's maskRequestHost when it has one. */
+typedef struct {
+  struct curl_slist *list;
+  const char *connection, *mask;
+  bool upgrade, body, accept, host, failed;
+} hdr_acc;
 static void append(hdr_acc *a, const char *line) {
   struct curl_slist *l = a->failed ? NULL : curl_slist_append(a->list, line);
   if (l) a->list = l;
@@ -262,6 +268,10 @@ static int add_header(void *cls, const char *name, const char *value) {
     return 0;
   }
   if (!strcasecmp(name, "Accept")) a->accept = true;
+  if (!strcasecmp(name, "Host")) {
+    a->host = true;
+    if (a->mask) value = a->mask;
+  }
   size_t nl = strlen(name), vl = strlen(value);
   char *line = malloc(nl + vl + 3);
   if (!line) { a->failed = true; return 1; }
@@ -331,9 +341,18 @@ void proxy_handle(sd_request *r, const rt_decision *d) {
   /* An upgrade has no body (one that comes with a body is sent as an ordinary request). */
   p.upgrade = connection && has_token(connection, "upgrade") && sd_header(r, "Upgrade") && !p.body;
   char *target = port_target(&p);
-  hdr_acc ha = {.connection = connection, .upgrade = p.upgrade, .body = p.body};
+  char mask[300];
+  json_t *network = reg_network(d->entry);
+  hdr_acc ha = {.connection = connection, .upgrade = p.upgrade, .body = p.body,
+                .mask = net_opts_mask_host(network, d->port, mask, sizeof mask) ? mask : NULL};
+  json_decref(network);
   if (!target) goto out;
   sd_header_each(r, add_header, &ha);
+  if (ha.mask && !ha.host) {
+    char line[310];
+    snprintf(line, sizeof line, "Host: %s", ha.mask);
+    append(&ha, line);
+  }
   if (p.upgrade) append(&ha, "Connection: Upgrade");
   if (!ha.accept) append(&ha, "Accept:");              /* none of curl's own */
   append(&ha, "Expect:");

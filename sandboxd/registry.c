@@ -24,6 +24,7 @@ struct reg_entry {
   uint64_t seq;
   json_t *metadata;
   json_t *volume_mounts;          /* [{name, path}] */
+  json_t *network;                /* `network` as reported, or NULL */
   sbx_t *sbx;
   int refs;                       /* the table holds one while linked */
   int kill_fd;                    /* eventfd: readable once dying, wakes long handlers at once */
@@ -86,8 +87,36 @@ static void info_locked(reg_entry *e, reg_info *in) {
   memcpy(in->template_id, e->template_id, sizeof in->template_id);
   memcpy(in->template_alias, e->template_alias, sizeof in->template_alias);
   in->secure = e->secure; in->internet = e->internet; in->auto_pause = e->auto_pause; in->auto_resume = e->auto_resume;
-  in->paused = e->paused; in->started_ms = e->started_ms; in->end_ms = e->end_ms; in->seq = e->seq;
+  in->paused = e->paused; in->dying = e->dying; in->started_ms = e->started_ms; in->end_ms = e->end_ms; in->seq = e->seq;
   in->metadata = json_incref(e->metadata);
+  in->network = json_incref(e->network);
+}
+
+void reg_info_free(reg_info *in) {
+  json_decref(in->metadata);
+  json_decref(in->network);
+  in->metadata = in->network = NULL;
+}
+
+int reg_set_network(const char *id, bool internet, json_t *network) {
+  json_t *copy = network ? json_deep_copy(network) : NULL, *old = NULL;
+  pthread_mutex_lock(&mu);
+  reg_entry *e = find_any_locked(id);
+  if (e) {
+    old = e->network;
+    e->network = copy;
+    e->internet = internet;
+  }
+  pthread_mutex_unlock(&mu);
+  json_decref(e ? old : copy);
+  return e ? 0 : -1;
+}
+
+json_t *reg_network(reg_entry *e) {
+  pthread_mutex_lock(&mu);
+  json_t *n = json_incref(e->network);
+  pthread_mutex_unlock(&mu);
+  return n;
 }
 
 json_t *reg_volume_mounts(const char *id) {
@@ -116,11 +145,13 @@ int reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errle
   snprintf(e->template_alias, sizeof e->template_alias, "%s", o->template_alias ? o->template_alias : e->template_id);
   e->metadata = o->metadata ? json_deep_copy(o->metadata) : json_object();
   e->volume_mounts = o->volume_mounts ? json_deep_copy(o->volume_mounts) : json_array();
+  e->network = o->network ? json_deep_copy(o->network) : NULL;
   pthread_mutex_init(&e->life, NULL);
   if (g_be.create(e->id, o, &e->sbx, err, errlen) != 0) {
     close(e->kill_fd);
     json_decref(e->metadata);
     json_decref(e->volume_mounts);
+    json_decref(e->network);
     pthread_mutex_destroy(&e->life);
     free(e);
     return -1;
@@ -193,6 +224,7 @@ static void destroy_entry(reg_entry *e) {
   close(e->kill_fd);
   json_decref(e->metadata);
   json_decref(e->volume_mounts);
+  json_decref(e->network);
   pthread_mutex_destroy(&e->life);
   free(e);
 }
@@ -309,7 +341,7 @@ int reg_with_running(const char *id, int (*fn)(sbx_t *s, const reg_info *info, v
   info_locked(e, &in);
   pthread_mutex_unlock(&mu);
   int rc = dying ? -1 : paused ? -2 : fn(e->sbx, &in, cls);
-  json_decref(in.metadata);
+  reg_info_free(&in);
   pthread_mutex_unlock(&e->life);
   reg_put(e);
   return rc;
@@ -329,7 +361,7 @@ reg_info *reg_list(size_t *n) {
 }
 
 void reg_list_free(reg_info *v, size_t n) {
-  for (size_t i = 0; i < n; i++) json_decref(v[i].metadata);
+  for (size_t i = 0; i < n; i++) reg_info_free(&v[i]);
   free(v);
 }
 

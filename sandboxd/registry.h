@@ -32,6 +32,8 @@ typedef struct {
   const struct sbx_mount *mounts;   /* passed to the backend: volumes to mount */
   size_t nmounts;
   json_t *volume_mounts;        /* what the control plane reports of them: [{name, path}] (borrowed; copied) */
+  json_t *network;              /* what it reports as `network` (borrowed; copied), NULL: nothing */
+  struct egress_rules *egress;  /* passed to the backend: the sandbox's egress rules, or NULL */
 } reg_create_opts;
 
 /* Snapshot of an entry for the control plane (no pointers into the entry). */
@@ -39,10 +41,13 @@ typedef struct {
   char id[32], token[40];
   char template_id[REG_TEMPLATE_MAX], template_alias[REG_TEMPLATE_MAX];
   bool secure, internet, auto_pause, auto_resume, paused;
+  bool dying;                   /* a kill started: reported by list until it is gone, never by GET */
   int64_t started_ms, end_ms;
   uint64_t seq;                 /* creation order: larger is newer */
-  json_t *metadata;             /* new reference, caller decrefs */
+  json_t *metadata;             /* new references: reg_info_free */
+  json_t *network;              /* NULL when the sandbox has no network options */
 } reg_info;
+void reg_info_free(reg_info *in);
 
 /* What a sandbox is, to the registry. create boots one with the registry's id; stop kills every
  * process and ends every process stream (the entry is still held then); destroy frees it. */
@@ -89,6 +94,12 @@ int  reg_wake(reg_entry *e);
 /* fn(sandbox, info, cls) while the sandbox runs and nothing pauses, resumes or kills it (a kill
  * waits): fn's result, or -1 unknown (or dying), -2 paused. */
 int  reg_with_running(const char *id, int (*fn)(sbx_t *s, const reg_info *info, void *cls), void *cls);
+
+/* What the control plane reports of a sandbox's network from now on (internet: its
+ * allow_internet_access; network: new `network` object, copied, or NULL). 0, or -1 unknown. */
+int  reg_set_network(const char *id, bool internet, json_t *network);
+/* Its `network` now (a new reference, or NULL: none, or an unknown entry). */
+json_t *reg_network(reg_entry *e);
 
 /* Every entry, newest first; the caller frees with reg_list_free. */
 reg_info *reg_list(size_t *n);

@@ -72,7 +72,7 @@ static const struct {
   {"GET", "/snapshots", RT_SNAPSHOT_LIST, NULL},
   {"DELETE", "/templates/{ref}", RT_TEMPLATE_DELETE, NULL},
   {"GET", "/sandboxes/{id}/metrics", RT_METRICS, NULL},
-  {"PUT", "/sandboxes/{id}/network", RT_UNIMPLEMENTED, "network updates are not implemented by sandboxd"},
+  {"PUT", "/sandboxes/{id}/network", RT_NETWORK, NULL},
   {"*", "/snapshots/*", RT_UNIMPLEMENTED, "snapshot routes other than GET /snapshots are not implemented by sandboxd"},
   {"*", "/templates*", RT_UNIMPLEMENTED, "template builds are not implemented by sandboxd (templates are 'base' and snapshots; DELETE /templates/{id} deletes a snapshot)"},
   {"*", "/v2/templates*", RT_UNIMPLEMENTED, "template builds are not implemented by sandboxd (templates are 'base' and snapshots)"},

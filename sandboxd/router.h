@@ -37,6 +37,7 @@ typedef enum {
   /* the control plane (X-API-KEY) */
   RT_CREATE = 1, RT_CREATE_V2, RT_LIST, RT_GET, RT_KILL, RT_TIMEOUT, RT_CONNECT, RT_PAUSE, RT_FORK,
   RT_METRICS,                /* GET /sandboxes/{id}/metrics */
+  RT_NETWORK,                /* PUT /sandboxes/{id}/network */
   RT_SNAPSHOT_CREATE,        /* POST /sandboxes/{id}/snapshots */
   RT_SNAPSHOT_LIST,          /* GET /snapshots */
   RT_TEMPLATE_DELETE,        /* DELETE /templates/{ref}: a snapshot (in E2B a snapshot is a template) */

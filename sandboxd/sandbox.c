@@ -1,11 +1,15 @@
-/* sandbox.c — create/destroy one sandbox: namespaces, id maps, cgroups, the init, the layers. */
+/* sandbox.c — create/destroy one sandbox: namespaces, id maps, cgroups, the init, the layers;
+ * pause/resume, capture; what the warm pool (pool.c) boots and hands out. */
 #include "sandbox.h"
 #include "procfile.h"
 
+#include "cgroups.h"
 #include "init.h"
 #include "layers.h"
+#include "egress.h"
 #include "net.h"
 #include "pidfile.h"
+#include "pool.h"
 #include "ptab.h"
 #include "template.h"
 #include "users.h"
@@ -27,7 +31,6 @@
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/sysinfo.h>
 #include <sys/wait.h>
@@ -38,15 +41,10 @@
 #define SBX_UID_BASE 100000u
 #define SBX_UID_COUNT 65536u
 #define SBX_READY_TIMEOUT_MS 30000   /* safety net only: setup normally takes milliseconds */
-#define CG_ROOT "/sys/fs/cgroup"
-
-enum { CG_PIDS, CG_MEMORY, CG_FREEZER, CG_CPUACCT, CG_N };
-static const char *const CG_NAMES[CG_N] = {"pids", "memory", "freezer", "cpuacct"};   /* cpuacct: metrics */
-
 struct sbx {
   char id[65];
   char dir[4096];              /* <state_dir>/sandboxes/<id> */
-  char cg[CG_N][512];          /* "" when the controller is not used */
+  cg_set cg;                   /* its cgroups (cgroups.h) */
   pid_t init_pid;              /* host pid of the sandbox's pid 1 */
   int root_fd;
   bool privileged;             /* full 65536-id range (sandboxd runs as root) */
@@ -61,11 +59,7 @@ struct sbx {
   layer *layer;                /* the snapshot layer it started from (held), or NULL */
   sbx_mount mounts[SBX_MAX_MOUNTS];   /* its volumes (held) and where (paths copied) */
   size_t nmounts;
-  /* Metrics (sbx_metrics), guarded by mu: samples oldest first, and the CPU counter at the last. */
-  sbx_metric *samples;
-  size_t nsamples;
-  uint64_t cpu_ns_last;
-  struct timespec mono_last;   /* creation, then the last sample */
+  mx_ring mx;                  /* its metric samples (metrics.h) */
   int nsys;                    /* its system overlays (upper-<d>), as the template had them */
   char sys[TPL_MAX_SYSDIRS][16];
 };
@@ -124,7 +118,6 @@ static void idmap_here(net_idmap *m) {
   if (geteuid() == 0) {
     snprintf(m->uid_map, sizeof m->uid_map, "0 %u %u\n", SBX_UID_BASE, SBX_UID_COUNT);
     snprintf(m->gid_map, sizeof m->gid_map, "0 %u %u\n", SBX_UID_BASE, SBX_UID_COUNT);
-    m->own_by_net_uid = true;
   } else {
     snprintf(m->uid_map, sizeof m->uid_map, "0 %u 1\n", (unsigned)geteuid());
     snprintf(m->gid_map, sizeof m->gid_map, "0 %u 1\n", (unsigned)getegid());
@@ -147,19 +140,30 @@ int sbx_fs_ctx(sbx_t *s, const char *user, fs_ctx *c) {
   return 0;
 }
 
-/* Sandboxes of different state dirs (parallel test runs) get separate cgroup parents. */
-static void cg_parent(const char *state_dir, char *out, size_t cap) {
-  char real[4096];
-  const char *p = realpath(state_dir, real) ? real : state_dir;
-  uint64_t h = 1469598103934665603ull;
-  for (; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-  snprintf(out, cap, "sandboxd-%016llx", (unsigned long long)h);
+/* Every sandbox's limits (sbx_init). */
+static cg_limits g_lim = {SBX_DEFAULT_PIDS_MAX, SBX_DEFAULT_MEMORY_MB, SBX_DEFAULT_CPU_COUNT};
+
+static int host_cpus(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
 }
 
-static bool cg_available(int c) {
-  char p[128];
-  xfmt(p, sizeof p, CG_ROOT "/%s/cgroup.procs", CG_NAMES[c]);
-  return access(p, W_OK) == 0;
+int sbx_init(const char *state_dir, const sbx_defaults *d, char *err, size_t errlen) {
+  if (d->pids_max > 0) g_lim.pids_max = d->pids_max;
+  if (d->memory_mb > 0) g_lim.memory_mb = d->memory_mb;
+  g_lim.cpu_count = d->cpu_count > 0 ? d->cpu_count : SBX_DEFAULT_CPU_COUNT;
+  if (g_lim.cpu_count > host_cpus()) g_lim.cpu_count = host_cpus();   /* a larger quota would limit nothing */
+  return cg_init(state_dir, d->cgroup, err, errlen);
+}
+
+void sbx_limits(int *cpu_count, long *memory_mb) {
+  cg_caps cc;
+  char why[8] = "", desc[8];
+  cg_probe(&cc, why, 0, desc, 0);
+  struct sysinfo si;
+  long host_mb = sysinfo(&si) == 0 ? (long)((uint64_t)si.totalram * si.mem_unit >> 20) : 0;
+  *cpu_count = cc.cpu ? g_lim.cpu_count : host_cpus();
+  *memory_mb = cc.memory && (!host_mb || g_lim.memory_mb < host_mb) ? g_lim.memory_mb : host_mb;
 }
 
 void sbx_probe_host(sbx_host_caps *caps) {
@@ -183,151 +187,29 @@ void sbx_probe_host(sbx_host_caps *caps) {
   if (!caps->internet) WHY("internet access: %s (sandboxes need allow_internet_access: false); ", nwhy);
   caps->net_guard = net_guarded();
   if (caps->internet && !caps->net_guard)
-    WHY("not root: pasta runs as you, and nothing keeps sandboxes with internet access from the host's "
-        "non-loopback addresses; ");
+    WHY("not root: pasta runs as you, egress rules (network.allowOut/denyOut) are unavailable, and nothing keeps "
+        "sandboxes with internet access from the host's non-loopback addresses; ");
   char fs[8192] = "";
   caps->overlay = procfile_read("/proc/filesystems", fs, sizeof fs) == 0 && strstr(fs, "\toverlay\n");
   if (!caps->overlay) WHY("overlay file system not available; ");
-  caps->cgroup_pids = cg_available(CG_PIDS);
-  caps->cgroup_memory = cg_available(CG_MEMORY);
-  caps->freezer = cg_available(CG_FREEZER);
-  if (!caps->cgroup_pids) WHY("no writable cgroup v1 pids controller: no process limit; ");
-  if (!caps->cgroup_memory) WHY("no writable cgroup v1 memory controller: no memory limit; ");
-  if (!caps->freezer) WHY("no writable cgroup v1 freezer: pause uses SIGSTOP; ");
+  cg_caps cc;
+  cg_probe(&cc, caps->why, sizeof caps->why, caps->cgroups, sizeof caps->cgroups);
+  off = strlen(caps->why);
+  caps->cgroup_pids = cc.pids;
+  caps->cgroup_memory = cc.memory;
+  caps->cgroup_cpu = cc.cpu;
+  caps->freezer = cc.freezer;
   if (geteuid() != 0) WHY("not root: a single id is mapped, so commands for 'user' run as root inside (= your uid outside); ");
 #undef WHY
 }
 
-/* ---- cgroups ---- */
-static void cg_remove(sbx_t *s) {
-  for (int c = 0; c < CG_N; c++) {
-    if (!s->cg[c][0]) continue;
-    if (rmdir(s->cg[c]) != 0 && errno != ENOENT)
-      fprintf(stderr, "sandboxd: sandbox %s: rmdir %s: %s\n", s->id, s->cg[c], strerror(errno));
-    /* The per-state-dir parent goes with its last sandbox (EBUSY while others live). */
-    char *slash = strrchr(s->cg[c], '/');
-    if (slash) { *slash = 0; (void)rmdir(s->cg[c]); }
-    s->cg[c][0] = 0;
-  }
-}
-
-static int cg_setup(sbx_t *s, const sbx_config *cfg, char *err, size_t errlen) {
-  char parent[64];
-  cg_parent(cfg->state_dir, parent, sizeof parent);
-  for (int c = 0; c < CG_N; c++) {
-    if (!cg_available(c)) continue;
-    char p[512], v[64];
-    xfmt(p, sizeof p, CG_ROOT "/%s/%s", CG_NAMES[c], parent);
-    xfmt(s->cg[c], sizeof s->cg[c], "%s/%s", p, s->id);
-    int rc = -1;
-    /* Retry: a concurrent destroy may remove the empty parent between the two mkdirs. */
-    for (int tries = 0; rc != 0 && tries < 5; tries++) {
-      if (mkdir(p, 0755) != 0 && errno != EEXIST) break;
-      rc = mkdir(s->cg[c], 0755);
-      if (rc != 0 && errno != ENOENT) break;
-    }
-    if (rc != 0) { s->cg[c][0] = 0; goto fail; }
-    if (c == CG_PIDS) {
-      xfmt(p, sizeof p, "%s/pids.max", s->cg[c]);
-      snprintf(v, sizeof v, "%ld", cfg->pids_max > 0 ? cfg->pids_max : SBX_DEFAULT_PIDS_MAX);
-      if (procfile_write(p, v) != 0) goto fail;
-    } else if (c == CG_MEMORY) {
-      xfmt(p, sizeof p, "%s/memory.limit_in_bytes", s->cg[c]);
-      snprintf(v, sizeof v, "%ld", (cfg->memory_mb > 0 ? cfg->memory_mb : SBX_DEFAULT_MEMORY_MB) * 1048576L);
-      if (procfile_write(p, v) != 0) goto fail;
-    }
-    continue;
-  fail:
-    seterr(err, errlen, "cgroup %s: %s: %s", CG_NAMES[c], p, strerror(errno));
-    cg_remove(s);
-    return -1;
-  }
-  return 0;
-}
-
-/* Joining a v1 cgroup through `cgroup.procs` (or with another task's pid) takes the global
- * cgroup_threadgroup_rwsem for writing, which waits for an RCU grace period whenever no cgroup
- * write happened in the last few tens of milliseconds (9-40 ms measured, on the critical path of
- * every create). Moving only the calling thread ("0" into the `tasks` file) takes no such lock.
- * So the creating thread joins the sandbox's cgroups, clones the init there (a child is born in
- * its parent thread's cgroups: limits apply from its first instruction), and goes back. */
-typedef struct { char path[CG_N][512]; } cg_home;
-
-static int cg_enter(sbx_t *s, cg_home *home, char *err, size_t errlen) {
-  char buf[4096];
-  memset(home, 0, sizeof *home);
-  bool any = false;
-  for (int c = 0; c < CG_N; c++) any = any || s->cg[c][0];
-  if (!any) return 0;
-  if (procfile_read("/proc/thread-self/cgroup", buf, sizeof buf) != 0) {
-    seterr(err, errlen, "read /proc/thread-self/cgroup: %s", strerror(errno));
-    return -1;
-  }
-  /* Lines "<id>:<controller,...>:<path>". */
-  for (char *save = NULL, *l = strtok_r(buf, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-    char *c1 = strchr(l, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-    if (!c2) continue;
-    *c2 = 0;
-    for (int c = 0; c < CG_N; c++) {
-      size_t n = strlen(CG_NAMES[c]);
-      for (char *q = c1 + 1; (q = strstr(q, CG_NAMES[c])) != NULL; q += n)
-        if ((q == c1 + 1 || q[-1] == ',') && (q[n] == 0 || q[n] == ','))
-          if (xfmt(home->path[c], sizeof home->path[c], CG_ROOT "/%s%s", CG_NAMES[c], c2[1] == '/' && !c2[2] ? "" : c2 + 1) != 0)
-            home->path[c][0] = 0;
-    }
-  }
-  char p[600];
-  for (int c = 0; c < CG_N; c++) {
-    if (!s->cg[c][0]) continue;
-    if (!home->path[c][0]) { seterr(err, errlen, "cgroup %s: cannot tell this thread's cgroup", CG_NAMES[c]); goto fail; }
-    xfmt(p, sizeof p, "%s/tasks", s->cg[c]);
-    if (procfile_write(p, "0") != 0) { seterr(err, errlen, "cgroup join %s: %s", p, strerror(errno)); goto fail; }
-  }
-  return 0;
-fail:
-  for (int c = 0; c < CG_N; c++) if (s->cg[c][0] && home->path[c][0]) {
-    xfmt(p, sizeof p, "%s/tasks", home->path[c]);
-    (void)procfile_write(p, "0");
-  }
-  return -1;
-}
-
-/* Back to where the thread came from. Failing here would leave a sandboxd thread inside a sandbox's
- * cgroups (its memory charged there, the cgroup undeletable): try the hierarchy root as a last resort. */
-static void cg_leave(sbx_t *s, const cg_home *home) {
-  char p[600];
-  for (int c = 0; c < CG_N; c++) {
-    if (!s->cg[c][0]) continue;
-    xfmt(p, sizeof p, "%s/tasks", home->path[c]);
-    if (procfile_write(p, "0") == 0) continue;
-    fprintf(stderr, "sandboxd: cgroup: back to %s: %s\n", p, strerror(errno));
-    xfmt(p, sizeof p, CG_ROOT "/%s/tasks", CG_NAMES[c]);
-    if (procfile_write(p, "0") != 0) fprintf(stderr, "sandboxd: cgroup: back to %s: %s\n", p, strerror(errno));
-  }
-}
-
-static int freezer_set(sbx_t *s, const char *state) {
-  char p[600], cur[64];
-  xfmt(p, sizeof p, "%s/freezer.state", s->cg[CG_FREEZER]);
-  if (procfile_write(p, state) != 0) return -1;
-  /* FREEZING → FROZEN is asynchronous; wait for the kernel to confirm (bounded). */
-  for (int i = 0; i < 5000; i++) {
-    if (procfile_read(p, cur, sizeof cur) != 0) return -1;
-    if (!strncmp(cur, state, strlen(state))) return 0;
-    struct timespec ts = {0, 1000000};
-    nanosleep(&ts, NULL);
-  }
-  errno = ETIMEDOUT;
-  return -1;
-}
-
 int sbx_pause(sbx_t *s) {
-  if (s->cg[CG_FREEZER][0]) return freezer_set(s, "FROZEN");
+  if (cg_can_freeze(&s->cg)) return cg_freeze(&s->cg, true);
   return ptab_killall(s->pt, SIGSTOP);
 }
 
 int sbx_resume(sbx_t *s) {
-  if (s->cg[CG_FREEZER][0]) return freezer_set(s, "THAWED");
+  if (cg_can_freeze(&s->cg)) return cg_freeze(&s->cg, false);
   return ptab_killall(s->pt, SIGCONT);
 }
 
@@ -335,8 +217,7 @@ static void sbx_kill_init(sbx_t *s) {
   pthread_mutex_lock(&s->mu);
   if (!s->killed && s->init_pid > 0) {
     kill(s->init_pid, SIGKILL);
-    /* Frozen tasks only die once thawed. */
-    if (s->cg[CG_FREEZER][0]) (void)freezer_set(s, "THAWED");
+    cg_kill_all(&s->cg);   /* v2: every task at once; v1: thawed, as frozen tasks only die once thawed */
     while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR) {}
     s->killed = true;   /* the kernel has reaped the whole pid namespace before init is reaped */
   }
@@ -485,7 +366,33 @@ bool sbx_valid_id(const char *id) {
   return true;
 }
 
-static net_pair *pool_take_pair(const char *state_dir);
+/* clone3's arguments up to the cgroup field (CLONE_ARGS_SIZE_VER2): spelled out, as <linux/sched.h>
+ * and <sched.h> do not mix. */
+struct clone3_args {
+  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
+};
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+
+/* The intermediate process of create_booted; returns as fork does (0 in the child). With a v2
+ * cgroup fd it is born in that cgroup (clone3, CLONE_INTO_CGROUP: no migration, so none of the
+ * threadgroup lock's cost); a kernel without it (< 5.7) gets a plain clone and *late: the caller
+ * moves the init in once it knows its pid. */
+static long clone_mid(int cgfd, bool *late) {
+  *late = false;
+  if (cgfd >= 0) {
+    struct clone3_args a;
+    memset(&a, 0, sizeof a);
+    a.flags = CLONE_INTO_CGROUP;
+    a.exit_signal = SIGCHLD;
+    a.cgroup = (uint64_t)cgfd;
+    long pid = syscall(SYS_clone3, &a, sizeof a);
+    if (pid >= 0 || (errno != ENOSYS && errno != E2BIG && errno != EINVAL)) return pid;
+    *late = true;
+  }
+  return syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+}
 
 /* Layers, cgroups, namespaces, init up and READY; the channel stays in s->ctl (no process
  * table yet, host name not yet set). cfg is validated by the caller. */
@@ -495,7 +402,8 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   sbx_t *s = calloc(1, sizeof *s);
   if (!s) { seterr(err, errlen, "out of memory"); return -1; }
   pthread_mutex_init(&s->mu, NULL);
-  clock_gettime(CLOCK_MONOTONIC, &s->mono_last);
+  mx_init(&s->mx);
+  s->cg.fd = -1;
   snprintf(s->id, sizeof s->id, "%s", cfg->id);
   s->internet = cfg->internet;
   s->ctl = -1;
@@ -565,7 +473,9 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
     strcat(sysdirs, one);
   }
   step(tr, "layers");
-  if (cg_setup(s, cfg, err, errlen) != 0) goto fail;
+  cg_limits lim = {cfg->pids_max > 0 ? cfg->pids_max : g_lim.pids_max, cfg->memory_mb > 0 ? cfg->memory_mb : g_lim.memory_mb,
+                   cfg->cpu_count > 0 ? cfg->cpu_count : g_lim.cpu_count};
+  if (cg_create(&s->cg, cfg->state_dir, s->id, &lim, err, errlen) != 0) goto fail;
   step(tr, "cgroups");
 
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -635,13 +545,14 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   }
   char *ienv[] = {NULL};
   step(tr, "fds");
-  /* Its user and network namespaces: a pair from the pool (pasta already up) or a new one. */
-  if (cfg->internet) s->net = pool_take_pair(cfg->state_dir);
+  /* Its user and network namespaces: a pair from the pool (linked already) or a new one. */
+  bool link = net_wants_link(cfg->internet);
+  if (link) s->net = pool_take_pair(cfg->state_dir);
   if (!s->net) {
     net_idmap map;
     idmap_here(&map);
-    if (!(s->net = net_pair_new(&map, cfg->internet, err, errlen))) goto fail;
-    step(tr, cfg->internet ? "network (pasta)" : "network");
+    if (!(s->net = net_pair_new(&map, link, err, errlen))) goto fail;
+    step(tr, link ? "network (link)" : "network");
   } else {
     step(tr, "network (pool)");
   }
@@ -649,14 +560,18 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   int report[2] = {-1, -1};   /* the init's pid, from the intermediate process */
   if (pipe2(report, O_CLOEXEC) != 0) { seterr(err, errlen, "pipe: %s", strerror(errno)); goto fail; }
   cg_home home;
-  if (cg_enter(s, &home, err, errlen) != 0) { close(report[0]); close(report[1]); goto fail; }
-  step(tr, "cg join");
+  int cgfd = cg_clone_fd(&s->cg);   /* v2: the intermediate process is born in the cgroup (clone3) */
+  if (cgfd < 0) {
+    if (cg_enter(&s->cg, &home, err, errlen) != 0) { close(report[0]); close(report[1]); goto fail; }
+    step(tr, "cg join");
+  }
   /* The init cannot be cloned straight into existing namespaces: an intermediate process (born
    * in the sandbox's cgroups, like everything it clones) joins the pair, then clones the init
    * with new mount/pid/uts/ipc namespaces and sandboxd as its parent (CLONE_PARENT), reports
    * its pid and exits. Both make raw system calls only (other sandboxd threads may hold libc
    * locks that are never released in a child). */
-  long mid = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+  bool cg_late = false;
+  long mid = clone_mid(cgfd, &cg_late);
   if (mid == 0) {
     syscall(SYS_close, report[0]);
     long rc = 0;
@@ -697,8 +612,10 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   }
   int clone_errno = errno;
   step(tr, "clone");
-  cg_leave(s, &home);
-  step(tr, "cg leave");
+  if (cgfd < 0) {
+    cg_leave(&s->cg, &home);
+    step(tr, "cg leave");
+  }
   close(report[1]);
   long got = 0;
   ssize_t rn = -1;
@@ -717,6 +634,7 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   }
   long pid = got;
   s->init_pid = (pid_t)pid;
+  if (cg_late && cg_attach(&s->cg, s->init_pid, err, errlen) != 0) goto fail;
   close(sv[1]);
   sv[1] = -1;
   close(exe_fd);
@@ -778,10 +696,11 @@ fail:
     while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR) {}
   }
   net_pair_free(s->net);
-  cg_remove(s);
+  cg_remove(&s->cg, s->id);
   if (dir_made) (void)tpl_rm_tree(s->dir);
   ly_release(s->layer);
   for (size_t i = 0; i < s->nmounts; i++) { vol_unmount(s->mounts[i].volume); free((char *)s->mounts[i].path); }
+  mx_free(&s->mx);
   pthread_mutex_destroy(&s->mu);
   free(s);
   return -1;
@@ -792,11 +711,19 @@ static void release(sbx_t *s) {
   net_pair_free(s->net);
   s->net = NULL;
   if (s->root_fd >= 0) close(s->root_fd);
-  cg_remove(s);
+  cg_usage u;   /* what the kernel's OOM killer did inside is worth a line to whoever runs sandboxd */
+  cg_read_usage(&s->cg, &u);
+  if (u.oom_kills) {
+    char peak[48] = "";
+    if (u.has_peak) snprintf(peak, sizeof peak, ", peak %llu MiB", (unsigned long long)(u.mem_peak >> 20));
+    fprintf(stderr, "sandboxd: sandbox %s: %llu process%s killed out of memory (limit %llu MiB%s)\n", s->id,
+            (unsigned long long)u.oom_kills, u.oom_kills == 1 ? "" : "es", (unsigned long long)(u.mem_limit >> 20), peak);
+  }
+  cg_remove(&s->cg, s->id);
   if (tpl_rm_tree(s->dir) != 0)
     fprintf(stderr, "sandboxd: sandbox %s: removing %s: %s\n", s->id, s->dir, strerror(errno));
   ly_release(s->layer);   /* after its directory: a chain no one else holds goes too */
-  free(s->samples);
+  mx_free(&s->mx);
   for (size_t i = 0; i < s->nmounts; i++) { vol_unmount(s->mounts[i].volume); free((char *)s->mounts[i].path); }
   pthread_mutex_destroy(&s->mu);
   free(s);
@@ -835,54 +762,13 @@ static int set_hostname(sbx_t *s, const char *name, char *err, size_t errlen) {
   return 0;
 }
 
-static int write_limits(sbx_t *s, const sbx_config *cfg) {
-  char p[600], v[64];
-  if (s->cg[CG_PIDS][0] && cfg->pids_max > 0 && cfg->pids_max != SBX_DEFAULT_PIDS_MAX) {
-    xfmt(p, sizeof p, "%s/pids.max", s->cg[CG_PIDS]);
-    snprintf(v, sizeof v, "%ld", cfg->pids_max);
-    if (procfile_write(p, v) != 0) return -1;
-  }
-  if (s->cg[CG_MEMORY][0] && cfg->memory_mb > 0 && cfg->memory_mb != SBX_DEFAULT_MEMORY_MB) {
-    xfmt(p, sizeof p, "%s/memory.limit_in_bytes", s->cg[CG_MEMORY]);
-    snprintf(v, sizeof v, "%ld", cfg->memory_mb * 1048576L);
-    if (procfile_write(p, v) != 0) return -1;
-  }
-  return 0;
+/* A claimed spare was booted with the default limits: only other ones are written. */
+static int write_limits(sbx_t *s, const sbx_config *cfg, char *err, size_t errlen) {
+  cg_limits lim = {cfg->pids_max > 0 ? cfg->pids_max : g_lim.pids_max, cfg->memory_mb > 0 ? cfg->memory_mb : g_lim.memory_mb,
+                   cfg->cpu_count > 0 ? cfg->cpu_count : g_lim.cpu_count};
+  if (!memcmp(&lim, &g_lim, sizeof lim)) return 0;
+  return cg_set_limits(&s->cg, &lim, err, errlen);
 }
-
-/* ---- warm pool ----
- * Spares: sandboxes booted ahead of need with the default shape (no envVars, default limits),
- * SBX_WARM_POOL per internet flag. A spare has never run a command and has no process table;
- * sbx_create renames it (layer directory, cgroups) to the requested id, sets its host name and
- * limits, and gives it the requested envVars, so nothing distinguishes it from a fresh one but
- * the start time of its init. Spares are used once: a destroyed sandbox never returns here.
- * One thread refills the pool; sbx_pool_stop (also at exit and in sbx_cleanup_stale) ends it
- * and destroys every spare. */
-#define POOL_MAX 8
-/* A refill boots a sandbox (several ms of CPU and file system work): not while the client that
- * just claimed a spare is starting its first commands, which it would slow down, nor in the
- * moments after a short-lived sandbox ends (a caller tearing down right after). */
-#define POOL_REFILL_DELAY_MS 1000
-/* A pair only starts pasta (one process, ~30 ms of one core): sooner, so that a burst of creates
- * finds the next one ready. */
-#define POOL_PAIR_REFILL_DELAY_MS 100
-static struct {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool running, stopping, claimed;
-  int want;                    /* spares per internet flag (SANDBOXD_WARM_POOL) */
-  int want_pairs;              /* stocked network pairs (SANDBOXD_NET_POOL) */
-  unsigned long serial;
-  char state_dir[3001];
-  sbx_t *spare[2][POOL_MAX];   /* [internet] */
-  int n[2];
-  /* Network pairs with pasta up (net.h), for sandboxes with internet access that find no spare:
-   * pasta's start-up (~30 ms) is most of what they would wait for. */
-  net_pair *pair[POOL_MAX];
-  int npairs;
-  bool pair_taken;
-  pthread_t th;
-} g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static bool trace_on(void) { return getenv("SANDBOXD_TRACE_CREATE") != NULL; }
 
@@ -892,170 +778,46 @@ static double ms_since(struct timespec t0) {
   return (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
 }
 
-/* Wait on the pool's condition until ms have passed or the pool stops; g_pool.mu held. */
-static void pool_sleep(unsigned ms) {
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += ms / 1000;
-  until.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
-  while (!g_pool.stopping && pthread_cond_timedwait(&g_pool.cv, &g_pool.mu, &until) == 0) {}
+/* ---- what the warm pool (pool.h) keeps: spares booted with the default shape, network pairs ---- */
+static void *spare_boot(const char *state_dir, const char *id, bool internet, char *err, size_t errlen) {
+  sbx_config cfg = {.id = id, .state_dir = state_dir, .internet = internet};
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  step_trace tr = {.text = "", .last = t0};
+  sbx_t *s = NULL;
+  if (create_booted(&cfg, &s, err, errlen, &tr) != 0) return NULL;
+  if (trace_on()) fprintf(stderr, "sandboxd: spare %s booted in %.2f ms (%s)\n", id, ms_since(t0), tr.text);
+  return s;
 }
-
-static void *pool_main(void *arg) {
-  (void)arg;
-  unsigned backoff_ms = 0;
-  /* Without pasta (the start-up report says why) nothing with internet access is kept. */
-  bool net_ok = net_available(NULL, 0);
-  int want_net = net_ok ? g_pool.want : 0, want_pairs = net_ok ? g_pool.want_pairs : 0;
-  pthread_mutex_lock(&g_pool.mu);
-  for (;;) {
-    while (!g_pool.stopping && g_pool.n[0] >= g_pool.want && g_pool.n[1] >= want_net && g_pool.npairs >= want_pairs)
-      pthread_cond_wait(&g_pool.cv, &g_pool.mu);
-    if (g_pool.claimed) {
-      g_pool.claimed = false;
-      g_pool.pair_taken = false;
-      pool_sleep(POOL_REFILL_DELAY_MS);
-    } else if (g_pool.pair_taken) {
-      g_pool.pair_taken = false;
-      pool_sleep(POOL_PAIR_REFILL_DELAY_MS);
-    }
-    if (g_pool.stopping) break;
-    if (g_pool.npairs < want_pairs) {
-      pthread_mutex_unlock(&g_pool.mu);
-      net_idmap map;
-      idmap_here(&map);
-      char err[512];
-      struct timespec t0;
-      clock_gettime(CLOCK_MONOTONIC, &t0);
-      net_pair *np = net_pair_new(&map, true, err, sizeof err);
-      if (!np) fprintf(stderr, "sandboxd: warm pool: network: %s\n", err);
-      else if (trace_on()) fprintf(stderr, "sandboxd: network pair ready in %.2f ms (pasta %d)\n", ms_since(t0), (int)net_pair_pasta(np));
-      pthread_mutex_lock(&g_pool.mu);
-      if (np && !g_pool.stopping && g_pool.npairs < POOL_MAX) {
-        g_pool.pair[g_pool.npairs++] = np;
-        np = NULL;
-        backoff_ms = 0;
-      }
-      if (np) { pthread_mutex_unlock(&g_pool.mu); net_pair_free(np); pthread_mutex_lock(&g_pool.mu); }
-      else if (!g_pool.stopping && g_pool.npairs < want_pairs) {   /* it failed: do not spin */
-        backoff_ms = backoff_ms ? (backoff_ms * 2 > 30000 ? 30000 : backoff_ms * 2) : 100;
-        pool_sleep(backoff_ms);
-      }
-      continue;
-    }
-    /* internet access is the E2B default: fill it first */
-    bool net = g_pool.n[1] < want_net && (g_pool.n[1] <= g_pool.n[0] || g_pool.n[0] >= g_pool.want);
-    char id[32];
-    snprintf(id, sizeof id, "spare%lx%lx", (unsigned long)getpid(), ++g_pool.serial);
-    sbx_config cfg = {.id = id, .state_dir = g_pool.state_dir, .internet = net};
-    pthread_mutex_unlock(&g_pool.mu);
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    step_trace tr = {.text = "", .last = t0};
-    char err[512];
-    sbx_t *s = NULL;
-    int rc = create_booted(&cfg, &s, err, sizeof err, &tr);
-    if (rc == 0 && trace_on())
-      fprintf(stderr, "sandboxd: spare %s booted in %.2f ms (%s)\n", id, ms_since(t0), tr.text);
-    if (rc != 0) fprintf(stderr, "sandboxd: warm pool: %s\n", err);
-    pthread_mutex_lock(&g_pool.mu);
-    if (rc == 0 && !g_pool.stopping && g_pool.n[net] < POOL_MAX) {
-      g_pool.spare[net][g_pool.n[net]++] = s;
-      s = NULL;
-      backoff_ms = 0;
-    }
-    if (s) { pthread_mutex_unlock(&g_pool.mu); discard(s); pthread_mutex_lock(&g_pool.mu); }
-    if (rc != 0 && !g_pool.stopping) {   /* do not spin on a host that cannot create sandboxes */
-      backoff_ms = backoff_ms ? (backoff_ms * 2 > 30000 ? 30000 : backoff_ms * 2) : 100;
-      pool_sleep(backoff_ms);
-    }
-  }
-  pthread_mutex_unlock(&g_pool.mu);
-  return NULL;
+static void spare_discard(void *s) { discard(s); }
+static net_pair *pair_new(char *err, size_t errlen) {
+  net_idmap map;
+  idmap_here(&map);
+  return net_pair_new(&map, true, err, errlen);
 }
+static const pool_ops POOL_OPS = {spare_boot, spare_discard, pair_new};
 
-void sbx_pool_stop(void) {
-  pthread_mutex_lock(&g_pool.mu);
-  bool was = g_pool.running;
-  g_pool.stopping = true;
-  pthread_cond_broadcast(&g_pool.cv);
-  pthread_mutex_unlock(&g_pool.mu);
-  if (was) pthread_join(g_pool.th, NULL);
-  pthread_mutex_lock(&g_pool.mu);
-  g_pool.running = false;
-  sbx_t *all[2 * POOL_MAX];
-  net_pair *pairs[POOL_MAX];
-  int k = 0, np = g_pool.npairs;
-  for (int f = 0; f < 2; f++) {
-    for (int i = 0; i < g_pool.n[f]; i++) all[k++] = g_pool.spare[f][i];
-    g_pool.n[f] = 0;
-  }
-  memcpy(pairs, g_pool.pair, sizeof pairs);
-  g_pool.npairs = 0;
-  pthread_mutex_unlock(&g_pool.mu);
-  for (int i = 0; i < k; i++) discard(all[i]);
-  for (int i = 0; i < np; i++) net_pair_free(pairs[i]);
-}
-
-static pid_t g_pool_owner;   /* a forked child that calls exit() must not touch our spares */
-static void pool_atexit(void) { if (getpid() == g_pool_owner) sbx_pool_stop(); }
-
-static int pool_size(const char *var, int dflt) {
-  const char *e = getenv(var);
-  if (!e || !*e) return dflt;
-  char *end;
-  long v = strtol(e, &end, 10);
-  if (*end || v < 0) return dflt;
-  return v > POOL_MAX ? POOL_MAX : (int)v;
-}
-
-void sbx_pool_start(const char *state_dir) {
-  int want = pool_size("SANDBOXD_WARM_POOL", SBX_WARM_POOL), want_pairs = pool_size("SANDBOXD_NET_POOL", SBX_NET_POOL);
-  if ((want == 0 && want_pairs == 0) || !state_dir || state_dir[0] != '/' || strlen(state_dir) > 3000) return;
-  pthread_mutex_lock(&g_pool.mu);
-  if (g_pool.running) { pthread_mutex_unlock(&g_pool.mu); return; }
-  snprintf(g_pool.state_dir, sizeof g_pool.state_dir, "%s", state_dir);
-  g_pool.want = want;
-  g_pool.want_pairs = want_pairs;
-  g_pool.stopping = false;
-  /* The pool thread must not take the signals main waits for (the init sets its own mask). */
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  g_pool.running = pthread_create(&g_pool.th, NULL, pool_main, NULL) == 0;
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  static bool registered;
-  if (!registered) { registered = true; g_pool_owner = getpid(); atexit(pool_atexit); }
-  pthread_mutex_unlock(&g_pool.mu);
+void sbx_pool_start(const char *state_dir) { pool_start(state_dir, &POOL_OPS); }
+void sbx_pool_stop(void) { pool_stop(); }
+void sbx_shutdown(void) {
+  pool_stop();
+  cg_shutdown();
 }
 
 /* A spare of the right shape for cfg, renamed to cfg->id, or NULL. */
-static sbx_t *pool_claim(const sbx_config *cfg, step_trace *tr) {
-  pthread_mutex_lock(&g_pool.mu);
-  sbx_t *s = NULL;
-  int f = cfg->internet ? 1 : 0;
-  if (!cfg->layer && !cfg->nmounts && g_pool.running && !g_pool.stopping && g_pool.n[f] > 0 && !strcmp(cfg->state_dir, g_pool.state_dir)) {
-    s = g_pool.spare[f][--g_pool.n[f]];
-    g_pool.claimed = true;
-    pthread_cond_signal(&g_pool.cv);   /* refill (after POOL_REFILL_DELAY_MS) */
-  }
-  pthread_mutex_unlock(&g_pool.mu);
+static sbx_t *claim_spare(const sbx_config *cfg, step_trace *tr) {
+  if (cfg->layer || cfg->nmounts) return NULL;   /* spares have the default shape only */
+  sbx_t *s = pool_claim(cfg->state_dir, net_wants_link(cfg->internet));
   if (!s) return NULL;
   step(tr, "pool");
-  /* Its names become the sandbox's: the layer directory, then each cgroup (v1 allows a rename
-   * within the parent). Anything failing: the spare is discarded and the caller boots a new one. */
-  char dir[4096], cg[512];
+  /* Its names become the sandbox's: the layer directory, then its cgroups. Anything failing: the
+   * spare is discarded and the caller boots a new one. */
+  char dir[4096];
   const char *slash = strrchr(s->dir, '/');
   if (!slash || xfmt(dir, sizeof dir, "%.*s/%s", (int)(slash - s->dir), s->dir, cfg->id) != 0 || rename(s->dir, dir) != 0) goto bad;
   memcpy(s->dir, dir, sizeof dir);
   step(tr, "rename dir");
-  for (int c = 0; c < CG_N; c++) {
-    if (!s->cg[c][0]) continue;
-    slash = strrchr(s->cg[c], '/');
-    if (!slash || xfmt(cg, sizeof cg, "%.*s/%s", (int)(slash - s->cg[c]), s->cg[c], cfg->id) != 0 || rename(s->cg[c], cg) != 0) goto bad;
-    memcpy(s->cg[c], cg, sizeof cg);
-  }
+  if (cg_rename(&s->cg, cfg->id) != 0) goto bad;
   snprintf(s->id, sizeof s->id, "%s", cfg->id);
   step(tr, "rename cgroups");
   return s;
@@ -1063,19 +825,6 @@ bad:
   fprintf(stderr, "sandboxd: warm pool: claiming %s for %s: %s\n", s->id, cfg->id, strerror(errno));
   discard(s);
   return NULL;
-}
-
-/* A network pair with pasta up, or NULL (none stocked, or another state dir). */
-static net_pair *pool_take_pair(const char *state_dir) {
-  pthread_mutex_lock(&g_pool.mu);
-  net_pair *p = NULL;
-  if (g_pool.running && !g_pool.stopping && g_pool.npairs > 0 && !strcmp(state_dir, g_pool.state_dir)) {
-    p = g_pool.pair[--g_pool.npairs];
-    g_pool.pair_taken = true;
-    pthread_cond_signal(&g_pool.cv);
-  }
-  pthread_mutex_unlock(&g_pool.mu);
-  return p;
 }
 
 int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
@@ -1088,12 +837,11 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
     seterr(err, errlen, "state dir must be an absolute path shorter than 3000 bytes");
     return -1;
   }
-  sbx_t *s = pool_claim(cfg, &tr);
+  sbx_t *s = claim_spare(cfg, &tr);
   bool warm = s != NULL;
   if (warm) {
     /* A spare whose init died meanwhile (or any other failure here): boot one instead. */
-    bool limits_ok = write_limits(s, cfg) == 0;
-    if (!limits_ok) seterr(err, errlen, "cgroup limits: %s", strerror(errno));
+    bool limits_ok = write_limits(s, cfg, err, errlen) == 0;
     if (limits_ok && set_hostname(s, s->id, err, errlen) == 0) goto named;
     fprintf(stderr, "sandboxd: warm pool: spare for %s unusable (%s); booting one\n", cfg->id, err);
     discard(s);
@@ -1104,6 +852,18 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
   if (set_hostname(s, s->id, err, errlen) != 0) { discard(s); return -1; }
 named:
   step(&tr, "hostname");
+  /* From here the sandbox's traffic is decided by its rules (before: everything refused). */
+  if (net_pair_index(s->net)) {
+    egress_rules open;
+    egress_rules *rules = cfg->egress;
+    if (!rules) {
+      egress_rules_open(&open);
+      open.internet = cfg->internet;
+      rules = &open;
+    }
+    if (egress_attach(net_pair_index(s->net), s->id, rules, err, errlen) != 0) { discard(s); return -1; }
+    step(&tr, "egress");
+  }
   s->pt = ptab_create(s->ctl, cfg->envs, err, errlen);
   s->ctl = -1;   /* owned by the table now, even on failure */
   if (!s->pt) { discard(s); return -1; }
@@ -1116,118 +876,20 @@ named:
 
 layer *sbx_layer(sbx_t *s) { return s->layer; }
 
-/* ---- metrics ---- */
-
-/* Bytes allocated below dirfd (its own entry not counted), at most `*budget` entries and
- * SBX_DU_DEPTH levels: beyond them the sum is a lower bound. */
-#define SBX_DU_DEPTH 128
-static uint64_t du_below(int dirfd, int depth, uint64_t *budget) {
-  int dup_fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
-  if (!d) { if (dup_fd >= 0) close(dup_fd); return 0; }
-  uint64_t sum = 0;
-  struct dirent *de;
-  while (*budget > 0 && (de = readdir(d)) != NULL) {
-    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-    (*budget)--;
-    struct stat st;
-    if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    if (!S_ISDIR(st.st_mode) && st.st_nlink > 1) sum += (uint64_t)st.st_blocks * 512 / st.st_nlink;   /* shared inodes once */
-    else sum += (uint64_t)st.st_blocks * 512;
-    if (S_ISDIR(st.st_mode) && depth < SBX_DU_DEPTH) {
-      int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (sub >= 0) { sum += du_below(sub, depth + 1, budget); close(sub); }
-    }
+int sbx_set_egress(sbx_t *s, egress_rules *rules, char *err, size_t errlen) {
+  if (!net_pair_index(s->net)) {
+    egress_rules_free(rules);
+    seterr(err, errlen, "this sandbox's network has no egress rules (sandboxd without root)");
+    return -1;
   }
-  closedir(d);
-  return sum;
-}
-
-static uint64_t read_u64(const char *path) {
-  char buf[64];
-  return procfile_read(path, buf, sizeof buf) == 0 ? strtoull(buf, NULL, 10) : 0;
-}
-
-/* "<key> <value>" of a cgroup stat file. */
-static uint64_t stat_field(const char *path, const char *key) {
-  char buf[8192];
-  if (procfile_read(path, buf, sizeof buf) != 0) return 0;
-  size_t k = strlen(key);
-  for (char *l = buf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
-    if (!strncmp(l, key, k) && l[k] == ' ') return strtoull(l + k + 1, NULL, 10);
-  return 0;
+  return egress_update(net_pair_index(s->net), rules, err, errlen);
 }
 
 int sbx_metrics(sbx_t *s, int64_t from_ms, int64_t to_ms, sbx_metric **out, size_t *n) {
-  *out = NULL;
-  *n = 0;
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  pthread_mutex_lock(&s->mu);
-  double since_ms = (double)(now.tv_sec - s->mono_last.tv_sec) * 1e3 + (double)(now.tv_nsec - s->mono_last.tv_nsec) / 1e6;
-  bool fresh = s->nsamples == 0 || since_ms >= SBX_METRICS_INTERVAL_MS;
-  pthread_mutex_unlock(&s->mu);
-  sbx_metric m;
-  memset(&m, 0, sizeof m);
-  char p[600];
-  if (fresh) {
-    struct timespec wall;
-    clock_gettime(CLOCK_REALTIME, &wall);
-    m.ts_ms = (int64_t)wall.tv_sec * 1000 + wall.tv_nsec / 1000000;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    m.cpu_count = cpus > 0 ? (int)cpus : 1;
-    struct sysinfo si;
-    uint64_t host_mem = sysinfo(&si) == 0 ? (uint64_t)si.totalram * si.mem_unit : 0;
-    m.mem_total = host_mem;
-    if (s->cg[CG_MEMORY][0]) {
-      xfmt(p, sizeof p, "%s/memory.limit_in_bytes", s->cg[CG_MEMORY]);
-      uint64_t limit = read_u64(p);
-      if (limit && (!host_mem || limit < host_mem)) m.mem_total = limit;
-      xfmt(p, sizeof p, "%s/memory.stat", s->cg[CG_MEMORY]);
-      m.mem_cache = stat_field(p, "total_cache");
-      xfmt(p, sizeof p, "%s/memory.usage_in_bytes", s->cg[CG_MEMORY]);
-      uint64_t usage = read_u64(p);
-      m.mem_used = usage > m.mem_cache ? usage - m.mem_cache : 0;
-    }
-    uint64_t budget = SBX_DU_ENTRIES;
-    int dfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    for (int i = -1; dfd >= 0 && i < s->nsys; i++) {   /* the upper layers: what the sandbox wrote */
-      char name[32];
-      if (i < 0) snprintf(name, sizeof name, "upper");
-      else snprintf(name, sizeof name, "upper-%s", s->sys[i]);
-      int u = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (u >= 0) { m.disk_used += du_below(u, 0, &budget); close(u); }
-    }
-    if (dfd >= 0) close(dfd);
-    struct statvfs vf;
-    if (statvfs(s->dir, &vf) == 0) m.disk_total = (uint64_t)vf.f_blocks * vf.f_frsize;
-    uint64_t cpu_ns = 0;
-    if (s->cg[CG_CPUACCT][0]) {
-      xfmt(p, sizeof p, "%s/cpuacct.usage", s->cg[CG_CPUACCT]);
-      cpu_ns = read_u64(p);
-    }
-    pthread_mutex_lock(&s->mu);
-    double wall_ns = ((double)(now.tv_sec - s->mono_last.tv_sec) * 1e9 + (double)(now.tv_nsec - s->mono_last.tv_nsec));
-    if (wall_ns > 0 && cpu_ns >= s->cpu_ns_last) m.cpu_pct = (double)(cpu_ns - s->cpu_ns_last) / wall_ns / m.cpu_count * 100.0;
-    if (m.cpu_pct > 100) m.cpu_pct = 100;
-    s->cpu_ns_last = cpu_ns;
-    s->mono_last = now;
-    if (!s->samples) s->samples = malloc(SBX_METRICS_MAX * sizeof *s->samples);   /* bounded: one ring per sandbox */
-    if (s->samples) {
-      if (s->nsamples == SBX_METRICS_MAX) memmove(s->samples, s->samples + 1, --s->nsamples * sizeof *s->samples);
-      s->samples[s->nsamples++] = m;
-    }
-    pthread_mutex_unlock(&s->mu);
-  }
-  pthread_mutex_lock(&s->mu);
-  sbx_metric *v = malloc((s->nsamples ? s->nsamples : 1) * sizeof *v);
-  if (v)
-    for (size_t i = 0; i < s->nsamples; i++)
-      if (s->samples[i].ts_ms >= from_ms && s->samples[i].ts_ms <= to_ms) v[(*n)++] = s->samples[i];
-  pthread_mutex_unlock(&s->mu);
-  if (!v) return -1;
-  *out = v;
-  return 0;
+  long mem_mb;
+  mx_source src = {&s->cg, s->dir, (const char (*)[16])s->sys, s->nsys, 0};
+  sbx_limits(&src.cpu_count, &mem_mb);
+  return mx_query(&s->mx, &src, from_ms, to_ms, out, n);
 }
 
 int sbx_capture(sbx_t *s, layer **out, char *err, size_t errlen) {
@@ -1271,40 +933,12 @@ void sbx_destroy(sbx_t *s) {
   release(s);
 }
 
-/* ---- leftovers of a crashed run ---- */
-static void kill_cgroup(const char *dir) {
-  char p[600], buf[65536];
-  xfmt(p, sizeof p, "%s/freezer.state", dir);
-  (void)procfile_write(p, "THAWED");
-  xfmt(p, sizeof p, "%s/cgroup.procs", dir);
-  for (int round = 0; round < 1000; round++) {
-    if (procfile_read(p, buf, sizeof buf) != 0 || !buf[0]) break;
-    for (char *save = NULL, *t = strtok_r(buf, "\n", &save); t; t = strtok_r(NULL, "\n", &save))
-      kill((pid_t)atoi(t), SIGKILL);
-    struct timespec ts = {0, 2000000};
-    nanosleep(&ts, NULL);
-  }
-  if (rmdir(dir) != 0 && errno != ENOENT) fprintf(stderr, "sandboxd: cleanup: rmdir %s: %s\n", dir, strerror(errno));
-}
-
 void sbx_cleanup_stale(const char *state_dir) {
-  char parent[64], p[4200];
+  char p[4200];
   sbx_pool_stop();   /* our own spares first: the sweep below would kill them under the pool */
-  cg_parent(state_dir, parent, sizeof parent);
-  for (int c = 0; c < CG_N; c++) {
-    xfmt(p, sizeof p, CG_ROOT "/%s/%s", CG_NAMES[c], parent);
-    DIR *d = opendir(p);
-    if (!d) continue;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-      if (de->d_type != DT_DIR || de->d_name[0] == '.') continue;
-      char cg[4600];
-      xfmt(cg, sizeof cg, "%s/%s", p, de->d_name);
-      kill_cgroup(cg);
-    }
-    closedir(d);
-    (void)rmdir(p);
-  }
+  char cerr[256];
+  if (cg_init(state_dir, NULL, cerr, sizeof cerr) != 0) fprintf(stderr, "sandboxd: cleanup: %s\n", cerr);   /* no-op after sbx_init */
+  cg_cleanup_stale(state_dir);
   xfmt(p, sizeof p, "%s/sandboxes", state_dir);
   DIR *d = opendir(p);
   if (d) {

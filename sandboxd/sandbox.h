@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "metrics.h"
+
 typedef struct sbx sbx_t;
 
 /* A volume (volumes.h) to bind-mount at path (absolute, clean, checked by the caller). */
@@ -19,10 +21,14 @@ typedef struct sbx_mount { struct volume *volume; const char *path; } sbx_mount;
 typedef struct {
   const char *id;               /* lowercase alnum, unique */
   const char *state_dir;        /* sandboxd state dir; the sandbox keeps its layers under <state_dir>/sandboxes/<id> */
-  bool internet;                /* its own network namespace either way; true: pasta connects it (net.h) */
+  bool internet;                /* allow_internet_access (net.h: as root a rule, rootless pasta or not) */
+  struct egress_rules *egress;  /* its egress rules (egress_rules.h), emptied when sbx_create hands them
+                                 * on (the caller frees them after either way: egress_rules_free of an
+                                 * emptied set is a no-op); NULL: all traffic, or none without `internet` */
   const char *const *envs;      /* NULL-terminated "NAME=VALUE" list added to every process (create envVars) */
-  long memory_mb;               /* cgroup memory limit; 0 = SBX_DEFAULT_MEMORY_MB (ignored without the controller) */
-  long pids_max;                /* cgroup pids limit; 0 = SBX_DEFAULT_PIDS_MAX */
+  long memory_mb;               /* cgroup memory limit; 0 = the default (sbx_init) (ignored without the controller) */
+  long pids_max;                /* cgroup pids limit; 0 = the default */
+  int cpu_count;                /* cgroup CPU quota, in CPUs; 0 = the default */
   struct layer *layer;          /* a snapshot's top layer (layers.h) to start from, NULL: the template; the
                                  * sandbox holds its own reference */
   const sbx_mount *mounts;      /* volumes bind-mounted (nosuid, nodev); the sandbox holds its own mounts */
@@ -30,10 +36,25 @@ typedef struct {
 } sbx_config;
 #define SBX_DEFAULT_MEMORY_MB 2048
 #define SBX_DEFAULT_PIDS_MAX 4096
+#define SBX_DEFAULT_CPU_COUNT 2      /* at most the host's CPUs */
 bool  sbx_valid_id(const char *id);    /* 1..64 of [a-z0-9]: what sbx_config.id accepts (a directory name) */
 
 /* Capabilities probed once at start-up; `why` says what is missing and why. */
-typedef struct { bool userns, overlay, pidns, netns, internet, net_guard, cgroup_pids, cgroup_memory, freezer; char why[768]; } sbx_host_caps;
+/* Once, before sbx_cleanup_stale: every sandbox's limits (the base template's cpuCount and
+ * memoryMB; 0 = SBX_DEFAULT_*) and the cgroup subtree given with --cgroup (NULL: sandboxd finds
+ * one, cgroups.h). 0, or -1 with err when `cgroup` cannot be used. */
+typedef struct { int cpu_count; long memory_mb; long pids_max; const char *cgroup; } sbx_defaults;
+int   sbx_init(const char *state_dir, const sbx_defaults *d, char *err, size_t errlen);
+/* What every sandbox gets, as getInfo reports it: the limits where the host enforces them, the
+ * host's own figures where it does not. */
+void  sbx_limits(int *cpu_count, long *memory_mb);
+
+/* Capabilities probed once at start-up; `why` says what is missing and why, `cgroups` which
+ * hierarchy sandboxd uses and where. */
+typedef struct {
+  bool userns, overlay, pidns, netns, internet, net_guard, cgroup_pids, cgroup_memory, cgroup_cpu, freezer;
+  char why[1536], cgroups[1024];
+} sbx_host_caps;
 void sbx_probe_host(sbx_host_caps *caps);
 
 int   sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen);
@@ -55,18 +76,14 @@ gid_t sbx_host_gid(const sbx_t *s, gid_t inner);
  * template, then start the warm pool for state_dir. */
 void  sbx_cleanup_stale(const char *state_dir);
 
-/* Warm pool: SBX_WARM_POOL spare sandboxes per internet flag (env SANDBOXD_WARM_POOL overrides;
- * 0 disables), booted ahead of need with the default shape; sbx_create claims one when cfg's
- * state dir and flag match, and a thread boots the replacement. A spare has never run anything:
- * a claimed one gets the requested id (layer directory, cgroups, host name), limits and envVars.
- * sbx_pool_start is idempotent; sbx_pool_stop ends the refill thread and destroys every spare
- * (it also runs at exit). */
-#define SBX_WARM_POOL 1
-/* And SBX_NET_POOL network pairs with pasta up (env SANDBOXD_NET_POOL; 0 disables), for sandboxes
- * with internet access that find no spare: they then wait for their own boot only. */
-#define SBX_NET_POOL 1
+/* The warm pool (pool.h) for state_dir: spares booted ahead of need with the default shape;
+ * sbx_create claims one when cfg's state dir and flag match and it asks for no snapshot layer or
+ * volume. A claimed spare gets the requested id (layer directory, cgroups, host name), limits and
+ * envVars. Network pairs with pasta up go to sandboxes with internet access that find no spare. */
 void  sbx_pool_start(const char *state_dir);
 void  sbx_pool_stop(void);
+/* At exit, after every sandbox: the pool stopped, the cgroup parent removed. */
+void  sbx_shutdown(void);
 
 /* Kill every process (SIGKILL to pid 1: the pid namespace dies with it; thawed first), end every
  * process stream cleanly. Idempotent; sbx_destroy calls it too. */
@@ -76,22 +93,15 @@ void sbx_stop(sbx_t *s);
  * are copied into a new layer over the one s started from (layers.h), s is thawed. *out is a new
  * reference. 0, or -1 with err. The caller keeps s from being paused or resumed meanwhile. */
 int sbx_capture(sbx_t *s, struct layer **out, char *err, size_t errlen);
-/* Metrics, as E2B's getMetrics has them: samples taken when asked (at most one per
- * SBX_METRICS_INTERVAL_MS; the newest SBX_METRICS_MAX kept). CPU from the cpuacct cgroup, as a
- * share of every host CPU since the previous sample (or the start); memory from the memory cgroup
- * (used without page cache, the limit as total); disk: what the upper layers hold (at most
- * SBX_DU_ENTRIES entries counted) of the state dir's file system. */
-typedef struct {
-  int64_t ts_ms;
-  int cpu_count;
-  double cpu_pct;
-  uint64_t mem_used, mem_total, mem_cache, disk_used, disk_total;
-} sbx_metric;
-#define SBX_METRICS_INTERVAL_MS 1000
-#define SBX_METRICS_MAX 720
-#define SBX_DU_ENTRIES 1000000
+/* Metrics (metrics.h), as E2B's getMetrics has them. */
+typedef mx_sample sbx_metric;
 /* A sample now if due, then every sample with from_ms <= ts_ms <= to_ms (*out: free()). 0 or -1. */
 int sbx_metrics(sbx_t *s, int64_t from_ms, int64_t to_ms, sbx_metric **out, size_t *n);
+
+/* New egress rules for s (taken): what opens from now on is decided by them, and open connections
+ * they deny are reset before this returns (egress.h). 0, or -1 with err. */
+struct egress_rules;
+int sbx_set_egress(sbx_t *s, struct egress_rules *rules, char *err, size_t errlen);
 
 /* The layer s started from (NULL: the template); borrowed. */
 struct layer *sbx_layer(sbx_t *s);

@@ -12,6 +12,7 @@
 #include "net.h"
 #include "ptab.h"
 #include "registry.h"
+#include "network_opts.h"
 #include "sandbox.h"
 #include "snapshots.h"
 #include "volumes.h"
@@ -26,7 +27,7 @@ typedef struct {
 
 static void capture_free(capture *c) {
   ly_release(c->layer);
-  json_decref(c->src.metadata);
+  reg_info_free(&c->src);
   for (size_t i = 0; c->envs && c->envs[i]; i++) free(c->envs[i]);
   free(c->envs);
 }
@@ -43,6 +44,7 @@ static int capture_cb(sbx_t *s, const reg_info *in, void *cls) {
     if (!(c->envs[i] = strdup(envs[i]))) return CAPTURE_NOMEM;
   c->src = *in;
   json_incref(c->src.metadata);
+  json_incref(c->src.network);
   return sbx_capture(s, &c->layer, c->err, sizeof c->err) == 0 ? 0 : CAPTURE_FAILED;
 }
 
@@ -207,12 +209,17 @@ static void fork_sandbox(sd_request *r, const char *id) {
     reg_info in;
     char err[512];
     json_t *entry;
+    egress_rules rules;                  /* the source's, as in force */
+    net_opts_rules(c.src.network, c.src.internet, &rules);
+    o.network = c.src.network;
+    o.egress = &rules;
     if (!net_ok) entry = json_pack("{s:{s:i,s:s+}}", "error", "code", 501, "message", "internet access is not available on this host: ", why);
     else if (reg_create(&o, &in, err, sizeof err) != 0) entry = json_pack("{s:{s:i,s:s+}}", "error", "code", 500, "message", "cannot create the fork: ", err);
     else {
       entry = json_pack("{s:o}", "sandbox", control_sandbox_json(&in));
-      json_decref(in.metadata);
+      reg_info_free(&in);
     }
+    egress_rules_free(&rules);
     if (entry) json_array_append_new(results, entry);
   }
   capture_free(&c);   /* the forks hold the layer now; without any it is removed */

@@ -251,8 +251,8 @@ static int build(const char *dir, uid_t u, gid_t g, uid_t uu, gid_t ug, const ch
   for (size_t i = 0; rc == 0 && ETC_COPY[i]; i++) rc = copy_entry(hfd, ETC_COPY[i], efd, u, g, 0);
   /* Not the host's resolv.conf: its resolver may be a loopback address, which inside the sandbox's
    * own network namespace is the sandbox itself. */
-  char resolv[128];
-  snprintf(resolv, sizeof resolv, "# sandboxd: queries reach the host's resolver through pasta\nnameserver %s\n", nameserver);
+  char resolv[256];
+  snprintf(resolv, sizeof resolv, "# sandboxd: queries go to sandboxd's DNS forwarder (its egress rules decide what it answers)\nnameserver %s\n", nameserver);
   if (rc == 0) rc = write_file(efd, "resolv.conf", resolv, 0644, u, g);
   if (rc == 0) rc = write_file(efd, "passwd", PASSWD, 0644, u, g);
   if (rc == 0) rc = write_file(efd, "group", GROUP, 0644, u, g);

@@ -11,10 +11,12 @@ DEB_PACKAGES=(
   libuv1-dev libcurl4-openssl-dev libssl-dev libmicrohttpd-dev libjansson-dev zlib1g-dev
   libprotobuf-c-dev protobuf-c-compiler
   libarchive-dev                      # workspace sync: the host writes and reads tar streams
+  libmnl-dev libnftables-dev libc-ares-dev   # sandboxd's gateway (rtnetlink, its nftables table) and egress proxy (resolving allowed names)
   musl-tools clang libclang-rt-14-dev
   attr iproute2 procps ncurses-bin python3 git sudo curl openssl strace
   passt nftables xfsprogs
   clangd                              # the lsp consumer's server in the tests and examples/world
+  qemu-system-x86 busybox-static      # tests/vm: sandboxd in a cgroup-v2-only VM (TCG), its initramfs
   nodejs npm
 )
 

@@ -78,7 +78,8 @@ install_suite() {
   check embed-static-run embed_ok clean "$T/embed/embed-static" "$ROOT/examples/embed"
   check lua-require lua_ok "$P/share/lua/5.4" "$P/lib/lua/5.4"
   check moonbox-installed clean sh -c "$P/bin/moonbox --help | grep -qF 'Lua modules: $P/bin/../share/lua/5.4' && $P/bin/moonbox policy env --from-host >/dev/null && $P/bin/moonbox dump-config $ROOT/examples/demo/compose.lua | grep -qF '$P/share/lua/5.4/moonbox/policies/env.lua'"
-  mkdir -p "$T/src" && cp -r core lua policies moonbox-dev-1.rockspec "$T/src/"
+  mkdir -p "$T/src/sandboxd" && cp -r core lua policies moonbox-dev-1.rockspec "$T/src/" &&
+    cp sandboxd/egress_rules.[ch] sandboxd/sniff.[ch] "$T/src/sandboxd/"   # core.egress
   check luarocks-make sh -c "cd $T/src && luarocks --lua-version=5.4 make --tree=$T/rocks --deps-mode=none moonbox-dev-1.rockspec"
   check luarocks-require lua_ok "$T/rocks/share/lua/5.4" "$T/rocks/lib/lua/5.4"
   rm -rf "$T"
@@ -101,7 +102,7 @@ if [ -f build-asan/lib/moonbox/core.so ] && [ -f "$ASAN_RT" ]; then
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 MB_BUILD_DIR=$ROOT/build-asan \
     LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;$ROOT/spec/?.lua;;" \
     LUA_CPATH="$ROOT/build-asan/lib/?.so;;" \
-    timeout -k 10 600 "${BUSTED[@]}" -o TAP spec/codec_spec.lua spec/scheduler_spec.lua spec/http_spec.lua 2>&1)
+    timeout -k 10 600 "${BUSTED[@]}" -o TAP spec/codec_spec.lua spec/scheduler_spec.lua spec/http_spec.lua spec/egress_spec.lua 2>&1)
   rc=$?; echo "$out" >"$LOG/busted-asan.log"
   p=$(grep -c '^ok ' <<<"$out"); f=$(grep -c '^not ok ' <<<"$out")
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; tail -30 <<<"$out"; fi
@@ -114,10 +115,16 @@ SBXD_STATE=$(mktemp -d /tmp/moonbox-test-state.XXXXXX)
 SBXD_PID=
 if [ -x build/bin/sandboxd ]; then
   note "starting sandboxd on 127.0.0.1:$SBXD_PORT"
-  build/bin/sandboxd --listen "127.0.0.1:$SBXD_PORT" --api-key "e2b_$(printf '%040d' 0)" \
-    --state-dir "$SBXD_STATE" --exit-with-parent >"$LOG/sandboxd.log" 2>&1 &
+  # (the previous run's log must not answer for this one: the redirection happens in the child)
+  rm -f "$LOG/sandboxd.log"
+  build/bin/sandboxd --listen "127.0.0.1:$SBXD_PORT" --api-key-fd 3 \
+    --state-dir "$SBXD_STATE" --exit-with-parent >"$LOG/sandboxd.log" 2>&1 3<<<"e2b_$(printf '%040d' 0)" &
   SBXD_PID=$!
-  for _ in $(seq 1 100); do grep -q 'sandboxd listening on' "$LOG/sandboxd.log" && break; sleep 0.1; done
+  for _ in $(seq 1 300); do
+    grep -qs "sandboxd listening on http://127.0.0.1:$SBXD_PORT" "$LOG/sandboxd.log" && break
+    kill -0 "$SBXD_PID" 2>/dev/null || { echo "sandboxd exited at start:"; cat "$LOG/sandboxd.log"; break; }
+    sleep 0.1
+  done
   export E2B_API_URL="http://127.0.0.1:$SBXD_PORT" E2B_SANDBOX_URL="http://127.0.0.1:$SBXD_PORT"
   export E2B_API_KEY="e2b_$(printf '%040d' 0)" MB_SANDBOXD_PID=$SBXD_PID
 fi
@@ -251,6 +258,32 @@ if [ -n "$SBXD_PID" ] && ls tests/sandboxd/*.test.mjs >/dev/null 2>&1; then
   add "${p:-0}" "${f:-1}" "sandboxd wire checks"
 fi
 
+# cgroup v2 for real: sandboxd in a VM that has only cgroup2 (these machines run v1), driven by
+# the E2B SDK: limits, a fork bomb, an OOM kill, CPU quota, freeze, teardown, rootless; then the
+# same kernel as a v1 host with cpu and cpuacct together (tests/vm/run.sh).
+note "cgroup v2 VM (tests/vm)"
+out=$(MB_VM_TIMEOUT=${MB_VM_TIMEOUT:-900} timeout -k 10 1000 tests/vm/run.sh 2>&1); echo "$out" >"$LOG/vm.log"
+p=$(sed -n 's/^vm: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' <<<"$out" | tail -1)
+f=$(sed -n 's/^vm: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' <<<"$out" | tail -1)
+grep -E '^VMFIG ' <<<"$out"
+[ "${f:-1}" != 0 ] && grep -E '^VMTEST not ok|^vm: ' <<<"$out" | head -20
+add "${p:-0}" "${f:-1}" "cgroup v2 VM"
+
+# Nothing secret on a command line (issue 19): a scanner reads every process's command line (and
+# the environments other users could read) while moonbox runs with its embedded sandboxd and
+# while the SDK drives a sandboxd; it first proves that it catches a key (tests/secrets).
+if [ -x build/bin/sandboxd ] && [ -f spec/sdk/node_modules/e2b/package.json ]; then
+  note "nothing secret on a command line (tests/secrets)"
+  out=$(timeout -k 10 900 node --test --test-reporter=tap --test-concurrency=1 --test-timeout=300000 tests/secrets/*.test.mjs 2>&1)
+  echo "$out" >"$LOG/secrets.log"
+  p=$(sed -n 's/^# pass \([0-9]*\)/\1/p' <<<"$out" | tail -1); f=$(sed -n 's/^# fail \([0-9]*\)/\1/p' <<<"$out" | tail -1)
+  [ "${f:-1}" != 0 ] && grep -B2 -A25 '^not ok' <<<"$out" | head -80
+  add "${p:-0}" "${f:-1}" "nothing secret on a command line"
+else
+  note "nothing secret on a command line cannot run: build/bin/sandboxd or spec/sdk/node_modules/e2b missing"
+  add 0 1 "nothing secret on a command line"
+fi
+
 if ! command -v clang >/dev/null; then
   note "fuzzers cannot run: clang missing (scripts/install-deps.sh)"; add 0 1 "fuzzers"
 elif [ -f fuzz/CMakeLists.txt ]; then
@@ -259,8 +292,19 @@ elif [ -f fuzz/CMakeLists.txt ]; then
     fp=0; ff=0
     for f in build-fuzz/fuzz/fuzz_*; do
       [ -x "$f" ] || continue
-      dict=(); [ -f "fuzz/$(basename "$f").dict" ] && dict=(-dict="fuzz/$(basename "$f").dict")
-      if "$f" -max_total_time="${FUZZ_SECONDS:-20}" -rss_limit_mb=1024 "${dict[@]}" >"$LOG/$(basename "$f").log" 2>&1; then fp=$((fp+1)); else ff=$((ff+1)); tail -30 "$LOG/$(basename "$f").log"; fi
+      name=$(basename "$f")
+      dict=(); [ -f "fuzz/$name.dict" ] && dict=(-dict="fuzz/$name.dict")
+      # The committed regression corpus (fuzz/corpus/<target>: inputs found outside CI) is
+      # replayed input by input first, then seeds the brief run; new inputs go to a scratch
+      # directory, never into the repository.
+      seeds=(); reg=()
+      if [ -d "fuzz/corpus/$name" ]; then
+        seeds=("fuzz/corpus/$name"); for r in "fuzz/corpus/$name"/*; do [ -f "$r" ] && reg+=("$r"); done
+      fi
+      scratch=build-fuzz/ci-corpus/$name; rm -rf "$scratch"; mkdir -p "$scratch"
+      if { [ ${#reg[@]} -eq 0 ] || "$f" -rss_limit_mb=1024 "${reg[@]}"; } >"$LOG/$name-regressions.log" 2>&1; then fp=$((fp+1))
+      else ff=$((ff+1)); echo "fuzz regression corpus fails: $name (log: $LOG/$name-regressions.log)"; tail -30 "$LOG/$name-regressions.log"; fi
+      if "$f" -max_total_time="${FUZZ_SECONDS:-20}" -rss_limit_mb=1024 "${dict[@]}" "$scratch" "${seeds[@]}" >"$LOG/$name.log" 2>&1; then fp=$((fp+1)); else ff=$((ff+1)); tail -30 "$LOG/$name.log"; fi
     done
     add "$fp" "$ff" "fuzzers"
   else tail -30 "$LOG/build-build-fuzz.log"; add 0 1 "fuzz build"; fi

@@ -1,18 +1,12 @@
 -- `moonbox sandbox …` against the suite's sandboxd: each command, its --json, its exit status
 -- and its one-line error for an unknown id or a usage mistake.
-local bin = (os.getenv("MB_BUILD_DIR") or "build") .. "/bin/moonbox"
-if bin:sub(1, 1) ~= "/" then bin = assert(io.popen("pwd")):read("l") .. "/" .. bin end
 local cjson = require "cjson"
 
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local cli = require "support.cli"
+local q = cli.q
 
 -- → exit status, stdout, stderr
-local function moonbox(args, env)
-  local out, err = os.tmpname(), os.tmpname()
-  local _, _, code = os.execute(("%s %s %s >%s 2>%s"):format(env or "", q(bin), args, q(out), q(err)))
-  local function slurp(p) local f = io.open(p); local s = f:read("a"); f:close(); os.remove(p); return s end
-  return code, slurp(out), slurp(err)
-end
+local function moonbox(args, env) return cli.moonbox(args, { prefix = env }) end
 
 local function one_line(s) return select(2, s:gsub("\n", "")) == 1 and s:sub(-1) == "\n" end
 

@@ -1,23 +1,12 @@
 -- The moonbox program as a Unix tool: help, version, usage errors, inputs checked before any
 -- sandbox starts, tracebacks only for bugs, and the `policy` commands (which start no sandbox).
-local bin = (os.getenv("MB_BUILD_DIR") or "build") .. "/bin/moonbox"
-if bin:sub(1, 1) ~= "/" then bin = assert(io.popen("pwd")):read("l") .. "/" .. bin end
 
-local function tmpdir()
-  local d = os.tmpname(); os.remove(d); assert(os.execute("mkdir -p '" .. d .. "'")); return d
-end
-local function write(path, s) local f = assert(io.open(path, "w")); f:write(s); f:close() end
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local cli = require "support.cli"
+local bin = cli.bin
+local tmpdir, write, q = cli.tmpdir, cli.write, cli.q
 
 -- → exit status, stdout, stderr (no E2B_* variables: nothing here may reach a sandbox)
-local function moonbox(args, dir)
-  local out, err = os.tmpname(), os.tmpname()
-  local cmd = ("cd %s && env -u E2B_API_KEY -u E2B_API_URL -u E2B_SANDBOX_URL -u E2B_DOMAIN %s %s >%s 2>%s")
-    :format(q(dir or "."), q(bin), args, q(out), q(err))
-  local _, _, code = os.execute(cmd)
-  local function slurp(p) local f = io.open(p); local s = f:read("a"); f:close(); os.remove(p); return s end
-  return code, slurp(out), slurp(err)
-end
+local function moonbox(args, dir) return cli.moonbox(args, { dir = dir or ".", prefix = cli.NO_E2B }) end
 
 local function one_line(s) return select(2, s:gsub("\n", "")) == 1 and s:sub(-1) == "\n" end
 
@@ -64,7 +53,7 @@ describe("the moonbox command line", function()
 
   it("names the unknown concern and what was expected", function()
     local _, _, err = moonbox("run --policy envv=x.lua c.lua s.lua")
-    assert.truthy(err:find('moonbox: --policy envv=x.lua: unknown concern "envv" (expected env, lifecycle, timeouts or composition)', 1, true), err)
+    assert.truthy(err:find('moonbox: --policy envv=x.lua: unknown concern "envv" (expected env, lifecycle, timeouts, composition or network)', 1, true), err)
   end)
 
   it("refuses a missing composition or script in one line, before anything starts", function()

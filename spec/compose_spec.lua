@@ -161,7 +161,7 @@ describe("moonbox.compose", function()
   local bad_policies = {
     { "a missing policy file", 'plugin "owner" {}\npolicies { env = "nope.lua" }', "c.lua:2: cannot read %s/nope.lua: No such file or directory" },
     { "a missing policy directory", 'plugin "owner" {}\n\npolicies "nodir"', 'c.lua:3: policies "nodir": not a directory: %s/nodir' },
-    { "an unknown concern", 'policies { envv = "x.lua" }\nplugin "owner" {}', 'c.lua:1: policies: unknown concern "envv" (expected env, lifecycle, timeouts or composition)' },
+    { "an unknown concern", 'policies { envv = "x.lua" }\nplugin "owner" {}', 'c.lua:1: policies: unknown concern "envv" (expected env, lifecycle, timeouts, composition or network)' },
     { "a policy file that does not validate", 'plugin "owner" {}\npolicies { timeouts = "bad.lua" }',
       '%s/bad.lua:2: timeouts policy: field tool_ms: expected a positive number of milliseconds (at most 2147483647), got integer -1 (from %s/c.lua:2)' },
   }

@@ -204,7 +204,7 @@ describe("policy files", function()
   local bad = {
     { "a syntax error", "env", "return { drop_prefixes = {\"AWS_\"}\n", "%s:2: '}' expected (to close '{' at line 1) near <eof>" },
     { "a runtime error", "env", "local x\nreturn { drop_prefixes = x.y }\n", "%s:2: attempt to index a nil value (local 'x')" },
-    { "an unknown field", "env", "return {\n  drop_prefixs = { \"A\" } }\n", "%s:2: env policy: unknown field drop_prefixs (expected one of keep_names, drop_names, drop_prefixes, sensitive_words, drop_patterns)" },
+    { "an unknown field", "env", "return {\n  drop_prefixs = { \"A\" } }\n", "%s:2: env policy: unknown field drop_prefixs (expected one of keep_names, drop_names, drop_prefixes, sensitive_words, drop_patterns; the nearest is drop_prefixes)" },
     { "a wrong type", "timeouts", "return {\n  request_ms = \"5s\" }\n", "%s:2: timeouts policy: field request_ms: expected a positive number of milliseconds (at most 2147483647), got string \"5s\"" },
     { "a pattern that does not compile", "env", "return { drop_patterns = {\n  \"^AWS_\",\n  \"[a\" } }\n", "%s:3: env policy: field drop_patterns[2]: expected a Lua pattern: \"[a\" is not a Lua pattern: malformed pattern (missing ']')" },
     { "a pattern whose error comes after a failing match", "env", "return { drop_patterns = { \"x%\" } }", "%s:1: env policy: field drop_patterns[1]: expected a Lua pattern: \"x%\" is not a Lua pattern: malformed pattern (ends with '%')" },

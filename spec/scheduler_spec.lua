@@ -202,6 +202,30 @@ describe("scheduler", function()
     end)
   end)
 
+  it("core.secret_pipe: a child reads the secret on an inherited descriptor, once; never in its argv", function()
+    local core = mb.core
+    local secret = "e2b_" .. ("5a"):rep(20)
+    local kp = assert(core.secret_pipe(secret))
+    H.run(function()
+      -- fd 3 of the child: sh reads it to its end; its command line holds no secret
+      local p = assert(mb.proc.spawn{ argv = { "/bin/sh", "-c", "cat <&3; echo; cat <&3; echo end" },
+        inherit_fds = { kp:fd() } })
+      kp:close()
+      local out = ""
+      while true do local c = p:read("stdout", 5000) if not c then break end out = out .. c end
+      assert.are.equal(0, (p:wait(5000)))
+      p:close()
+      assert.are.equal(secret .. "\nend\n", out)      -- the second read finds the end: read once
+    end)
+    assert.has_error(function() kp:fd() end, "descriptor is closed")
+    kp:close()                                          -- twice is harmless
+    assert.has_error(function() core.secret_pipe(("x"):rep(4097)) end)
+    local empty = assert(core.secret_pipe(""))
+    assert.is_number(empty:fd())
+    empty:release()                                     -- a lock's word for close
+    assert.has_error(function() empty:fd() end, "descriptor is closed")
+  end)
+
   it("error objects have code, message, fields and __tostring", function()
     local e = mb.error("E2B_TIMEOUT", "too slow", { after_ms = 5 })
     assert.equal("E2B_TIMEOUT", e.code)

@@ -2,11 +2,10 @@
 -- progress bar on a terminal and plain lines otherwise, exit statuses, the record kept across
 -- processes, and a push killed outright (SIGKILL) leaving the target as it was. On the host
 -- providers (a local copy); #sandboxd: across processes on one sandbox (sandboxId).
-local bin = (os.getenv("MB_BUILD_DIR") or "build") .. "/bin/moonbox"
-if bin:sub(1, 1) ~= "/" then bin = assert(io.popen("pwd")):read("l") .. "/" .. bin end
 local cjson = require "cjson"
+local bin = require("support.cli").bin
 
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local q = require("support.cli").q
 local function sh(cmd)
   local p = assert(io.popen("(" .. cmd .. ") 2>&1"))
   local out = p:read("a")
@@ -17,12 +16,8 @@ local function write(path, s) local f = assert(io.open(path, "w")); f:write(s); 
 
 -- → exit status, stdout, stderr
 local function moonbox(args, env)
-  local out, err = os.tmpname(), os.tmpname()
-  local cmd = ("%s %s %s >%s 2>%s </dev/null"):format(env or "env -u E2B_API_KEY -u E2B_API_URL -u E2B_SANDBOX_URL",
-    q(bin), args, q(out), q(err))
-  local _, _, code = os.execute(cmd)
-  local function slurp(p) local f = io.open(p); local s = f:read("a"); f:close(); os.remove(p); return s end
-  return code, slurp(out), slurp(err)
+  return require("support.cli").moonbox(args, { prefix = env or "env -u E2B_API_KEY -u E2B_API_URL -u E2B_SANDBOX_URL",
+    stdin_null = true })
 end
 
 describe("moonbox sync", function()

@@ -16,7 +16,7 @@ usage: moonbox [--trace] SCRIPT.lua [ARGS...]
                           [--set NAME=VALUE]... [--unset NAME]... [--json]
        moonbox policy timeouts [--compose C] [--policy CONCERN=FILE]... [--json]
        moonbox policy check [--compose C] [--policy CONCERN=FILE]... [CONCERN=]FILE
-       moonbox sync push --compose C [--exclude PATTERN]... [--gitignore] [--max-files N]
+NETWORK_USAGE       moonbox sync push --compose C [--exclude PATTERN]... [--gitignore] [--max-files N]
                          [--max-bytes N] [--json] HOSTDIR WORLDDIR
        moonbox sync pull|diff --compose C [--prefer sandbox|host] [--exclude PATTERN]...
                          [--gitignore] [--max-files N] [--max-bytes N] [--json] WORLDDIR HOSTDIR
@@ -28,10 +28,12 @@ policy without starting a sandbox; `sandbox` calls the sandbox API (E2B_API_KEY,
 or E2B_API_URL + E2B_SANDBOX_URL name the endpoint); `sync` copies a host directory into the
 composition's world and brings back what changed there (`diff`: what `pull` would do);
 `sandboxd` is the local E2B-compatible server.
-CONCERN is env, lifecycle, timeouts or composition; FILE a policy file merged over the
-shipped defaults (and over the composition's own policies).
-]]
+CONCERN is env, lifecycle, timeouts, composition or network; FILE a policy file merged over
+the shipped defaults (and over the composition's own policies).
+NETWORK_HELP]]
 M.USAGE = M.USAGE:gsub("SANDBOX_USAGE", (require("moonbox.cli.sandbox").USAGE:gsub("%%", "%%%%")))
+M.USAGE = M.USAGE:gsub("NETWORK_USAGE", (require("moonbox.cli.network").USAGE:gsub("%%", "%%%%")))
+M.USAGE = M.USAGE:gsub("NETWORK_HELP", (require("moonbox.cli.network").HELP:gsub("%%", "%%%%")))
 
 -- A usage mistake: the message, then the usage, exit status 2.
 local Usage = {}
@@ -117,6 +119,8 @@ local function policy_set(opts)
   return policies.load(layers)
 end
 
+M.policy_set = policy_set
+
 local function json() return require("cjson").new() end
 
 -- "--set NAME=VALUE" ... → explicit table, where(name)
@@ -187,6 +191,8 @@ local function layers_text(set)
   end
   return table.concat(parts, " + ")
 end
+
+M.layers_text = layers_text
 
 local function policy_env(argv, i)
   local opts, pos = parse(argv, i, { ["--compose"] = "value", ["--policy"] = "list", ["--env-file"] = "value",
@@ -559,8 +565,9 @@ function M.main(argv, opts)
       if sub == "env" then return policy_env(argv, i + 2) end
       if sub == "timeouts" then return policy_timeouts(argv, i + 2) end
       if sub == "check" then return policy_check(argv, i + 2) end
-      if sub == nil then usage_error("policy: expected env, timeouts or check") end
-      usage_error("policy: unknown subcommand %s (expected env, timeouts or check)", sub)
+      if sub == "network" then return require("moonbox.cli.network").main(M, argv, i + 2) end
+      if sub == nil then usage_error("policy: expected env, timeouts, network or check") end
+      usage_error("policy: unknown subcommand %s (expected env, timeouts, network or check)", sub)
     end
     if cmd == "sandbox" then return require("moonbox.cli.sandbox").main(M, argv, i + 1) end
     if cmd:sub(1, 1) == "-" then usage_error("unknown option %s", cmd) end

@@ -16,6 +16,40 @@ local policies_mod = require "moonbox.policies"
 
 local compose = {}
 
+-- Warnings (what a composition asks for that cannot hold: a network policy on the host
+-- providers). Each is written once per process to stderr, as "moonbox: warning: ...", unless the
+-- caller of load gives opts.warn; every load lists them in comp.warnings.
+local warned = {}
+local function stderr_warn(msg)
+  if warned[msg] then return end
+  warned[msg] = true
+  io.stderr:write("moonbox: warning: ", msg, "\n")
+end
+
+-- The origin of the first network field not left at its default.
+local function set_by(origins)
+  for _, f in ipairs({ "internet", "allow_out", "deny_out" }) do
+    if origins[f].kind ~= "default" then return origins[f] end
+  end
+  return origins.internet
+end
+
+-- The network policy cannot be enforced by the host providers: what the policy says and that it
+-- is not enforced, when it says anything (a non-default policy is a warning, not an error: the
+-- same composition file may serve the host and a sandbox). → message | nil
+function compose.network_warning(file, records, policies)
+  for _, rec in ipairs(records) do
+    if (rec.provides or rec.name) == "e2b" then return nil end
+  end
+  local p = policies.network
+  if p.is_default() then return nil end
+  local names = {}
+  for _, rec in ipairs(records) do names[#names + 1] = rec.name end
+  return ("%s: the network policy is NOT enforced: this composition runs on the host providers (%s), "
+    .. "whose programs reach whatever the host reaches; only a sandbox (plugin \"e2b\") enforces it. It says: %s [%s]")
+    :format(file, table.concat(names, ", "), p.summary(), policies_mod.origin_text(set_by(policies.origins.network)))
+end
+
 local function fail(message, fields)
   return nil, errors.new("COMPOSE_INVALID", message, fields)
 end
@@ -83,7 +117,8 @@ end
 
 -- Load, validate and order a composition. opts: { policies = { concern → table of values },
 -- policy_files = { concern → path } (the command line's --policy, applied last), source =
--- string (file contents instead of reading `file`) }.
+-- string (file contents instead of reading `file`), warn = function(message) (default: stderr,
+-- once per process) }.
 -- → { file, plugins = ordered records, policies } | nil, err (COMPOSE_INVALID, POLICY_INVALID)
 -- A record: { name, module, provides, inject, config, line, where = "file:line" }.
 function compose.load(file, opts)
@@ -161,6 +196,7 @@ function compose.load(file, opts)
   local policies, perr = policies_mod.load(layers)
   if not policies then return nil, perr end
   local registry = policies.composition.plugins
+  local warnings = {}
 
   for _, rec in ipairs(records) do
     local modname = registry[rec.name]
@@ -182,13 +218,27 @@ function compose.load(file, opts)
         { plugin = rec.name, field = field })
     end
     rec.config = config
+    if mod.validate then            -- the plugin's own rules over its config and the policies
+      local bad, warns = mod.validate(config, policies, ("%s: plugin %q"):format(rec.where, rec.name))
+      if bad then return fail(("%s: plugin %q: %s"):format(rec.where, rec.name, bad), { plugin = rec.name }) end
+      for _, w in ipairs(warns or {}) do warnings[#warnings + 1] = w end
+    end
   end
 
   local ordered, oerr, culprit = policies.composition.order(records)
   if not ordered then
     return fail(("%s: %s"):format(culprit and culprit.where or file, oerr))
   end
-  return { file = file, plugins = ordered, policies = policies, policy_layer = policy_layer }
+  local nw = compose.network_warning(file, records, policies)
+  if nw then warnings[#warnings + 1] = nw end
+  local warn = opts.warn or stderr_warn
+  for _, w in ipairs(warnings) do warn(w) end
+  -- a reload that makes the network policy say something on the host warns then
+  policies.on_reload = function(set)
+    local w = compose.network_warning(file, records, set)
+    if w then warn(w) end
+  end
+  return { file = file, plugins = ordered, policies = policies, policy_layer = policy_layer, warnings = warnings }
 end
 
 -- Instantiate plugins in order on a fresh ctx. Must run inside a moonbox task (plugins do I/O).

@@ -7,7 +7,7 @@
 --   policies.explain_env(set, ambient, explicit)   -- kept / dropped / set / overridden / deleted
 --   set:reload()                          -- re-read every file; refused (old kept) when invalid
 --
--- Four concerns: env, lifecycle, timeouts, composition. The shipped defaults are plain Lua
+-- Five concerns: env, lifecycle, timeouts, composition, network. The shipped defaults are plain Lua
 -- files (policies/<concern>.lua in a checkout, moonbox/policies/<concern>.lua installed). A
 -- layer is one of { dir = path } (whichever <concern>.lua files it holds), { files = {
 -- concern = path } } or { values = { concern = table } }, with `via` naming who asked for it
@@ -22,7 +22,7 @@ local source = require "moonbox.policy.source"
 
 local M = {}
 
-M.CONCERNS = { "env", "lifecycle", "timeouts", "composition" }
+M.CONCERNS = { "env", "lifecycle", "timeouts", "composition", "network" }
 local KINDS = {}
 for _, c in ipairs(M.CONCERNS) do KINDS[c] = require("moonbox.policy." .. c) end
 M.kinds = KINDS
@@ -30,7 +30,7 @@ M.kinds = KINDS
 local function fail(message) return nil, errors.new("POLICY_INVALID", message) end
 
 function M.is_concern(c) return type(c) == "string" and KINDS[c] ~= nil end
-function M.concern_list() return "env, lifecycle, timeouts or composition" end
+function M.concern_list() return "env, lifecycle, timeouts, composition or network" end
 
 -- "CONCERN=FILE" (moonbox --policy, mb_runtime_open) → concern, path | nil, message
 function M.parse_arg(v)
@@ -101,8 +101,10 @@ local function apply(concern, values, origins, src, via, kind)
     local where = at(src.lines[field])
     local spec = type(field) == "string" and K.schema[field] or nil
     if not spec then
-      return nil, ("%s: %s policy: unknown field %s (expected one of %s)"):format(where, concern,
-        type(field) == "string" and field or S.show(field), table.concat(K.fields, ", "))
+      local near = type(field) == "string" and S.nearest(field, K.fields)
+      return nil, ("%s: %s policy: unknown field %s (expected one of %s%s)"):format(where, concern,
+        type(field) == "string" and field or S.show(field), table.concat(K.fields, ", "),
+        near and ("; the nearest is " .. near) or "")
     end
     local msg, part = S.check(spec, v)
     if msg then
@@ -269,6 +271,7 @@ function Set:reload(changes)
   if not r then return nil, err end
   bind_all(self, r)
   self.layers = layers
+  if self.on_reload then self.on_reload(self) end     -- compose: a network policy on the host warns
   return true
 end
 

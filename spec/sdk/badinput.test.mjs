@@ -242,7 +242,7 @@ test('signed URLs of a sandbox created without secure: true → 401 naming the r
 
 test('create fields sandboxd cannot enforce → 400 whose message names the field', T, async () => {
   const cases = [
-    ['network', { network: { denyOut: ['0.0.0.0/0'] } }],
+    ['network.rules', { network: { rules: { 'api.example.com': [{ transform: { headers: { Authorization: 'x' } } }] } } }],
     ['mcp', { mcp: { 'some-server': {} } }],
     ['autoResume', { autoPause: true, autoResume: { enabled: 'yes' } }],
     ['noSuchField', { noSuchField: 1 }],
@@ -266,7 +266,6 @@ test('create fields sandboxd cannot enforce → 400 whose message names the fiel
 test('unimplemented control-plane routes → 501 {code: 501, message}', T, async () => {
   const id = 'nosuchsandbox' + uniq('')
   const routes = [
-    ['PUT', `/sandboxes/${id}/network`, '{}'],
     ['GET', '/snapshots/x'],
     ['GET', '/templates'],
     ['GET', '/v2/templates'],

@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os'
 import net from 'node:net'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { KEY_FD_ARGS, passKey } from '../support/sandboxd_key.mjs'
 
 /**
  * The SDK under test: MB_E2B_SDK=e2b (default, the pinned 2.29.1) or e2b-latest (the current
@@ -324,15 +325,16 @@ export function freePort() {
  * Starts a private sandboxd. Resolves once it prints "sandboxd listening on".
  * Returns {proc, port, url, stateDir, key, log(), exited (promise of {code, signal}), opts (SDK connection opts)}.
  */
-export async function startSandboxd({ stateDir, port, env = {}, key = ZERO_KEY } = {}) {
+export async function startSandboxd({ stateDir, port, env = {}, key = ZERO_KEY, args = [] } = {}) {
   const bin = sandboxdBinary()
   if (!existsSync(bin)) throw new Error(`sandboxd binary not found at ${bin} (build it first)`)
   stateDir ??= mkdtempSync(path.join(tmpdir(), 'mb-sdk-state-'))
   port ??= await freePort()
-  const proc = spawn(bin, ['--listen', `127.0.0.1:${port}`, '--api-key', key, '--state-dir', stateDir, '--exit-with-parent'], {
+  const proc = spawn(bin, ['--listen', `127.0.0.1:${port}`, ...KEY_FD_ARGS, '--state-dir', stateDir, '--exit-with-parent', ...args], {
     env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
   })
+  passKey(proc, key)
   let out = ''
   proc.stdout.on('data', (d) => (out += d))
   proc.stderr.on('data', (d) => (out += d))
@@ -375,17 +377,18 @@ export async function stopSandboxd(s) {
 
 /**
  * Starts a private sandboxd on `--listen 127.0.0.1:0`, optionally under a wrapper command (`wrap`,
- * e.g. setpriv; the wrapper must exec sandboxd so that signals reach it) and without --api-key
- * (`key: null`). The port is read from the "listening on" line of its stdout, a generated key from
+ * e.g. setpriv; the wrapper must exec sandboxd so that signals reach it) and without a key of its
+ * own (`key: null`: sandboxd makes one in its state directory). The port is read from the "listening on" line of its stdout, a generated key from
  * its "api key:" line. Returns what startSandboxd returns plus stdout() and stderr() (separately);
  * stopSandboxd works on it.
  */
-export async function startSandboxdArgs({ stateDir, key = ZERO_KEY, wrap = [], env = {} } = {}) {
+export async function startSandboxdArgs({ stateDir, key = ZERO_KEY, wrap = [], env = {}, args = [] } = {}) {
   const bin = sandboxdBinary()
   if (!existsSync(bin)) throw new Error(`sandboxd binary not found at ${bin} (build it first)`)
   stateDir ??= mkdtempSync(path.join(tmpdir(), 'mb-sdk-state-'))
-  const argv = [...wrap, bin, '--listen', '127.0.0.1:0', ...(key ? ['--api-key', key] : []), '--state-dir', stateDir, '--exit-with-parent']
-  const proc = spawn(argv[0], argv.slice(1), { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  const argv = [...wrap, bin, '--listen', '127.0.0.1:0', ...(key ? KEY_FD_ARGS : []), '--state-dir', stateDir, '--exit-with-parent', ...args]
+  const proc = spawn(argv[0], argv.slice(1), { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe', ...(key ? ['pipe'] : [])] })
+  if (key) passKey(proc, key)
   let out = ''
   let err = ''
   proc.stdout.on('data', (d) => (out += d))
@@ -429,4 +432,30 @@ export async function sh(sbx, cmd, opts = {}) {
     if (e.exitCode === undefined) throw e
     return { code: e.exitCode, out: (e.stdout ?? '') + (e.stderr ?? '') }
   }
+}
+
+// ---------------------------------------------------------------- a stand-in world for egress tests
+/**
+ * The world of spec/support/networld.py (root only): a network namespace with a public-looking,
+ * a private and a link-local host, a DNS server for test names, HTTP/HTTPS/TCP/UDP services.
+ * Returns its description ({public, private, linklocal, dns, ca, names, ...}) with stats() (what
+ * its servers saw) and stop(); null with `why` set when this machine cannot make it.
+ */
+export async function startNetworld(t) {
+  if (process.getuid() !== 0) return { why: 'not root: cannot make a network namespace' }
+  const dir = mkdtempSync(path.join(tmpdir(), 'mb-networld-'))
+  const proc = spawn('python3', [path.join(HERE, '..', 'support', 'networld.py'), dir], { stdio: ['pipe', 'pipe', 'inherit'] })
+  let out = ''
+  proc.stdout.on('data', (d) => (out += d))
+  const exited = new Promise((resolve) => proc.on('exit', resolve))
+  await settlesWithin(Promise.race([waitFor(() => out.includes('\n'), { timeoutMs: 30_000, what: 'networld' }), exited]), 35_000, 'networld')
+  const world = JSON.parse(out.split('\n')[0])
+  if (world.error) throw new Error(`networld: ${world.error}`)
+  world.stop = async () => {
+    proc.stdin.end()
+    await exited
+  }
+  world.stats = async () => (await fetch(`http://${world.public}:8099/stats`)).json()
+  if (t) t.after(() => world.stop())
+  return world
 }

@@ -3,7 +3,7 @@
 // the template shows. Tests that stop sandboxd start their own (own port and --state-dir).
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { execFileSync } from 'node:child_process'
+import { execFileSync, spawnSync } from 'node:child_process'
 import { existsSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync, mkdtempSync } from 'node:fs'
 import { hostname, tmpdir } from 'node:os'
 import path from 'node:path'
@@ -26,6 +26,7 @@ import {
   sh,
   Sandbox,
   AuthenticationError,
+  sandboxdBinary,
 } from './helpers.mjs'
 
 /** Sends `sig` and waits (bounded) for the exit; resolves with {code, signal}. */
@@ -34,9 +35,9 @@ async function signalAndWait(srv, sig) {
   return settlesWithin(srv.exited, 30_000, `sandboxd exit after ${sig}`)
 }
 
-const CG_CONTROLLERS = ['pids', 'memory', 'freezer']
+const CG_CONTROLLERS = ['pids', 'memory', 'freezer', 'cpu', 'cpuacct']
 
-test('without --api-key a key is generated once, kept in the state dir, and works; SIGINT exits 0 and leaves nothing', T, async (t) => {
+test('without --api-key-file or --api-key-fd a key is generated once, kept in the state dir, and works; SIGINT exits 0 and leaves nothing', T, async (t) => {
   const stateDir = mkdtempSync(path.join(tmpdir(), 'mb-sdk-key-'))
   let first = null
   let second = null
@@ -167,6 +168,40 @@ test('uts and ipc namespaces: host name = sandbox id; host SysV IPC objects are 
   const innerKey = (await sbx.commands.run('ipcmk -Q >/dev/null && ipcs -q')).stdout
   const [[key]] = queues(innerKey)
   assert.ok(!hostQueues().some(([k]) => k === key), `the sandbox's queue ${key} is visible on the host`)
+})
+
+test('limits from --cpu-count, --memory-mb, --pids-max on cgroup v1: written to the cgroups, reported by getInfo and getMetrics; bad values refused', T, async (t) => {
+  for (const bad of [['--cpu-count', '0'], ['--memory-mb', '8'], ['--pids-max', 'x'], ['--cpu-count', '2x']]) {
+    const r = spawnSync(sandboxdBinary(), ['--listen', '127.0.0.1:0', ...bad], { encoding: 'utf8' })
+    assert.equal(r.status, 2, `${bad.join(' ')}: exit ${r.status}`)
+    assert.match(r.stderr, new RegExp(`^sandboxd: ${bad[0]} '${bad[1]}' must be a whole number from \\d+ to \\d+$`, 'm'))
+  }
+  if (!['cpu', 'memory', 'pids'].every((c) => existsSync(`/sys/fs/cgroup/${c}/cgroup.procs`))) {
+    return t.skip('no cgroup v1 cpu, memory and pids controllers here (tests/vm checks cgroup v2)')
+  }
+  const srv = await startSandboxdArgs({ args: ['--cpu-count', '1', '--memory-mb', '300', '--pids-max', '200'] })
+  t.after(() => stopSandboxd(srv))
+  assert.match(srv.stderr(), /^sandboxd: cgroup v1: pids memory cpu .*; each sandbox: 1 CPU, 300 MB$/m)
+  const sbx = await Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000, allowInternetAccess: false })
+  const info = await Sandbox.getInfo(sbx.sandboxId, srv.opts)
+  assert.deepEqual([info.cpuCount, info.memoryMB], [1, 300], 'getInfo')
+  const listed = (await Sandbox.list({ ...srv.opts }).nextItems()).find((x) => x.sandboxId === sbx.sandboxId)
+  assert.deepEqual([listed?.cpuCount, listed?.memoryMB], [1, 300], 'list')
+  const m = marker(4)
+  await sbx.commands.run(`sleep ${m}`, { background: true, timeoutMs: 0 })
+  const p = await waitFor(() => hostProcessesWith(`sleep ${m}`)[0], { what: 'the sandbox sleep on the host' })
+  const lines = readFileSync(`/proc/${p.pid}/cgroup`, 'utf8').split('\n')
+  const dir = (c) => `/sys/fs/cgroup/${c}${lines.find((l) => l.split(':')[1]?.split(',').includes(c))?.split(':')[2]}`
+  const v = (c, f) => readFileSync(`${dir(c)}/${f}`, 'utf8').trim()
+  assert.ok(dir('cpu').endsWith('/' + sbx.sandboxId), `the command's cpu cgroup: ${dir('cpu')}`)
+  assert.deepEqual([v('cpu', 'cpu.cfs_period_us'), v('cpu', 'cpu.cfs_quota_us')], ['100000', '100000'], 'one CPU of quota')
+  assert.equal(v('memory', 'memory.limit_in_bytes'), String(300 * 1048576))
+  if (existsSync(`${dir('memory')}/memory.memsw.limit_in_bytes`)) assert.equal(v('memory', 'memory.memsw.limit_in_bytes'), String(300 * 1048576), 'no swap beyond it')
+  assert.equal(v('pids', 'pids.max'), '200')
+  const metrics = await sbx.getMetrics()
+  assert.ok(metrics.length > 0 && metrics.every((x) => x.cpuCount === 1 && x.memTotal === 300 * 1048576), JSON.stringify(metrics))
+  await sbx.kill()
+  for (const c of ['cpu', 'memory', 'pids']) assert.deepEqual(pathsUnder(`/sys/fs/cgroup/${c}`, sbx.sandboxId), [], `${c} cgroup`)
 })
 
 test('cgroup pids limit: the default is configured, and the sandbox cannot fork past its limit', T, async (t) => {

@@ -1,6 +1,7 @@
-// Network isolation: every sandbox has its own network namespace. With allowInternetAccess it
-// reaches the network through pasta, never the host itself (loopback or any of its addresses);
-// without it, only its own loopback. Checked from inside (commands) and from the host.
+// Network isolation: every sandbox has its own network namespace. As root, sandboxd joins each to
+// its gateway namespace by a veth pair, and its egress proxy carries what the rules allow, never to
+// the host itself (loopback or any of its addresses); allowInternetAccess false lets nothing out.
+// Checked from inside (commands) and from the host. The rules themselves: egress.test.mjs.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFileSync, spawn } from 'node:child_process'
@@ -9,7 +10,7 @@ import { readFileSync, readdirSync, readlinkSync, existsSync } from 'node:fs'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
-import { T, newSandbox, requireEnv, uniq, waitFor, sh, freePort, sharedStateDir, startSandboxd, stopSandboxd, hostChildren, Sandbox } from './helpers.mjs'
+import { T, newSandbox, requireEnv, uniq, waitFor, sh, freePort, startSandboxd, stopSandboxd, hostChildren, Sandbox, startNetworld } from './helpers.mjs'
 
 /** A TCP server on the host that counts the connections it accepted. */
 async function hostListener(t, host) {
@@ -73,44 +74,14 @@ function canMakeNetns() {
   return null
 }
 
-/**
- * A stand-in for the internet: a network namespace joined to the host by a veth pair
- * (10.213.N.1 host side, 10.213.N.2 inside), with a TCP server on 10.213.N.2 that answers
- * "internet-ok". Removed when the test ends.
- */
-async function fakeInternet(t) {
-  const name = uniq('mbi').slice(0, 9)
-  const n = 1 + Math.floor(Math.random() * 250)
-  const [hostIp, farIp] = [`10.213.${n}.1`, `10.213.${n}.2`]
-  const ip = (...a) => execFileSync('ip', a, { stdio: ['ignore', 'ignore', 'pipe'] })
-  ip('netns', 'add', name)
-  t.after(() => {
-    try {
-      ip('netns', 'del', name)   // takes the veth pair with it
-    } catch {
-      /* already gone */
-    }
+/** The first line a server that speaks first sends to the host. */
+function firstLineFromHost(host, port) {
+  return new Promise((resolve) => {
+    const c = net.connect({ host, port, timeout: 3000 })
+    c.on('data', (d) => { c.destroy(); resolve(String(d).split('\n')[0]) })
+    c.on('timeout', () => { c.destroy(); resolve('ETIMEDOUT') })
+    c.on('error', (e) => resolve(e.code))
   })
-  ip('link', 'add', `${name}h`, 'type', 'veth', 'peer', 'name', `${name}n`)
-  ip('link', 'set', `${name}n`, 'netns', name)
-  ip('addr', 'add', `${hostIp}/30`, 'dev', `${name}h`)
-  ip('link', 'set', `${name}h`, 'up')
-  ip('netns', 'exec', name, 'ip', 'addr', 'add', `${farIp}/30`, 'dev', `${name}n`)
-  ip('netns', 'exec', name, 'ip', 'link', 'set', `${name}n`, 'up')
-  ip('netns', 'exec', name, 'ip', 'route', 'add', 'default', 'via', hostIp)
-  const port = 8000 + Math.floor(Math.random() * 1000)
-  const server = spawn('ip', ['netns', 'exec', name, 'python3', '-c', `
-import socket
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(('${farIp}', ${port})); s.listen(16); print('listening', flush=True)
-while True:
-    c, _ = s.accept(); c.sendall(b'internet-ok\\n'); c.close()
-`], { stdio: ['ignore', 'pipe', 'inherit'] })
-  t.after(() => server.kill('SIGKILL'))
-  let out = ''
-  server.stdout.on('data', (d) => (out += d))
-  await waitFor(() => out.includes('listening'), { what: 'the stand-in internet server' })
-  return { name, hostIp, farIp, port }
 }
 
 /** Connects from the host; resolves with the first line read, or the error code. */
@@ -173,28 +144,28 @@ while True:
   assert.equal((await sbx.files.read(log)).trim().split('\n').length, 1)
 })
 
-test('with internet access, the host\'s own addresses are out of reach; the stand-in internet is reachable', T, async (t) => {
-  const why = canMakeNetns()
-  if (why) return t.skip(why)
-  const inet = await fakeInternet(t)
+test('with internet access, the host\'s own addresses are out of reach and the stand-in world is reachable; without it, nothing is', T, async (t) => {
+  const world = await startNetworld(t)
+  if (world.why) return t.skip(world.why)
   const any = await hostListener(t, '0.0.0.0')
   const targets = hostAddresses().filter((a) => !a.includes(':'))
-  assert.ok(targets.includes(inet.hostIp), 'the veth address is one of the host\'s')
-  // from the host itself, every one of its addresses reaches the listener, and the stand-in answers
+  assert.ok(targets.includes(world.hostSide), 'the world\'s veth address is one of the host\'s')
+  // from the host itself, every one of its addresses reaches the listener, and the world answers
   for (const a of targets) assert.match(await connectFromHost(a, any.port), /^connected:HOST-REACHED/, a)
-  assert.equal(await connectFromHost(inet.farIp, inet.port), 'connected:internet-ok')
+  assert.equal(await firstLineFromHost(world.public, 2222), 'BANNER public')
   const before = any.accepted.length
 
   const on = await newSandbox(t, { allowInternetAccess: true })
-  const got = await probeFromInside(on, [[inet.farIp, inet.port], ...targets.map((a) => [a, any.port])])
-  assert.equal(got[`${inet.farIp}:${inet.port}`], 'connected:internet-ok', JSON.stringify(got))
-  for (const a of targets) assert.ok(!got[`${a}:${any.port}`].startsWith('connected'), `host address ${a} reached: ${JSON.stringify(got)}`)
+  const got = await probeFromInside(on, [[world.public, 2222], ...targets.map((a) => [a, any.port])])
+  assert.equal(got[`${world.public}:2222`], 'connected:BANNER public', JSON.stringify(got))
+  for (const a of targets) assert.ok(!got[`${a}:${any.port}`].startsWith('connected:HOST'), `host address ${a} reached: ${JSON.stringify(got)}`)
   assert.equal(any.accepted.length, before, `the host listener was reached from inside: ${any.accepted.slice(before)}`)
 
+  const seen = (await world.stats()).tcp['public:2222']
   const off = await newSandbox(t, { allowInternetAccess: false })
-  const gotOff = await probeFromInside(off, [[inet.farIp, inet.port], ...targets.map((a) => [a, any.port])])
-  for (const [k, v] of Object.entries(gotOff)) assert.ok(!v.startsWith('connected'), `${k} without internet access: ${v}`)
-  assert.match(gotOff[`${inet.farIp}:${inet.port}`], /OSError|ConnectionRefusedError/, 'no route at all')
+  const gotOff = await probeFromInside(off, [[world.public, 2222], ...targets.map((a) => [a, any.port])])
+  for (const [k, v] of Object.entries(gotOff)) assert.ok(!v.startsWith('connected:HOST') && !v.startsWith('connected:BANNER'), `${k} without internet access: ${v}`)
+  assert.equal((await world.stats()).tcp['public:2222'], seen, 'the world saw a connection of a sandbox without internet access')
   assert.equal(any.accepted.length, before)
 })
 
@@ -208,14 +179,6 @@ function dnsQuery(id, name) {
   return Buffer.concat([head, ...labels, Buffer.from([0, 0, 1, 0, 1])])
 }
 
-function hostResolver() {
-  for (const l of readFileSync('/etc/resolv.conf', 'utf8').split('\n')) {
-    const m = l.match(/^nameserver\s+(\d+\.\d+\.\d+\.\d+)\s*$/)
-    if (m) return m[1]
-  }
-  return null
-}
-
 function askFromHost(server, query) {
   return new Promise((resolve) => {
     const s = dgram.createSocket('udp4')
@@ -225,15 +188,17 @@ function askFromHost(server, query) {
   })
 }
 
-test('DNS inside goes to pasta\'s forwarder, which answers as the host\'s resolver does', T, async (t) => {
-  const server = hostResolver()
-  if (!server) return t.skip('the host has no IPv4 nameserver')
-  const name = 'deb.debian.org'
-  const q = dnsQuery(0x4d42, name)
-  const onHost = await askFromHost(server, q)
-  if (!onHost) return t.skip(`the host's resolver ${server} does not answer`)
-  const sbx = await newSandbox(t)
-  const conf = (await sbx.files.read('/etc/resolv.conf')).split('\n').filter((l) => /^nameserver/.test(l))
+test('DNS inside goes to sandboxd\'s forwarder, which answers as sandboxd\'s resolver (--dns) does; without internet access it refuses', T, async (t) => {
+  const world = await startNetworld(t)
+  if (world.why) return t.skip(world.why)
+  const srv = await startSandboxd({ args: ['--dns', world.dns] })
+  t.after(() => stopSandboxd(srv))
+  const q = dnsQuery(0x4d42, 'allowed.test')
+  const direct = await askFromHost(world.dns, q)
+  assert.ok(direct && direct.readUInt16BE(6) === 1, 'the world\'s DNS answers')
+  const on = await Sandbox.create('base', { ...srv.opts, timeoutMs: 60_000 })
+  t.after(() => on.kill().catch(() => {}))
+  const conf = (await on.files.read('/etc/resolv.conf')).split('\n').filter((l) => /^nameserver/.test(l))
   assert.deepEqual(conf, ['nameserver 169.254.1.1'])
   const ask = `python3 -c "
 import socket, sys
@@ -243,35 +208,46 @@ try:
     print(s.recv(4096).hex())
 except Exception as e: print(type(e).__name__)
 "`
-  const inside = Buffer.from((await sbx.commands.run(ask)).stdout.trim(), 'hex')
-  assert.ok(inside.length >= 12, 'no answer from the forwarder')
-  assert.equal(inside.readUInt16BE(0), 0x4d42, 'the answer is to our query')
-  assert.equal(inside[3] & 15, onHost[3] & 15, 'same RCODE as the host gets')
-  assert.equal(inside.readUInt16BE(6) > 0, onHost.readUInt16BE(6) > 0, 'answers inside iff on the host')
-  // and the resolver library uses it
-  if (onHost.readUInt16BE(6) > 0) assert.equal((await sh(sbx, `getent hosts ${name} >/dev/null; echo $?`)).out.trim(), '0')
-
-  const off = await newSandbox(t, { allowInternetAccess: false })
-  assert.equal((await off.commands.run(ask)).stdout.trim(), 'OSError', 'DNS without internet access')
+  const inside = Buffer.from((await on.commands.run(ask)).stdout.trim(), 'hex')
+  assert.deepEqual(inside, direct, 'the forwarder passes the resolver\'s answer on as it is')
+  assert.equal((await sh(on, 'getent hosts allowed.test')).out.split(/\s+/)[0], world.public, 'the resolver library uses it')
+  // over TCP too (a resolver's fallback for long answers): relayed to the resolver as it is
+  const askTcp = `python3 -c "
+import socket, struct
+q = bytes.fromhex('${q.toString('hex')}')
+s = socket.create_connection(('169.254.1.1', 53), timeout=3); s.sendall(struct.pack('!H', len(q)) + q)
+n = struct.unpack('!H', s.recv(2))[0]; d = b''
+while len(d) < n: d += s.recv(n - len(d))
+print(d.hex())
+"`
+  assert.deepEqual(Buffer.from((await on.commands.run(askTcp)).stdout.trim(), 'hex').subarray(12), direct.subarray(12), 'over TCP the same answer')
+  const off = await Sandbox.create('base', { ...srv.opts, timeoutMs: 60_000, allowInternetAccess: false })
+  t.after(() => off.kill().catch(() => {}))
+  assert.notEqual((await sh(off, askTcp)).code, 0, 'DNS over TCP refused without internet access')
+  const refused = Buffer.from((await off.commands.run(ask)).stdout.trim(), 'hex')
+  assert.ok(refused.length >= 12, 'no answer without internet access')
+  assert.equal(refused.readUInt16BE(0), 0x4d42)
+  assert.equal(refused[3] & 15, 5, 'REFUSED without internet access')
+  assert.equal(refused.readUInt16BE(6), 0, 'and no answer record')
+  assert.equal(refused.subarray(12).toString('hex'), q.subarray(12).toString('hex'), 'the question as asked')
 })
 
-/** Host pids of pasta processes whose parent is `ppid`. */
-const pastasOf = (ppid) => hostChildren(ppid, 'pasta')
-
-/** pasta processes in the user namespace of the sandbox's init (pasta joins it). */
-function pastaOfSandbox(stateDir, id) {
-  const init = readFileSync(path.join(stateDir, 'sandboxes', id, 'init.pid'), 'utf8').split(' ')[0]
-  const userns = readlinkSync(`/proc/${init}/ns/user`)
-  const out = []
-  for (const d of readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue
+/** The links of sandboxd's gateway namespace (held by a descriptor of its process). */
+function gatewayLinks(pid) {
+  const own = readlinkSync(`/proc/${pid}/ns/net`)
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    let target
     try {
-      if (readFileSync(`/proc/${d}/cmdline`, 'utf8').split('\0')[0] === 'pasta' && readlinkSync(`/proc/${d}/ns/user`) === userns) out.push(Number(d))
+      target = readlinkSync(`/proc/${pid}/fd/${fd}`)
     } catch {
-      /* gone, or not ours to read */
+      continue
     }
+    if (!target.startsWith('net:[') || target === own) continue
+    const ns = (...cmd) => execFileSync('nsenter', [`--net=/proc/${pid}/fd/${fd}`, ...cmd], { encoding: 'utf8' })
+    if (!ns('ip', '-o', 'addr', 'show', 'dev', 'lo').includes('169.254.1.1')) continue   // a sandbox's own
+    return ns('ip', '-o', 'link').split('\n').map((l) => l.split(': ')[1]?.split('@')[0]).filter((n) => n && n.startsWith('sbx'))
   }
-  return out
+  return null
 }
 
 function nftTables() {
@@ -289,43 +265,21 @@ function guardTable(stateDir) {
   return `table inet sandboxd_${h.toString(16).padStart(16, '0')}`
 }
 
-test('pasta runs per sandbox with internet access and goes with it; sandboxd removes its host guard at exit', T, async (t) => {
+test('each sandbox has a veth pair of its own into sandboxd\'s gateway and no process; both go with it; sandboxd removes its host guard at exit', T, async (t) => {
   if (process.getuid() !== 0) return t.skip('not root')
   const srv = await startSandboxd({ env: { SANDBOXD_WARM_POOL: '0', SANDBOXD_NET_POOL: '0' } })
   t.after(() => stopSandboxd(srv))
   const table = guardTable(srv.stateDir)
   assert.ok(nftTables().includes(table), `its host guard ${table} is installed: ${nftTables()}`)
-  assert.deepEqual(pastasOf(srv.proc.pid), [], 'no pasta before any sandbox (pools off)')
+  assert.deepEqual(gatewayLinks(srv.proc.pid), [], 'no link before any sandbox (pools off)')
   const on = await Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000, allowInternetAccess: true })
   const off = await Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000, allowInternetAccess: false })
-  const pids = pastasOf(srv.proc.pid)
-  assert.equal(pids.length, 1, 'exactly one pasta: for the sandbox with internet access')
-  const alive = (pid) => existsSync(`/proc/${pid}`)
-  const records = () => readdirSync(path.join(srv.stateDir, 'net'))
-  assert.deepEqual(records(), [`pasta-${pids[0]}`], 'recorded for the clean-up after a crash')
-  assert.deepEqual(pastaOfSandbox(srv.stateDir, on.sandboxId), pids)
-  assert.deepEqual(pastaOfSandbox(srv.stateDir, off.sandboxId), [])
+  assert.equal(gatewayLinks(srv.proc.pid).length, 2, 'one link each (without internet access, a link where nothing is let out)')
+  assert.deepEqual(hostChildren(srv.proc.pid, 'pasta'), [], 'no pasta as root')
+  for (const s of [on, off]) assert.equal((await s.commands.run('ls /sys/class/net')).stdout, 'eth0\nlo\n')
   await on.kill()
-  assert.ok(!alive(pids[0]), 'pasta ends with its sandbox')
-  assert.deepEqual(pastasOf(srv.proc.pid), [])
-  assert.deepEqual(records(), [])
-  await Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000 })   // internet access: the SDK's default
-  const live = pastasOf(srv.proc.pid)
-  assert.equal(live.length, 1)
+  assert.equal(gatewayLinks(srv.proc.pid).length, 1, 'the link goes with its sandbox')
   srv.proc.kill('SIGTERM')
   assert.deepEqual(await srv.exited, { code: 0, signal: null })
-  assert.ok(!alive(live[0]), 'pasta of a sandbox alive at SIGTERM ends too')
-  assert.deepEqual(records(), [])
   assert.ok(!nftTables().includes(table), 'the host guard is removed')
-})
-
-test('the shared sandboxd records each internet sandbox\'s pasta; killing the sandbox ends it', T, async (t) => {
-  const state = sharedStateDir()
-  if (!state) return t.skip('the shared sandboxd\'s state dir is unknown')
-  const sbx = await newSandbox(t)
-  const [pid, ...more] = pastaOfSandbox(state, sbx.sandboxId)
-  assert.ok(pid && more.length === 0, 'one pasta in the sandbox\'s user namespace')
-  assert.ok(existsSync(path.join(state, 'net', `pasta-${pid}`)), 'recorded')
-  await sbx.kill()
-  await waitFor(() => !existsSync(`/proc/${pid}`), { what: `pasta ${pid} to end` })
 })

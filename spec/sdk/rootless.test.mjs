@@ -60,6 +60,7 @@ test('sandboxd as an ordinary user: reports missing isolation, serves the SDK, S
   const reasonOf = {
     'cgroup pids limit': /no writable cgroup v1 pids controller: no process limit/,
     'cgroup memory limit': /no writable cgroup v1 memory controller: no memory limit/,
+    'cgroup CPU limit': /no writable cgroup v1 cpu controller: no CPU limit/,
     'freezer (pause)': /no writable cgroup v1 freezer: pause uses SIGSTOP/,
   }
   for (const [feature, reason] of Object.entries(reasonOf)) {
@@ -70,11 +71,14 @@ test('sandboxd as an ordinary user: reports missing isolation, serves the SDK, S
   for (const ok of ['user namespaces', 'pid namespace', 'network namespace']) assert.ok(!missing.split(', ').includes(ok), `${ok} reported missing: ${missing}`)
   // Internet access needs pasta and a tun device this user may open (a host's /dev/net/tun is often
   // root's alone); without it, a create that asks for it is refused, naming the field and why.
-  const internet = !missing.split(', ').includes('internet access (pasta)')
+  const internet = !missing.split(', ').includes('internet access')
   if (internet) {
     // pasta runs as this user, so nothing guards the host's own addresses: reported
-    assert.ok(missing.split(', ').includes('host address guard (nftables)'), `no guard reported missing: ${missing}`)
-    assert.match(reasons, /not root: pasta runs as you, and nothing keeps sandboxes with internet access from the host's non-loopback addresses/)
+    assert.ok(missing.split(', ').includes('egress rules (the gateway) and the host address guard'), `no guard reported missing: ${missing}`)
+    assert.match(reasons, /not root: pasta runs as you, egress rules \(network.allowOut\/denyOut\) are unavailable, and nothing keeps sandboxes with internet access from the host's non-loopback addresses/)
+    // egress rules are refused, naming the field, rather than ignored
+    await assert.rejects(Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000, network: { denyOut: ['0.0.0.0/0'] } }),
+      /501: field 'network\.denyOut': egress rules need sandboxd to run as root/)
   } else {
     assert.match(reasons, /internet access: .+ \(sandboxes need allow_internet_access: false\)/)
     await assert.rejects(Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000 }),

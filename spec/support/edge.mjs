@@ -6,6 +6,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { KEY_FD_ARGS, passKey } from './sandboxd_key.mjs'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..')
 export const SUPPORT = path.join(ROOT, 'spec', 'support')
@@ -71,8 +72,9 @@ export async function startEdge({ domain, cert, tlsKey, tls = '127.0.0.1:0', api
     const addr = tls.startsWith('random:') ? `${randomLoopback()}:${tls.slice(7)}` : tls
     const stateDir = mkdtempSync(path.join(tmpdir(), 'mb-edge-state-'))
     const args = ['--listen', '127.0.0.1:0', '--tls-listen', addr, '--tls-cert', cert, '--tls-key', tlsKey,
-      '--api-key', apiKey, '--state-dir', stateDir, '--exit-with-parent', ...(domain ? ['--domain', domain] : []), ...extra]
-    const proc = spawn(bin, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+      ...KEY_FD_ARGS, '--state-dir', stateDir, '--exit-with-parent', ...(domain ? ['--domain', domain] : []), ...extra]
+    const proc = spawn(bin, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe', 'pipe'] })
+    passKey(proc, apiKey)
     let out = ''
     proc.stdout.on('data', (d) => (out += d))
     proc.stderr.on('data', (d) => (out += d))

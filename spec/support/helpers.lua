@@ -64,9 +64,12 @@ function H.start_sandboxd(opts)
   local env = ""
   for _, e in ipairs(opts.env or {}) do env = env .. " '" .. e:gsub("'", "'\\''") .. "'" end
   return H.run(function()
+    -- the key on a pipe that sh and then sandboxd inherit as fd 3: never on a command line
+    local kp = assert(require("moonbox.core").secret_pipe(key))
     local p = assert(mb.proc.spawn{ argv = { "/bin/sh", "-c",
-      'exec env' .. env .. ' "$0" --listen 127.0.0.1:0 --api-key "$1" --state-dir "$2/state" --exit-with-parent' .. extra
-        .. ' >"$2/log" 2>&1', build .. "/bin/sandboxd", key, state } })
+      'exec env' .. env .. ' "$0" --listen 127.0.0.1:0 --api-key-fd 3 --state-dir "$1/state" --exit-with-parent' .. extra
+        .. ' >"$1/log" 2>&1', build .. "/bin/sandboxd", state }, inherit_fds = { kp:fd() } })
+    kp:close()
     local url, https, text
     for _ = 1, 200 do
       local f = io.open(state .. "/log", "r")
@@ -91,5 +94,35 @@ function H.stop_sandboxd(d)
   end, 30000)
   os.execute("rm -rf '" .. d.state .. "'")
 end
+
+function H.start_networld()
+  local p
+  local ok, world = pcall(H.run, function()
+    local dir = assert(io.popen("mktemp -d /tmp/moonbox-networld.XXXXXX")):read("l")
+    p = assert(mb.proc.spawn{ argv = { "python3", H.dir .. "/networld.py", dir, "--until-signal" } })
+    local buf = ""
+    while not buf:find("\n") do
+      local data, err = p:read("stdout", 30000)
+      if not data then error("networld did not start: " .. tostring(err or "exited")) end
+      buf = buf .. data
+    end
+    local w = require("cjson").decode(buf:match("^[^\n]*"))
+    if w.error then error("networld: " .. w.error) end
+    return w
+  end, 40000)
+  if not ok then
+    if p then H.run(function() p:kill("KILL") p:wait(5000) p:close() end) end
+    return nil, world
+  end
+  world.stop = function()
+    H.run(function()
+      p:kill("TERM")             -- networld removes its namespace
+      if not p:wait(10000) then p:kill("KILL") p:wait(5000) end
+      p:close()
+    end, 20000)
+  end
+  return world
+end
+
 
 return H

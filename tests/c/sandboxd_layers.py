@@ -6,6 +6,8 @@ first) with --order."""
 import os, re, sys
 
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'sandboxd')
+# What a pure parser may include: no I/O, no allocation, no locale.
+PURE_LIBC = {'stdbool.h', 'stddef.h', 'stdint.h', 'string.h'}
 
 def modules():
     deps = {}
@@ -50,15 +52,36 @@ def main():
     if deps.get('http'):
         failures.append(f"http depends on {sorted(deps['http'])}")
     # What the unit tests and fuzzers link must not reach the HTTP layer.
-    for m in ('paths', 'registry', 'router', 'auth', 'users', 'template', 'connect_request', 'ptab', 'upload', 'net', 'pidfile',
-              'ids', 'layer_copy', 'layers', 'snapshots', 'volumes'):
+    for m in ('apikey', 'paths', 'registry', 'router', 'auth', 'users', 'template', 'connect_request', 'ptab', 'upload', 'net', 'pidfile',
+              'ids', 'layer_copy', 'layers', 'snapshots', 'volumes', 'cgroups', 'metrics', 'pool', 'egress_rules',
+              'sniff', 'dnsmsg'):
         if m not in deps:
             failures.append(f'module {m} is missing')
         elif 'http' in closure(deps, m) | {m}:
             failures.append(f'{m} reaches the HTTP layer: {sorted(closure(deps, m))}')
+    # The egress proxy's parsers are pure leaves: no sandboxd module, and of libc only what parsing needs.
+    for m in ('sniff', 'dnsmsg'):
+        if deps.get(m):
+            failures.append(f'{m} depends on {sorted(deps[m])}: it must be a leaf')
+        for f in (m + '.c', m + '.h'):
+            path = os.path.join(SRC, f)
+            if not os.path.exists(path):
+                continue
+            text = open(path, encoding='utf-8').read()
+            extra = set(re.findall(r'^\s*#\s*include\s+<([^>]+)>', text, re.M)) - PURE_LIBC
+            if extra:
+                failures.append(f'{f} includes {sorted(extra)}: only {sorted(PURE_LIBC)}')
     # The registry knows sandboxes only through its backend.
     if 'sandbox' in closure(deps, 'registry'):
         failures.append('registry depends on sandbox')
+    # sandbox.c's helpers know no sandbox: cgroups (a set of directories), metrics (a ring of
+    # samples read from a cgroup set and a directory), the warm pool (opaque spares, booted and
+    # discarded through callbacks).
+    for m in ('cgroups', 'metrics', 'pool'):
+        if 'sandbox' in closure(deps, m):
+            failures.append(f'{m} depends on sandbox')
+    if 'cgroups' in closure(deps, 'pool'):
+        failures.append('pool depends on cgroups (a spare is opaque to it)')
     if '--order' in sys.argv:
         for m in seq:
             print(f"{m}: {', '.join(sorted(deps[m])) or '-'}")

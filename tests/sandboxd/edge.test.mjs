@@ -11,7 +11,7 @@ import https from 'node:https'
 import net from 'node:net'
 import tls from 'node:tls'
 import { createHash, randomBytes } from 'node:crypto'
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs'
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
@@ -357,7 +357,8 @@ test('sandboxd refuses edge flags that cannot work, naming them', { timeout: 120
   const other = pki.cert('other-key', `DNS:*.${D}`)
   const { execFile } = await import('node:child_process')
   const state = mkdtempSync(path.join(tmpdir(), 'mb-edge-flags-'))
-  const run = (args) => new Promise((resolve) => execFile(bin, [...args, '--state-dir', state, '--api-key', srv.key],
+  writeFileSync(path.join(state, 'key'), srv.key + '\n', { mode: 0o600 })   // never on a command line
+  const run = (args) => new Promise((resolve) => execFile(bin, [...args, '--state-dir', state, '--api-key-file', path.join(state, 'key')],
     { timeout: 30_000, env: { ...process.env, SANDBOXD_WARM_POOL: '0', SANDBOXD_NET_POOL: '0' } },
     (err, stdout, stderr) => resolve({ code: err ? err.code : 0, stderr })))
   const cases = [

@@ -5,7 +5,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
-import { mkdtempSync, rmSync, existsSync, readFileSync } from 'node:fs'
+import { mkdtempSync, rmSync, existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import net from 'node:net'
@@ -223,7 +223,8 @@ test('--exit-with-parent: sandboxd exits when the process that started it dies',
   let sh, pid
   try {
     // sh starts sandboxd, reports its pid, and waits; then sh is killed outright.
-    sh = spawn('sh', ['-c', `"$0" --listen 127.0.0.1:0 --api-key ${KEY} --state-dir "$1" --exit-with-parent >"$1/out" 2>&1 & echo $!; wait`, bin, dir],
+    writeFileSync(join(dir, 'key'), KEY + '\n', { mode: 0o600 })   // never on a command line
+    sh = spawn('sh', ['-c', `"$0" --listen 127.0.0.1:0 --api-key-file "$1/key" --state-dir "$1" --exit-with-parent >"$1/out" 2>&1 & echo $!; wait`, bin, dir],
       { stdio: ['ignore', 'pipe', 'inherit'] })
     pid = Number(await new Promise((r) => sh.stdout.once('data', (d) => r(String(d).trim()))))
     const alive = (p) => { try { process.kill(p, 0); return true } catch { return false } }

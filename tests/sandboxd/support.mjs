@@ -8,6 +8,7 @@ import { mkdtempSync, rmSync, existsSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, dirname } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { KEY_FD_ARGS, passKey } from '../../spec/support/sandboxd_key.mjs'
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
 export const sandboxdBin = () => process.env.SANDBOXD_BIN || join(ROOT, 'build', 'bin', 'sandboxd')
@@ -25,8 +26,9 @@ export async function startSandboxd({ bin = sandboxdBin(), prefix = 'sbxd-', key
   assert.ok(existsSync(bin), `no sandboxd binary at ${bin}`)
   const top = mkdtempSync(join(tmpdir(), prefix))
   const dir = stateDir ?? top
-  const child = spawn(bin, ['--listen', '127.0.0.1:0', '--api-key', key, '--state-dir', dir, '--exit-with-parent'],
-    { stdio: ['ignore', 'pipe', 'inherit'], env, cwd: cwd ?? top })
+  const child = spawn(bin, ['--listen', '127.0.0.1:0', ...KEY_FD_ARGS, '--state-dir', dir, '--exit-with-parent'],
+    { stdio: ['ignore', 'pipe', 'inherit', 'pipe'], env, cwd: cwd ?? top })
+  passKey(child, key)
   const exited = new Promise((r) => child.on('exit', (code, sig) => r(code ?? sig)))
   const url = await new Promise((resolve, reject) => {
     let out = ''

@@ -1,4 +1,4 @@
--- moonbox.cli.sandbox — `moonbox sandbox create|list|info|kill|pause|resume|snapshot|host|metrics`:
+-- moonbox.cli.sandbox — `moonbox sandbox create|list|info|kill|pause|resume|snapshot|host|metrics|network`:
 -- the sandbox API (moonbox.e2b.client) from the shell, against the endpoint E2B's variables
 -- name (E2B_API_KEY, E2B_DOMAIN, or E2B_API_URL + E2B_SANDBOX_URL for a sandboxd). One request
 -- per command (list follows its pages); `--json` prints the API's objects for scripts. Exit
@@ -6,20 +6,59 @@
 local M = {}
 
 M.USAGE = [[
-       moonbox sandbox create [--template T] [--timeout MS] [--metadata K=V]... [--env K=V]... [--json]
+       moonbox sandbox create [--template T] [--timeout MS] [--metadata K=V]... [--env K=V]...
+                              [--allow-out X]... [--deny-out Y]... [--no-internet] [--json]
        moonbox sandbox list [--metadata K=V]... [--state running|paused]... [--limit N] [--json]
        moonbox sandbox info|pause|metrics ID [--json]
        moonbox sandbox kill ID...
        moonbox sandbox resume ID [--timeout MS] [--json]
        moonbox sandbox snapshot ID [--name NAME] [--json]
        moonbox sandbox host ID PORT
+       moonbox sandbox network ID [--allow-out X]... [--deny-out Y]... [--no-internet] | --clear [--json]
 ]]
 
 local function line(s) io.stdout:write(s, "\n") end
 
+-- JSON; an item's network lists stay arrays when empty (lua-cjson writes {} for empty tables).
 local function encode(v)
+  local net = require "moonbox.cli.network"
+  local items = type(v) == "table" and (v.sandboxId and { v } or v) or {}
+  local patched = false
+  for _, it in ipairs(items) do
+    if type(it) == "table" and type(it.network) == "table" then
+      it.network.allowOut, it.network.denyOut = net.array(it.network.allowOut), net.array(it.network.denyOut)
+      patched = true
+    end
+  end
+  if patched then return net.encode(v) end
   local cjson = require("cjson").new()
   return cjson.encode(v)
+end
+
+-- --allow-out / --deny-out values checked as sandboxd parses them: a bad one is a usage mistake
+-- naming the flag. → list | nil
+local function entries_opt(cli, list, cmd, flag)
+  if not list then return nil end
+  local key = flag == "--allow-out" and "allowOut" or "denyOut"
+  for _, v in ipairs(list) do
+    local _, err = require("moonbox.core").egress.parse{ [key] = { v } }
+    if err then
+      local why = err.reason or err.message
+      if why:sub(1, 1) == '"' then cli.usage_error("sandbox %s: %s %s", cmd, flag, why) end
+      cli.usage_error("sandbox %s: %s %q: %s", cmd, flag, v, why)
+    end
+  end
+  return list
+end
+
+-- "internet on; allowOut a, b; denyOut 0.0.0.0/0" from an item
+local function network_text(it)
+  local n = it.network or {}
+  local parts = { it.allowInternetAccess == nil and "internet (not reported)"
+    or ("internet " .. (it.allowInternetAccess and "on" or "off")) }
+  parts[#parts + 1] = #(n.allowOut or {}) > 0 and ("allowOut " .. table.concat(n.allowOut, ", ")) or "no allowOut"
+  parts[#parts + 1] = #(n.denyOut or {}) > 0 and ("denyOut " .. table.concat(n.denyOut, ", ")) or "no denyOut"
+  return table.concat(parts, "; ")
 end
 
 local function metadata_text(md)
@@ -102,12 +141,17 @@ end
 -- A sandbox for later commands (a composition's sandboxId, moonbox sync across runs).
 function commands.create(cli, argv, i)
   local opts, args = parse_all(cli, argv, i, { ["--template"] = "value", ["--timeout"] = "value",
-    ["--metadata"] = "list", ["--env"] = "list", ["--json"] = "flag" }, "sandbox create")
+    ["--metadata"] = "list", ["--env"] = "list", ["--allow-out"] = "list", ["--deny-out"] = "list",
+    ["--no-internet"] = "flag", ["--json"] = "flag" }, "sandbox create")
   no_more(cli, args, 1, "create")
   if opts["--template"] == "" then cli.usage_error("sandbox create: --template must not be empty") end
+  local allow = entries_opt(cli, opts["--allow-out"], "create", "--allow-out")
+  local deny = entries_opt(cli, opts["--deny-out"], "create", "--deny-out")
   local o = { template = opts["--template"], timeoutMs = timeout_opt(cli, opts["--timeout"], "sandbox create"),
     metadata = pairs_opt(cli, opts["--metadata"], "sandbox create", "--metadata"),
-    envVars = pairs_opt(cli, opts["--env"], "sandbox create", "--env") }
+    envVars = pairs_opt(cli, opts["--env"], "sandbox create", "--env"),
+    network = (allow or deny) and { allowOut = allow, denyOut = deny } or nil }
+  if opts["--no-internet"] then o.allowInternetAccess = false end
   return function(c)
     local it, err = c:create(o)
     if not it then return nil, err end
@@ -147,9 +191,38 @@ function commands.info(cli, argv, i)
   return function(c)
     local it, err = c:info(id)
     if not it then return nil, err end
-    return show(opts, it, ("%s\ntemplate %s, %s, started %s, ends %s, envd %s%s"):format(it.sandboxId,
+    return show(opts, it, ("%s\ntemplate %s, %s, started %s, ends %s, envd %s%s\nnetwork: %s"):format(it.sandboxId,
       tostring(it.templateId), tostring(it.state), tostring(it.startedAt), tostring(it.endAt), tostring(it.envdVersion),
-      next(it.metadata or {}) and (", metadata " .. metadata_text(it.metadata)) or ""))
+      next(it.metadata or {}) and (", metadata " .. metadata_text(it.metadata)) or "", network_text(it)))
+  end
+end
+
+-- The sandbox's egress rules replaced as a whole (E2B's PUT /sandboxes/{id}/network: what is not
+-- given is cleared), then the rules in force as getInfo reports them.
+function commands.network(cli, argv, i)
+  local opts, id = one_id(cli, argv, i, "network", { ["--allow-out"] = "list", ["--deny-out"] = "list",
+    ["--no-internet"] = "flag", ["--clear"] = "flag" })
+  local given = opts["--allow-out"] or opts["--deny-out"] or opts["--no-internet"]
+  if opts["--clear"] and given then
+    cli.usage_error("sandbox network: --clear removes every rule: give it alone")
+  end
+  if not (given or opts["--clear"]) then
+    cli.usage_error("sandbox network: give --allow-out, --deny-out, --no-internet or --clear (the rules are replaced as a whole)")
+  end
+  local o = { allowOut = entries_opt(cli, opts["--allow-out"], "network", "--allow-out"),
+    denyOut = entries_opt(cli, opts["--deny-out"], "network", "--deny-out") }
+  if opts["--no-internet"] then o.allowInternetAccess = false end
+  return function(c)
+    local ok, err = c:updateNetwork(id, o)
+    if not ok then return nil, err end
+    local it, ierr = c:info(id)
+    if not it then return nil, ierr end
+    if opts["--json"] then
+      line(encode({ sandboxId = id, network = it.network, allowInternetAccess = it.allowInternetAccess }))
+      return 0
+    end
+    line(("%s network: %s"):format(id, network_text(it)))
+    return 0
   end
 end
 
@@ -237,8 +310,8 @@ function M.main(cli, argv, i)
   local sub = argv[i]
   local cmd = sub and commands[sub]
   if not cmd then
-    if sub == nil then cli.usage_error("sandbox: expected create, list, info, kill, pause, resume, snapshot, host or metrics") end
-    cli.usage_error("sandbox: unknown subcommand %s (expected create, list, info, kill, pause, resume, snapshot, host or metrics)", sub)
+    if sub == nil then cli.usage_error("sandbox: expected create, list, info, kill, pause, resume, snapshot, host, metrics or network") end
+    cli.usage_error("sandbox: unknown subcommand %s (expected create, list, info, kill, pause, resume, snapshot, host, metrics or network)", sub)
   end
   local act = cmd(cli, argv, i + 1)              -- usage is checked before any request
   local c, cerr = require("moonbox.e2b.client").new{}

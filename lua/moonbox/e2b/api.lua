@@ -89,6 +89,8 @@ local function sandbox_info(v)
     return nil, errors.new("E2B_PROTOCOL", "control plane response lacks sandboxID")
   end
   local md = null_to_nil(v.metadata)
+  local net = null_to_nil(v.network)
+  local function list(l) l = type(net) == "table" and null_to_nil(net[l]) or nil return type(l) == "table" and l or {} end
   return {
     id = v.sandboxID, template = null_to_nil(v.templateID), envd_version = null_to_nil(v.envdVersion),
     access_token = null_to_nil(v.envdAccessToken), domain = null_to_nil(v.domain),
@@ -97,7 +99,10 @@ local function sandbox_info(v)
       metadata = type(md) == "table" and md or {}, state = null_to_nil(v.state),
       startedAt = null_to_nil(v.startedAt), endAt = null_to_nil(v.endAt), cpuCount = null_to_nil(v.cpuCount),
       memoryMB = null_to_nil(v.memoryMB), diskSizeMB = null_to_nil(v.diskSizeMB),
-      envdVersion = null_to_nil(v.envdVersion), domain = null_to_nil(v.domain) },
+      envdVersion = null_to_nil(v.envdVersion), domain = null_to_nil(v.domain),
+      -- the rules in force, as E2B materialises them (absent: none, internet as allowInternetAccess)
+      network = { allowOut = list("allowOut"), denyOut = list("denyOut") },
+      allowInternetAccess = null_to_nil(v.allowInternetAccess) },
   }
 end
 api.sandbox_info = sandbox_info
@@ -113,8 +118,21 @@ end
 
 local function seconds(ms) return math.ceil(ms / 1000) end
 
+-- E2B's `network` object from { allowOut = {...}, denyOut = {...} }: only the lists that hold
+-- entries (an empty one means the same as none, and cjson would write {} for it); nil when both
+-- are empty, so that a request without rules is the request older servers know.
+function api.network_body(n)
+  if n == nil then return nil end
+  local body
+  for _, k in ipairs({ "allowOut", "denyOut" }) do
+    if n[k] and #n[k] > 0 then body = body or {}; body[k] = n[k] end
+  end
+  return body
+end
+
 -- POST /sandboxes. opts: { template="base" (a template or a snapshot), timeout_ms=300000,
--- metadata, env_vars, secure=true, allow_internet_access=true, auto_pause=false }
+-- metadata, env_vars, secure=true, allow_internet_access=true, auto_pause=false,
+-- network = { allowOut, denyOut } (sent only when a list holds entries) }
 function api:create(opts)
   opts = opts or {}
   local body = {
@@ -126,8 +144,23 @@ function api:create(opts)
     allow_internet_access = opts.allow_internet_access ~= false,
     autoPause = opts.auto_pause == true,
     autoResume = { enabled = false },
+    network = api.network_body(opts.network),
   }
   return self:_sandbox_request("POST", "/sandboxes", body, self.create_timeout_ms)
+end
+
+-- PUT /sandboxes/{id}/network { allowOut?, denyOut?, allow_internet_access? }: replaces every
+-- rule at once (an omitted field is cleared). → true | nil, err (a 400 naming the entry:
+-- E2B_INVALID_ARGUMENT; an unknown sandbox: E2B_NOT_FOUND)
+function api:update_network(id, opts)
+  local body = api.network_body(opts) or {}
+  if opts.allow_internet_access ~= nil then body.allow_internet_access = opts.allow_internet_access end
+  local res, err = self:_request("PUT", "/sandboxes/" .. urlencode(id) .. "/network", body)
+  if res then return true end
+  if err.code == "E2B_HTTP" and err.status == 400 then
+    err = errors.new("E2B_INVALID_ARGUMENT", err.message, { status = err.status, body_code = err.body_code })
+  end
+  return nil, err
 end
 
 -- POST /sandboxes/{id}/connect {"timeout": s}: attach to a running (or paused) sandbox.

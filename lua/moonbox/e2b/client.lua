@@ -4,7 +4,10 @@
 --
 --   local c = client.new{ apiKey = ..., getenv = os.getenv }    → client | nil, err (E2B_CONFIG)
 --   c:list{ metadata = {k = v}, state = {"running", "paused"}, limit = n, nextToken = t } → items, nextToken
---   c:create{ template, timeoutMs, metadata, envVars, allowInternetAccess, autoPause, secure } → item
+--   c:create{ template, timeoutMs, metadata, envVars, allowInternetAccess, autoPause, secure,
+--             network = { allowOut, denyOut } } → item
+--   c:updateNetwork(id, { allowOut, denyOut, allowInternetAccess }) → true   (replaces every rule:
+--             an omitted field is cleared; entries are checked here first, by sandboxd's parser)
 --   c:info(id) → item;  c:kill(id) → true | false (not found);  c:setTimeout(id, ms) → true
 --   c:pause(id) → true | false (already paused);  c:resume(id, { timeoutMs }) → item
 --   c:metrics(id, { start, ["end"] }) → { metric, ... };  c:host(id, port) → URL
@@ -12,9 +15,13 @@
 --   c:deleteSnapshot(id) → true | false;  c:connect(id, { timeoutMs }) → item (with the envd token)
 --
 -- Items are the SDK's view: { sandboxId, templateId, name, metadata, state, startedAt, endAt,
--- cpuCount, memoryMB, envdVersion, domain }. Errors: E2B_NOT_FOUND (unknown id, naming it),
--- E2B_UNAUTHORIZED, E2B_CONFLICT, … as the control plane answers; bad arguments raise.
+-- cpuCount, memoryMB, envdVersion, domain, network = { allowOut, denyOut }, allowInternetAccess }.
+-- Errors: E2B_NOT_FOUND (unknown id, naming it), E2B_UNAUTHORIZED, E2B_CONFLICT, … as the control
+-- plane answers; E2B_INVALID_ARGUMENT for a network entry (here or from the server: the message
+-- names it, `allowOut[2]: "10.0.0.0/33": ...`, indexes from 0 as on the wire); bad arguments
+-- (types, unknown option names) raise.
 local errors = require "moonbox.errors"
+local S = require "moonbox.policy.schema"
 local api_mod = require "moonbox.e2b.api"
 local endpoints = require "moonbox.e2b.endpoints"
 
@@ -52,6 +59,42 @@ function M.new(opts)
   end
   return setmetatable({ api = a, endpoints = ep }, Client)
 end
+
+-- The network options of create / updateNetwork, strictly: an unknown name or a wrong type
+-- raises (naming it, and the nearest known name); then the entries are parsed as sandboxd parses
+-- them. → nil | err (E2B_INVALID_ARGUMENT naming the entry)
+local NETWORK_KEYS = { "allowOut", "denyOut", "allowInternetAccess" }
+local function check_network(o, what, keys, level)
+  level = level + 1
+  if type(o) ~= "table" then error(("e2b: %s: expects a table { %s }"):format(what, table.concat(keys, ", ")), level) end
+  local known = {}
+  for _, k in ipairs(keys) do known[k] = true end
+  for k in pairs(o) do
+    if not known[k] then
+      local near = type(k) == "string" and S.nearest(k, keys)
+      error(("e2b: %s: unknown option %s (expected %s%s)"):format(what, S.show(k), table.concat(keys, ", "),
+        near and ("; the nearest is " .. near) or ""), level)
+    end
+  end
+  for _, k in ipairs({ "allowOut", "denyOut" }) do
+    local l = o[k]
+    if l ~= nil then
+      local n = 0
+      if type(l) == "table" then for _ in pairs(l) do n = n + 1 end end
+      if type(l) ~= "table" or n ~= #l then error(("e2b: %s: %s must be a list of strings"):format(what, k), level) end
+      for i, x in ipairs(l) do
+        if type(x) ~= "string" then error(("e2b: %s: %s[%d] must be a string, got %s"):format(what, k, i, type(x)), level) end
+      end
+    end
+  end
+  if o.allowInternetAccess ~= nil and type(o.allowInternetAccess) ~= "boolean" then
+    error(("e2b: %s: allowInternetAccess must be a boolean"):format(what), level)
+  end
+  local _, err = require("moonbox.core").egress.parse{ allowOut = o.allowOut, denyOut = o.denyOut }
+  if err then return errors.new("E2B_INVALID_ARGUMENT", ("%s: %s"):format(what, err.message),
+    { list = err.list, index = err.index, entry = err.entry }) end
+end
+M.check_network = check_network
 
 local function named(err, id)
   if err.code == "E2B_NOT_FOUND" and not err.message:find(id, 1, true) then
@@ -117,8 +160,13 @@ function Client:create(o)
   for _, f in ipairs{ "allowInternetAccess", "autoPause", "secure" } do
     if o[f] ~= nil and type(o[f]) ~= "boolean" then error(("e2b: create: %s must be a boolean"):format(f), 2) end
   end
+  if o.network ~= nil then
+    local bad = check_network(o.network, "create: network", { "allowOut", "denyOut" }, 2)
+    if bad then return nil, bad end
+  end
   local i, err = self.api:create{ template = o.template, timeout_ms = o.timeoutMs, metadata = o.metadata,
-    env_vars = o.envVars, allow_internet_access = o.allowInternetAccess, auto_pause = o.autoPause, secure = o.secure }
+    env_vars = o.envVars, allow_internet_access = o.allowInternetAccess, auto_pause = o.autoPause, secure = o.secure,
+    network = o.network }
   if not i then return nil, err end
   return i.public
 end
@@ -128,6 +176,18 @@ function Client:info(id)
   local i, err = self.api:get(id)
   if not i then return nil, named(err, id) end
   return i.public
+end
+
+-- PUT /sandboxes/{id}/network: the sandbox's rules become exactly these (an omitted field is
+-- cleared: no allowOut, no denyOut, internet on). Applies to connections opened after it returns.
+function Client:updateNetwork(id, o)
+  check_id(id, "updateNetwork")
+  local bad = check_network(o, "updateNetwork", NETWORK_KEYS, 2)
+  if bad then return nil, bad end
+  local ok, err = self.api:update_network(id, { allowOut = o.allowOut, denyOut = o.denyOut,
+    allow_internet_access = o.allowInternetAccess })
+  if not ok then return nil, named(err, id) end
+  return true
 end
 
 function Client:kill(id)

@@ -3,7 +3,9 @@
 -- Config: apiKey (else E2B_API_KEY), cwd (absolute, default: the composition's lifecycle
 -- policy, default_cwd), timeoutMs (the lease, default: its default_timeout_ms), sandboxId (connect to an existing
 -- sandbox instead of creating one), template (or a snapshot), metadata, envVars,
--- allowInternetAccess, autoPause, secure (the create options, as the SDK names them), envdCodec
+-- allowInternetAccess (must agree with the network policy's `internet` when both are set: the
+-- policy's allow_out/deny_out go into the create request too), autoPause, secure (the create
+-- options, as the SDK names them), envdCodec
 -- ("proto" | "json": how envd is spoken to; MOONBOX_ENVD_CODEC). Endpoints come from E2B_API_URL /
 -- E2B_SANDBOX_URL / E2B_DOMAIN; with none of them set, the owner starts a local sandboxd and
 -- stops it at teardown (moonbox.e2b.launcher). The pieces: owner.lua (lifecycle),
@@ -64,7 +66,28 @@ function M.string_map(t)
   end
 end
 
+-- Checked by compose.load with the composition's policies, before anything starts. The plugin's
+-- allowInternetAccess and the network policy's `internet` must agree when both are set (a
+-- policy left at its default yields to the plugin option). A sandbox the composition only
+-- connects to (sandboxId) keeps the rules it was created with: a non-default policy is then
+-- a warning. → nil | error message, warnings
+function M.validate(config, policies, where)
+  local p = policies and policies.network
+  if not p then return nil end
+  local o = policies.origins and policies.origins.network and policies.origins.network.internet
+  if config.allowInternetAccess ~= nil and o and o.kind ~= "default" and config.allowInternetAccess ~= p.internet then
+    return ("allowInternetAccess = %s disagrees with the network policy's internet = %s (%s): set it in one place")
+      :format(tostring(config.allowInternetAccess), tostring(p.internet), require("moonbox.policies").origin_text(o))
+  end
+  if config.sandboxId and not p.is_default() then
+    return nil, { ("%s: the network policy (%s) is not applied to sandbox %s, which this composition connects to "
+      .. "(sandboxId): it keeps the rules it was created with; ctx.e2b:updateNetwork(ctx.policies.network.options()) "
+      .. "applies it"):format(where or "plugin \"e2b\"", p.summary(), config.sandboxId) }
+  end
+end
+
 M.new = owner.new
+M.network_request = owner.network_request
 M.Owner = owner.Owner
 M.WRAPPER_DIR = owner.WRAPPER_DIR
 M.PREPARE, M.parse_prepare = owner.PREPARE, owner.parse_prepare

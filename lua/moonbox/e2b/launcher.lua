@@ -6,7 +6,9 @@
 -- by sandboxd as fd 3) for as long as either lives; --exit-with-parent makes sandboxd destroy
 -- its sandboxes and exit when moonbox dies without stopping it. A directory whose lock is free
 -- belongs to a dead run: every start removes those first, so a SIGKILLed run leaves nothing
--- behind for long.
+-- behind for long. The API key goes to sandboxd on a pipe it inherits as fd 4 (--api-key-fd),
+-- read once and closed: never on its command line (which every local user can read) nor in its
+-- environment (which whatever it starts would inherit).
 local core = require "moonbox.core"
 local errors = require "moonbox.errors"
 local ids = require "moonbox.ids"
@@ -63,8 +65,16 @@ function M.start(timeouts)
     return nil, errors.new("E2B_SANDBOXD", "cannot lock the state directory: " .. tostring(lerr))
   end
   local key = "e2b_" .. ids.hex(20)
-  local proc, err = m.proc.spawn{ argv = { bin, "--listen", "127.0.0.1:0", "--api-key", key,
-    "--state-dir", state .. "/state", "--exit-with-parent" }, inherit_fds = { lock:fd() } }
+  local keypipe, kerr = core.secret_pipe(key)
+  if not keypipe then
+    lock:release()
+    remove_tree(state)
+    return nil, errors.new("E2B_SANDBOXD", "cannot hand sandboxd its key: " .. tostring(kerr))
+  end
+  -- inherit_fds: the lock becomes sandboxd's fd 3, the key's pipe its fd 4
+  local proc, err = m.proc.spawn{ argv = { bin, "--listen", "127.0.0.1:0", "--api-key-fd", "4",
+    "--state-dir", state .. "/state", "--exit-with-parent" }, inherit_fds = { lock:fd(), keypipe:fd() } }
+  keypipe:close()
   if not proc then
     lock:release()
     remove_tree(state)

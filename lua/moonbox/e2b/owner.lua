@@ -18,6 +18,17 @@ local sandbox = require "moonbox.e2b.sandbox"
 
 local M = {}
 local function mb() return require "moonbox" end
+
+-- The create request's network options: the composition's network policy, with the plugin's
+-- allowInternetAccess when it sets one (compose refuses the two disagreeing, e2b.validate).
+-- → allow_internet_access, network ({ allowOut, denyOut } | nil: no rules, the request older
+-- servers know)
+function M.network_request(config, policies)
+  local p = (policies and policies.network) or require("moonbox.policies").default("network")
+  local internet = config.allowInternetAccess
+  if internet == nil then internet = p.internet end
+  return internet, api_mod.network_body{ allowOut = p.allow_out, denyOut = p.deny_out }
+end
 -- Where mbwrap is installed: a root-owned 0755 directory ("%s": the owner's random id) whose
 -- parent the sandbox user cannot write (policies/lifecycle.lua `wrapper_dir` overrides).
 M.WRAPPER_DIR = "/opt/.moonbox-%s"
@@ -94,8 +105,10 @@ function Owner:_setup()
     info, err = self.api:connect(self.config.sandboxId, self.config.timeoutMs)
   else
     local c = self.config
+    local internet, network = M.network_request(c, self.policies)
     info, err = self.api:create{ template = c.template, timeout_ms = c.timeoutMs, metadata = c.metadata,
-      env_vars = c.envVars, allow_internet_access = c.allowInternetAccess, auto_pause = c.autoPause, secure = c.secure }
+      env_vars = c.envVars, allow_internet_access = internet, auto_pause = c.autoPause, secure = c.secure,
+      network = network }
   end
   if not info then return nil, err end
   self.created, self.id = info, info.id      -- the create/connect answer
@@ -189,10 +202,21 @@ function Owner:client()
   return self.cl
 end
 
+-- The calls on any sandbox work without one of our own; the others need the sandbox setup made
+-- (a failed create is their error, not a raise about a missing id).
+local ANY = { list = true, listAll = true, kill = true, connect = true, snapshots = true, deleteSnapshot = true }
+local function no_sandbox(self, err)
+  return err or self.setup_error or errors.new("E2B_SETUP", "no sandbox was created")
+end
+
 local function own(name, fn)
   Owner[name] = function(self, ...)
     local c, err = self:client()
     if not c then return nil, err end
+    if not self.id and not ANY[name] then
+      local _, serr = self:sandbox()
+      return nil, no_sandbox(self, serr)
+    end
     return fn(self, c, ...)
   end
 end
@@ -227,6 +251,19 @@ own("resume", function(self, c, o)
   info.envdAccessToken = nil
   return info
 end)
+-- The sandbox's egress rules, replaced as a whole (an omitted field is cleared); checked here
+-- first (a wrong option raises at the caller; a bad entry is E2B_INVALID_ARGUMENT before any
+-- request). ctx.e2b:updateNetwork(ctx.policies.network.options()) applies the composition's
+-- (reloaded) policy.
+function Owner:updateNetwork(o)
+  local client_mod = require "moonbox.e2b.client"
+  local bad = client_mod.check_network(o, "updateNetwork", { "allowOut", "denyOut", "allowInternetAccess" }, 2)
+  if bad then return nil, bad end
+  local c, err = self:client()
+  if not c then return nil, err end
+  if not self.id then return nil, no_sandbox(self) end
+  return c:updateNetwork(self.id, o)
+end
 own("list", function(_, c, q) return c:list(q) end)
 own("listAll", function(_, c, q) return c:listAll(q) end)
 own("kill", function(_, c, id) return c:kill(id) end)
