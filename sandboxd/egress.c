@@ -27,7 +27,8 @@
 #include "rtnl.h"
 #include "sniff.h"
 
-#define CHUNK 65536                      /* one read of a relay, at most */
+#define CHUNK 65536                      /* one copied read of a relay (sandboxd's buffer) */
+#define PIPE_CHUNK (512 * 1024)          /* one spliced read of a bulk transfer (the pipe's size) */
 #define FLOW_BUCKETS 4096
 #define ARES_SOCKS 16
 #define DNS_MSG_MAX 4096
@@ -79,8 +80,9 @@ struct conn {
    * (TO_UP only), then whatever a pipe holds (splice: the kernel moves the bytes, no copy here). */
   uint8_t *pend[2];
   size_t plen[2], poff[2], pcap;
-  int pipe_fd[2][2];                     /* per direction, made on its first bytes; -1 before */
+  int pipe_fd[2][2];                     /* per direction, made when it turns bulk; -1 before */
   size_t inpipe[2];
+  bool bulk[2];                          /* a read filled sandboxd's buffer: splice from now on */
   bool eof[2];                           /* [TO_UP]: the sandbox sent FIN; [TO_DOWN]: the upstream did */
   int64_t deadline;                      /* sniff / connect; 0 while relaying */
   resolve_req *rq;
@@ -231,7 +233,7 @@ static void watch(handle *h, uint32_t events) {
 
 static void handle_close(handle *h, bool reset) {
   if (h->fd < 0) return;
-  if (h->events) { struct epoll_event ev; epoll_ctl(g.ep, EPOLL_CTL_DEL, h->fd, &ev); h->events = 0; }
+  h->events = 0;                         /* close takes it out of epoll: the descriptor is ours alone */
   if (reset) {
     struct linger lg = {1, 0};         /* close with RST: the peer sees the connection refused/reset */
     setsockopt(h->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
@@ -306,16 +308,50 @@ static void relay_done_or_watch(conn *c) {
   relay_interest(c);
 }
 
-/* One read from the source of direction dir (TO_UP: the sandbox's side) into its pipe, passed
- * on at once as far as the other side takes it. */
+/* Keeps n bytes the other side did not take yet for direction dir (its buffer is empty). */
+static bool keep(conn *c, int dir, const uint8_t *p, size_t n) {
+  uint8_t *b = malloc(n);
+  if (!b) return false;
+  memcpy(b, p, n);
+  free(c->pend[dir]);
+  c->pend[dir] = b;
+  c->plen[dir] = n;
+  c->poff[dir] = 0;
+  return true;
+}
+
+/* One read from the source of direction dir (TO_UP: the sandbox's side), passed on at once as
+ * far as the other side takes it. A direction starts by copying through sandboxd's buffer (a
+ * request, an answer: no pipe to make); a read that fills the buffer makes it a bulk transfer,
+ * which goes through a pipe from then on (splice: the kernel moves the bytes, sandboxd never
+ * sees them). */
 static void relay_read(conn *c, int dir) {
-  handle *from = dir == TO_UP ? &c->down : &c->up;
-  if (c->pipe_fd[dir][0] < 0 && pipe2(c->pipe_fd[dir], O_NONBLOCK | O_CLOEXEC) != 0) {
-    c->pipe_fd[dir][0] = c->pipe_fd[dir][1] = -1;
-    conn_free(c, true);
+  handle *from = dir == TO_UP ? &c->down : &c->up, *to = dir == TO_UP ? &c->up : &c->down;
+  if (!c->bulk[dir]) {
+    ssize_t n = recv(from->fd, g.buf, sizeof g.buf, 0);
+    if (n < 0) {
+      if (errno != EAGAIN && errno != EINTR) conn_free(c, true);   /* a reset resets the other side */
+      return;
+    }
+    if (n == 0) c->eof[dir] = true;
+    if ((size_t)n == sizeof g.buf) c->bulk[dir] = true;
+    ssize_t w = n ? send(to->fd, g.buf, (size_t)n, MSG_NOSIGNAL) : 0;
+    if (w < 0 && errno != EAGAIN && errno != EINTR) { conn_free(c, true); return; }
+    if (w < 0) w = 0;
+    count(c, dir, (size_t)w);
+    if ((w < n && !keep(c, dir, g.buf + w, (size_t)(n - w))) || !flush(c, dir)) { conn_free(c, true); return; }
+    relay_done_or_watch(c);
     return;
   }
-  ssize_t n = splice(from->fd, NULL, c->pipe_fd[dir][1], NULL, CHUNK, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+  if (c->pipe_fd[dir][0] < 0) {
+    if (pipe2(c->pipe_fd[dir], O_NONBLOCK | O_CLOEXEC) != 0) {
+      c->pipe_fd[dir][0] = c->pipe_fd[dir][1] = -1;
+      conn_free(c, true);
+      return;
+    }
+    (void)fcntl(c->pipe_fd[dir][1], F_SETPIPE_SZ, PIPE_CHUNK);   /* fewer, larger moves; 64 KiB if refused */
+  }
+  ssize_t n = splice(from->fd, NULL, c->pipe_fd[dir][1], NULL, PIPE_CHUNK, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
   if (n < 0) {
     if (errno == EAGAIN || errno == EINTR) return;
     conn_free(c, true);                  /* a reset on one side resets the other */
@@ -335,9 +371,9 @@ static void relay_write(conn *c, int dir) {
 static void start_relay(conn *c) {
   c->state = C_RELAY;
   c->deadline = 0;
-  int one = 1;   /* bytes go on as they come: the two ends decide how to batch them */
+  int one = 1;   /* bytes go on as they come: the two ends decide how to batch them (the sandbox's
+                  * side has it from the listener) */
   setsockopt(c->up.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  setsockopt(c->down.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (!flush(c, TO_UP)) { conn_free(c, true); return; }   /* the sniffed bytes first */
   relay_done_or_watch(c);
 }

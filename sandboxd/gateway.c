@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <linux/netlink.h>
 #include <nftables/libnftables.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -99,6 +100,7 @@ static int listener(int type, char *err, size_t errlen) {
   if (fd < 0 || setsockopt(fd, SOL_IP, IP_TRANSPARENT, &one, sizeof one) != 0 ||
       setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
       (type == SOCK_DGRAM && setsockopt(fd, SOL_IP, IP_RECVORIGDSTADDR, &one, sizeof one) != 0) ||
+      (type == SOCK_STREAM && setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) ||
       bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || (type == SOCK_STREAM && listen(fd, 4096) != 0)) {
     snprintf(err, errlen, "the proxy's %s listener: %s", type == SOCK_STREAM ? "TCP" : "UDP", strerror(errno));
     if (fd >= 0) close(fd);
