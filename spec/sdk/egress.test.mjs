@@ -222,6 +222,28 @@ for i in range(300):
   assert.equal((await s.getInfo()).allowInternetAccess, false)
 })
 
+test('bulk both ways at once arrives whole: 24 MiB echoed back through the proxy (backpressure, half-close)', T, async (t) => {
+  if (skipped(t)) return
+  const w = world
+  const s = await box(t)
+  const r = await sh(s, `python3 -c "
+import hashlib, os, socket, threading
+data = os.urandom(24 << 20)
+c = socket.create_connection(('${w.public}', 2222), timeout=60)
+assert c.recv(14) == b'BANNER public\\n'
+def send():
+    c.sendall(data); c.shutdown(socket.SHUT_WR)
+threading.Thread(target=send).start()
+got = hashlib.sha256(); n = 0
+while True:
+    d = c.recv(1 << 20)
+    if not d: break
+    got.update(d); n += len(d)
+print(n, got.hexdigest() == hashlib.sha256(data).hexdigest())
+"`, { timeoutMs: 120_000 })
+  assert.equal(r.out.trim(), `${24 << 20} True`, r.out)
+})
+
 test('a fork keeps its source\'s rules as they are in force (an update included)', T, async (t) => {
   if (skipped(t)) return
   const w = world
