@@ -153,6 +153,7 @@ static void free_list(egress_entry *l, size_t n) {
 void egress_rules_free(egress_rules *r) {
   free_list(r->allow, r->nallow);
   free_list(r->deny, r->ndeny);
+  transforms_free(&r->tf);
   memset(r, 0, sizeof *r);
 }
 

@@ -28,6 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "transforms.h"
+
 #define EGRESS_MAX_ENTRIES 512        /* per list */
 #define EGRESS_NAME_MAX 253
 
@@ -51,6 +53,7 @@ typedef struct egress_rules {
   egress_entry *allow, *deny;          /* deny is empty when !internet: all traffic is denied */
   size_t nallow, ndeny;
   bool has_names;                      /* allow holds a host name or wildcard */
+  transforms tf;                       /* network.rules: what an allowed request to a host gets */
 } egress_rules;
 
 /* Parses the lists (any of them may be NULL with n 0) into *r. 0, or -1 with err naming the entry

@@ -79,7 +79,7 @@ install_suite() {
   check lua-require lua_ok "$P/share/lua/5.4" "$P/lib/lua/5.4"
   check moonbox-installed clean sh -c "$P/bin/moonbox --help | grep -qF 'Lua modules: $P/bin/../share/lua/5.4' && $P/bin/moonbox policy env --from-host >/dev/null && $P/bin/moonbox dump-config $ROOT/examples/demo/compose.lua | grep -qF '$P/share/lua/5.4/moonbox/policies/env.lua'"
   mkdir -p "$T/src/sandboxd" && cp -r core lua policies moonbox-dev-1.rockspec "$T/src/" &&
-    cp sandboxd/egress_rules.[ch] sandboxd/sniff.[ch] "$T/src/sandboxd/"   # core.egress
+    cp sandboxd/egress_rules.[ch] sandboxd/transforms.[ch] sandboxd/sniff.[ch] "$T/src/sandboxd/"   # core.egress
   check luarocks-make sh -c "cd $T/src && luarocks --lua-version=5.4 make --tree=$T/rocks --deps-mode=none moonbox-dev-1.rockspec"
   check luarocks-require lua_ok "$T/rocks/share/lua/5.4" "$T/rocks/lib/lua/5.4"
   rm -rf "$T"

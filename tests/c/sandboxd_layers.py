@@ -54,13 +54,13 @@ def main():
     # What the unit tests and fuzzers link must not reach the HTTP layer.
     for m in ('apikey', 'paths', 'registry', 'router', 'auth', 'users', 'template', 'connect_request', 'ptab', 'upload', 'net', 'pidfile',
               'ids', 'layer_copy', 'layers', 'snapshots', 'volumes', 'cgroups', 'metrics', 'pool', 'egress_rules',
-              'sniff', 'dnsmsg'):
+              'sniff', 'dnsmsg', 'transforms'):
         if m not in deps:
             failures.append(f'module {m} is missing')
         elif 'http' in closure(deps, m) | {m}:
             failures.append(f'{m} reaches the HTTP layer: {sorted(closure(deps, m))}')
     # The egress proxy's parsers are pure leaves: no sandboxd module, and of libc only what parsing needs.
-    for m in ('sniff', 'dnsmsg'):
+    for m in ('sniff', 'dnsmsg', 'transforms'):
         if deps.get(m):
             failures.append(f'{m} depends on {sorted(deps[m])}: it must be a leaf')
         for f in (m + '.c', m + '.h'):
