@@ -60,7 +60,7 @@ def main():
         elif 'http' in closure(deps, m) | {m}:
             failures.append(f'{m} reaches the HTTP layer: {sorted(closure(deps, m))}')
     # The egress proxy's parsers are pure leaves: no sandboxd module, and of libc only what parsing needs.
-    for m in ('sniff', 'dnsmsg', 'transforms'):
+    for m in ('sniff', 'dnsmsg'):
         if deps.get(m):
             failures.append(f'{m} depends on {sorted(deps[m])}: it must be a leaf')
         for f in (m + '.c', m + '.h'):
