@@ -69,11 +69,58 @@ out:
   return rc;
 }
 
+/* `rules` {host: [{transform: {headers: {name: value}}}]} into o->rules.tf (after the lists: they
+ * reset the rules) and o->reported's `rules` (keys as normalised). 0, or -1 after replying. */
+static int parse_rules(sd_request *r, const char *pre, json_t *v, net_opts *o) {
+  if (!v || json_is_null(v)) return 0;
+  if (!json_is_object(v)) { sd_reply_error(r, 400, "field '%srules' must be an object {host: [rule, ...]}", pre); return -1; }
+  if (json_object_size(v) && !net_guarded()) {
+    sd_reply_error(r, 501, "field '%srules': per-host transforms need sandboxd to run as root (its egress proxy)", pre);
+    return -1;
+  }
+  json_t *reported = json_object();
+  const char *host;
+  json_t *list;
+  json_object_foreach(v, host, list) {
+    size_t i;
+    json_t *rule;
+    if (!json_is_array(list)) { sd_reply_error(r, 400, "field '%srules[\"%.80s\"]' must be an array of rules", pre, host); goto fail; }
+    json_array_foreach(list, i, rule) {
+      json_t *tf = json_is_object(rule) ? json_object_get(rule, "transform") : NULL;
+      json_t *headers = json_is_object(tf) ? json_object_get(tf, "headers") : NULL;
+      if (!json_is_object(rule) || json_object_size(rule) > (tf ? 1u : 0u) || (tf && (!json_is_object(tf) ||
+          json_object_size(tf) > (headers ? 1u : 0u) || (headers && !json_is_object(headers))))) {
+        sd_reply_error(r, 400, "field '%srules[\"%.80s\"][%zu]' must be {\"transform\": {\"headers\": {name: value}}} "
+                       "(no other field)", pre, host, i);
+        goto fail;
+      }
+      size_t n = headers ? json_object_size(headers) : 0, k = 0;
+      const char *names[TRANSFORM_MAX_HEADERS + 1], *values[TRANSFORM_MAX_HEADERS + 1];
+      const char *hn;
+      json_t *hv;
+      if (n > TRANSFORM_MAX_HEADERS) {
+        sd_reply_error(r, 400, "field '%srules[\"%.80s\"][%zu]': at most %d headers", pre, host, i, TRANSFORM_MAX_HEADERS);
+        goto fail;
+      }
+      if (headers) json_object_foreach(headers, hn, hv) { names[k] = hn; values[k++] = json_is_string(hv) ? json_string_value(hv) : NULL; }
+      char err[512];
+      if (transforms_add(&o->rules.tf, host, names, values, n, err, sizeof err) != 0) {
+        sd_reply_error(r, 400, "field '%srules' %s", pre, err);
+        goto fail;
+      }
+    }
+    const transform_host *th = o->rules.tf.nhosts ? &o->rules.tf.hosts[o->rules.tf.nhosts - 1] : NULL;
+    json_object_set(reported, th && json_array_size(list) ? th->host : host, list);
+  }
+  json_object_set_new(o->reported, "rules", reported);
+  return 0;
+fail:
+  json_decref(reported);
+  return -1;
+}
+
 static int refused_field(sd_request *r, const char *k, json_t *v) {
-  if (!strcmp(k, "rules")) {
-    if (json_is_object(v) && json_object_size(v) == 0) return 0;
-    sd_reply_error(r, 400, "field 'network.rules' (per-host request transforms with secrets) is not supported by sandboxd yet");
-  } else if (!strcmp(k, "egressProxy")) {
+  if (!strcmp(k, "egressProxy")) {
     sd_reply_error(r, 400, "field 'network.egressProxy' (a SOCKS5 proxy for the sandbox's egress) is not supported by sandboxd");
   } else if (!strcmp(k, "httpsPorts")) {
     if (json_is_array(v) && json_array_size(v) == 0) return 0;
@@ -98,7 +145,7 @@ int net_opts_create(sd_request *r, json_t *network, bool internet, net_opts *out
   memset(out, 0, sizeof *out);
   out->internet = internet;
   out->reported = json_object();
-  json_t *allow = NULL, *deny = NULL;
+  json_t *allow = NULL, *deny = NULL, *rules = NULL;
   bool asked = !internet;
   if (network && !json_is_null(network)) {
     if (!json_is_object(network)) { sd_reply_error(r, 400, "field 'network' must be an object"); goto fail; }
@@ -108,6 +155,7 @@ int net_opts_create(sd_request *r, json_t *network, bool internet, net_opts *out
       if (json_is_null(v)) continue;
       if (!strcmp(k, "allowOut")) allow = v;
       else if (!strcmp(k, "denyOut")) deny = v;
+      else if (!strcmp(k, "rules")) rules = v;
       else if (!strcmp(k, "allowPublicTraffic")) {
         if (!json_is_boolean(v)) { sd_reply_error(r, 400, "field 'network.allowPublicTraffic' must be a boolean"); goto fail; }
         if (json_is_false(v)) {
@@ -127,7 +175,7 @@ int net_opts_create(sd_request *r, json_t *network, bool internet, net_opts *out
       asked = true;
     }
   }
-  if (egress_lists(r, "network.", allow, deny, out) != 0) goto fail;
+  if (egress_lists(r, "network.", allow, deny, out) != 0 || parse_rules(r, "network.", rules, out) != 0) goto fail;
   if (!asked) { json_decref(out->reported); out->reported = NULL; }
   return 0;
 fail:
@@ -139,7 +187,7 @@ int net_opts_update(sd_request *r, json_t *body, json_t *current, net_opts *out)
   memset(out, 0, sizeof *out);
   out->internet = true;                  /* what the update leaves out is cleared */
   out->reported = json_object();
-  json_t *allow = NULL, *deny = NULL;
+  json_t *allow = NULL, *deny = NULL, *rules = NULL;
   const char *k;
   json_t *v;
   json_object_foreach(body, k, v) {
@@ -149,7 +197,9 @@ int net_opts_update(sd_request *r, json_t *body, json_t *current, net_opts *out)
     else if (!strcmp(k, "allow_internet_access")) {
       if (!json_is_boolean(v)) { sd_reply_error(r, 400, "field 'allow_internet_access' must be a boolean"); goto fail; }
       out->internet = json_is_true(v);
-    } else if (!strcmp(k, "rules") || !strcmp(k, "egressProxy")) {
+    } else if (!strcmp(k, "rules")) {
+      rules = v;
+    } else if (!strcmp(k, "egressProxy")) {
       if (refused_field(r, k, v) != 0) goto fail;
     } else {
       sd_reply_error(r, 400, "field '%s' is not part of a network update (allowOut, denyOut, allow_internet_access, rules, "
@@ -162,7 +212,7 @@ int net_opts_update(sd_request *r, json_t *body, json_t *current, net_opts *out)
                    "through pasta, which cannot enforce egress rules)");
     goto fail;
   }
-  if (egress_lists(r, "", allow, deny, out) != 0) goto fail;
+  if (egress_lists(r, "", allow, deny, out) != 0 || parse_rules(r, "", rules, out) != 0) goto fail;
   /* The ingress options stay as created. */
   static const char *const INGRESS[] = {"allowPublicTraffic", "maskRequestHost"};
   for (size_t i = 0; i < 2 && current; i++)
@@ -213,5 +263,19 @@ void net_opts_rules(json_t *reported, bool internet, egress_rules *out) {
   if (egress_rules_parse(out, internet, l[0], n[0], internet ? l[1] : NULL, internet ? n[1] : 0, NULL, 0) != 0) {
     egress_rules_open(out);
     out->internet = false;               /* cannot happen; if it did, nothing gets out */
+  }
+  /* and the transforms, in their order */
+  json_t *rules = reported ? json_object_get(reported, "rules") : NULL, *list;
+  const char *host;
+  json_object_foreach(rules, host, list) {
+    size_t i;
+    json_t *rule;
+    json_array_foreach(list, i, rule) {
+      json_t *headers = json_object_get(json_object_get(rule, "transform"), "headers"), *hv;
+      const char *names[TRANSFORM_MAX_HEADERS], *values[TRANSFORM_MAX_HEADERS], *hn;
+      size_t k = 0;
+      json_object_foreach(headers, hn, hv) if (k < TRANSFORM_MAX_HEADERS) { names[k] = hn; values[k++] = json_string_value(hv); }
+      (void)transforms_add(&out->tf, host, names, values, k, NULL, 0);   /* they parsed when given */
+    }
   }
 }
