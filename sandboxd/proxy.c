@@ -262,6 +262,7 @@ static void append(hdr_acc *a, const char *line) {
 static int add_header(void *cls, const char *name, const char *value) {
   hdr_acc *a = cls;
   if (!strcasecmp(name, "Expect")) return 0;                        /* MHD answered it */
+  if (!strcasecmp(name, RT_TRAFFIC_TOKEN_HEADER)) return 0;         /* the edge's credential, not the port's */
   if (!strcasecmp(name, "Content-Length") && a->body) return 0;     /* curl sends the body's framing */
   if (a->upgrade && !strcasecmp(name, "Upgrade")) {
   } else if (hop_by_hop(name, a->connection)) {
