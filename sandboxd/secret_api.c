@@ -37,8 +37,8 @@ static json_t *body_object(sd_request *r) {
   json_error_t je;
   json_t *j = json_loadb((const char *)b, len, JSON_REJECT_DUPLICATES, &je);
   if (!j) {
-    sd_reply_error(r, 400, "malformed JSON body at line %d, column %d (a repeated field, or not JSON; the text there is not "
-                   "repeated: it may be a value)", je.line, je.column);
+    sd_reply_error(r, 400, "malformed JSON body at line %d, column %d: not JSON, a field given twice, or \\u0000 in a string "
+                   "(the text there is not repeated: it may be a value)", je.line, je.column);
     return NULL;
   }
   if (!json_is_object(j)) { json_decref(j); sd_reply_error(r, 400, "request body must be a JSON object"); return NULL; }
