@@ -152,7 +152,7 @@ int secrets_check_name(const char *name, char out[SECRETS_NAME_MAX + 1], char *m
   for (size_t i = 0; i < n; i++) {
     char c = name[i] >= 'A' && name[i] <= 'Z' ? (char)(name[i] - 'A' + 'a') : name[i];
     if (!alnum_lower(c) && (i == 0 || (c != '_' && c != '-' && c != '.'))) {
-      if ((unsigned char)c > ' ' && (unsigned char)c < 0x7f)
+      if ((unsigned char)c >= ' ' && (unsigned char)c < 0x7f)
         return FAIL(400, "field 'name': '%c' (character %zu) is not allowed: a secret name is 1 to %d characters of a-z, 0-9, "
                     "'_', '-' and '.', starting with a letter or digit", c, i + 1, SECRETS_NAME_MAX);
       return FAIL(400, "field 'name': byte 0x%02x (at %zu) is not allowed: a secret name is 1 to %d characters of a-z, 0-9, "
