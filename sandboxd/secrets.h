@@ -47,7 +47,8 @@
 #define SECRETS_META_KEY_MAX 128
 #define SECRETS_META_VALUE_MAX 1024
 #define SECRETS_META_TOTAL_MAX 8192      /* bytes of every key and value together */
-#define SECRETS_FILE_MAX (128u << 20)    /* the catalogue file, read whole at start */
+#define SECRETS_FILE_MAX (256u << 20)    /* the catalogue file, read whole at start (1000 secrets of the
+                                          * largest values and escaped metadata stay below it) */
 
 /* Opens (or starts) the store under state_dir. 0, or -1 with err naming the file and what is
  * wrong (the store then stays closed: every call below fails or finds nothing). */
