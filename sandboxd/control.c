@@ -43,9 +43,10 @@ static json_t *rfc3339(int64_t ms) {
 }
 
 json_t *control_sandbox_json(const reg_info *in) {
-  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:n,s:o}", "sandboxID", in->id, "templateID", in->template_id,
+  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:o,s:o}", "sandboxID", in->id, "templateID", in->template_id,
                         "alias", in->template_alias, "clientID", "6532622b", "envdVersion", SANDBOXD_ENVD_VERSION,
-                        "trafficAccessToken", "domain", domain_json());
+                        "trafficAccessToken", in->traffic_token[0] ? json_string(in->traffic_token) : json_null(),
+                        "domain", domain_json());
   if (j && in->secure) json_object_set_new(j, "envdAccessToken", json_string(in->token));
   return j;
 }
@@ -248,6 +249,12 @@ static void create_sandbox(sd_request *r, bool v2) {
     goto out;
   }
   if (net_opts_create(r, json_object_get(body, "network"), o.internet, &net) != 0) goto out;
+  if (net.private_ports && !o.secure) {
+    /* As E2B: the traffic access token comes with a secure sandbox's envd token. */
+    sd_reply_error(r, 400, "field 'network.allowPublicTraffic': false needs a secure sandbox (secure: true)");
+    goto out;
+  }
+  o.traffic_token = net.private_ports;
   o.network = net.reported;
   o.egress = &net.rules;
   reg_info in;

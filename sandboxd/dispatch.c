@@ -12,6 +12,7 @@
 #include "proxy.h"
 #include "router.h"
 #include "rpc.h"
+#include "secret_api.h"
 #include "snapshot_api.h"
 #include "volume_api.h"
 
@@ -50,6 +51,9 @@ static void handle(sd_request *r, void *ctx) {
     case RT_SNAPSHOT_CREATE: case RT_SNAPSHOT_LIST: case RT_TEMPLATE_DELETE: case RT_FORK: snapshot_api_handle(r, d); break;
     case RT_VOLUME_CREATE: case RT_VOLUME_LIST: case RT_VOLUME_GET: case RT_VOLUME_DELETE: case RT_VOLUME_CONTENT:
       volume_api_handle(r, d);
+      break;
+    case RT_SECRET_CREATE: case RT_SECRET_LIST: case RT_SECRET_GET: case RT_SECRET_UPDATE: case RT_SECRET_DELETE:
+      secret_api_handle(r, d);
       break;
     default: control_handle(r, d); break;
   }

@@ -603,6 +603,13 @@ static void kv_free(kv *v, size_t n) {
   for (size_t i = 0; i < n; i++) { free(v[i].name); free(v[i].value); }
 }
 
+/* Request bodies are wiped before they are let go: they carry tokens and secret values. */
+static void body_free(uint8_t *body, size_t cap) {
+  if (!body) return;
+  explicit_bzero(body, cap);
+  free(body);
+}
+
 static void req_unref(sd_request *r) {
   pthread_mutex_lock(&r->mu);
   int left = --r->refs;
@@ -613,7 +620,7 @@ static void req_unref(sd_request *r) {
   kv_free(r->query, r->nquery);
   kv_free(r->extra, r->nextra);
   atomic_fetch_sub(&inflight, r->cap);
-  free(r->method); free(r->path); free(r->target); free(r->body); free(r->ctype); free(r->rbody); free(r->nul_name);
+  free(r->method); free(r->path); free(r->target); body_free(r->body, r->cap); free(r->ctype); free(r->rbody); free(r->nul_name);
   pthread_mutex_destroy(&r->mu);
   pthread_mutex_destroy(&r->conn_mu);
   pthread_cond_destroy(&r->cv);
@@ -810,7 +817,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     if (n > r->limit - r->len) {
       r->too_large = true;
       atomic_fetch_sub(&inflight, r->cap);
-      free(r->body); r->body = NULL; r->len = r->cap = 0;
+      body_free(r->body, r->cap); r->body = NULL; r->len = r->cap = 0;
       return MHD_YES;
     }
     if (r->len + n > r->cap) {
@@ -821,11 +828,13 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         atomic_fetch_sub(&inflight, want - r->cap);
         r->busy = true;                                  /* answer 503 at the end; drop what we hold */
         atomic_fetch_sub(&inflight, r->cap);
-        free(r->body); r->body = NULL; r->len = r->cap = 0;
+        body_free(r->body, r->cap); r->body = NULL; r->len = r->cap = 0;
         return MHD_YES;
       }
-      uint8_t *nb = realloc(r->body, want);
+      uint8_t *nb = malloc(want);                        /* not realloc: the old buffer is wiped */
       if (!nb) { atomic_fetch_sub(&inflight, want - r->cap); return MHD_NO; }
+      if (r->len) memcpy(nb, r->body, r->len);
+      body_free(r->body, r->cap);
       r->body = nb; r->cap = want;
     }
     memcpy(r->body + r->len, upload_data, n);

@@ -23,11 +23,13 @@
 #include "http.h"
 #include "layers.h"
 #include "egress.h"
+#include "harden.h"
 #include "net.h"
 #include "registry.h"
 #include "router.h"
 #include "rpc.h"
 #include "sandbox.h"
+#include "secrets.h"
 #include "snapshots.h"
 #include "paths.h"
 #include "proxy.h"
@@ -150,7 +152,11 @@ static int backend_create(const char *id, const reg_create_opts *o, sbx_t **out,
 }
 static const reg_backend BACKEND = {backend_create, sbx_stop, sbx_destroy, sbx_pause, sbx_resume};
 static void on_dying(const reg_entry *e) { sd_streams_abort(e); }
-static void on_gone(const reg_entry *e) { sd_streams_release(e); }
+static void on_gone(const reg_entry *e) {
+  sd_streams_release(e);
+  secrets_sandbox_gone(reg_id(e));     /* its scoped secrets go with it */
+}
+static bool sandbox_alive(const char *id) { return reg_exists(id); }
 static const reg_hooks DEATHS = {on_dying, on_gone};
 
 static void report_caps(void) {
@@ -179,6 +185,9 @@ static void report_caps(void) {
 }
 
 int main(int argc, char **argv) {
+  /* Before anything secret is in memory: no core dump, non-dumpable as root (harden.h). */
+  char hardening[300];
+  harden_process(hardening, sizeof hardening);
   const char *listen = NULL, *tls_listen = NULL, *domain = NULL, *cert_path = NULL, *key_path = NULL;
   const char *key_file = NULL, *key_fd = NULL, *state = NULL, *codecs = "json,proto";
   const char *cpu_arg = NULL, *mem_arg = NULL, *pids_arg = NULL, *cgroup = NULL;
@@ -345,6 +354,14 @@ int main(int argc, char **argv) {
     return 1;
   }
   paths_allow_dev(vol_dev());
+  /* The secret store: refused at start, naming the file, when its key or catalogue is wrong. */
+  if (secrets_init(state_dir, kerr, sizeof kerr) != 0) {
+    fprintf(stderr, "sandboxd: %s\n", kerr);
+    sbx_pool_stop();
+    net_shutdown();
+    return 1;
+  }
+  if (hardening[0]) fprintf(stderr, "sandboxd: %s\n", hardening);
   int swept = ly_sweep();
   if (swept > 0) fprintf(stderr, "sandboxd: removed %d snapshot layer%s nothing refers to\n", swept, swept == 1 ? "" : "s");
   control_init(state_dir, domain_lc[0] ? domain_lc : NULL);
@@ -356,6 +373,9 @@ int main(int argc, char **argv) {
     net_shutdown();
     return 1;
   }
+  /* Sandboxes do not outlive sandboxd: secrets scoped to one of the previous run's go now. */
+  size_t orphans = secrets_sweep_scoped(sandbox_alive);
+  if (orphans) fprintf(stderr, "sandboxd: deleted %zu secret%s scoped to sandboxes that no longer exist\n", orphans, orphans == 1 ? "" : "s");
   char err[512];
   sd_listen ls[SD_MAX_LISTEN];
   size_t nls = 0;
@@ -395,6 +415,7 @@ int main(int argc, char **argv) {
   snap_shutdown();
   ly_shutdown();
   vol_shutdown();
+  secrets_shutdown();
   sbx_shutdown();      /* the spares' pastas, before their guard goes; the cgroup parent */
   net_shutdown();
   return 0;

@@ -158,11 +158,7 @@ int net_opts_create(sd_request *r, json_t *network, bool internet, net_opts *out
       else if (!strcmp(k, "rules")) rules = v;
       else if (!strcmp(k, "allowPublicTraffic")) {
         if (!json_is_boolean(v)) { sd_reply_error(r, 400, "field 'network.allowPublicTraffic' must be a boolean"); goto fail; }
-        if (json_is_false(v)) {
-          sd_reply_error(r, 400, "field 'network.allowPublicTraffic': false (URLs that need a traffic access token) is not "
-                         "supported by sandboxd yet");
-          goto fail;
-        }
+        out->private_ports = json_is_false(v);   /* its ports need the traffic access token */
         json_object_set(out->reported, k, v);
       } else if (!strcmp(k, "maskRequestHost")) {
         if (!json_is_string(v) || !valid_mask(json_string_value(v))) {
@@ -227,6 +223,10 @@ void net_opts_free(net_opts *o) {
   egress_rules_free(&o->rules);
   json_decref(o->reported);
   o->reported = NULL;
+}
+
+bool net_opts_private_ports(json_t *network) {
+  return network && json_is_false(json_object_get(network, "allowPublicTraffic"));
 }
 
 bool net_opts_mask_host(json_t *network, unsigned port, char *out, size_t cap) {

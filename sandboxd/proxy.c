@@ -92,7 +92,9 @@ void proxy_handle(sd_request *r, const rt_decision *d) {
   snprintf(v4, sizeof v4, "http://127.0.0.1:%u/", d->port);
   snprintf(v6, sizeof v6, "http://[::1]:%u/", d->port);
   const char *urls[] = {v4, v6, NULL};
-  fwd_opts o = {.urls = urls, .target = target, .upload = d->upload, .host = masked ? mask : NULL,
+  /* The edge's credential is not the port's: "Name:" with no value sends nothing (curl). */
+  const char *drop[] = {RT_TRAFFIC_TOKEN_HEADER ":", NULL};
+  fwd_opts o = {.urls = urls, .target = target, .upload = d->upload, .host = masked ? mask : NULL, .set = drop,
                 .open = open_in_sandbox, .gone = sandbox_gone, .cls = &p};
   fwd_result res;
   forward(r, &o, &res);

@@ -7,7 +7,8 @@
  * Answers as E2B's edge: a port nothing listens on ⇒ 502 {"sandboxId","message":"The sandbox is
  * running but port is not open","port","code":502}; a sandbox that is paused or killed while a
  * request runs ⇒ that request ends (502 "The sandbox was not found" when nothing was answered
- * yet; else the connection ends). Credentials: none (router.h). */
+ * yet; else the connection ends). Credentials: none, or the sandbox's traffic access token
+ * (router.h), which is not forwarded to the port. */
 #ifndef SANDBOXD_PROXY_H
 #define SANDBOXD_PROXY_H
 #include "http.h"

@@ -15,6 +15,7 @@
 struct reg_entry {
   reg_entry *next;
   char id[32], token[40];
+  char traffic[REG_TRAFFIC_TOKEN_LEN + 1];   /* "" when its ports are public; never changes */
   char template_id[REG_TEMPLATE_MAX], template_alias[REG_TEMPLATE_MAX];
   bool secure, internet, auto_pause, auto_resume, paused, dying;
   int64_t resume_timeout_s;       /* the lease an auto-resume gives */
@@ -84,6 +85,7 @@ static void info_locked(reg_entry *e, reg_info *in) {
   memset(in, 0, sizeof *in);
   snprintf(in->id, sizeof in->id, "%s", e->id);
   snprintf(in->token, sizeof in->token, "%s", e->secure ? e->token : "");
+  snprintf(in->traffic_token, sizeof in->traffic_token, "%s", e->traffic);
   memcpy(in->template_id, e->template_id, sizeof in->template_id);
   memcpy(in->template_alias, e->template_alias, sizeof in->template_alias);
   in->secure = e->secure; in->internet = e->internet; in->auto_pause = e->auto_pause; in->auto_resume = e->auto_resume;
@@ -131,7 +133,7 @@ int reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errle
   reg_entry *e = calloc(1, sizeof *e);
   if (!e) { snprintf(err, errlen, "out of memory"); return -1; }
   e->id[0] = 'i';
-  if (ids_random(e->id + 1, 20) || ids_random(e->token, 32)) {
+  if (ids_random(e->id + 1, 20) || ids_random(e->token, 32) || (o->traffic_token && ids_random(e->traffic, REG_TRAFFIC_TOKEN_LEN))) {
     snprintf(err, errlen, "getrandom: %s", strerror(errno));
     free(e);
     return -1;
@@ -368,6 +370,7 @@ void reg_list_free(reg_info *v, size_t n) {
 sbx_t *reg_sbx(reg_entry *e) { return e->sbx; }
 const char *reg_id(const reg_entry *e) { return e->id; }
 const char *reg_token(const reg_entry *e) { return e->secure ? e->token : NULL; }
+const char *reg_traffic_token(const reg_entry *e) { return e->traffic[0] ? e->traffic : NULL; }
 bool reg_paused(reg_entry *e) {
   pthread_mutex_lock(&mu);
   bool p = e->paused;

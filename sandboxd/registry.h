@@ -34,11 +34,14 @@ typedef struct {
   json_t *volume_mounts;        /* what the control plane reports of them: [{name, path}] (borrowed; copied) */
   json_t *network;              /* what it reports as `network` (borrowed; copied), NULL: nothing */
   struct egress_rules *egress;  /* passed to the backend: the sandbox's egress rules, or NULL */
+  bool traffic_token;           /* allowPublicTraffic: false: its ports need a traffic access token */
 } reg_create_opts;
 
 /* Snapshot of an entry for the control plane (no pointers into the entry). */
+#define REG_TRAFFIC_TOKEN_LEN 40
 typedef struct {
   char id[32], token[40];
+  char traffic_token[REG_TRAFFIC_TOKEN_LEN + 1];   /* "" when its ports are public */
   char template_id[REG_TEMPLATE_MAX], template_alias[REG_TEMPLATE_MAX];
   bool secure, internet, auto_pause, auto_resume, paused;
   bool dying;                   /* a kill started: reported by list until it is gone, never by GET */
@@ -109,6 +112,7 @@ void reg_list_free(reg_info *v, size_t n);
 sbx_t *reg_sbx(reg_entry *e);
 const char *reg_id(const reg_entry *e);
 const char *reg_token(const reg_entry *e);      /* NULL when the sandbox is not secure */
+const char *reg_traffic_token(const reg_entry *e);   /* NULL when its ports are public (no traffic token) */
 bool reg_paused(reg_entry *e);
 bool reg_dying(reg_entry *e);                   /* set once a kill started: long handlers stop */
 int  reg_kill_fd(reg_entry *e);                 /* eventfd that becomes readable when a kill starts (poll it) */

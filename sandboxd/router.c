@@ -38,10 +38,11 @@ void router_shutdown(void) {
 
 /* Who must prove what, per route: the auth table. Everything else (the control plane, including
  * its paths that lead nowhere) needs the API key. */
-typedef enum { AUTH_NONE, AUTH_API_KEY, AUTH_ENVD_TOKEN, AUTH_FILES, AUTH_VOLUME_TOKEN } auth_kind;
+typedef enum { AUTH_NONE, AUTH_API_KEY, AUTH_ENVD_TOKEN, AUTH_FILES, AUTH_VOLUME_TOKEN, AUTH_TRAFFIC_TOKEN } auth_kind;
 static auth_kind auth_of(int r) {
   switch (r) {
-    case RT_HEALTH: case RT_ENVD_HEALTH: case RT_PORT: return AUTH_NONE;
+    case RT_HEALTH: case RT_ENVD_HEALTH: return AUTH_NONE;
+    case RT_PORT: return AUTH_TRAFFIC_TOKEN;          /* none when the sandbox's ports are public */
     case RT_FILES: return AUTH_FILES;
     case RT_VOLUME_CONTENT: return AUTH_VOLUME_TOKEN;
     case RT_PROCESS: case RT_FILESYSTEM: case RT_RPC_UNKNOWN: return AUTH_ENVD_TOKEN;
@@ -88,7 +89,11 @@ static const struct {
   {"GET", "/volumecontent/{ref}/path", RT_VOLUME_CONTENT, NULL},
   {"PATCH", "/volumecontent/{ref}/path", RT_VOLUME_CONTENT, NULL},
   {"DELETE", "/volumecontent/{ref}/path", RT_VOLUME_CONTENT, NULL},
-  {"*", "/secrets*", RT_UNIMPLEMENTED, "secrets are not implemented by sandboxd"},
+  {"POST", "/secrets", RT_SECRET_CREATE, NULL},
+  {"GET", "/secrets", RT_SECRET_LIST, NULL},
+  {"GET", "/secrets/{ref}", RT_SECRET_GET, NULL},
+  {"POST", "/secrets/{ref}", RT_SECRET_UPDATE, NULL},
+  {"DELETE", "/secrets/{ref}", RT_SECRET_DELETE, NULL},
 };
 
 /* Does path match pattern? The {id} or {ref} segment goes to seg (NUL-terminated; *seglen is its
@@ -144,16 +149,20 @@ static int refuse_volume(char *body, size_t bodylen, int status, const char *msg
   return status;
 }
 
-/* envd's answer for a sandbox it does not (or no longer) serve. */
-static int refuse_502(char *body, size_t bodylen, const char *id) {
+/* E2B's edge's shape for a sandbox's refusals: {"sandboxId", "message", "code"}. */
+static int refuse_sandbox(char *body, size_t bodylen, int status, const char *id, const char *msg) {
   json_t *sid = json_string(id);
-  json_t *j = json_pack("{s:o,s:s,s:i}", "sandboxId", sid ? sid : json_string("?"), "message",
-                        "The sandbox was not found", "code", 502);
+  json_t *j = json_pack("{s:o,s:s,s:i}", "sandboxId", sid ? sid : json_string("?"), "message", msg, "code", status);
   char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
   json_decref(j);
-  snprintf(body, bodylen, "%s", s ? s : "{\"code\":502,\"message\":\"The sandbox was not found\"}");
+  snprintf(body, bodylen, "%s", s ? s : "{\"code\":500,\"message\":\"out of memory\"}");
   free(s);
-  return 502;
+  return status;
+}
+
+/* envd's answer for a sandbox it does not (or no longer) serve. */
+static int refuse_502(char *body, size_t bodylen, const char *id) {
+  return refuse_sandbox(body, bodylen, 502, id, "The sandbox was not found");
 }
 
 /* ---- /files signatures (reference §6.4) ---- */
@@ -280,6 +289,17 @@ static int check(const rt_view *v, int64_t now_s, rt_decision *d, char *body, si
       int st = files_auth(v, reg_token(d->entry), now_s, body, bodylen);
       return st ? st : files_user(v, d, body, bodylen);
     }
+    case AUTH_TRAFFIC_TOKEN: {
+      /* allowPublicTraffic: false — E2B's edge's words and status */
+      const char *tok = reg_traffic_token(d->entry), *given = v->header(v->req, RT_TRAFFIC_TOKEN_HEADER);
+      if (!tok) return 0;
+      if (!given || !*given)
+        return refuse_sandbox(body, bodylen, 403, reg_id(d->entry),
+                              "Sandbox is secured with traffic access token. Token header '" RT_TRAFFIC_TOKEN_HEADER "' is missing");
+      if (!auth_secret_eq(given, tok))
+        return refuse_sandbox(body, bodylen, 403, reg_id(d->entry), "Sandbox is secured with traffic access token. Provided token is invalid.");
+      return 0;
+    }
     case AUTH_VOLUME_TOKEN: {
       const char *authz = v->header(v->req, "Authorization");
       const char *token = authz && !strncasecmp(authz, "Bearer ", 7) ? authz + 7 : NULL;
@@ -402,8 +422,8 @@ static bool has_body(const rt_view *v) {
 static int sandbox_admit(const rt_view *v, const target *t, rt_decision *d, char *body, size_t bodylen) {
   const char *sid = t->id;
   if (t->port && t->port != RT_ENVD_PORT) {
-    reg_entry *e = reg_get(sid);
-    if (!e || reg_wake(e) != 0) { reg_put(e); return refuse_502(body, bodylen, sid); }
+    reg_entry *e = reg_get(sid);         /* woken once its credentials are checked (router_admit) */
+    if (!e) return refuse_502(body, bodylen, sid);
     d->entry = e;
     d->route = RT_PORT;
     d->port = t->port;
@@ -435,6 +455,11 @@ int router_admit(const rt_view *v, int64_t now_s, rt_decision *d, char *body, si
   if (st) return st;
   if (t.kind == TGT_SANDBOX) {
     st = sandbox_admit(v, &t, d, body, bodylen);
+    if (!st && d->route == RT_PORT) {
+      /* The auth table first: a request without the traffic token wakes no paused sandbox. */
+      st = check(v, now_s, d, body, bodylen);
+      if (!st && reg_wake(d->entry) != 0) st = refuse_502(body, bodylen, reg_id(d->entry));
+    }
     if (st) { router_release(d); return st; }
     if (d->route == RT_ENVD_HEALTH || d->route == RT_PORT) return 0;
   } else if (t.kind == TGT_NONE && !strcmp(v->path, "/files")) {
@@ -461,7 +486,7 @@ int router_admit(const rt_view *v, int64_t now_s, rt_decision *d, char *body, si
   if (!st && (int)d->route == RT_NO_ENDPOINT) st = refuse(body, bodylen, 404, "no endpoint %.60s %.300s", v->method, v->path);
   if (!st && (int)d->route == RT_BAD_METHOD) st = refuse(body, bodylen, 405, "method %.60s is not allowed on %.300s", v->method, v->path);
   if (!st && (int)d->route == RT_BAD_ID) st = refuse(body, bodylen, 404, "sandbox '%s' not found", d->id);
-  if (!st && (int)d->route == RT_BAD_REF) st = refuse(body, bodylen, 400, "template reference of more than %d bytes", RT_REF_MAX);
+  if (!st && (int)d->route == RT_BAD_REF) st = refuse(body, bodylen, 400, "a name or id in the path of more than %d bytes", RT_REF_MAX);
   if (!st && d->route == RT_FILES) d->upload = !strcmp(v->method, "POST");
   if (!st && d->route == RT_VOLUME_CONTENT) d->upload = !strcmp(v->method, "PUT");
   if (st) router_release(d);

@@ -12,8 +12,11 @@
  *   /_sandbox/<id>/<port>[/<path>] → port <port> of sandbox <id>, path /<path> (the path proxy)
  *   E2b-Sandbox-Id header  → that sandbox; port E2b-Sandbox-Port if it is given, else envd's.
  * Port 49983 is envd (sandboxd itself serves it); any other port goes to the port proxy
- * (RT_PORT, proxy.c), which needs no credentials: the URL is the capability, as with E2B's
- * default allowPublicTraffic. Then:
+ * (RT_PORT, proxy.c), which needs no credentials (the URL is the capability, as with E2B's
+ * default allowPublicTraffic) unless the sandbox was created with allowPublicTraffic: false:
+ * then the header RT_TRAFFIC_TOKEN_HEADER must carry its traffic access token (403 with E2B's
+ * edge's words without it or with another; a paused auto-resume sandbox is woken only after the
+ * check). Then:
  *
  *   envd of a sandbox      → GET /health (none), /files (its token, or a
  *                            v1 signature), /process.Process/<rpc>, /filesystem.Filesystem/<rpc> (its
@@ -42,6 +45,8 @@ typedef enum {
   RT_SNAPSHOT_LIST,          /* GET /snapshots */
   RT_TEMPLATE_DELETE,        /* DELETE /templates/{ref}: a snapshot (in E2B a snapshot is a template) */
   RT_VOLUME_CREATE, RT_VOLUME_LIST, RT_VOLUME_GET, RT_VOLUME_DELETE,   /* /volumes[/{ref}] */
+  RT_SECRET_CREATE, RT_SECRET_LIST,                                   /* POST, GET /secrets */
+  RT_SECRET_GET, RT_SECRET_UPDATE, RT_SECRET_DELETE,                  /* GET, POST, DELETE /secrets/{ref} */
   /* the volume content API (the volume's token, Authorization: Bearer) */
   RT_VOLUME_CONTENT,         /* /volumecontent/{ref}/{dir,file,path}: d->volume held, d->rpc the last segment */
   RT_UNIMPLEMENTED,          /* known to E2B, not to sandboxd: 501 with decision.message */
@@ -52,7 +57,7 @@ typedef enum {
   RT_PROCESS,                /* process.Process/<rpc> */
   RT_FILESYSTEM,             /* filesystem.Filesystem/<rpc> */
   RT_RPC_UNKNOWN,            /* another service: Connect unimplemented */
-  RT_PORT,                   /* the port proxy: d->port of d->entry (held), no credentials */
+  RT_PORT,                   /* the port proxy: d->port of d->entry (held); its traffic token when it has one */
 } rt_route;
 
 /* A request as the router sees it (the Host header comes through `header`). */
@@ -82,6 +87,7 @@ typedef struct {
 } rt_decision;
 
 #define RT_ENVD_PORT 49983u
+#define RT_TRAFFIC_TOKEN_HEADER "e2b-traffic-access-token"   /* E2B's; never forwarded to the port */
 #define RT_DOMAIN_MAX 200
 /* Keeps copies. domain: E2B's domain D for routing by Host (NULL or "": none); lower-case
  * letters, digits, '-' and '.', as rt_valid_domain checks. */

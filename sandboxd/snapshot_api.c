@@ -213,6 +213,7 @@ static void fork_sandbox(sd_request *r, const char *id) {
     net_opts_rules(c.src.network, c.src.internet, &rules);
     o.network = c.src.network;
     o.egress = &rules;
+    o.traffic_token = net_opts_private_ports(c.src.network);   /* its own token, the source's privacy */
     if (!net_ok) entry = json_pack("{s:{s:i,s:s+}}", "error", "code", 501, "message", "internet access is not available on this host: ", why);
     else if (reg_create(&o, &in, err, sizeof err) != 0) entry = json_pack("{s:{s:i,s:s+}}", "error", "code", 500, "message", "cannot create the fork: ", err);
     else {

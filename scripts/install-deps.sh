@@ -12,6 +12,7 @@ DEB_PACKAGES=(
   libprotobuf-c-dev protobuf-c-compiler
   libarchive-dev                      # workspace sync: the host writes and reads tar streams
   libmnl-dev libnftables-dev libc-ares-dev   # sandboxd's gateway (rtnetlink, its nftables table) and egress proxy (resolving allowed names)
+  libgnutls28-dev                            # the egress proxy's TLS interception (a CA per sandbox, certificates per name)
   musl-tools clang libclang-rt-14-dev
   attr iproute2 procps ncurses-bin python3 git sudo curl openssl strace
   passt nftables xfsprogs

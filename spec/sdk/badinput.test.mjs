@@ -270,7 +270,6 @@ test('unimplemented control-plane routes → 501 {code: 501, message}', T, async
     ['GET', '/templates'],
     ['GET', '/v2/templates'],
     ['POST', '/v3/templates', '{}'],
-    ['GET', '/secrets'],
   ]
   for (const [method, p, body] of routes) {
     const res = await apiFetch(p, { method, ...(body ? { body, headers: { 'Content-Type': 'application/json' } } : {}) })

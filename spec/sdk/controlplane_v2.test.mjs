@@ -52,7 +52,7 @@ test('POST /v2/sandboxes: fields sandboxd cannot honour → 400 naming the field
   const refused = [
     ['secure', { secure: false }],
     ['network.rules', { network: { rules: { 'api.example.com': [{ transform: { headers: { Authorization: 'x' } } }] } } }],
-    ['network.allowPublicTraffic', { network: { allowPublicTraffic: false } }],
+    ['network.allowPublicTraffic', { network: { allowPublicTraffic: 'no' } }],
     ['iam', { iam: { tokens: { gh: { audience: 'x', tokenType: 'y' } } } }],
     ['autoPauseMemory', { autoPause: true, autoPauseMemory: false }],
     ['volumeMounts[0].name', { volumeMounts: [{ name: 'no-such-volume-v2', path: '/data' }] }],

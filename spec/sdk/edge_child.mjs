@@ -5,6 +5,8 @@
 //   node edge_child.mjs full     per-sandbox hosts (<port>-<id>.<domain>): the whole path
 //   node edge_child.mjs shared   a shared domain (sandbox.<domain> + E2b-Sandbox-Id/-Port)
 //   node edge_child.mjs tls      one control-plane call: how TLS to api.<domain> fails
+//   node edge_child.mjs traffic  allowPublicTraffic: false: getHost with and without the
+//                                e2b-traffic-access-token header, by host and by sandbox.<domain>
 import tls from 'node:tls'
 import { randomBytes, createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
@@ -100,7 +102,47 @@ async function startServers(sbx) {
   }
 }
 
-if (mode === 'tls') {
+/** Polls until url (with init) answers `status`, at most 15 s. */
+async function untilStatus(url, init, status) {
+  let last
+  for (let i = 0; i < 150; i++) {
+    try {
+      const r = await getJson(url, init)
+      if (r.status === status) return r
+      last = r
+    } catch (e) { last = e.message }
+    await sleep(100)
+  }
+  throw new Error(`${url} never answered ${status}: ${JSON.stringify(last)}`)
+}
+
+if (mode === 'traffic') {
+  let sbx
+  await check('create', async () => {
+    sbx = await Sandbox.create('base', { timeoutMs: 120_000, network: { allowPublicTraffic: false }, metadata: { edge: mode } })
+    return { id: sbx.sandboxId, token: sbx.trafficAccessToken ?? null }
+  })
+  if (sbx) {
+    const token = { 'e2b-traffic-access-token': sbx.trafficAccessToken }
+    await check('commands', async () => (await sbx.commands.run('echo envd-$((6*7))')).stdout)   /* 49983: envd's own token */
+    await check('servers', async () => { await startServers(sbx); return true })
+    await check('withToken', async () => {
+      const r = await untilStatus(`https://${sbx.getHost(8000)}/index.txt`, { headers: token }, 200)
+      return { host: sbx.getHost(8000), body: r.body }
+    })
+    await check('noToken', () => getJson(`https://${sbx.getHost(8000)}/index.txt`))
+    await check('wrongToken', () => getJson(`https://${sbx.getHost(8000)}/index.txt`, { headers: { 'e2b-traffic-access-token': 'x'.repeat(40) } }))
+    await check('portHeaders', async () => {
+      const r = await untilStatus(`https://${sbx.getHost(9000)}/headers`, { headers: token }, 200)
+      return r.body.headers.map(([k]) => k.toLowerCase())
+    })
+    const shared = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8000' }
+    await check('sharedNoToken', () => getJson(`https://sandbox.${domain}/index.txt`, { headers: shared }))
+    await check('sharedWithToken', () => getJson(`https://sandbox.${domain}/index.txt`, { headers: { ...shared, ...token } }))
+    await check('connect', async () => (await Sandbox.connect(sbx.sandboxId)).trafficAccessToken === sbx.trafficAccessToken)
+    await check('kill', async () => sbx.kill())
+  }
+} else if (mode === 'tls') {
   await check('list', async () => (await Sandbox.list().nextItems()).length)
 } else {
   let sbx

@@ -54,7 +54,7 @@ def main():
     # What the unit tests and fuzzers link must not reach the HTTP layer.
     for m in ('apikey', 'paths', 'registry', 'router', 'auth', 'users', 'template', 'connect_request', 'ptab', 'upload', 'net', 'pidfile',
               'ids', 'layer_copy', 'layers', 'snapshots', 'volumes', 'cgroups', 'metrics', 'pool', 'egress_rules',
-              'sniff', 'dnsmsg', 'transforms'):
+              'sniff', 'dnsmsg', 'transforms', 'secrets'):
         if m not in deps:
             failures.append(f'module {m} is missing')
         elif 'http' in closure(deps, m) | {m}:
@@ -71,6 +71,16 @@ def main():
             extra = set(re.findall(r'^\s*#\s*include\s+<([^>]+)>', text, re.M)) - PURE_LIBC
             if extra:
                 failures.append(f'{f} includes {sorted(extra)}: only {sorted(PURE_LIBC)}')
+    # The secret store is a leaf but for its ids: no registry (a sandbox's end reaches it through
+    # main.c's death hook), no HTTP, nothing that could log or answer a value.
+    if deps.get('secrets', set()) - {'ids'}:
+        failures.append(f"secrets depends on {sorted(deps['secrets'] - {'ids'})}: only ids")
+    for m in ('registry', 'router', 'auth', 'http'):
+        if 'secrets' in closure(deps, m):
+            failures.append(f'{m} depends on secrets')
+    # What sandboxd does to itself at start knows no module.
+    if deps.get('harden'):
+        failures.append(f"harden depends on {sorted(deps['harden'])}: it must be a leaf")
     # The registry knows sandboxes only through its backend.
     if 'sandbox' in closure(deps, 'registry'):
         failures.append('registry depends on sandbox')

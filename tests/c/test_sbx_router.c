@@ -91,9 +91,32 @@ static void test_control_plane(void) {
   r.path = "/sandboxes/abc/network";
   r.method = "PUT";
   want_route(&r, RT_NETWORK);
+  /* secrets: the collection and one secret by id or name */
+  r.method = "POST";
+  r.path = "/secrets";
+  want_route(&r, RT_SECRET_CREATE);
+  r.method = "GET";
+  want_route(&r, RT_SECRET_LIST);
+  r.path = "/secrets/sec_abc";
+  CHECK_INT(admit(&r, &d, body), 0);
+  CHECK_INT(d.route, RT_SECRET_GET);
+  CHECK_STR(d.ref, "sec_abc");
+  router_release(&d);
+  r.method = "POST";
+  r.path = "/secrets/My-Token";
+  CHECK_INT(admit(&r, &d, body), 0);
+  CHECK_INT(d.route, RT_SECRET_UPDATE);
+  CHECK_STR(d.ref, "My-Token");                         /* as sent: the store lower-cases names */
+  router_release(&d);
+  r.method = "DELETE";
+  want_route(&r, RT_SECRET_DELETE);
+  r.method = "PUT";
+  want_refusal(&r, 405, "method PUT is not allowed on /secrets/My-Token");
   r.method = "GET";
   r.path = "/secrets/s1/whatever";
-  want_route(&r, RT_UNIMPLEMENTED);
+  want_refusal(&r, 404, "no endpoint GET /secrets/s1/whatever");
+  fake_req nokey = {"GET", "/secrets", {0}, {0}};
+  want_refusal(&nokey, 401, "missing X-API-KEY header");
   r.path = "/sandboxes/abc/snapshots";
   r.method = "POST";
   want_route(&r, RT_SNAPSHOT_CREATE);
@@ -118,7 +141,7 @@ static void test_control_plane(void) {
   r.path = longref;
   want_route(&r, RT_TEMPLATE_DELETE);
   longref[11 + RT_REF_MAX] = 'a';
-  want_refusal(&r, 400, "template reference of more than 200 bytes");
+  want_refusal(&r, 400, "a name or id in the path of more than 200 bytes");
   r.path = "/templates/abc/builds";
   want_route(&r, RT_UNIMPLEMENTED);
   r.path = "/templates/";
@@ -566,6 +589,79 @@ static void test_path_proxy(void) {
   CHECK_INT(reg_kill(s.id), 0);
 }
 
+/* allowPublicTraffic: false — the port proxy wants e2b-traffic-access-token on every form of
+ * address (host, shared host, path, routing headers); envd's port does not; a paused auto-resume
+ * sandbox is woken only by a request that has it. */
+static void test_traffic_token(void) {
+  reg_create_opts o = fk_opts(true, 300);
+  o.traffic_token = true;
+  o.auto_resume = true;
+  reg_info s, pub = made(true);
+  char err[256], path[200], host[200], body[1024], want[300];
+  rt_decision d;
+  CHECK_INT(reg_create(&o, &s, err, sizeof err), 0);
+  json_decref(s.metadata);
+  CHECK_INT(strlen(s.traffic_token), REG_TRAFFIC_TOKEN_LEN);
+  CHECK_STR(pub.traffic_token, "");
+  reg_entry *e = reg_get(s.id);
+  CHECK(e && reg_traffic_token(e) && !strcmp(reg_traffic_token(e), s.traffic_token));
+  reg_put(e);
+  snprintf(path, sizeof path, "/_sandbox/%s/8000/x", s.id);
+  snprintf(host, sizeof host, "8000-%s." DOM, s.id);
+  char wrong[REG_TRAFFIC_TOKEN_LEN + 1];
+  snprintf(wrong, sizeof wrong, "%s", s.traffic_token);
+  wrong[0] = wrong[0] == 'a' ? 'b' : 'a';
+  fake_req forms[4] = {
+    {"GET", path, {0}, {0}},
+    {"GET", "/x", {"Host", host}, {0}},
+    {"GET", "/x", {"Host", "sandbox." DOM, "E2b-Sandbox-Id", s.id, "E2b-Sandbox-Port", "8000"}, {0}},
+    {"GET", "/x", {"E2b-Sandbox-Id", s.id, "E2b-Sandbox-Port", "8000"}, {0}},
+  };
+  for (int i = 0; i < 4; i++) {
+    fake_req r = forms[i];
+    size_t k = 0;
+    while (r.h[k]) k += 2;
+    snprintf(want, sizeof want, "{\"sandboxId\":\"%s\",\"message\":\"Sandbox is secured with traffic access token. Token header "
+             "'e2b-traffic-access-token' is missing\",\"code\":403}", s.id);
+    want_refusal(&r, 403, want);                       /* E2B's edge's body, exactly */
+    r.h[k] = "e2b-traffic-access-token";
+    r.h[k + 1] = "";
+    want_refusal(&r, 403, "is missing");
+    r.h[k + 1] = wrong;
+    want_refusal(&r, 403, "Sandbox is secured with traffic access token. Provided token is invalid.");
+    r.h[k + 1] = "short";
+    want_refusal(&r, 403, "Provided token is invalid.");
+    r.h[k] = "E2B-Traffic-Access-Token";               /* header names are case-blind */
+    r.h[k + 1] = s.traffic_token;
+    CHECK_INT(admit(&r, &d, body), 0);
+    CHECK_INT(d.route, RT_PORT);
+    CHECK_INT(d.port, 8000);
+    router_release(&d);
+  }
+  /* envd (49983) keeps its own credentials; another sandbox's ports stay public */
+  snprintf(path, sizeof path, "/_sandbox/%s/49983/process.Process/List", s.id);
+  fake_req envd = {"POST", path, {"X-Access-Token", s.token}, {0}};
+  want_route(&envd, RT_PROCESS);
+  snprintf(path, sizeof path, "/_sandbox/%s/8000/", pub.id);
+  fake_req open = {"GET", path, {0}, {0}};
+  want_route(&open, RT_PORT);
+  snprintf(path, sizeof path, "/_sandbox/%s/8000/", s.id);
+  /* paused with auto-resume: a request without the token does not wake it */
+  CHECK_INT(reg_pause(s.id), 0);
+  int resumes = fk_count(&fk.resumes);
+  fake_req noauth = {"GET", path, {0}, {0}};
+  want_refusal(&noauth, 403, "is missing");
+  CHECK_INT(fk_count(&fk.resumes), resumes);
+  e = reg_get(s.id);
+  CHECK(e && reg_paused(e));
+  reg_put(e);
+  fake_req authed = {"GET", path, {"e2b-traffic-access-token", s.traffic_token}, {0}};
+  want_route(&authed, RT_PORT);
+  CHECK_INT(fk_count(&fk.resumes), resumes + 1);
+  CHECK_INT(reg_kill(s.id), 0);
+  CHECK_INT(reg_kill(pub.id), 0);
+}
+
 int main(void) {
   if (reg_init(&FK_BACKEND, &FK_HOOKS) != 0) return 1;
   router_init(KEY, DOM);
@@ -578,6 +674,7 @@ int main(void) {
   MBT_RUN(test_volumes);
   MBT_RUN(test_edge);
   MBT_RUN(test_path_proxy);
+  MBT_RUN(test_traffic_token);
   router_shutdown();
   reg_shutdown();
   return mbt_report();
