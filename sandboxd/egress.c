@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "dnsmsg.h"
+#include "egress_ca.h"
 #include "gateway.h"
 #include "rtnl.h"
 #include "sniff.h"
@@ -56,6 +57,7 @@ typedef struct esb {
   int index;
   char id[72];
   egress_rules rules;
+  egress_ca *ca;                         /* made with the first rules that set headers; under g.mu */
   conn *conns;
   flow *flows;
   egress_stats st;
@@ -76,6 +78,7 @@ struct conn {
   egress_addr target[8];                 /* where to connect, in order */
   int ntarget, itarget;
   bool dns;                              /* to the resolver: no mark, never re-decided */
+  bool addr_allowed;                     /* sniffed for its rules' headers, though its address was allowed */
   /* Bytes read from one side that the other did not take yet: the sniffed first bytes in a buffer
    * (TO_UP only), then whatever a pipe holds (splice: the kernel moves the bytes, no copy here). */
   uint8_t *pend[2];
@@ -112,9 +115,11 @@ static struct {
   int ep, gwns, hostns;
   handle tcp, udp, wake;
   rtnl *route;                           /* the host's routes: is an address the host's own? */
+  pthread_mutex_t route_mu;              /* route: the loop's and the intercepted requests' threads */
   ares_channel ares;
   handle ares_h[ARES_SOCKS];
   struct sockaddr_storage resolver;      /* where the DNS forwarder sends (the first resolver) */
+  char dns_csv[EGRESS_DNS_SERVERS * 66];  /* --dns for c-ares ("": the host's resolv.conf) */
   socklen_t resolver_len;
   flow *bucket[FLOW_BUCKETS];
   /* Closed connections and flows, freed after the round of events that may still name them. */
@@ -126,7 +131,7 @@ static struct {
   cmd *q;
   unsigned long serial, done;
   uint8_t buf[CHUNK];
-} g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cmu = PTHREAD_MUTEX_INITIALIZER, .ccv = PTHREAD_COND_INITIALIZER, .ep = -1};
+} g = {.mu = PTHREAD_MUTEX_INITIALIZER, .route_mu = PTHREAD_MUTEX_INITIALIZER, .cmu = PTHREAD_MUTEX_INITIALIZER, .ccv = PTHREAD_COND_INITIALIZER, .ep = -1};
 
 static int64_t now_ms(void) {
   struct timespec ts;
@@ -181,7 +186,11 @@ static socklen_t addr_to_sa(const egress_addr *a, uint16_t port, struct sockaddr
 
 /* Is a one of the host's own addresses (what `fib daddr type local` says)? On doubt: yes. */
 static bool host_local(const egress_addr *a) {
+  pthread_mutex_lock(&g.route_mu);
   int t = rtnl_route_type(g.route, a->family, a->addr);
+  int e = errno;
+  pthread_mutex_unlock(&g.route_mu);
+  errno = e;
   return t < 0 ? errno != ENETUNREACH && errno != EHOSTUNREACH : t == RTN_LOCAL;
 }
 
@@ -446,19 +455,81 @@ static void start_resolve(conn *c) {
   ares_getaddrinfo(g.ares, c->name, NULL, &hints, resolved, rq);
 }
 
+/* Allowed to where it was addressed: connect there. */
+static void relay_as_addressed(conn *c, const egress_decision *d) {
+  c->sb->st.tcp_allowed++;
+  trace(c->sb, "tcp", &c->dest.addr, c->dest.port, c->dest.name,
+        d ? d : &(egress_decision){EGRESS_ALLOW, NULL, 0, 0, "no name: no rule's headers"});
+  c->target[0] = c->dest.addr;
+  egress_unmap(&c->target[0]);
+  c->ntarget = 1;
+  try_connect(c);
+}
+
+/* HTTP (80) and HTTPS (443) of a sandbox whose rules set headers: its name decides whether the
+ * proxy takes the requests over (egress_http.h). */
+static bool wants_headers(const conn *c) {
+  if (c->dest.port != 80 && c->dest.port != 443) return false;
+  pthread_mutex_lock(&g.mu);
+  bool any = c->sb->rules.tf.nhosts > 0 && c->sb->ca;
+  pthread_mutex_unlock(&g.mu);
+  return any;
+}
+
+/* A named connection that the rules allow and whose host has headers to set. */
+static bool headers_for(conn *c) {
+  if (c->dest.port != 80 && c->dest.port != 443) return false;
+  pthread_mutex_lock(&g.mu);
+  bool yes = c->sb->ca && transforms_for(&c->sb->rules.tf, c->name);
+  egress_decision d = yes ? egress_decide(&c->sb->rules, &g.cfg.site, &c->dest) : (egress_decision){0};
+  pthread_mutex_unlock(&g.mu);
+  return yes && (d.verdict == EGRESS_ALLOW || d.verdict == EGRESS_ALLOW_NAME);
+}
+
+/* The connection goes to the HTTP layer (cfg.intercept), unread: its requests are forwarded one by
+ * one with their headers (egress_http.h), each decided again. */
+static void intercept(conn *c) {
+  egress_intercepted *x = calloc(1, sizeof *x);
+  struct sockaddr_storage peer;
+  socklen_t pl = sizeof peer;
+  if (!x || !g.cfg.intercept || getpeername(c->down.fd, (struct sockaddr *)&peer, &pl) != 0) {
+    free(x);
+    conn_free(c, true);
+    return;
+  }
+  x->index = c->sb->index;
+  snprintf(x->id, sizeof x->id, "%s", c->sb->id);
+  snprintf(x->name, sizeof x->name, "%s", c->name);
+  x->dest = c->dest.addr;
+  x->port = c->dest.port;
+  x->tls = c->dest.port == 443;
+  pthread_mutex_lock(&g.mu);
+  x->ca = c->sb->ca;
+  egress_ca_ref(x->ca);
+  pthread_mutex_unlock(&g.mu);
+  c->sb->st.tcp_allowed++;
+  trace(c->sb, "tcp", &c->dest.addr, c->dest.port, c->name,
+        &(egress_decision){EGRESS_ALLOW_NAME, NULL, 0, 0, "intercepted: its rules set headers"});
+  int fd = c->down.fd;
+  watch(&c->down, 0);
+  c->down.fd = -1;                       /* the HTTP layer's from now on */
+  conn_free(c, false);
+  g.cfg.intercept(x, fd, (struct sockaddr *)&peer, pl);
+}
+
 /* The decision for c as it stands (its name, if it has one), applied. */
 static void decide_conn(conn *c) {
   pthread_mutex_lock(&g.mu);
   egress_decision d = egress_decide(&c->sb->rules, &g.cfg.site, &c->dest);
   pthread_mutex_unlock(&g.mu);
+  if (d.verdict == EGRESS_ALLOW && c->state == C_NEW && wants_headers(c)) {
+    /* Allowed by its address, but a host with rules may be behind it: its name first. */
+    c->addr_allowed = true;
+    d.verdict = EGRESS_NEED_NAME;
+  }
   switch (d.verdict) {
   case EGRESS_ALLOW:
-    c->sb->st.tcp_allowed++;
-    trace(c->sb, "tcp", &c->dest.addr, c->dest.port, c->dest.name, &d);
-    c->target[0] = c->dest.addr;
-    egress_unmap(&c->target[0]);
-    c->ntarget = 1;
-    try_connect(c);
+    relay_as_addressed(c, &d);
     return;
   case EGRESS_ALLOW_NAME:
     start_resolve(c);
@@ -467,9 +538,9 @@ static void decide_conn(conn *c) {
     if (c->state != C_NEW) break;        /* (cannot happen: a name was given) */
     c->state = C_SNIFF;
     c->deadline = now_ms() + EGRESS_SNIFF_MS;
-    c->pcap = SNIFF_LIMIT;
-    if (!(c->pend[TO_UP] = malloc(c->pcap))) { conn_free(c, true); return; }
-    watch(&c->down, EPOLLIN);
+    /* The first bytes are peeked, not read: they stay for the relay or the interception. Edge-
+     * triggered: each arrival is looked at once (what was peeked is still there). */
+    watch(&c->down, EPOLLIN | EPOLLET);
     return;
   case EGRESS_DENY:
     break;
@@ -477,15 +548,20 @@ static void decide_conn(conn *c) {
   conn_deny(c, &d);
 }
 
-/* More of the first bytes: a name, or more to wait for, or none (denied). */
+/* More of the first bytes: a name, or more to wait for, or none (denied, or relayed as it is when
+ * its address was allowed). */
 static void sniff_read(conn *c) {
-  ssize_t n = recv(c->down.fd, c->pend[TO_UP] + c->plen[TO_UP], c->pcap - c->plen[TO_UP], 0);
+  ssize_t n = recv(c->down.fd, g.buf, SNIFF_LIMIT, MSG_PEEK);
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
   if (n <= 0) { conn_free(c, n < 0); return; }   /* gone before it said where to */
-  c->plen[TO_UP] += (size_t)n;
-  sniff_result r = c->dest.port == 443 ? sniff_tls(c->pend[TO_UP], c->plen[TO_UP], c->name)
-                                        : sniff_http(c->pend[TO_UP], c->plen[TO_UP], c->name);
-  if (r == SNIFF_MORE && c->plen[TO_UP] < c->pcap) return;
+  sniff_result r = c->dest.port == 443 ? sniff_tls(g.buf, (size_t)n, c->name) : sniff_http(g.buf, (size_t)n, c->name);
+  if (r == SNIFF_MORE && n < SNIFF_LIMIT) return;
+  if (r != SNIFF_NAME && c->addr_allowed) {      /* no name, so no rule's headers: as addressed */
+    c->name[0] = 0;
+    c->state = C_RESOLVE;
+    relay_as_addressed(c, NULL);
+    return;
+  }
   if (r != SNIFF_NAME) {
     c->name[0] = 0;
     egress_decision d = {EGRESS_DENY, NULL, 0, 0, c->dest.port == 443 ? "no TLS server name (SNI) in its first bytes"
@@ -495,6 +571,7 @@ static void sniff_read(conn *c) {
   }
   c->dest.name = c->name;
   c->state = C_RESOLVE;                  /* decided now, by name */
+  if (headers_for(c)) { intercept(c); return; }
   decide_conn(c);
 }
 
@@ -795,6 +872,7 @@ static void recheck(esb *e) {
 
 static void free_esb(esb *e) {
   egress_rules_free(&e->rules);
+  if (e->ca) egress_ca_unref(e->ca);
   free(e);
 }
 
@@ -861,7 +939,10 @@ static void sweep(int64_t now) {
     for (conn *c = e->conns, *next; c; c = next) {
       next = c->next;
       if (c->deadline && now >= c->deadline) {
-        if (c->state == C_SNIFF) {
+        if (c->state == C_SNIFF && c->addr_allowed) {
+          c->state = C_RESOLVE;
+          relay_as_addressed(c, NULL);   /* a silent client of an allowed address: as addressed */
+        } else if (c->state == C_SNIFF) {
           egress_decision d = {EGRESS_DENY, NULL, 0, 0, "said nothing naming a host in time"};
           conn_deny(c, &d);
         } else if (c->state == C_CONNECT) {
@@ -947,6 +1028,7 @@ static int setup_resolvers(char *err, size_t errlen) {
       strcat(csv, g.cfg.dns[i]);
     }
     snprintf(first, sizeof first, "%s", g.cfg.dns[0]);
+    snprintf(g.dns_csv, sizeof g.dns_csv, "%s", csv);
     if (ares_set_servers_ports_csv(g.ares, csv) != ARES_SUCCESS) { snprintf(err, errlen, "--dns %s: not ADDR or ADDR:PORT", csv); return -1; }
   } else {
     FILE *f = fopen("/etc/resolv.conf", "re");
@@ -1046,6 +1128,7 @@ int egress_attach(int index, const char *id, egress_rules *rules, char *err, siz
   if (!e) { snprintf(err, errlen, "out of memory"); egress_rules_free(rules); return -1; }
   e->index = index;
   snprintf(e->id, sizeof e->id, "%s", id);
+  if (rules->tf.nhosts && !(e->ca = egress_ca_new(id, err, errlen))) { free(e); egress_rules_free(rules); return -1; }
   e->rules = *rules;
   memset(rules, 0, sizeof *rules);
   pthread_mutex_lock(&g.mu);
@@ -1060,8 +1143,19 @@ int egress_update(int index, egress_rules *rules, char *err, size_t errlen) {
   egress_rules old;
   pthread_mutex_lock(&g.mu);
   esb *e = index > 0 && index < GATEWAY_MAX_SANDBOXES ? g.table[index] : NULL;
+  bool need_ca = e && !e->ca && rules->tf.nhosts;
+  char id[72];
+  if (e) snprintf(id, sizeof id, "%s", e->id);
+  pthread_mutex_unlock(&g.mu);
+  /* The first rules with headers: the sandbox's CA, made before they apply (not under the lock). */
+  egress_ca *ca = need_ca ? egress_ca_new(id, err, errlen) : NULL;
+  if (need_ca && !ca) { egress_rules_free(rules); return -1; }
+  pthread_mutex_lock(&g.mu);
+  e = index > 0 && index < GATEWAY_MAX_SANDBOXES ? g.table[index] : NULL;
+  if (e && ca && !e->ca) { e->ca = ca; ca = NULL; }
   if (e) { old = e->rules; e->rules = *rules; }
   pthread_mutex_unlock(&g.mu);
+  if (ca) egress_ca_unref(ca);
   if (!e) { snprintf(err, errlen, "the sandbox has no egress"); egress_rules_free(rules); return -1; }
   memset(rules, 0, sizeof *rules);
   egress_rules_free(&old);
@@ -1077,4 +1171,135 @@ void egress_detach(int index) {
   g.table[index] = NULL;
   pthread_mutex_unlock(&g.mu);
   if (e) free_esb(e);
+}
+
+/* ---- intercepted requests (egress_http.h) ---- */
+
+void egress_intercepted_free(egress_intercepted *x) {
+  if (!x) return;
+  if (x->ca) egress_ca_unref(x->ca);
+  free(x);
+}
+
+/* x's sandbox, if it is still the one at its index (under g.mu). */
+static esb *esb_of(const egress_intercepted *x) {
+  esb *e = x->index > 0 && x->index < GATEWAY_MAX_SANDBOXES ? g.table[x->index] : NULL;
+  return e && !strcmp(e->id, x->id) ? e : NULL;
+}
+
+bool egress_attached(const egress_intercepted *x) {
+  pthread_mutex_lock(&g.mu);
+  bool yes = esb_of(x) != NULL;
+  pthread_mutex_unlock(&g.mu);
+  return yes;
+}
+
+char *egress_ca_pem_of(int index) {
+  pthread_mutex_lock(&g.mu);
+  esb *e = index > 0 && index < GATEWAY_MAX_SANDBOXES ? g.table[index] : NULL;
+  char *pem = e && e->ca ? strdup(egress_ca_pem(e->ca)) : NULL;
+  pthread_mutex_unlock(&g.mu);
+  return pem;
+}
+
+int egress_upstream_socket(int family, int type) { return host_socket(family, type, true); }
+
+typedef struct { egress_addr *out; size_t max, n; bool done; } sync_lookup;
+
+static void sync_done(void *arg, int status, int timeouts, struct ares_addrinfo *res) {
+  (void)timeouts;
+  sync_lookup *l = arg;
+  for (struct ares_addrinfo_node *n = status == ARES_SUCCESS && res ? res->nodes : NULL; n && l->n < l->max; n = n->ai_next) {
+    uint16_t port;
+    sa_to_addr((const struct sockaddr_storage *)n->ai_addr, &l->out[l->n], &port);
+    egress_unmap(&l->out[l->n]);
+    l->n++;
+  }
+  if (res) ares_freeaddrinfo(res);
+  l->done = true;
+}
+
+/* name's addresses, as the loop's resolvers give them, on the caller's thread (its own channel). */
+static size_t resolve_sync(const char *name, egress_addr *out, size_t max) {
+  ares_channel ch;
+  struct ares_options o = {.lookups = (char *)"b", .timeout = 2000, .tries = 2};
+  if (ares_init_options(&ch, &o, ARES_OPT_LOOKUPS | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES) != ARES_SUCCESS) return 0;
+  if (g.dns_csv[0] && ares_set_servers_ports_csv(ch, g.dns_csv) != ARES_SUCCESS) { ares_destroy(ch); return 0; }
+  sync_lookup l = {out, max, 0, false};
+  struct ares_addrinfo_hints hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+  ares_getaddrinfo(ch, name, NULL, &hints, sync_done, &l);
+  while (!l.done) {
+    ares_socket_t socks[ARES_GETSOCK_MAXNUM];
+    int bits = ares_getsock(ch, socks, ARES_GETSOCK_MAXNUM);
+    struct pollfd pf[ARES_GETSOCK_MAXNUM];
+    nfds_t n = 0;
+    for (int i = 0; i < ARES_GETSOCK_MAXNUM; i++) {
+      short ev = (short)((ARES_GETSOCK_READABLE(bits, i) ? POLLIN : 0) | (ARES_GETSOCK_WRITABLE(bits, i) ? POLLOUT : 0));
+      if (ev) pf[n++] = (struct pollfd){socks[i], ev, 0};
+    }
+    struct timeval tv, *t = ares_timeout(ch, NULL, &tv);
+    int ms = t ? (int)(tv.tv_sec * 1000 + tv.tv_usec / 1000) : 1000;
+    int pr = poll(pf, n, ms);
+    if (pr <= 0) { ares_process_fd(ch, ARES_SOCKET_BAD, ARES_SOCKET_BAD); continue; }
+    for (nfds_t i = 0; i < n; i++)
+      if (pf[i].revents)
+        ares_process_fd(ch, pf[i].revents & (POLLIN | POLLERR | POLLHUP) ? pf[i].fd : ARES_SOCKET_BAD,
+                        pf[i].revents & POLLOUT ? pf[i].fd : ARES_SOCKET_BAD);
+  }
+  ares_destroy(ch);
+  return l.n;
+}
+
+void egress_plan_free(egress_plan *p) {
+  for (size_t i = 0; i < p->nheaders; i++) {
+    free(p->headers[i].name);
+    free(p->headers[i].value);
+  }
+  free(p->headers);
+  p->headers = NULL;
+  p->nheaders = 0;
+}
+
+void egress_plan_request(const egress_intercepted *x, const char *host, egress_plan *out) {
+  memset(out, 0, sizeof *out);
+  out->verdict = EGRESS_DENY;
+  egress_dest d = {x->dest, x->port, EGRESS_TCP, host, host_local(&x->dest)};
+  pthread_mutex_lock(&g.mu);
+  esb *e = esb_of(x);
+  egress_decision dd = e ? egress_decide(&e->rules, &g.cfg.site, &d) : (egress_decision){EGRESS_DENY, NULL, 0, 0, "the sandbox is gone"};
+  pthread_mutex_unlock(&g.mu);
+  if (dd.verdict != EGRESS_ALLOW && dd.verdict != EGRESS_ALLOW_NAME) {
+    out->why = dd.why ? dd.why : "denied by its rules";
+    return;
+  }
+  /* Where the name goes is sandboxd's to say: the address the sandbox dialled counts for nothing. */
+  egress_addr found[EGRESS_PLAN_ADDRS];
+  bool local[EGRESS_PLAN_ADDRS];
+  size_t nfound = resolve_sync(host, found, EGRESS_PLAN_ADDRS);
+  for (size_t i = 0; i < nfound; i++) local[i] = host_local(&found[i]);
+  pthread_mutex_lock(&g.mu);
+  e = esb_of(x);
+  for (size_t i = 0; e && i < nfound; i++) {
+    egress_dest da = {found[i], x->port, EGRESS_TCP, host, local[i]};
+    egress_decision v = egress_decide(&e->rules, &g.cfg.site, &da);
+    if (v.verdict == EGRESS_ALLOW_NAME) v = egress_decide_resolved(&e->rules, &g.cfg.site, &found[i], local[i]);
+    if (v.verdict == EGRESS_ALLOW) out->addrs[out->naddrs++] = found[i];
+  }
+  const transform_host *th = e && out->naddrs ? transforms_for(&e->rules.tf, host) : NULL;
+  bool ok = true;
+  if (th && th->nheaders) {
+    out->headers = calloc(th->nheaders, sizeof *out->headers);
+    ok = out->headers != NULL;
+    for (size_t i = 0; ok && i < th->nheaders; i++) {
+      out->headers[i].name = strdup(th->headers[i].name);
+      out->headers[i].value = strdup(th->headers[i].value);
+      out->nheaders = i + 1;
+      ok = out->headers[i].name && out->headers[i].value;
+    }
+  }
+  pthread_mutex_unlock(&g.mu);
+  if (!e) { out->why = "the sandbox is gone"; egress_plan_free(out); return; }
+  if (!out->naddrs) { out->why = nfound ? "it resolves to no address its rules allow" : "the name does not resolve"; return; }
+  if (!ok) { out->why = "out of memory"; out->naddrs = 0; egress_plan_free(out); return; }
+  out->verdict = EGRESS_ALLOW_NAME;
 }

@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <sys/socket.h>
+
 #include "egress_rules.h"
 
 #define EGRESS_MAX_CONNS 1024          /* open TCP connections per sandbox; more are reset */
@@ -34,6 +36,19 @@
 #define EGRESS_DNS_IDLE_MS 5000        /* a DNS flow: one query and its answer, mostly */
 #define EGRESS_DNS_SERVERS 4
 
+/* A connection taken over for its rules' headers (egress_http.h): which sandbox, where to. */
+struct egress_ca;
+typedef struct egress_intercepted {
+  int index;                           /* the sandbox's gateway index ... */
+  char id[72];                         /* ... while this sandbox holds it */
+  char name[254];                      /* the name it gave (TLS: its SNI; HTTP: its first Host) */
+  egress_addr dest;                    /* the address it dialled */
+  uint16_t port;                       /* 80 or 443 */
+  bool tls;
+  struct egress_ca *ca;                /* a reference: its certificates */
+} egress_intercepted;
+void egress_intercepted_free(egress_intercepted *x);
+
 typedef struct egress_config {
   egress_site site;                    /* the ranges sandboxd was started to unblock */
   /* The resolvers ("ADDR" or "ADDR:PORT", IPv6 as "[ADDR]:PORT") for the sandboxes' DNS and for
@@ -41,6 +56,8 @@ typedef struct egress_config {
   char dns[EGRESS_DNS_SERVERS][64];
   size_t ndns;
   bool trace;                          /* a line on stderr per decision (SANDBOXD_TRACE_EGRESS) */
+  /* Takes an intercepted connection over (fd: non-blocking, connected, unread; x: taken). */
+  void (*intercept)(egress_intercepted *x, int fd, const struct sockaddr *peer, socklen_t peerlen);
 } egress_config;
 
 /* After gateway_init: starts the loop on the gateway's listeners. 0, or -1 with err. */
@@ -55,5 +72,28 @@ int  egress_attach(int index, const char *id, egress_rules *rules, char *err, si
 int  egress_update(int index, egress_rules *rules, char *err, size_t errlen);
 /* Every connection and flow of the sandbox closed, its address refused again. */
 void egress_detach(int index);
+
+/* The sandbox's CA (PEM, malloc'ed), once its rules set headers; NULL before (and without one). */
+char *egress_ca_pem_of(int index);
+
+/* What an intercepted request to host (lower-case) may do now: EGRESS_DENY (why says why;
+ * also when the sandbox is gone) or allowed, with the addresses sandboxd resolved host to that
+ * the rules allow (each checked as a connection to it would be), and the headers the rules set
+ * (copied templates, placeholders unfilled). */
+#define EGRESS_PLAN_ADDRS 8
+typedef struct {
+  egress_verdict verdict;
+  const char *why;
+  egress_addr addrs[EGRESS_PLAN_ADDRS];
+  size_t naddrs;
+  transform_header *headers;
+  size_t nheaders;
+} egress_plan;
+void egress_plan_request(const egress_intercepted *x, const char *host, egress_plan *out);
+void egress_plan_free(egress_plan *p);
+/* Is x's sandbox still attached (the same one)? */
+bool egress_attached(const egress_intercepted *x);
+/* A socket for an upstream connection (the host's namespace, the guard's mark). */
+int egress_upstream_socket(int family, int type);
 
 #endif

@@ -34,7 +34,7 @@ typedef struct {
   int (*open)(void *cls, int family, int socktype);   /* the socket curl connects; NULL: its own */
   bool (*gone)(void *cls);           /* asked about once a second: true ends the request */
   void *cls;
-  const char *ca_file;               /* https: trusted besides the system's store, or NULL */
+  const char *ca_file;               /* https: the CA bundle instead of the system's, or NULL */
 } fwd_opts;
 
 typedef struct {

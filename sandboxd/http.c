@@ -32,6 +32,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <arpa/inet.h>
+#include <gnutls/abstract.h>
 
 
 #define SD_MAX_BODY       (8u << 20)      /* JSON and RPC bodies */
@@ -98,6 +99,7 @@ struct sd_request {
   bool admitted;
   bool upload;                   /* the body goes to the handler as it arrives (sd_body_read) */
   const void *group;             /* streams of this request end on sd_streams_abort(group) */
+  struct inbound *inbound;       /* a handed-in connection's (a reference), or NULL */
 };
 
 struct sd_tunnel {
@@ -114,13 +116,32 @@ struct sd_tunnel {
 typedef struct {
   struct MHD_Daemon *d;
   bool tls;
+  bool inbound;                  /* connections handed in (sd_inbound_add), not accepted */
+  const sd_hooks *hooks;
   atomic_uint_fast64_t connections, requests;
 } listener;
-static listener listeners[SD_MAX_LISTEN];
+/* The listeners sd_server_start binds, then the two inbound daemons (plain, TLS). */
+#define INBOUND_PLAIN SD_MAX_LISTEN
+#define INBOUND_TLS (SD_MAX_LISTEN + 1)
+static listener listeners[SD_MAX_LISTEN + 2];
 static size_t nlisteners;
 static atomic_size_t inflight;        /* sum of every request's body buffer capacity */
 static size_t g_upload_limit = SD_MAX_UPLOAD;
 static sd_hooks g_hooks;
+static sd_hooks g_inbound_hooks;
+
+/* A connection handed in by sd_inbound_add: its caller's context, alive while the connection or
+ * a request of it is (a handler may outlive its connection). Until MHD reports the connection
+ * started (on its daemon's thread) it waits in `pending`, found by its socket. */
+typedef struct inbound {
+  struct inbound *next;
+  int fd;
+  atomic_int refs;
+  void *ctx;
+} inbound;
+static pthread_mutex_t inbound_mu = PTHREAD_MUTEX_INITIALIZER;
+static inbound *pending;
+static sd_inbound_hooks g_inbound;
 
 static pthread_mutex_t tunnels_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t tunnels_cv = PTHREAD_COND_INITIALIZER;
@@ -610,12 +631,20 @@ static void body_free(uint8_t *body, size_t cap) {
   free(body);
 }
 
+static void inbound_unref(inbound *in) {
+  if (atomic_fetch_sub(&in->refs, 1) != 1) return;
+  g_inbound.free(in->ctx);
+  free(in);
+}
+
 static void req_unref(sd_request *r) {
   pthread_mutex_lock(&r->mu);
   int left = --r->refs;
   pthread_mutex_unlock(&r->mu);
   if (left > 0) return;
-  if (r->admitted && g_hooks.release) g_hooks.release(r->ctx);
+  const sd_hooks *h = listeners[r->listener].hooks;
+  if (r->admitted && h->release) h->release(r->ctx);
+  if (r->inbound) inbound_unref(r->inbound);
   kv_free(r->headers, r->nheaders);
   kv_free(r->query, r->nquery);
   kv_free(r->extra, r->nextra);
@@ -649,7 +678,7 @@ static enum MHD_Result collect(void *cls, enum MHD_ValueKind kind, const char *k
 
 static void *worker(void *arg) {
   sd_request *r = arg;
-  g_hooks.handle(r, r->ctx);
+  listeners[r->listener].hooks->handle(r, r->ctx);
   pthread_mutex_lock(&r->mu);
   if (r->state == R_PENDING) {
     pthread_mutex_unlock(&r->mu);
@@ -704,14 +733,53 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
   r->conn = c;
   r->listener = (int)(l - listeners);
   r->target = strdup(uri ? uri : "");
+  if (l->inbound) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    r->inbound = ci ? ci->socket_context : NULL;
+    if (r->inbound) atomic_fetch_add(&r->inbound->refs, 1);
+  }
   return r;
 }
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code) {
-  (void)c; (void)socket_context;
   listener *l = cls;
   if (code == MHD_CONNECTION_NOTIFY_STARTED) atomic_fetch_add(&l->connections, 1);
+  if (!l->inbound) return;
+  if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+    if (*socket_context) inbound_unref(*socket_context);
+    *socket_context = NULL;
+    return;
+  }
+  /* Started (before its thread, so before any handshake): the context waiting for its socket. */
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  pthread_mutex_lock(&inbound_mu);
+  for (inbound **p = &pending; ci && *p; p = &(*p)->next)
+    if ((*p)->fd == ci->connect_fd) {
+      *socket_context = *p;
+      *p = (*p)->next;
+      break;
+    }
+  pthread_mutex_unlock(&inbound_mu);
 }
+
+/* GnuTLS asks a TLS inbound connection for its certificate: the context's (MHD made the
+ * connection the session's pointer). */
+static int inbound_cert(gnutls_session_t session, const struct gnutls_cert_retr_st *info, gnutls_pcert_st **certs,
+                        unsigned int *ncerts, gnutls_ocsp_data_st **ocsp, unsigned int *nocsp, gnutls_privkey_t *key,
+                        unsigned int *flags) {
+  (void)info;
+  *ocsp = NULL;
+  *nocsp = 0;
+  struct MHD_Connection *c = gnutls_session_get_ptr(session);
+  const union MHD_ConnectionInfo *ci = c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT) : NULL;
+  inbound *in = ci ? ci->socket_context : NULL;
+  if (!in || g_inbound.cert(in->ctx, certs, ncerts, key) != 0) return -1;
+  *flags = GNUTLS_CERT_RETR_DEINIT_ALL;
+  return 0;
+}
+
+void *sd_inbound_context(const sd_request *r) { return r->inbound ? r->inbound->ctx : NULL; }
+
 
 bool sd_client_gone(sd_request *r) {
   bool gone = true;
@@ -750,7 +818,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
      * unauthenticated client cannot make sandboxd buffer anything. */
     sd_admission a = {0};
     char *early = NULL;
-    int st = g_hooks.admit(r, &a, &early);
+    int st = listeners[r->listener].hooks->admit(r, &a, &early);
     if (st) {                                            /* answered before the body is read */
       r->started = true;
       enum MHD_Result ret = queue_simple(c, st, early ? early : "{\"code\":500,\"message\":\"out of memory\"}");
@@ -969,6 +1037,7 @@ int sd_server_start(const sd_listen *ls, size_t n, const sd_hooks *hooks, char *
     }
     listener *l = &listeners[i];
     l->tls = tls;
+    l->hooks = &g_hooks;
     atomic_store(&l->connections, 0);
     atomic_store(&l->requests, 0);
     last_log[0] = '\0';
@@ -1044,4 +1113,76 @@ void sd_server_stop(void) {
   pthread_mutex_unlock(&tunnels_mu);
   if (left) fprintf(stderr, "sandboxd: http: %zu tunnel%s still open at shutdown\n", left, left == 1 ? "" : "s");
   stop_all();
+}
+
+/* ---------- inbound connections ---------- */
+
+int sd_inbound_start(const sd_inbound_hooks *hooks, char *err, size_t errlen) {
+  g_inbound = *hooks;
+  g_inbound_hooks = hooks->http;
+  for (int k = 0; k < 2; k++) {
+    listener *l = &listeners[k ? INBOUND_TLS : INBOUND_PLAIN];
+    l->tls = k;
+    l->inbound = true;
+    l->hooks = &g_inbound_hooks;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG |
+                     MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE |
+                     (k ? MHD_USE_TLS : 0);
+    l->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, l,
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* must come first */
+                            MHD_OPTION_URI_LOG_CALLBACK, on_uri, l,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, l,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)4000,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SD_WRITE_TIMEOUT_S,
+                            k ? MHD_OPTION_HTTPS_CERT_CALLBACK2 : MHD_OPTION_END, inbound_cert,
+                            MHD_OPTION_END);
+    if (!l->d) {
+      snprintf(err, errlen, "cannot start the %s server of intercepted connections: %s", k ? "TLS" : "HTTP",
+               last_log[0] ? last_log : "libmicrohttpd refused");
+      sd_inbound_stop();
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int sd_inbound_add(bool tls, int fd, const struct sockaddr *peer, socklen_t peerlen, void *ctx) {
+  listener *l = &listeners[tls ? INBOUND_TLS : INBOUND_PLAIN];
+  inbound *in = malloc(sizeof *in);
+  if (!l->d || !in) {
+    free(in);
+    close(fd);
+    g_inbound.free(ctx);
+    return -1;
+  }
+  in->fd = fd;
+  in->ctx = ctx;
+  atomic_init(&in->refs, 1);                            /* the connection's */
+  pthread_mutex_lock(&inbound_mu);
+  /* An entry for the same socket is stale: one whose connection MHD closed before it started. */
+  inbound *stale = NULL;
+  for (inbound **p = &pending; *p; p = &(*p)->next)
+    if ((*p)->fd == fd) { stale = *p; *p = stale->next; break; }
+  in->next = pending;
+  pending = in;
+  pthread_mutex_unlock(&inbound_mu);
+  if (stale) inbound_unref(stale);
+  if (MHD_add_connection(l->d, fd, peer, peerlen) == MHD_YES) return 0;   /* (MHD closed fd otherwise) */
+  pthread_mutex_lock(&inbound_mu);
+  for (inbound **p = &pending; *p; p = &(*p)->next)
+    if (*p == in) { *p = in->next; break; }
+  pthread_mutex_unlock(&inbound_mu);
+  inbound_unref(in);
+  return -1;
+}
+
+void sd_inbound_stop(void) {
+  for (int i = INBOUND_PLAIN; i <= INBOUND_TLS; i++)
+    if (listeners[i].d) { MHD_stop_daemon(listeners[i].d); listeners[i].d = NULL; }
+  pthread_mutex_lock(&inbound_mu);
+  inbound *p = pending;
+  pending = NULL;
+  pthread_mutex_unlock(&inbound_mu);
+  while (p) { inbound *n = p->next; inbound_unref(p); p = n; }
 }

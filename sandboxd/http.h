@@ -139,4 +139,22 @@ typedef struct { uint64_t connections, requests; } sd_listen_stats;
 void sd_server_stats(size_t i, sd_listen_stats *st);
 /* Shuts every tunnel down and waits (at most 10 s) until their handlers let go, then stops. */
 void sd_server_stop(void);
+
+/* Inbound connections: sockets accepted elsewhere (the egress proxy's intercepted connections,
+ * egress.h) served by two more daemons without a listening socket, plain HTTP and TLS, with hooks
+ * of their own. A connection carries its caller's context (handed over; freed by hooks.free once
+ * the connection and every request of it are gone); the TLS daemon asks hooks.cert for each
+ * handshake's certificate chain and key (new objects, freed by GnuTLS: GNUTLS_CERT_RETR_DEINIT_ALL). */
+#include <sys/socket.h>
+#include <gnutls/abstract.h>
+typedef struct {
+  sd_hooks http;
+  int  (*cert)(void *ctx, gnutls_pcert_st **certs, unsigned *n, gnutls_privkey_t *key);
+  void (*free)(void *ctx);
+} sd_inbound_hooks;
+int  sd_inbound_start(const sd_inbound_hooks *hooks, char *err, size_t errlen);
+/* Serves fd (non-blocking, connected; taken: closed on failure, ctx freed) from peer. 0 or -1. */
+int  sd_inbound_add(bool tls, int fd, const struct sockaddr *peer, socklen_t peerlen, void *ctx);
+void *sd_inbound_context(const sd_request *r);   /* the connection's context (NULL: a listener's request) */
+void sd_inbound_stop(void);
 #endif

@@ -34,12 +34,13 @@
 #include "paths.h"
 #include "proxy.h"
 #include "volumes.h"
+#include "egress_http.h"
 
 static void usage(FILE *f) {
   fprintf(f, "usage: sandboxd [--listen HOST:PORT] [--tls-listen HOST:PORT --tls-cert PEM --tls-key PEM] [--domain D]\n"
              "                [--api-key-file FILE | --api-key-fd N] [--state-dir DIR] [--exit-with-parent]\n"
              "                [--envd-codecs json,proto] [--dns ADDR[:PORT]]... [--egress-unblock private|link-local|CIDR]...\n"
-             "                [--cpu-count N] [--memory-mb M] [--pids-max N] [--cgroup DIR]\n"
+             "                [--cpu-count N] [--memory-mb M] [--pids-max N] [--cgroup DIR] [--egress-ca FILE]\n"
              "  Serves E2B's control plane, envd API and port proxy on HOST:PORT (IPv4; plain HTTP), and with\n"
              "  --tls-listen over TLS too (the certificate chain and key in PEM files). Point the E2B SDK at it\n"
              "  with E2B_API_URL=http://HOST:PORT E2B_SANDBOX_URL=http://HOST:PORT E2B_API_KEY=<key>; a port\n"
@@ -61,6 +62,8 @@ static void usage(FILE *f) {
              "  100.64/10, fc00::/7: `private`), link-local ones (169.254/16, fe80::/10, where clouds serve\n"
              "  instance metadata: `link-local`) or a CIDR inside them, which are refused otherwise (private\n"
              "  ones unless a sandbox's allowOut names them).\n"
+             "  --egress-ca FILE: the CA bundle (PEM) that hosts reached for a sandbox's header rules are verified\n"
+             "  with, instead of the system's (a private CA, a TLS-inspecting corporate proxy).\n"
              "  --cpu-count N, --memory-mb M: every sandbox's CPU quota and memory limit (the base template's\n"
              "  cpuCount and memoryMB, reported by getInfo; default 2 (at most the host's CPUs) and 2048);\n"
              "  --pids-max N: its process limit (default 4096). Enforced through cgroups where the host has them.\n"
@@ -190,7 +193,7 @@ int main(int argc, char **argv) {
   harden_process(hardening, sizeof hardening);
   const char *listen = NULL, *tls_listen = NULL, *domain = NULL, *cert_path = NULL, *key_path = NULL;
   const char *key_file = NULL, *key_fd = NULL, *state = NULL, *codecs = "json,proto";
-  const char *cpu_arg = NULL, *mem_arg = NULL, *pids_arg = NULL, *cgroup = NULL;
+  const char *cpu_arg = NULL, *mem_arg = NULL, *pids_arg = NULL, *cgroup = NULL, *egress_ca = NULL;
   bool exit_with_parent = false;
   egress_config ecfg;
   memset(&ecfg, 0, sizeof ecfg);
@@ -198,9 +201,9 @@ int main(int argc, char **argv) {
   pid_t parent = getppid();                 /* before anything else: the process that started us */
   static const char *const VALUED[] = {"--listen", "--tls-listen", "--domain", "--tls-cert", "--tls-key", "--api-key-file",
                                        "--api-key-fd", "--state-dir", "--envd-codecs", "--cpu-count", "--memory-mb", "--pids-max",
-                                       "--cgroup"};
+                                       "--cgroup", "--egress-ca"};
   const char **slot[] = {&listen, &tls_listen, &domain, &cert_path, &key_path, &key_file, &key_fd, &state, &codecs,
-                         &cpu_arg, &mem_arg, &pids_arg, &cgroup};
+                         &cpu_arg, &mem_arg, &pids_arg, &cgroup, &egress_ca};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
@@ -233,6 +236,19 @@ int main(int argc, char **argv) {
       return 2;
     }
     *slot[k] = argv[++i];
+  }
+  static char egress_ca_abs[PATH_MAX];
+  if (egress_ca) {   /* read by every intercepted HTTPS request: checked now, by its full path */
+    FILE *f = realpath(egress_ca, egress_ca_abs) ? fopen(egress_ca_abs, "re") : NULL;
+    char line[128] = "";
+    bool pem = false;
+    while (f && !pem && fgets(line, sizeof line, f)) pem = !strncmp(line, "-----BEGIN CERTIFICATE-----", 27);
+    if (f) fclose(f);
+    if (!pem) {
+      fprintf(stderr, "sandboxd: --egress-ca '%s': %s\n", egress_ca, f ? "no PEM certificate in it" : strerror(errno));
+      return 2;
+    }
+    egress_ca = egress_ca_abs;
   }
   bool cj = !strcmp(codecs, "json") || !strcmp(codecs, "json,proto") || !strcmp(codecs, "proto,json");
   bool cp = !strcmp(codecs, "proto") || !strcmp(codecs, "json,proto") || !strcmp(codecs, "proto,json");
@@ -333,6 +349,10 @@ int main(int argc, char **argv) {
   char cgerr[700];
   if (sbx_init(state_dir, &lim, cgerr, sizeof cgerr) != 0) { fprintf(stderr, "sandboxd: %s\n", cgerr); return 2; }
   /* Before any sandbox: the gateway, the egress proxy, the host guard (report_caps says what is missing). */
+  /* Intercepted connections (hosts whose rules set headers) are served by the HTTP layer. */
+  char herr[512];
+  if (egress_http_start(egress_ca, herr, sizeof herr) != 0) { fprintf(stderr, "sandboxd: %s\n", herr); return 1; }
+  ecfg.intercept = egress_http_take;
   net_init(state_dir, &ecfg, NULL, 0);
   sbx_cleanup_stale(state_dir);
   report_caps();
@@ -409,6 +429,7 @@ int main(int argc, char **argv) {
             ls[i].host, sd_server_port(i), (unsigned long long)st.requests, (unsigned long long)st.connections);
   }
   sd_server_stop();
+  egress_http_stop();
   free(tls_cert);                 /* MHD may refer to them while it runs */
   free(tls_key);
   router_shutdown();

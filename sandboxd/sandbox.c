@@ -7,6 +7,7 @@
 #include "init.h"
 #include "layers.h"
 #include "egress.h"
+#include "egress_trust.h"
 #include "net.h"
 #include "pidfile.h"
 #include "pool.h"
@@ -43,6 +44,7 @@
 #define SBX_READY_TIMEOUT_MS 30000   /* safety net only: setup normally takes milliseconds */
 struct sbx {
   char id[65];
+  bool trusts_egress_ca;       /* its egress CA is in its trust stores (egress_trust.h) */
   char dir[4096];              /* <state_dir>/sandboxes/<id> */
   cg_set cg;                   /* its cgroups (cgroups.h) */
   pid_t init_pid;              /* host pid of the sandbox's pid 1 */
@@ -827,6 +829,34 @@ bad:
   return NULL;
 }
 
+/* The sandbox's egress CA into its trust stores, once (the first rules that set headers). */
+static int trust_egress_ca(sbx_t *s, char *err, size_t errlen) {
+  if (s->trusts_egress_ca) return 0;
+  char *pem = egress_ca_pem_of(net_pair_index(s->net));
+  fs_ctx root;
+  int rc = pem && sbx_fs_ctx(s, "root", &root) == 0 ? egress_trust_install(&root, pem, err, errlen) : -1;
+  if (!pem) seterr(err, errlen, "the sandbox has no egress CA");
+  free(pem);
+  if (rc == 0) s->trusts_egress_ca = true;
+  return rc;
+}
+
+/* envs and egress_trust_env's variables that envs does not set (malloc'ed array; NULL: none). */
+static const char **with_trust_env(const char *const *envs) {
+  size_t n = 0, k = 0;
+  while (envs && envs[n]) n++;
+  const char **all = calloc(n + 3, sizeof *all);
+  if (!all) return NULL;
+  for (; k < n; k++) all[k] = envs[k];
+  for (const char *const *t = egress_trust_env; *t; t++) {
+    size_t nl = (size_t)(strchr(*t, '=') - *t) + 1;
+    bool set = false;
+    for (size_t i = 0; i < n && !set; i++) set = !strncmp(envs[i], *t, nl);
+    if (!set) all[k++] = *t;
+  }
+  return all;
+}
+
 int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -861,10 +891,15 @@ named:
       open.internet = cfg->internet;
       rules = &open;
     }
+    bool headers = rules->tf.nhosts > 0;
     if (egress_attach(net_pair_index(s->net), s->id, rules, err, errlen) != 0) { discard(s); return -1; }
+    if (headers && trust_egress_ca(s, err, errlen) != 0) { discard(s); return -1; }
     step(&tr, "egress");
   }
-  s->pt = ptab_create(s->ctl, cfg->envs, err, errlen);
+  /* Created with header rules: node and requests told where the CA is (unless told otherwise). */
+  const char **envs = s->trusts_egress_ca ? with_trust_env(cfg->envs) : NULL;
+  s->pt = ptab_create(s->ctl, envs ? envs : cfg->envs, err, errlen);
+  free(envs);
   s->ctl = -1;   /* owned by the table now, even on failure */
   if (!s->pt) { discard(s); return -1; }
   step(&tr, "table");
@@ -882,7 +917,11 @@ int sbx_set_egress(sbx_t *s, egress_rules *rules, char *err, size_t errlen) {
     seterr(err, errlen, "this sandbox's network has no egress rules (sandboxd without root)");
     return -1;
   }
-  return egress_update(net_pair_index(s->net), rules, err, errlen);
+  bool headers = rules->tf.nhosts > 0;
+  if (egress_update(net_pair_index(s->net), rules, err, errlen) != 0) return -1;
+  /* Rules that set headers for the first time: the CA is trusted from now on (the bundle; node and
+   * requests read their variables, which only a sandbox created with such rules has). */
+  return headers ? trust_egress_ca(s, err, errlen) : 0;
 }
 
 int sbx_metrics(sbx_t *s, int64_t from_ms, int64_t to_ms, sbx_metric **out, size_t *n) {
