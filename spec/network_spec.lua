@@ -229,7 +229,7 @@ describe("updateNetwork and the create request on the wire", function()
 
   it("raises for unknown options (naming the nearest) and wrong types, at the caller", function()
     local cases = {
-      { { allowout = { "x.io" } }, "unknown option \"allowout\" (expected allowOut, denyOut, allowInternetAccess; the nearest is allowOut)" },
+      { { allowout = { "x.io" } }, "unknown option \"allowout\" (expected allowOut, denyOut, allowInternetAccess, rules; the nearest is allowOut)" },
       { { allowOut = "x.io" }, "allowOut must be a list of strings" },
       { { allowOut = { "x.io", 3 } }, "allowOut[2] must be a string, got number" },
       { { allowInternetAccess = "no" }, "allowInternetAccess must be a boolean" },
