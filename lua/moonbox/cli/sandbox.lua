@@ -7,13 +7,13 @@ local M = {}
 
 M.USAGE = [[
        moonbox sandbox create [--template T] [--timeout MS] [--metadata K=V]... [--env K=V]...
-                              [--allow-out X]... [--deny-out Y]... [--no-internet] [--json]
+                              [--allow-out X]... [--deny-out Y]... [--no-internet] [--no-public-traffic] [--json]
        moonbox sandbox list [--metadata K=V]... [--state running|paused]... [--limit N] [--json]
        moonbox sandbox info|pause|metrics ID [--json]
        moonbox sandbox kill ID...
        moonbox sandbox resume ID [--timeout MS] [--json]
        moonbox sandbox snapshot ID [--name NAME] [--json]
-       moonbox sandbox host ID PORT
+       moonbox sandbox host ID PORT [--json]
        moonbox sandbox network ID [--allow-out X]... [--deny-out Y]... [--no-internet] | --clear [--json]
 ]]
 
@@ -58,6 +58,20 @@ local function network_text(it)
     or ("internet " .. (it.allowInternetAccess and "on" or "off")) }
   parts[#parts + 1] = #(n.allowOut or {}) > 0 and ("allowOut " .. table.concat(n.allowOut, ", ")) or "no allowOut"
   parts[#parts + 1] = #(n.denyOut or {}) > 0 and ("denyOut " .. table.concat(n.denyOut, ", ")) or "no denyOut"
+  local hosts = {}
+  for h in pairs(n.rules or {}) do hosts[#hosts + 1] = h end
+  table.sort(hosts)
+  for _, h in ipairs(hosts) do
+    local set = {}
+    for _, r in ipairs(n.rules[h]) do
+      local names = {}
+      for k in pairs(r.transform and r.transform.headers or {}) do names[#names + 1] = k end
+      table.sort(names)
+      for _, k in ipairs(names) do set[#set + 1] = k .. ": " .. r.transform.headers[k] end
+    end
+    parts[#parts + 1] = ("rules[%s] %s"):format(h, table.concat(set, ", "))
+  end
+  if n.allowPublicTraffic == false then parts[#parts + 1] = "ports need e2b-traffic-access-token" end
   return table.concat(parts, "; ")
 end
 
@@ -88,6 +102,8 @@ local function parse_all(cli, argv, i, spec, cmd)
   end
   return opts, pos
 end
+
+M.parse_all = parse_all
 
 local function id_arg(cli, argv, pos, cmd)
   local id = argv[pos]
@@ -142,7 +158,7 @@ end
 function commands.create(cli, argv, i)
   local opts, args = parse_all(cli, argv, i, { ["--template"] = "value", ["--timeout"] = "value",
     ["--metadata"] = "list", ["--env"] = "list", ["--allow-out"] = "list", ["--deny-out"] = "list",
-    ["--no-internet"] = "flag", ["--json"] = "flag" }, "sandbox create")
+    ["--no-internet"] = "flag", ["--no-public-traffic"] = "flag", ["--json"] = "flag" }, "sandbox create")
   no_more(cli, args, 1, "create")
   if opts["--template"] == "" then cli.usage_error("sandbox create: --template must not be empty") end
   local allow = entries_opt(cli, opts["--allow-out"], "create", "--allow-out")
@@ -150,7 +166,8 @@ function commands.create(cli, argv, i)
   local o = { template = opts["--template"], timeoutMs = timeout_opt(cli, opts["--timeout"], "sandbox create"),
     metadata = pairs_opt(cli, opts["--metadata"], "sandbox create", "--metadata"),
     envVars = pairs_opt(cli, opts["--env"], "sandbox create", "--env"),
-    network = (allow or deny) and { allowOut = allow, denyOut = deny } or nil }
+    network = (allow or deny or opts["--no-public-traffic"]) and { allowOut = allow, denyOut = deny,
+      allowPublicTraffic = opts["--no-public-traffic"] and false or nil } or nil }
   if opts["--no-internet"] then o.allowInternetAccess = false end
   return function(c)
     local it, err = c:create(o)
@@ -289,8 +306,10 @@ function commands.metrics(cli, argv, i)
   end
 end
 
+-- The URL of a port, and the header a request needs when the sandbox was made with
+-- allowPublicTraffic false: a second line `e2b-traffic-access-token: TOKEN`, ready for curl -H.
 function commands.host(cli, argv, i)
-  local _, args = parse_all(cli, argv, i, {}, "sandbox host")
+  local opts, args = parse_all(cli, argv, i, { ["--json"] = "flag" }, "sandbox host")
   local id = id_arg(cli, args, 1, "host")
   local port = math.tointeger(tonumber(args[2] or ""))
   if not port or port < 1 or port > 65535 then
@@ -300,7 +319,19 @@ function commands.host(cli, argv, i)
   return function(c)
     local info, err = c:info(id)                 -- a host for a sandbox that exists
     if not info then return nil, err end
-    line(c:host(id, port, info.domain))
+    local url, headers = c:host(id, port, info.domain, info.trafficAccessToken)
+    local closed = info.network and info.network.allowPublicTraffic == false
+    if opts["--json"] then
+      line(encode({ url = url, headers = headers, allowPublicTraffic = not closed }))
+      return 0
+    end
+    line(url)
+    for k, v in pairs(headers) do line(k .. ": " .. v) end
+    if closed and not next(headers) then
+      io.stderr:write(("moonbox: sandbox %s answers only requests with the e2b-traffic-access-token header, and the "
+        .. "server does not report the token after create: it is in the create answer (sandbox create --json: "
+        .. "trafficAccessToken)\n"):format(id))
+    end
     return 0
   end
 end
