@@ -288,8 +288,9 @@ function M.main(cli, argv, i)
     for _, k in ipairs(keys) do
       local hs = array()
       for _, h in ipairs(R.headers({ [k] = p.rules[k] })) do
-        hs[#hs + 1] = { name = h.header, secret = h.secret, fromEnv = h.fromEnv, format = h.format,
-          setHere = h.fromEnv and (os.getenv(h.fromEnv) or "") ~= "" or nil }
+        local e = { name = h.header, secret = h.secret, fromEnv = h.fromEnv, format = h.format }
+        if h.fromEnv then e.setHere = (os.getenv(h.fromEnv) or "") ~= "" end
+        hs[#hs + 1] = e
       end
       rl[#rl + 1] = { host = k, where = p.rule_where(k), headers = hs }
     end

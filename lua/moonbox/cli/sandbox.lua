@@ -166,9 +166,12 @@ function commands.create(cli, argv, i)
   local o = { template = opts["--template"], timeoutMs = timeout_opt(cli, opts["--timeout"], "sandbox create"),
     metadata = pairs_opt(cli, opts["--metadata"], "sandbox create", "--metadata"),
     envVars = pairs_opt(cli, opts["--env"], "sandbox create", "--env"),
-    network = (allow or deny or opts["--no-public-traffic"]) and { allowOut = allow, denyOut = deny,
-      allowPublicTraffic = opts["--no-public-traffic"] and false or nil } or nil }
+    network = (allow or deny) and { allowOut = allow, denyOut = deny } or nil }
   if opts["--no-internet"] then o.allowInternetAccess = false end
+  if opts["--no-public-traffic"] then
+    o.network = o.network or {}
+    o.network.allowPublicTraffic = false
+  end
   return function(c)
     local it, err = c:create(o)
     if not it then return nil, err end

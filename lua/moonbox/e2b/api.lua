@@ -127,7 +127,9 @@ local function sandbox_info(v)
   local function list(l) l = type(net) == "table" and null_to_nil(net[l]) or nil return type(l) == "table" and l or {} end
   local token = null_to_nil(v.trafficAccessToken)
   if type(token) ~= "string" or token == "" then token = nil end
-  local public_traffic = type(net) == "table" and null_to_nil(net.allowPublicTraffic) or nil
+  local public_traffic
+  if type(net) == "table" then public_traffic = null_to_nil(net.allowPublicTraffic) end
+  if type(public_traffic) ~= "boolean" then public_traffic = nil end
   return {
     id = v.sandboxID, template = null_to_nil(v.templateID), envd_version = null_to_nil(v.envdVersion),
     access_token = null_to_nil(v.envdAccessToken), domain = null_to_nil(v.domain),
@@ -140,7 +142,7 @@ local function sandbox_info(v)
       -- the rules in force, as E2B materialises them (absent: none, internet as allowInternetAccess)
       network = { allowOut = list("allowOut"), denyOut = list("denyOut"),
         rules = api.rules_view(type(net) == "table" and null_to_nil(net.rules) or nil),
-        allowPublicTraffic = type(public_traffic) == "boolean" and public_traffic or nil },
+        allowPublicTraffic = public_traffic },
       allowInternetAccess = null_to_nil(v.allowInternetAccess),
       -- what the port proxy wants in e2b-traffic-access-token (allowPublicTraffic false)
       trafficAccessToken = token },
@@ -337,7 +339,8 @@ local function secret_info(v)
     return nil, errors.new("E2B_PROTOCOL", "control plane returned a secret without a name")
   end
   local md = null_to_nil(v.metadata)
-  return { secretId = null_to_nil(v.secretID), name = v.name, version = null_to_nil(v.currentVersion),
+  local version = null_to_nil(v.currentVersion)
+  return { secretId = null_to_nil(v.secretID), name = v.name, version = math.tointeger(version) or version,
     metadata = type(md) == "table" and md or {}, createdAt = null_to_nil(v.createdAt), updatedAt = null_to_nil(v.updatedAt) }
 end
 api.secret_info = secret_info
