@@ -544,6 +544,10 @@ describe("moonbox secret, sandbox host and policy network with rules (a fake con
     code, out, err = moonbox("sandbox host " .. it.sandboxId .. " 8080")
     assert.are.same({ 0, ("%s/_sandbox/%s/8080/\ne2b-traffic-access-token: tat-%s\n"):format(srv.url, it.sandboxId, it.sandboxId), "" },
       { code, out, err })
+    -- getInfo has no token: a connect of 1 s gave it (a connect never shortens a lease)
+    local all = cjson.decode(H.run(function()
+      return assert(require("moonbox").http.request{ url = srv.url .. "/_requests", max_bytes = 1 << 20 }) end).body)
+    assert.are.same({ method = "POST", path = "/sandboxes/" .. it.sandboxId .. "/connect", body = { timeout = 1 } }, all[#all])
     code, out = moonbox("sandbox host " .. it.sandboxId .. " 8080 --json")
     assert.are.same({ url = ("%s/_sandbox/%s/8080/"):format(srv.url, it.sandboxId), allowPublicTraffic = false,
       headers = { ["e2b-traffic-access-token"] = "tat-" .. it.sandboxId } }, cjson.decode(out))

@@ -6,7 +6,9 @@ Prints "listening PORT" on stdout once ready. Keeps sandboxes and secrets in mem
 request:
   POST /sandboxes                 201 {sandboxID: "sbx<n>", ...}; stores allow_internet_access and network
                                   (allowOut, denyOut, rules, allowPublicTraffic); allowPublicTraffic false
-                                  gives a trafficAccessToken "tat-<id>" (in getInfo too, as sandboxd does)
+                                  gives a trafficAccessToken "tat-<id>" (in this answer and connect's only,
+                                  as E2B and sandboxd: getInfo has none)
+  POST /sandboxes/{id}/connect    200 the sandbox, with its trafficAccessToken
   GET  /v2/sandboxes              200 every sandbox
   GET  /sandboxes/{id}            200 the sandbox with network {allowOut, denyOut, rules?, allowPublicTraffic?}
   PUT  /sandboxes/{id}/network    204, replacing the rules (omitted fields cleared); an entry "refuse.me"
@@ -40,8 +42,6 @@ def view(sid):
         v["network"]["rules"] = s["rules"]
     if s.get("public") is not None:
         v["network"]["allowPublicTraffic"] = s["public"]
-    if s.get("token"):
-        v["trafficAccessToken"] = s["token"]
     return v
 
 
@@ -94,6 +94,7 @@ class Handler(BaseHTTPRequestHandler):
                               "token": ("tat-" + sid) if public is False else None}
             v = view(sid)
             v["envdAccessToken"] = "tok"
+            v["trafficAccessToken"] = SANDBOXES[sid]["token"]
             return self.reply(201, v)
         if parts[:1] == ["secrets"]:
             return self.secrets(method, parts[1:], body)
@@ -103,6 +104,11 @@ class Handler(BaseHTTPRequestHandler):
                 return self.reply(404, {"code": 404, "message": "sandbox \"%s\" not found" % sid})
             if method == "GET" and len(parts) == 2:
                 return self.reply(200, view(sid))
+            if method == "POST" and parts[2:] == ["connect"]:
+                v = view(sid)
+                v["envdAccessToken"] = "tok"
+                v["trafficAccessToken"] = SANDBOXES[sid]["token"]
+                return self.reply(200, v)
             if method == "DELETE" and len(parts) == 2:
                 del SANDBOXES[sid]
                 for name in [n for n, x in SECRETS.items() if x["metadata"].get("sandboxd.sandbox") == sid]:

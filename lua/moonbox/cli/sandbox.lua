@@ -311,6 +311,10 @@ end
 
 -- The URL of a port, and the header a request needs when the sandbox was made with
 -- allowPublicTraffic false: a second line `e2b-traffic-access-token: TOKEN`, ready for curl -H.
+-- getInfo does not carry the token (E2B's, sandboxd's); a connect does: for a running sandbox
+-- that wants one, a connect with a 1-second timeout (a connect never shortens a lease). A paused
+-- sandbox is not resumed for it: the URL, and a line on stderr saying so.
+M.TOKEN_CONNECT_MS = 1000
 function commands.host(cli, argv, i)
   local opts, args = parse_all(cli, argv, i, { ["--json"] = "flag" }, "sandbox host")
   local id = id_arg(cli, args, 1, "host")
@@ -322,8 +326,14 @@ function commands.host(cli, argv, i)
   return function(c)
     local info, err = c:info(id)                 -- a host for a sandbox that exists
     if not info then return nil, err end
-    local url, headers = c:host(id, port, info.domain, info.trafficAccessToken)
     local closed = info.network and info.network.allowPublicTraffic == false
+    local token = info.trafficAccessToken
+    if closed and not token and info.state ~= "paused" then
+      local ci, cerr = c:connect(id, { timeoutMs = M.TOKEN_CONNECT_MS })
+      if not ci then return nil, cerr end
+      token = ci.trafficAccessToken
+    end
+    local url, headers = c:host(id, port, info.domain, token)
     if opts["--json"] then
       line(encode({ url = url, headers = headers, allowPublicTraffic = not closed }))
       return 0
@@ -331,9 +341,9 @@ function commands.host(cli, argv, i)
     line(url)
     for k, v in pairs(headers) do line(k .. ": " .. v) end
     if closed and not next(headers) then
-      io.stderr:write(("moonbox: sandbox %s answers only requests with the e2b-traffic-access-token header, and the "
-        .. "server does not report the token after create: it is in the create answer (sandbox create --json: "
-        .. "trafficAccessToken)\n"):format(id))
+      io.stderr:write(("moonbox: sandbox %s answers only requests with the e2b-traffic-access-token header%s\n"):format(id,
+        info.state == "paused" and "; it is paused: resume it (moonbox sandbox resume ID) and ask again for the token"
+        or ", and the server gave no token"))
     end
     return 0
   end

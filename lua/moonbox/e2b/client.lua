@@ -330,7 +330,7 @@ end
 -- non-empty strings a header can carry (no control characters but tab). A bad name or value is
 -- E2B_INVALID_ARGUMENT before any request (never quoting the value); a wrong type raises.
 
-M.MAX_SECRET = 16384
+M.MAX_SECRET = 65536          -- bytes of a value (sandboxd's limit; a header carries it)
 
 local function check_secret_name(name, what)
   if type(name) ~= "string" then error(("e2b: %s: the secret name must be a string"):format(what), 3) end
