@@ -530,6 +530,45 @@ describe("moonbox secret, sandbox host and policy network with rules (a fake con
     assert.is_nil(stored().k)
   end)
 
+  it("a terminal: refused without --prompt; with it, the value is read unechoed", function()
+    -- python's pty drives moonbox on a terminal: → exit status, everything the terminal showed
+    local driver = [==[
+import os, pty, sys
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp(sys.argv[1], sys.argv[1:])
+shown, sent = b"", False
+while True:
+    try:
+        d = os.read(fd, 1024)
+    except OSError:
+        break
+    if not d:
+        break
+    shown += d
+    if not sent and b"(not echoed): " in shown:
+        os.write(fd, os.environ["MB_SPEC_TYPED"].encode() + b"\n")
+        sent = True
+_, st = os.waitpid(pid, 0)
+sys.stdout.write(str(os.WEXITSTATUS(st)) + "\n" + shown.decode(errors="replace"))
+]==]
+    write(dir .. "/on_tty.py", driver)
+    local function on_tty(args)
+      local p = assert(io.popen(("cd %s && %s %s MB_SPEC_TYPED=%s python3 on_tty.py %s %s"):format(q(dir), cli.NO_E2B, env, VALUE,
+        q(cli.bin), args)))
+      local out = p:read("a")
+      p:close()
+      local status, shown = out:match("^(%d+)\n(.*)$")
+      return tonumber(status), shown
+    end
+    local status, shown = on_tty("secret set typed")
+    assert.are.equal(2, status)
+    assert.truthy(shown:find("stdin is a terminal: pipe the value in, give --from-file F, or --prompt to type it unechoed", 1, true), shown)
+    status, shown = on_tty("secret set typed --prompt")
+    assert.are.same({ 0, "value (not echoed): \r\ncreated secret typed (version 1)\r\n" }, { status, shown })
+    assert.are.equal(VALUE, stored().typed)
+  end)
+
   it("without an endpoint: one line saying the embedded sandboxd keeps no secrets", function()
     local code, out, err = moonbox("secret list", { env = " " })
     assert.are.same({ 1, "" }, { code, out })

@@ -54,9 +54,9 @@ local function read_value(cli, opts)
   local core = require "moonbox.core"
   if opts["--prompt"] then
     if not core.isatty(0) then cli.usage_error("secret set: --prompt reads from a terminal, and stdin is not one") end
+    os.execute("stty -echo 2>/dev/null")                -- before the prompt: nothing typed after it is echoed
     io.stderr:write("value (not echoed): ")
     io.stderr:flush()
-    os.execute("stty -echo 2>/dev/null")
     local ok, raw = pcall(io.read, "L")
     os.execute("stty echo 2>/dev/null")
     io.stderr:write("\n")
