@@ -49,8 +49,9 @@ local function rule_text(p, h, what)
 end
 
 -- The host variables the rules of p (a network policy, or { rules }) name, read now (at sandbox
--- start). getenv: the embedder's or os.getenv; what: who asks. → { VAR → value } | nil, err (E2B_CONFIG naming the variable and the rule; an empty
--- value counts as unset; a value a header cannot carry is refused without quoting it)
+-- start). getenv: the embedder's or os.getenv; what: who asks. → { VAR → value } | nil, err
+-- (E2B_CONFIG naming the variable and the rule; an empty value counts as unset; a value a header
+-- cannot carry is refused without quoting it)
 function M.read_env(p, getenv, what)
   local out = {}
   for _, h in ipairs(R.headers(p.rules)) do
@@ -70,6 +71,7 @@ function M.read_env(p, getenv, what)
   end
   return out
 end
+
 -- Where mbwrap is installed: a root-owned 0755 directory ("%s": the owner's random id) whose
 -- parent the sandbox user cannot write (policies/lifecycle.lua `wrapper_dir` overrides).
 M.WRAPPER_DIR = "/opt/.moonbox-%s"
@@ -399,14 +401,14 @@ function Owner:updateNetwork(o)
   end
   local put, perr = c.api:update_network(self.id, { allowOut = o.allowOut, denyOut = o.denyOut,
     rules = client_mod.wire_rules(o.rules, function(var) return names[var] end), allow_internet_access = o.allowInternetAccess })
-  local _, derr = self:_delete_env_secrets(put and fresh or before)
+  -- (a secret that cannot be deleted now stays listed: disposal tries again)
+  self:_delete_env_secrets(put and fresh or before)
   if not put then
     if perr.code == "E2B_NOT_FOUND" and not perr.message:find(self.id, 1, true) then
       perr.message = ("sandbox %s not found: %s"):format(self.id, perr.message)
     end
     return nil, perr
   end
-  if derr then return nil, derr end
   return true
 end
 own("list", function(_, c, q) return c:list(q) end)
