@@ -13,10 +13,15 @@
  *       resolved: addr is an address a name allowed by name resolved to (the safe defaults only).
  *   core.egress.dns_allowed(rules, name) → boolean (may the sandbox's DNS answer name?)
  *   core.egress.classify(addr) → "public"|"private"|"link-local"|"special" | nil, err
+ *   core.egress.hostname(s) → name, wildcard | nil, err: a host name or a "*.example.com"
+ *       wildcard as sandboxd reads names (sniff_hostname: lower-cased, one trailing dot dropped;
+ *       an address, a CIDR or a bare "*" is not one). name keeps the "*." of a wildcard;
+ *       wildcard is a boolean. err: E2B_INVALID_ARGUMENT with the reason.
  * rules:decide(dest) and rules:dns_allowed(name) are the same functions. A wrong argument type,
  * an address that is not one (decide), a port outside 0..65535 or an unknown proto raise. */
 #include "lua_moonbox.h"
 #include "egress_rules.h"
+#include "sniff.h"
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
@@ -238,13 +243,40 @@ static int l_classify(lua_State *L) {
   return 1;
 }
 
+static int l_hostname(lua_State *L) {
+  size_t n;
+  const char *s = luaL_checklstring(L, 1, &n);
+  int wild = n >= 2 && s[0] == '*' && s[1] == '.';
+  const char *t = wild ? s + 2 : s;
+  size_t tn = wild ? n - 2 : n;
+  char name[SNIFF_NAME_MAX + 3];
+  if (strlen(s) != n) return mb_lua_push_error(L, "E2B_INVALID_ARGUMENT", "a host name cannot contain NUL");
+  if (n == 1 && s[0] == '*')
+    return mb_lua_push_error(L, "E2B_INVALID_ARGUMENT", "a bare \"*\" is not a host name (write *.example.com)");
+  if (sniff_hostname(t, tn, wild ? name + 2 : name) != 0) {
+    egress_addr a;
+    int is_addr = egress_addr_parse(s, &a) == 0 || strchr(s, '/') || strchr(s, ':');
+    char msg[400];
+    if (is_addr)
+      snprintf(msg, sizeof msg, "\"%.80s\" is an address or a CIDR, not a host name", s);
+    else
+      snprintf(msg, sizeof msg, "\"%.80s\" is not a host name or a *.wildcard (labels of a-z, 0-9, '-' and '_', "
+               "at most 253 characters, the last not all digits)", s);
+    return mb_lua_push_error(L, "E2B_INVALID_ARGUMENT", msg);
+  }
+  if (wild) memcpy(name, "*.", 2);
+  lua_pushstring(L, name);
+  lua_pushboolean(L, wild);
+  return 2;
+}
+
 void mb_lua_open_egress(lua_State *L) {
   static const luaL_Reg m[] = {{"decide", l_decide}, {"dns_allowed", l_dns_allowed}, {NULL, NULL}};
   static const luaL_Reg meta[] = {{"__gc", rules_gc}, {NULL, NULL}};
   mb_lua_new_class(L, MB_EGRESS_MT, m, meta);
   static const luaL_Reg f[] = {{"parse", l_parse}, {"decide", l_decide}, {"dns_allowed", l_dns_allowed},
-                               {"classify", l_classify}, {NULL, NULL}};
-  lua_createtable(L, 0, 4);
+                               {"classify", l_classify}, {"hostname", l_hostname}, {NULL, NULL}};
+  lua_createtable(L, 0, 5);
   luaL_setfuncs(L, f, 0);
   lua_setfield(L, -2, "egress");
 }

@@ -29,4 +29,19 @@ return {
   -- Destinations denied unless allow_out allows them (E2B's denyOut): addresses and CIDRs only;
   -- "0.0.0.0/0" denies everything allow_out does not name.
   deny_out = {},
+
+  -- Request headers per host (E2B's network.rules), set by sandboxd's (or E2B's) egress proxy on
+  -- the way out, on HTTP and HTTPS (it terminates TLS for these hosts only), so that a sandbox
+  -- uses a credential it never sees. A host is a name or a *.wildcard (the exact host first, else
+  -- the longest matching wildcard). Each header takes its value from exactly one of
+  --   secret = "NAME"    the secret store (`moonbox secret set NAME`, value from stdin or a file)
+  --   fromEnv = "VAR"    a host variable, read when the sandbox starts and sent as a secret for
+  --                      that sandbox only (deleted with it); an unset VAR stops the start
+  -- and `format` puts it in place ("Bearer %s"; default "%s"). No literal values. A rule does not
+  -- allow its host: when internet is off or deny_out holds 0.0.0.0/0, allow_out must name it.
+  --   rules = {
+  --     ["api.github.com"] = { headers = { Authorization = { secret = "github-token", format = "Bearer %s" } } },
+  --     ["*.npmjs.org"] = { headers = { Authorization = { fromEnv = "NPM_TOKEN", format = "Bearer %s" } } },
+  --   }
+  rules = {},
 }

@@ -85,6 +85,26 @@ describe("core.egress", function()
     assert.is_nil((egress.classify("1.1.1.1\0junk")))
   end)
 
+  it("reads host names and *.wildcards as sandboxd does (the network policy's rule keys)", function()
+    assert.are.same({ "api.github.com", false }, { egress.hostname("API.GitHub.com.") })
+    assert.are.same({ "*.npmjs.org", true }, { egress.hostname("*.NPMjs.org") })
+    local long = ("a"):rep(63) .. "." .. ("b"):rep(63) .. "." .. ("c"):rep(63) .. "." .. ("d"):rep(61)
+    assert.are.equal(long, (egress.hostname(long)))                       -- 253 bytes
+    for _, c in ipairs({
+      { "10.0.0.1", '"10.0.0.1" is an address or a CIDR, not a host name' },
+      { "10.0.0.0/8", "is an address or a CIDR" }, { "::1", "is an address or a CIDR" },
+      { "*", 'a bare "*" is not a host name' }, { "a..b", "is not a host name or a *.wildcard" },
+      { "*.*.x", "is not a host name" }, { "exa mple.com", "is not a host name" }, { "1.2.3.4.5", "is not a host name" },
+      { "", "is not a host name" }, { long .. "d", "is not a host name" }, { "a.io\0x", "cannot contain NUL" },
+    }) do
+      local v, err = egress.hostname(c[1])
+      assert.is_nil(v, c[1])
+      assert.are.equal("E2B_INVALID_ARGUMENT", err.code)
+      assert.truthy(err.message:find(c[2], 1, true), err.message)
+    end
+    assert.has_error(function() egress.hostname(nil) end)
+  end)
+
   it("returns nil, err naming the entry as sandboxd does, with its list, 1-based index and entry", function()
     local r, err = egress.parse{ allowOut = { "1.1.1.1", " 10.0.0.0/33 " } }
     assert.is_nil(r)

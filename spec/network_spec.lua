@@ -27,9 +27,9 @@ describe("the network policy", function()
     local p = policies.default("network")
     assert.are.same({ true, {}, {} }, { p.internet, p.allow_out, p.deny_out })
     assert.is_true(p.is_default())
-    assert.are.same({ allowInternetAccess = true, allowOut = {}, denyOut = {} }, p.options())
+    assert.are.same({ allowInternetAccess = true, allowOut = {}, denyOut = {}, rules = {} }, p.options())
     assert.are.equal("internet on", p.summary())
-    assert.are.same({ "internet", "allow_out", "deny_out" }, policies.kinds.network.fields)
+    assert.are.same({ "internet", "allow_out", "deny_out", "rules" }, policies.kinds.network.fields)
   end)
 
   it("merges a user's file field by field, with where each entry was written", function()
@@ -69,7 +69,7 @@ describe("the network policy", function()
       [[%s:3: network policy: field deny_out[2]: expected an address or a CIDR: "example.com": host names are not supported in denyOut]] },
     { "a bare *", 'allow_out = { "*" }\n', [[%s:1: network policy: field allow_out[1]: expected an address, a CIDR, a host name or a *.wildcard: a bare "*" is not allowed]] },
     { "an unknown field, naming the nearest", 'return {\n  alow_out = {} }\n',
-      "%s:2: network policy: unknown field alow_out (expected one of internet, allow_out, deny_out; the nearest is allow_out)" },
+      "%s:2: network policy: unknown field alow_out (expected one of internet, allow_out, deny_out, rules; the nearest is allow_out)" },
     { "a wrong type", 'internet = "no"\n', [[%s:1: network policy: field internet: expected true or false, got string "no"]] },
     { "a list that is not one", 'allow_out = "pypi.org"\n', "%s:1: network policy: field allow_out: expected a list of" },
     { "a number among the entries", 'allow_out = { "a.io", 8 }\n', "%s:1: network policy: field allow_out[2]: expected an address" },
@@ -229,7 +229,7 @@ describe("updateNetwork and the create request on the wire", function()
 
   it("raises for unknown options (naming the nearest) and wrong types, at the caller", function()
     local cases = {
-      { { allowout = { "x.io" } }, "unknown option \"allowout\" (expected allowOut, denyOut, allowInternetAccess; the nearest is allowOut)" },
+      { { allowout = { "x.io" } }, "unknown option \"allowout\" (expected allowOut, denyOut, allowInternetAccess, rules; the nearest is allowOut)" },
       { { allowOut = "x.io" }, "allowOut must be a list of strings" },
       { { allowOut = { "x.io", 3 } }, "allowOut[2] must be a string, got number" },
       { { allowInternetAccess = "no" }, "allowInternetAccess must be a boolean" },

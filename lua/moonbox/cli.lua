@@ -21,17 +21,20 @@ NETWORK_USAGE       moonbox sync push --compose C [--exclude PATTERN]... [--giti
        moonbox sync pull|diff --compose C [--prefer sandbox|host] [--exclude PATTERN]...
                          [--gitignore] [--max-files N] [--max-bytes N] [--json] WORLDDIR HOSTDIR
        moonbox sandboxd [ARGS...]
-SANDBOX_USAGE       moonbox --help | --version
+SANDBOX_USAGESECRET_USAGE       moonbox --help | --version
 Commands: a script runs as the main task; `run` gives it ctx from a composition; `dump-config`
 prints a composition with every policy value and where it came from; `policy` explains a
 policy without starting a sandbox; `sandbox` calls the sandbox API (E2B_API_KEY, E2B_DOMAIN,
-or E2B_API_URL + E2B_SANDBOX_URL name the endpoint); `sync` copies a host directory into the
-composition's world and brings back what changed there (`diff`: what `pull` would do);
-`sandboxd` is the local E2B-compatible server.
+or E2B_API_URL + E2B_SANDBOX_URL name the endpoint); `secret` keeps values in that endpoint's
+secret store for the network policy's rules (a value comes from stdin, a file or --prompt,
+never from argv, and is never shown); `sync` copies a host directory into the composition's
+world and brings back what changed there (`diff`: what `pull` would do); `sandboxd` is the
+local E2B-compatible server.
 CONCERN is env, lifecycle, timeouts, composition or network; FILE a policy file merged over
 the shipped defaults (and over the composition's own policies).
 NETWORK_HELP]]
 M.USAGE = M.USAGE:gsub("SANDBOX_USAGE", (require("moonbox.cli.sandbox").USAGE:gsub("%%", "%%%%")))
+M.USAGE = M.USAGE:gsub("SECRET_USAGE", (require("moonbox.cli.secret").USAGE:gsub("%%", "%%%%")))
 M.USAGE = M.USAGE:gsub("NETWORK_USAGE", (require("moonbox.cli.network").USAGE:gsub("%%", "%%%%")))
 M.USAGE = M.USAGE:gsub("NETWORK_HELP", (require("moonbox.cli.network").HELP:gsub("%%", "%%%%")))
 
@@ -570,6 +573,7 @@ function M.main(argv, opts)
       usage_error("policy: unknown subcommand %s (expected env, timeouts, network or check)", sub)
     end
     if cmd == "sandbox" then return require("moonbox.cli.sandbox").main(M, argv, i + 1) end
+    if cmd == "secret" then return require("moonbox.cli.secret").main(M, argv, i + 1) end
     if cmd:sub(1, 1) == "-" then usage_error("unknown option %s", cmd) end
     return run_script(argv, i)
   end, handler)

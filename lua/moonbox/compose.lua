@@ -28,7 +28,7 @@ end
 
 -- The origin of the first network field not left at its default.
 local function set_by(origins)
-  for _, f in ipairs({ "internet", "allow_out", "deny_out" }) do
+  for _, f in ipairs({ "internet", "allow_out", "deny_out", "rules" }) do
     if origins[f].kind ~= "default" then return origins[f] end
   end
   return origins.internet

@@ -109,9 +109,11 @@ local function apply(concern, values, origins, src, via, kind)
     local msg, part = S.check(spec, v)
     if msg then
       local item_line = type(part) == "number" and src.items and src.items[field] and src.items[field][part]
+        or part ~= nil and src.keys and src.keys[field] and src.keys[field][part]
       local name = field
       if type(part) == "number" then name = ("%s[%d]"):format(field, part)
-      elseif part ~= nil then name = ("%s.%s"):format(field, tostring(part)) end
+      elseif type(part) == "string" and part:match("^[%a_][%w_]*$") then name = ("%s.%s"):format(field, part)
+      elseif part ~= nil then name = ("%s[%s]"):format(field, S.show(part)) end
       return nil, ("%s: %s policy: field %s: %s"):format(item_line and at(item_line) or where, concern, name, msg)
     end
     local o = { where = where, via = via, kind = kind, items = {} }
@@ -121,7 +123,8 @@ local function apply(concern, values, origins, src, via, kind)
       if prev then for k, w in pairs(prev.items) do o.items[k] = w end end
       for k, x in pairs(v) do
         if x == false then cur[k] = nil else cur[k] = S.copy(x) end
-        o.items[k] = where
+        local l = src.keys and src.keys[field] and src.keys[field][k]
+        o.items[k] = l and at(l) or where
       end
       values[field] = cur
     else
@@ -185,12 +188,17 @@ local function build(layers)
       end
     end
     if K.check then
-      local msg, fields = K.check(values)
+      local msg, fields, key = K.check(values)
       if msg then
         local field = fields[1]
         for _, f in ipairs(fields) do if origins[f].kind ~= "default" then field = f break end end
         local o = origins[field]
-        return fail(with_via(("%s: %s policy: field %s: %s"):format(o.where, c, field, msg), o.kind == "file" and o.via or nil))
+        local where = o.where
+        if key ~= nil then
+          o = origins[fields[1]]
+          field, where = ("%s[%s]"):format(fields[1], S.show(key)), o.items[key] or o.where
+        end
+        return fail(with_via(("%s: %s policy: field %s: %s"):format(where, c, field, msg), o.kind == "file" and o.via or nil))
       end
     end
     out.values[c], out.origins[c] = values, origins

@@ -10,7 +10,9 @@ pair, with host routes to three addresses inside it and nothing else:
 DNS names (dnsmasq, on the public address): allowed.test, other.test, a.pkg.test, pkg.test → public;
 rebind.test → private; meta.test → linklocal.
 
-Every HTTP answer is `<which> <Host header>`; GET /bytes/N sends N bytes. The test reads what the
+Every HTTP answer is `<which> <Host header>`; GET /bytes/N sends N bytes; GET /header/NAME?sha256=HEX
+answers `header NAME match|mismatch|absent`: whether the request carried header NAME with the value
+whose SHA-256 is HEX (never the value: a test of injected credentials). The test reads what the
 servers saw from the host: GET http://PUBLIC:8099/stats → {"tcp": {"public:80": n, ...}, "udp": [...]}.
 
 Usage: networld.py DIR [--until-signal]   prints one JSON line describing the world (addresses,
@@ -71,6 +73,14 @@ def serve(world):
                     self.wfile.write(chunk[:k])
                     n -= k
                 return
+            elif self.path.startswith('/header/'):
+                import hashlib
+                name, _, q = self.path[len('/header/'):].partition('?')
+                want = dict(p.split('=', 1) for p in q.split('&') if '=' in p).get('sha256', '')
+                got = self.headers.get(name)
+                verdict = 'absent' if got is None else (
+                    'match' if hashlib.sha256(got.encode('latin-1')).hexdigest() == want else 'mismatch')
+                body = f'header {name} {verdict}\n'.encode()
             else:
                 body = f'{self.server.which} {self.headers.get("Host", "")}\n'.encode()
             self.send_response(200)

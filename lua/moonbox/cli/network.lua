@@ -16,8 +16,9 @@ M.USAGE = [[
 
 M.HELP = [[
 `policy network` prints what the network policy allows (internet on or off, every allow_out and
-deny_out entry with its file:line, sandboxd's safe defaults) and, for each --check, which rule
-decides it: a URL's scheme gives the port (http and ws 80, https and wss 443, ssh 22; tcp:// and
+deny_out entry and every rule with its file:line, sandboxd's safe defaults) and, for each --check,
+which rule decides it and which headers the request gets (names and the secret or host variable
+each value comes from, never a value): a URL's scheme gives the port (http and ws 80, https and wss 443, ssh 22; tcp:// and
 udp:// need one), HOST alone is HOST:443. A host name on TCP 80/443 is decided by name (the Host
 header, TLS SNI), any other port by the addresses the name resolves to (here, with the host's
 resolver, or as --resolve says). --unblock explains as if sandboxd ran with --egress-unblock.
@@ -179,6 +180,33 @@ local function explain(p, rules, c, resolved_by)
   return r
 end
 
+local R = require "moonbox.policy.rules"
+
+-- Which headers a checked request gets from the policy's rules (names and where each value comes
+-- from, never a value). → { rule, where, headers = { { name, secret | fromEnv, format, text } },
+--   why } | nil when the policy has no rules
+local function headers_for(p, r, c)
+  if next(p.rules) == nil then return nil end
+  local out = { headers = array() }
+  if c.is_addr then
+    out.why = "a rule matches host names, and a request to a bare address names none"
+    return out
+  end
+  if c.proto ~= "tcp" or (c.port ~= 80 and c.port ~= 443) then
+    out.why = "rules apply to HTTP on port 80 and HTTPS on 443 only"
+    return out
+  end
+  local key, entry, where = p.rule_for(c.host)
+  if not key then out.why = ("no rule matches %s"):format(c.host) return out end
+  out.rule, out.where = key, where
+  for _, h in ipairs(R.headers({ [key] = entry })) do
+    out.headers[#out.headers + 1] = { name = h.header, secret = h.secret, fromEnv = h.fromEnv, format = h.format,
+      text = R.header_text(h) }
+  end
+  if r.verdict == "deny" then out.why = "denied: the request never leaves" end
+  return out
+end
+
 local function rule_text(e)
   if e.field then
     return ("%s[%d] %q (%s)"):format(e.field, e.index, e.entry, e.where or "?")
@@ -234,7 +262,10 @@ function M.main(cli, argv, i)
   local results = {}
   local mb = require "moonbox"
   mb.run(function()
-    for k, c in ipairs(checks) do results[k] = explain(p, rules, c, resolved_by) end
+    for k, c in ipairs(checks) do
+      results[k] = explain(p, rules, c, resolved_by)
+      results[k].headers = headers_for(p, results[k], c)
+    end
   end)
   local status = 0
   for _, r in ipairs(results) do if r.verdict ~= "allow" then status = 1 end end
@@ -250,9 +281,22 @@ function M.main(cli, argv, i)
       r.addresses = array(r.addresses)
       items[k] = r
     end
+    local rl = array()
+    local keys = {}
+    for k in pairs(p.rules) do keys[#keys + 1] = k end
+    table.sort(keys)
+    for _, k in ipairs(keys) do
+      local hs = array()
+      for _, h in ipairs(R.headers({ [k] = p.rules[k] })) do
+        local e = { name = h.header, secret = h.secret, fromEnv = h.fromEnv, format = h.format }
+        if h.fromEnv then e.setHere = (os.getenv(h.fromEnv) or "") ~= "" end
+        hs[#hs + 1] = e
+      end
+      rl[#rl + 1] = { host = k, where = p.rule_where(k), headers = hs }
+    end
     io.stdout:write(encode({ policy = layers, enforced = enforced, hostPlugins = host_plugins and array(host_plugins),
       internet = { value = internet, where = internet_where },
-      allowOut = list("allow_out"), denyOut = list("deny_out"), unblock = array(opts["--unblock"]),
+      allowOut = list("allow_out"), denyOut = list("deny_out"), rules = rl, unblock = array(opts["--unblock"]),
       dns = dns_all and "every name" or "names allow_out names", checks = items, allowed = status == 0 }), "\n")
     return status
   end
@@ -271,11 +315,31 @@ function M.main(cli, argv, i)
   end
   local ew = 18
   for _, f in ipairs({ "allow_out", "deny_out" }) do for _, e in ipairs(p[f]) do ew = math.max(ew, #e) end end
+  local hosts = {}
+  for k in pairs(p.rules) do hosts[#hosts + 1] = k; ew = math.max(ew, #k) end
+  table.sort(hosts)
   local row = "  %-" .. w .. "s  %-" .. ew .. "s  %s"
   say(row, "internet", internet and "on" or "off", internet_where)
   for _, f in ipairs({ "allow_out", "deny_out" }) do
     if #p[f] == 0 then say(row, f, "(none)", policies.origin_text(set.origins.network[f])) end
     for k, e in ipairs(p[f]) do say(row, ("%s[%d]"):format(f, k), e, p.where(policies.kinds.network.LIST[f], k)) end
+  end
+  local unset = {}
+  for _, k in ipairs(hosts) do
+    say(row, "rules", k, p.rule_where(k) or "?")
+    for _, h in ipairs(R.headers({ [k] = p.rules[k] })) do
+      say("  %-" .. w .. "s    %s: %s", "", h.header, R.header_text(h))
+      if h.fromEnv and (os.getenv(h.fromEnv) or "") == "" then unset[h.fromEnv] = true end
+    end
+  end
+  if #hosts > 0 then
+    say("header values never enter the sandbox: the egress proxy (sandboxd's or E2B's) sets them on HTTP (80) and HTTPS")
+    say("  (443) requests to these hosts; <secret NAME> is in the endpoint's secret store (moonbox secret set NAME),")
+    say("  <host variable V> is read when a sandbox starts and sent as a secret for that sandbox alone")
+    local names = {}
+    for v in pairs(unset) do names[#names + 1] = v end
+    table.sort(names)
+    for _, v in ipairs(names) do say("  %s is not set here: a sandbox with this policy would not start", v) end
   end
   if #(opts["--unblock"] or {}) > 0 then
     say("  as if sandboxd ran with --egress-unblock %s", table.concat(opts["--unblock"], " --egress-unblock "))
@@ -314,6 +378,13 @@ function M.main(cli, argv, i)
     say("  => %s", r.verdict == "allow" and "allowed"
       or r.verdict == "deny" and (r.dns == false and "denied: the sandbox cannot look the name up" or "denied")
       or ("cannot be decided here without its addresses (--resolve %s=ADDR)"):format(r.host))
+    local hd = r.headers
+    if hd and hd.rule then
+      say("  headers%s, by rules[%q] (%s):", r.verdict == "allow" and "" or " (if it were allowed)", hd.rule, hd.where or "?")
+      for _, h in ipairs(hd.headers) do say("    %s: %s", h.name, h.text) end
+    elseif hd then
+      say("  headers: none (%s)", hd.why)
+    end
   end
   io.stdout:write(table.concat(out, "\n"), "\n")
   return status

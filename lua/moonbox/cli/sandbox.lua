@@ -7,13 +7,13 @@ local M = {}
 
 M.USAGE = [[
        moonbox sandbox create [--template T] [--timeout MS] [--metadata K=V]... [--env K=V]...
-                              [--allow-out X]... [--deny-out Y]... [--no-internet] [--json]
+                              [--allow-out X]... [--deny-out Y]... [--no-internet] [--no-public-traffic] [--json]
        moonbox sandbox list [--metadata K=V]... [--state running|paused]... [--limit N] [--json]
        moonbox sandbox info|pause|metrics ID [--json]
        moonbox sandbox kill ID...
        moonbox sandbox resume ID [--timeout MS] [--json]
        moonbox sandbox snapshot ID [--name NAME] [--json]
-       moonbox sandbox host ID PORT
+       moonbox sandbox host ID PORT [--json]
        moonbox sandbox network ID [--allow-out X]... [--deny-out Y]... [--no-internet] | --clear [--json]
 ]]
 
@@ -58,6 +58,20 @@ local function network_text(it)
     or ("internet " .. (it.allowInternetAccess and "on" or "off")) }
   parts[#parts + 1] = #(n.allowOut or {}) > 0 and ("allowOut " .. table.concat(n.allowOut, ", ")) or "no allowOut"
   parts[#parts + 1] = #(n.denyOut or {}) > 0 and ("denyOut " .. table.concat(n.denyOut, ", ")) or "no denyOut"
+  local hosts = {}
+  for h in pairs(n.rules or {}) do hosts[#hosts + 1] = h end
+  table.sort(hosts)
+  for _, h in ipairs(hosts) do
+    local set = {}
+    for _, r in ipairs(n.rules[h]) do
+      local names = {}
+      for k in pairs(r.transform and r.transform.headers or {}) do names[#names + 1] = k end
+      table.sort(names)
+      for _, k in ipairs(names) do set[#set + 1] = k .. ": " .. r.transform.headers[k] end
+    end
+    parts[#parts + 1] = ("rules[%s] %s"):format(h, table.concat(set, ", "))
+  end
+  if n.allowPublicTraffic == false then parts[#parts + 1] = "ports need e2b-traffic-access-token" end
   return table.concat(parts, "; ")
 end
 
@@ -88,6 +102,8 @@ local function parse_all(cli, argv, i, spec, cmd)
   end
   return opts, pos
 end
+
+M.parse_all = parse_all
 
 local function id_arg(cli, argv, pos, cmd)
   local id = argv[pos]
@@ -142,7 +158,7 @@ end
 function commands.create(cli, argv, i)
   local opts, args = parse_all(cli, argv, i, { ["--template"] = "value", ["--timeout"] = "value",
     ["--metadata"] = "list", ["--env"] = "list", ["--allow-out"] = "list", ["--deny-out"] = "list",
-    ["--no-internet"] = "flag", ["--json"] = "flag" }, "sandbox create")
+    ["--no-internet"] = "flag", ["--no-public-traffic"] = "flag", ["--json"] = "flag" }, "sandbox create")
   no_more(cli, args, 1, "create")
   if opts["--template"] == "" then cli.usage_error("sandbox create: --template must not be empty") end
   local allow = entries_opt(cli, opts["--allow-out"], "create", "--allow-out")
@@ -152,6 +168,10 @@ function commands.create(cli, argv, i)
     envVars = pairs_opt(cli, opts["--env"], "sandbox create", "--env"),
     network = (allow or deny) and { allowOut = allow, denyOut = deny } or nil }
   if opts["--no-internet"] then o.allowInternetAccess = false end
+  if opts["--no-public-traffic"] then
+    o.network = o.network or {}
+    o.network.allowPublicTraffic = false
+  end
   return function(c)
     local it, err = c:create(o)
     if not it then return nil, err end
@@ -289,8 +309,14 @@ function commands.metrics(cli, argv, i)
   end
 end
 
+-- The URL of a port, and the header a request needs when the sandbox was made with
+-- allowPublicTraffic false: a second line `e2b-traffic-access-token: TOKEN`, ready for curl -H.
+-- getInfo does not carry the token (E2B's, sandboxd's); a connect does: for a running sandbox
+-- that wants one, a connect with a 1-second timeout (a connect never shortens a lease). A paused
+-- sandbox is not resumed for it: the URL, and a line on stderr saying so.
+M.TOKEN_CONNECT_MS = 1000
 function commands.host(cli, argv, i)
-  local _, args = parse_all(cli, argv, i, {}, "sandbox host")
+  local opts, args = parse_all(cli, argv, i, { ["--json"] = "flag" }, "sandbox host")
   local id = id_arg(cli, args, 1, "host")
   local port = math.tointeger(tonumber(args[2] or ""))
   if not port or port < 1 or port > 65535 then
@@ -300,7 +326,25 @@ function commands.host(cli, argv, i)
   return function(c)
     local info, err = c:info(id)                 -- a host for a sandbox that exists
     if not info then return nil, err end
-    line(c:host(id, port, info.domain))
+    local closed = info.network and info.network.allowPublicTraffic == false
+    local token = info.trafficAccessToken
+    if closed and not token and info.state ~= "paused" then
+      local ci, cerr = c:connect(id, { timeoutMs = M.TOKEN_CONNECT_MS })
+      if not ci then return nil, cerr end
+      token = ci.trafficAccessToken
+    end
+    local url, headers = c:host(id, port, info.domain, token)
+    if opts["--json"] then
+      line(encode({ url = url, headers = headers, allowPublicTraffic = not closed }))
+      return 0
+    end
+    line(url)
+    for k, v in pairs(headers) do line(k .. ": " .. v) end
+    if closed and not next(headers) then
+      io.stderr:write(("moonbox: sandbox %s answers only requests with the e2b-traffic-access-token header%s\n"):format(id,
+        info.state == "paused" and "; it is paused: resume it (moonbox sandbox resume ID) and ask again for the token"
+        or ", and the server gave no token"))
+    end
     return 0
   end
 end

@@ -82,6 +82,40 @@ local function json_body(res)
   return v
 end
 
+-- A header value of a sandbox's rules as moonbox shows it: placeholders as `<secret NAME>`; a
+-- value with text beyond a scheme word around its placeholders ("Bearer ", "token ") is hidden
+-- (the SDK can send literal values, and a literal may be a credential).
+local function shown_header(v)
+  if type(v) ~= "string" then return "<hidden>" end
+  local names = {}
+  local rest = v:gsub("%${e2b%.([%w_]+)%.([^}]*)}", function(kind, name)
+    names[#names + 1] = (kind == "secrets" and "<secret %s>" or "<" .. kind .. " %s>"):format(name)
+    return "\0"
+  end)
+  if #names == 0 or not rest:gsub("%z", ""):match("^%a* *$") then return ("<hidden: %d bytes>"):format(#v) end
+  local i = 0
+  return (rest:gsub("%z", function() i = i + 1 return names[i] end))
+end
+api.shown_header = shown_header
+
+-- E2B's network.rules as moonbox shows them (shape kept, header values through shown_header)
+function api.rules_view(rules)
+  if type(rules) ~= "table" then return nil end
+  local out = {}
+  for host, list in pairs(rules) do
+    local l = {}
+    for i, r in ipairs(type(list) == "table" and list or {}) do
+      local hs = type(r) == "table" and type(r.transform) == "table" and type(r.transform.headers) == "table"
+        and r.transform.headers or {}
+      local shown = {}
+      for h, x in pairs(hs) do shown[h] = shown_header(x) end
+      l[i] = { transform = { headers = shown } }
+    end
+    out[host] = l
+  end
+  return out
+end
+
 -- A `Sandbox` / `SandboxDetail` / `ListedSandbox`: the fields moonbox uses, and the public view
 -- (camelCase, as the SDK shows them).
 local function sandbox_info(v)
@@ -91,18 +125,27 @@ local function sandbox_info(v)
   local md = null_to_nil(v.metadata)
   local net = null_to_nil(v.network)
   local function list(l) l = type(net) == "table" and null_to_nil(net[l]) or nil return type(l) == "table" and l or {} end
+  local token = null_to_nil(v.trafficAccessToken)
+  if type(token) ~= "string" or token == "" then token = nil end
+  local public_traffic
+  if type(net) == "table" then public_traffic = null_to_nil(net.allowPublicTraffic) end
+  if type(public_traffic) ~= "boolean" then public_traffic = nil end
   return {
     id = v.sandboxID, template = null_to_nil(v.templateID), envd_version = null_to_nil(v.envdVersion),
     access_token = null_to_nil(v.envdAccessToken), domain = null_to_nil(v.domain),
-    state = null_to_nil(v.state), raw = v,
+    traffic_token = token, state = null_to_nil(v.state), raw = v,
     public = { sandboxId = v.sandboxID, templateId = null_to_nil(v.templateID), name = null_to_nil(v.alias),
       metadata = type(md) == "table" and md or {}, state = null_to_nil(v.state),
       startedAt = null_to_nil(v.startedAt), endAt = null_to_nil(v.endAt), cpuCount = null_to_nil(v.cpuCount),
       memoryMB = null_to_nil(v.memoryMB), diskSizeMB = null_to_nil(v.diskSizeMB),
       envdVersion = null_to_nil(v.envdVersion), domain = null_to_nil(v.domain),
       -- the rules in force, as E2B materialises them (absent: none, internet as allowInternetAccess)
-      network = { allowOut = list("allowOut"), denyOut = list("denyOut") },
-      allowInternetAccess = null_to_nil(v.allowInternetAccess) },
+      network = { allowOut = list("allowOut"), denyOut = list("denyOut"),
+        rules = api.rules_view(type(net) == "table" and null_to_nil(net.rules) or nil),
+        allowPublicTraffic = public_traffic },
+      allowInternetAccess = null_to_nil(v.allowInternetAccess),
+      -- what the port proxy wants in e2b-traffic-access-token (allowPublicTraffic false)
+      trafficAccessToken = token },
   }
 end
 api.sandbox_info = sandbox_info
@@ -118,21 +161,24 @@ end
 
 local function seconds(ms) return math.ceil(ms / 1000) end
 
--- E2B's `network` object from { allowOut = {...}, denyOut = {...} }: only the lists that hold
--- entries (an empty one means the same as none, and cjson would write {} for it); nil when both
--- are empty, so that a request without rules is the request older servers know.
+-- E2B's `network` object from { allowOut = {...}, denyOut = {...}, rules = { host → list },
+-- allowPublicTraffic }: only the lists and rules that hold entries (an empty one means the same
+-- as none, and cjson would write {} for it), allowPublicTraffic when given; nil when nothing is
+-- left, so that a request without rules is the request older servers know.
 function api.network_body(n)
   if n == nil then return nil end
   local body
   for _, k in ipairs({ "allowOut", "denyOut" }) do
     if n[k] and #n[k] > 0 then body = body or {}; body[k] = n[k] end
   end
+  if n.rules and next(n.rules) ~= nil then body = body or {}; body.rules = n.rules end
+  if n.allowPublicTraffic ~= nil then body = body or {}; body.allowPublicTraffic = n.allowPublicTraffic end
   return body
 end
 
 -- POST /sandboxes. opts: { template="base" (a template or a snapshot), timeout_ms=300000,
 -- metadata, env_vars, secure=true, allow_internet_access=true, auto_pause=false,
--- network = { allowOut, denyOut } (sent only when a list holds entries) }
+-- network = { allowOut, denyOut, rules (E2B's shape), allowPublicTraffic } (network_body) }
 function api:create(opts)
   opts = opts or {}
   local body = {
@@ -149,8 +195,8 @@ function api:create(opts)
   return self:_sandbox_request("POST", "/sandboxes", body, self.create_timeout_ms)
 end
 
--- PUT /sandboxes/{id}/network { allowOut?, denyOut?, allow_internet_access? }: replaces every
--- rule at once (an omitted field is cleared). → true | nil, err (a 400 naming the entry:
+-- PUT /sandboxes/{id}/network { allowOut?, denyOut?, rules?, allow_internet_access? }: replaces
+-- every rule at once (an omitted field is cleared). → true | nil, err (a 400 naming the entry:
 -- E2B_INVALID_ARGUMENT; an unknown sandbox: E2B_NOT_FOUND)
 function api:update_network(id, opts)
   local body = api.network_body(opts) or {}
@@ -282,6 +328,72 @@ function api:list(opts)
   for i, item in ipairs(v) do out[i] = sandbox_info(item) or { raw = item } end
   local nt = res.headers and res.headers["x-next-token"]
   return out, (nt ~= "" and nt or nil)
+end
+
+------------------------------------------------------------------------------------------------
+-- The secret store (/secrets). Values are write-only: they go in a request body and no answer
+-- carries one. A `Secret` → the SDK's SecretInfo: { secretId, name, version, metadata,
+-- createdAt, updatedAt } (times as the server writes them, RFC 3339).
+local function secret_info(v)
+  if type(v) ~= "table" or type(v.name) ~= "string" then
+    return nil, errors.new("E2B_PROTOCOL", "control plane returned a secret without a name")
+  end
+  local md = null_to_nil(v.metadata)
+  local version = null_to_nil(v.currentVersion)
+  return { secretId = null_to_nil(v.secretID), name = v.name, version = math.tointeger(version) or version,
+    metadata = type(md) == "table" and md or {}, createdAt = null_to_nil(v.createdAt), updatedAt = null_to_nil(v.updatedAt) }
+end
+api.secret_info = secret_info
+
+local function secret_request(self, method, path, body)
+  local res, err = self:_request(method, path, body)
+  if not res then return nil, err end
+  local v, jerr = json_body(res)
+  if not v then return nil, jerr end
+  return secret_info(v)
+end
+
+-- POST /secrets { name, value, metadata? } → info | nil, err (a name in use: E2B_CONFLICT)
+function api:secret_create(name, value, metadata)
+  return secret_request(self, "POST", "/secrets", { name = name, value = value, metadata = metadata })
+end
+
+-- POST /secrets/{id or name} { value, metadata? }: a new version. → info | nil, err
+function api:secret_update(id, value, metadata)
+  return secret_request(self, "POST", "/secrets/" .. urlencode(id), { value = value, metadata = metadata })
+end
+
+-- GET /secrets/{id or name} → info | nil, err (E2B_NOT_FOUND)
+function api:secret_get(id)
+  return secret_request(self, "GET", "/secrets/" .. urlencode(id))
+end
+
+-- GET /secrets[?limit=&nextToken=] → list of info, next_token | nil, err
+function api:secret_list(opts)
+  opts = opts or {}
+  local q = {}
+  if opts.limit then q[#q + 1] = "limit=" .. math.tointeger(opts.limit) end
+  if opts.next_token then q[#q + 1] = "nextToken=" .. urlencode(opts.next_token) end
+  local res, err = self:_request("GET", "/secrets" .. (#q > 0 and ("?" .. table.concat(q, "&")) or ""))
+  if not res then return nil, err end
+  local v, jerr = json_body(res)
+  if not v then return nil, jerr end
+  local out = {}
+  for i, item in ipairs(v) do
+    local s, serr = secret_info(item)
+    if not s then return nil, serr end
+    out[i] = s
+  end
+  local nt = res.headers and res.headers["x-next-token"]
+  return out, (nt ~= "" and nt or nil)
+end
+
+-- DELETE /secrets/{id or name} → true | false (not found) | nil, err
+function api:secret_delete(id)
+  local res, err = self:_request("DELETE", "/secrets/" .. urlencode(id))
+  if res then return true end
+  if err.code == "E2B_NOT_FOUND" then return false end
+  return nil, err
 end
 
 return api

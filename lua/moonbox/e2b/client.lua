@@ -5,23 +5,36 @@
 --   local c = client.new{ apiKey = ..., getenv = os.getenv }    → client | nil, err (E2B_CONFIG)
 --   c:list{ metadata = {k = v}, state = {"running", "paused"}, limit = n, nextToken = t } → items, nextToken
 --   c:create{ template, timeoutMs, metadata, envVars, allowInternetAccess, autoPause, secure,
---             network = { allowOut, denyOut } } → item
---   c:updateNetwork(id, { allowOut, denyOut, allowInternetAccess }) → true   (replaces every rule:
---             an omitted field is cleared; entries are checked here first, by sandboxd's parser)
+--             network = { allowOut, denyOut, rules, allowPublicTraffic } } → item
+--   c:updateNetwork(id, { allowOut, denyOut, allowInternetAccess, rules }) → true   (replaces every
+--             rule: an omitted field is cleared; entries are checked here first, by sandboxd's
+--             parser; rules in the network policy's shape, `secret = NAME` only here: a
+--             `fromEnv` rule needs an owner that removes the secret it makes, ctx.e2b)
 --   c:info(id) → item;  c:kill(id) → true | false (not found);  c:setTimeout(id, ms) → true
 --   c:pause(id) → true | false (already paused);  c:resume(id, { timeoutMs }) → item
---   c:metrics(id, { start, ["end"] }) → { metric, ... };  c:host(id, port) → URL
+--   c:metrics(id, { start, ["end"] }) → { metric, ... }
+--   c:host(id, port [, domain, token]) → URL, headers (e2b-traffic-access-token when the sandbox
+--             was made with allowPublicTraffic = false and token is its trafficAccessToken; else {})
 --   c:snapshot(id, { name }) → { snapshotId, names };  c:snapshots{ sandboxId, limit, nextToken }
 --   c:deleteSnapshot(id) → true | false;  c:connect(id, { timeoutMs }) → item (with the envd token)
 --
+--   c:createSecret(name, value, { metadata }) → secret;  c:updateSecret(name, value, { metadata })
+--             → secret (a new version);  c:setSecret(name, value, o) → secret, "created"|"updated"
+--   c:secretInfo(name) → secret;  c:secretExists(name) → boolean;  c:deleteSecret(name) → true | false
+--   c:listSecrets{ limit, nextToken } → secrets, nextToken;  c:listAllSecrets() → secrets
+--
 -- Items are the SDK's view: { sandboxId, templateId, name, metadata, state, startedAt, endAt,
--- cpuCount, memoryMB, envdVersion, domain, network = { allowOut, denyOut }, allowInternetAccess }.
+-- cpuCount, memoryMB, envdVersion, domain, network = { allowOut, denyOut, rules, allowPublicTraffic },
+-- allowInternetAccess, trafficAccessToken }; rules' header values show secrets by name
+-- (`Bearer <secret github-token>`), never a literal. Secrets: { secretId, name, version, metadata,
+-- createdAt, updatedAt } (values are write-only).
 -- Errors: E2B_NOT_FOUND (unknown id, naming it), E2B_UNAUTHORIZED, E2B_CONFLICT, … as the control
 -- plane answers; E2B_INVALID_ARGUMENT for a network entry (here or from the server: the message
 -- names it, `allowOut[2]: "10.0.0.0/33": ...`, indexes from 0 as on the wire); bad arguments
 -- (types, unknown option names) raise.
 local errors = require "moonbox.errors"
 local S = require "moonbox.policy.schema"
+local R = require "moonbox.policy.rules"
 local api_mod = require "moonbox.e2b.api"
 local endpoints = require "moonbox.e2b.endpoints"
 
@@ -62,9 +75,11 @@ end
 
 -- The network options of create / updateNetwork, strictly: an unknown name or a wrong type
 -- raises (naming it, and the nearest known name); then the entries are parsed as sandboxd parses
--- them. → nil | err (E2B_INVALID_ARGUMENT naming the entry)
-local NETWORK_KEYS = { "allowOut", "denyOut", "allowInternetAccess" }
-local function check_network(o, what, keys, level)
+-- them, and rules checked as the network policy checks them (moonbox.policy.rules).
+-- opts.env: whether `fromEnv` may appear in rules (an owner's call). → nil | err
+-- (E2B_INVALID_ARGUMENT naming the entry or the rule)
+local NETWORK_KEYS = { "allowOut", "denyOut", "allowInternetAccess", "rules" }
+local function check_network(o, what, keys, level, opts)
   level = level + 1
   if type(o) ~= "table" then error(("e2b: %s: expects a table { %s }"):format(what, table.concat(keys, ", ")), level) end
   local known = {}
@@ -87,14 +102,34 @@ local function check_network(o, what, keys, level)
       end
     end
   end
-  if o.allowInternetAccess ~= nil and type(o.allowInternetAccess) ~= "boolean" then
-    error(("e2b: %s: allowInternetAccess must be a boolean"):format(what), level)
+  for _, k in ipairs({ "allowInternetAccess", "allowPublicTraffic" }) do
+    if o[k] ~= nil and type(o[k]) ~= "boolean" then error(("e2b: %s: %s must be a boolean"):format(what, k), level) end
   end
   local _, err = require("moonbox.core").egress.parse{ allowOut = o.allowOut, denyOut = o.denyOut }
   if err then return errors.new("E2B_INVALID_ARGUMENT", ("%s: %s"):format(what, err.message),
     { list = err.list, index = err.index, entry = err.entry }) end
+  if o.rules ~= nil then
+    local msg, kind = R.check(o.rules)
+    if msg and kind == "shape" then error(("e2b: %s: %s"):format(what, msg), level) end
+    if msg then return errors.new("E2B_INVALID_ARGUMENT", ("%s: %s"):format(what, msg)) end
+    if not (opts and opts.env) then
+      for _, h in ipairs(R.headers(o.rules)) do
+        if h.fromEnv then
+          error(("e2b: %s: rules[%s].headers%s.fromEnv: a host variable becomes a secret only for a composition's "
+            .. "sandbox (ctx.e2b:updateNetwork), which removes it again; here name a stored secret (secret = NAME)")
+            :format(what, S.show(h.host), R.path_part(h.header)), level)
+        end
+      end
+    end
+  end
 end
 M.check_network = check_network
+
+-- Rules checked by check_network in E2B's shape (fromEnv through env_secret(var) → secret name).
+function M.wire_rules(rules, env_secret)
+  if rules == nil then return nil end
+  return R.wire(rules, env_secret or function(v) error("e2b: rules: no secret for fromEnv " .. tostring(v), 3) end)
+end
 
 local function named(err, id)
   if err.code == "E2B_NOT_FOUND" and not err.message:find(id, 1, true) then
@@ -160,13 +195,16 @@ function Client:create(o)
   for _, f in ipairs{ "allowInternetAccess", "autoPause", "secure" } do
     if o[f] ~= nil and type(o[f]) ~= "boolean" then error(("e2b: create: %s must be a boolean"):format(f), 2) end
   end
+  local network
   if o.network ~= nil then
-    local bad = check_network(o.network, "create: network", { "allowOut", "denyOut" }, 2)
+    local bad = check_network(o.network, "create: network", { "allowOut", "denyOut", "rules", "allowPublicTraffic" }, 2)
     if bad then return nil, bad end
+    network = { allowOut = o.network.allowOut, denyOut = o.network.denyOut, rules = M.wire_rules(o.network.rules),
+      allowPublicTraffic = o.network.allowPublicTraffic }
   end
   local i, err = self.api:create{ template = o.template, timeout_ms = o.timeoutMs, metadata = o.metadata,
     env_vars = o.envVars, allow_internet_access = o.allowInternetAccess, auto_pause = o.autoPause, secure = o.secure,
-    network = o.network }
+    network = network }
   if not i then return nil, err end
   return i.public
 end
@@ -185,7 +223,7 @@ function Client:updateNetwork(id, o)
   local bad = check_network(o, "updateNetwork", NETWORK_KEYS, 2)
   if bad then return nil, bad end
   local ok, err = self.api:update_network(id, { allowOut = o.allowOut, denyOut = o.denyOut,
-    allow_internet_access = o.allowInternetAccess })
+    rules = M.wire_rules(o.rules), allow_internet_access = o.allowInternetAccess })
   if not ok then return nil, named(err, id) end
   return true
 end
@@ -266,13 +304,142 @@ end
 
 -- The URL of `port` inside sandbox `id`: E2B's `https://<port>-<id>.<domain>`; with
 -- E2B_SANDBOX_URL (sandboxd in plain mode), the proxy path sandboxd serves,
--- `<E2B_SANDBOX_URL>/_sandbox/<id>/<port>/`.
-function Client:host(id, port, domain)
+-- `<E2B_SANDBOX_URL>/_sandbox/<id>/<port>/`. And the headers a request there needs: E2B's
+-- e2b-traffic-access-token when the sandbox was created with allowPublicTraffic = false (token:
+-- its trafficAccessToken, from the create or connect answer, or getInfo where the server
+-- reports it), else none. → url, headers (a new table, possibly empty)
+function Client:host(id, port, domain, token)
   check_id(id, "host")
   if math.type(port) ~= "integer" or port < 1 or port > 65535 then
     error("e2b: host: port must be an integer in 1..65535", 2)
   end
-  return M.host_url(self.endpoints, id, port, domain)
+  if token ~= nil and (type(token) ~= "string" or token == "") then
+    error("e2b: host: token must be a non-empty string (the sandbox's trafficAccessToken)", 2)
+  end
+  return M.host_url(self.endpoints, id, port, domain), M.traffic_headers(token)
+end
+
+M.TRAFFIC_HEADER = "e2b-traffic-access-token"
+function M.traffic_headers(token)
+  if token then return { [M.TRAFFIC_HEADER] = token } end
+  return {}
+end
+
+------------------------------------------------------------------------------------------------
+-- The secret store. Names as E2B takes them (moonbox.policy.rules.secret_name_error), values
+-- non-empty strings a header can carry (no control characters but tab). A bad name or value is
+-- E2B_INVALID_ARGUMENT before any request (never quoting the value); a wrong type raises.
+
+M.MAX_SECRET = 65536          -- bytes of a value (sandboxd's limit; a header carries it)
+
+local function check_secret_name(name, what)
+  if type(name) ~= "string" then error(("e2b: %s: the secret name must be a string"):format(what), 3) end
+  local bad = R.secret_name_error(name)
+  if bad then return errors.new("E2B_INVALID_ARGUMENT", ("%s: %s"):format(what, bad)) end
+end
+
+-- → nil | why (never quoting the value)
+function M.secret_value_error(value)
+  if value == "" then return "the value is empty" end
+  if #value > M.MAX_SECRET then return ("the value is longer than %d bytes"):format(M.MAX_SECRET) end
+  local at = value:find("[%z\1-\8\10-\31\127]")
+  if at then
+    local b = value:byte(at)
+    local what = b == 10 and "a line feed" or b == 13 and "a carriage return" or b == 0 and "a NUL" or "a control character"
+    return ("the value holds %s at byte %d: a header value cannot"):format(what, at)
+  end
+end
+
+local function check_secret(name, value, o, what)
+  local bad = check_secret_name(name, what)
+  if bad then return bad end
+  if type(value) ~= "string" then error(("e2b: %s: the value must be a string"):format(what), 3) end
+  local why = M.secret_value_error(value)
+  if why then return errors.new("E2B_INVALID_ARGUMENT", ("%s %s: %s"):format(what, name, why)) end
+  if o ~= nil and type(o) ~= "table" then error(("e2b: %s: options must be a table { metadata }"):format(what), 3) end
+  for k in pairs(o or {}) do
+    if k ~= "metadata" then error(("e2b: %s: unknown option %s (expected metadata)"):format(what, S.show(k)), 3) end
+  end
+  local md = o and o.metadata
+  if md ~= nil then
+    local mbad = type(md) ~= "table" and "must be a table" or require("moonbox.e2b").string_map(md)
+    if mbad then error(("e2b: %s: metadata %s"):format(what, mbad), 3) end
+  end
+end
+
+local function secret_named(err, name)
+  if err.code == "E2B_NOT_FOUND" then err.message = ("secret %s not found: %s"):format(name, err.message)
+  elseif err.code == "E2B_CONFLICT" then err.message = ("secret %s exists already: %s"):format(name, err.message) end
+  return err
+end
+
+function Client:createSecret(name, value, o)
+  local bad = check_secret(name, value, o, "createSecret")
+  if bad then return nil, bad end
+  local s, err = self.api:secret_create(name, value, o and o.metadata)
+  if not s then return nil, secret_named(err, name) end
+  return s
+end
+
+function Client:updateSecret(name, value, o)
+  local bad = check_secret(name, value, o, "updateSecret")
+  if bad then return nil, bad end
+  local s, err = self.api:secret_update(name, value, o and o.metadata)
+  if not s then return nil, secret_named(err, name) end
+  return s
+end
+
+-- Create, or a new version when the name is in use. → secret, "created" | "updated" | nil, err
+function Client:setSecret(name, value, o)
+  local bad = check_secret(name, value, o, "setSecret")
+  if bad then return nil, bad end
+  local s, err = self.api:secret_create(name, value, o and o.metadata)
+  if s then return s, "created" end
+  if err.code ~= "E2B_CONFLICT" then return nil, secret_named(err, name) end
+  s, err = self.api:secret_update(name, value, o and o.metadata)
+  if not s then return nil, secret_named(err, name) end
+  return s, "updated"
+end
+
+function Client:secretInfo(name)
+  if type(name) ~= "string" or name == "" then error("e2b: secretInfo: the secret name must be a non-empty string", 2) end
+  local s, err = self.api:secret_get(name)
+  if not s then return nil, secret_named(err, name) end
+  return s
+end
+
+function Client:secretExists(name)
+  local s, err = self:secretInfo(name)
+  if s then return true end
+  if err.code == "E2B_NOT_FOUND" then return false end
+  return nil, err
+end
+
+function Client:deleteSecret(name)
+  if type(name) ~= "string" or name == "" then error("e2b: deleteSecret: the secret name must be a non-empty string", 2) end
+  return self.api:secret_delete(name)
+end
+
+function Client:listSecrets(q)
+  q = q or {}
+  if type(q) ~= "table" then error("e2b: listSecrets: expects a table { limit, nextToken }", 2) end
+  if q.limit ~= nil and (math.type(q.limit) ~= "integer" or q.limit < 1) then
+    error("e2b: listSecrets: limit must be a positive integer", 2)
+  end
+  return self.api:secret_list{ limit = q.limit, next_token = q.nextToken }
+end
+
+-- Every page of listSecrets (follows nextToken) → secrets | nil, err
+function Client:listAllSecrets(q)
+  q = q or {}
+  local all, token = {}, q.nextToken
+  repeat
+    local page, nt = self:listSecrets{ limit = q.limit, nextToken = token }
+    if not page then return nil, nt end
+    for _, s in ipairs(page) do all[#all + 1] = s end
+    token = nt
+  until not token
+  return all
 end
 
 function M.host_url(ep, id, port, domain)

@@ -4,8 +4,10 @@
 -- policy, default_cwd), timeoutMs (the lease, default: its default_timeout_ms), sandboxId (connect to an existing
 -- sandbox instead of creating one), template (or a snapshot), metadata, envVars,
 -- allowInternetAccess (must agree with the network policy's `internet` when both are set: the
--- policy's allow_out/deny_out go into the create request too), autoPause, secure (the create
--- options, as the SDK names them), envdCodec
+-- policy's allow_out/deny_out and rules go into the create request too), allowPublicTraffic
+-- (false: the sandbox's ports answer only requests carrying its e2b-traffic-access-token, which
+-- ctx.e2b:host(port) returns as a header), autoPause, secure (the create options, as the SDK
+-- names them), envdCodec
 -- ("proto" | "json": how envd is spoken to; MOONBOX_ENVD_CODEC). Endpoints come from E2B_API_URL /
 -- E2B_SANDBOX_URL / E2B_DOMAIN; with none of them set, the owner starts a local sandboxd and
 -- stops it at teardown (moonbox.e2b.launcher). The pieces: owner.lua (lifecycle),
@@ -41,6 +43,7 @@ M.schema = {
   metadata = { type = "table", check = function(v) return M.string_map(v) end },
   envVars = { type = "table", check = function(v) return M.string_map(v) end },
   allowInternetAccess = { type = "boolean" },
+  allowPublicTraffic = { type = "boolean" },
   autoPause = { type = "boolean" },
   secure = { type = "boolean" },
   envdCodec = { type = "string", check = function(v)
@@ -78,6 +81,15 @@ function M.validate(config, policies, where)
   if config.allowInternetAccess ~= nil and o and o.kind ~= "default" and config.allowInternetAccess ~= p.internet then
     return ("allowInternetAccess = %s disagrees with the network policy's internet = %s (%s): set it in one place")
       :format(tostring(config.allowInternetAccess), tostring(p.internet), require("moonbox.policies").origin_text(o))
+  end
+  -- the policy's check saw its own `internet`; the plugin's allowInternetAccess = false closes it here
+  if config.allowInternetAccess == false and not config.sandboxId then
+    local u = require("moonbox.policy.rules").unused(p.rules, false, p.allow_out, p.deny_out)[1]
+    if u then
+      local net = require "moonbox.policy.network"
+      u.why = "allowInternetAccess is false"
+      return ("the network policy's rules[%q] (%s) is %s"):format(u.key, tostring(p.rule_where(u.key)), net.unused_text(u))
+    end
   end
   if config.sandboxId and not p.is_default() then
     return nil, { ("%s: the network policy (%s) is not applied to sandbox %s, which this composition connects to "

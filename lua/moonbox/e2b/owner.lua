@@ -15,20 +15,63 @@ local envd_mod = require "moonbox.e2b.envd"
 local endpoints = require "moonbox.e2b.endpoints"
 local launcher = require "moonbox.e2b.launcher"
 local sandbox = require "moonbox.e2b.sandbox"
+local R = require "moonbox.policy.rules"
 
 local M = {}
 local function mb() return require "moonbox" end
 
 -- The create request's network options: the composition's network policy, with the plugin's
--- allowInternetAccess when it sets one (compose refuses the two disagreeing, e2b.validate).
--- → allow_internet_access, network ({ allowOut, denyOut } | nil: no rules, the request older
--- servers know)
-function M.network_request(config, policies)
+-- allowInternetAccess when it sets one (compose refuses the two disagreeing, e2b.validate), its
+-- rules in E2B's shape (env_secret(var) → the name of the secret made for a fromEnv variable)
+-- and the plugin's allowPublicTraffic. → allow_internet_access, network ({ allowOut, denyOut,
+-- rules, allowPublicTraffic } | nil: nothing, the request older servers know)
+function M.network_request(config, policies, env_secret)
   local p = (policies and policies.network) or require("moonbox.policies").default("network")
   local internet = config.allowInternetAccess
   if internet == nil then internet = p.internet end
-  return internet, api_mod.network_body{ allowOut = p.allow_out, denyOut = p.deny_out }
+  local rules = next(p.rules) and R.wire(p.rules, env_secret or function(v)
+    error("owner.network_request: no secret for fromEnv " .. tostring(v), 3)
+  end) or nil
+  return internet, api_mod.network_body{ allowOut = p.allow_out, denyOut = p.deny_out, rules = rules,
+    allowPublicTraffic = config.allowPublicTraffic }
 end
+
+-- A secret made for one sandbox from a host variable: a random name, the value, and the metadata
+-- that makes sandboxd let only that sandbox's rules use it and delete it when the sandbox ends.
+M.SCOPE_KEY = "sandboxd.sandbox"
+function M.env_secret_name() return "mbenv-" .. ids.hex(8) end
+
+-- "network policy rules["x"].headers.Authorization (net.lua:3)" (what: instead of "network policy")
+local function rule_text(p, h, what)
+  local where = p.rule_where and p.rule_where(h.host)
+  return ("%s rules[%q].headers%s%s"):format(what or "network policy", h.host, R.path_part(h.header),
+    where and (" (" .. where .. ")") or "")
+end
+
+-- The host variables the rules of p (a network policy, or { rules }) name, read now (at sandbox
+-- start). getenv: the embedder's or os.getenv; what: who asks. → { VAR → value } | nil, err
+-- (E2B_CONFIG naming the variable and the rule; an empty value counts as unset; a value a header
+-- cannot carry is refused without quoting it)
+function M.read_env(p, getenv, what)
+  local out = {}
+  for _, h in ipairs(R.headers(p.rules)) do
+    if h.fromEnv and out[h.fromEnv] == nil then
+      local v = getenv(h.fromEnv)
+      if v == nil or v == "" then
+        return nil, errors.new("E2B_CONFIG", ("%s: fromEnv %s is not set on this host (or empty): set it, or remove the rule")
+          :format(rule_text(p, h, what), h.fromEnv), { variable = h.fromEnv })
+      end
+      local why = require("moonbox.e2b.client").secret_value_error(v)
+      if why then
+        return nil, errors.new("E2B_CONFIG", ("%s: fromEnv %s: %s"):format(rule_text(p, h, what), h.fromEnv,
+          (why:gsub("^the value", "its value"))), { variable = h.fromEnv })
+      end
+      out[h.fromEnv] = v
+    end
+  end
+  return out
+end
+
 -- Where mbwrap is installed: a root-owned 0755 directory ("%s": the owner's random id) whose
 -- parent the sandbox user cannot write (policies/lifecycle.lua `wrapper_dir` overrides).
 M.WRAPPER_DIR = "/opt/.moonbox-%s"
@@ -105,24 +148,99 @@ function Owner:_setup()
     info, err = self.api:connect(self.config.sandboxId, self.config.timeoutMs)
   else
     local c = self.config
-    local internet, network = M.network_request(c, self.policies)
+    local ok, cerr = self:_check_secrets()
+    if not ok then return nil, cerr end
+    local names = {}                                   -- VAR → the secret made for it, after the create
+    for var in pairs(self.env_values or {}) do names[var] = M.env_secret_name() end
+    local internet, network = M.network_request(c, self.policies, function(var) return names[var] end)
     info, err = self.api:create{ template = c.template, timeout_ms = c.timeoutMs, metadata = c.metadata,
       env_vars = c.envVars, allow_internet_access = internet, auto_pause = c.autoPause, secure = c.secure,
       network = network }
+    if info then
+      self.created, self.id = info, info.id
+      ok, err = self:_make_env_secrets(names, self.env_values)
+      self.env_values = nil                            -- the values are the store's now
+      if not ok then
+        self:_rollback(info.id)
+        return nil, err
+      end
+    end
   end
   if not info then return nil, err end
   self.created, self.id = info, info.id      -- the create/connect answer
   self.lease_granted_at = m.now()
   local ok, serr = self:_prepare(info)
   if not ok then
-    if not self.config.sandboxId then                  -- never delete a sandbox we did not create
-      for _ = 1, self.lifecycle.setup_rollback_deletes do
-        if self.api:delete(info.id) ~= nil then break end
-      end
-      self.deleted = true
-    end
+    if not self.config.sandboxId then self:_rollback(info.id) end   -- never delete a sandbox we did not create
     return nil, serr
   end
+  return true
+end
+
+-- A sandbox whose setup failed: deleted (a few tries), then the secrets made for it.
+function Owner:_rollback(id)
+  for _ = 1, self.lifecycle.setup_rollback_deletes do
+    if self.api:delete(id) ~= nil then break end
+  end
+  self.deleted = true
+  self:_delete_env_secrets()
+end
+
+-- Every `secret = NAME` the rules name must be in the store before the sandbox is made (E2B
+-- would only fail the requests that use it, later). → true | nil, err
+function Owner:_check_secrets()
+  local p = self.policies.network
+  if not p then return true end
+  local seen = {}
+  for _, h in ipairs(R.headers(p.rules)) do
+    if h.secret and not seen[h.secret] then
+      seen[h.secret] = true
+      local s, err = self.api:secret_get(h.secret)
+      if not s then
+        if err.code == "E2B_NOT_FOUND" then
+          return nil, errors.new("E2B_NOT_FOUND", ("%s: secret %s is not in the secret store of %s (moonbox secret set %s)")
+            :format(rule_text(p, h), h.secret, self.api.url, h.secret), { secret = h.secret })
+        end
+        err.message = ("%s: secret %s: %s"):format(rule_text(p, h), h.secret, err.message)
+        return nil, err
+      end
+    end
+  end
+  return true
+end
+
+-- The secrets for the rules' host variables, scoped to sandbox self.id. names: VAR → secret
+-- name; values: VAR → value. Remembered in self.env_secrets (deleted at disposal; sandboxd
+-- also deletes them when the sandbox ends). → true | nil, err (never quoting a value)
+function Owner:_make_env_secrets(names, values)
+  self.env_secrets = self.env_secrets or {}
+  local vars = {}
+  for var in pairs(names) do vars[#vars + 1] = var end
+  table.sort(vars)
+  for _, var in ipairs(vars) do
+    local s, err = self.api:secret_create(names[var], values[var], { [M.SCOPE_KEY] = self.id })
+    if not s then
+      err.message = ("the secret for host variable %s (sandbox %s): %s"):format(var, self.id, err.message)
+      return nil, err
+    end
+    self.env_secrets[#self.env_secrets + 1] = names[var]
+  end
+  return true
+end
+
+-- Deletes the secrets made for host variables (all, or those `keep` does not hold).
+-- → true | nil, err (the first failure; the others are still tried)
+function Owner:_delete_env_secrets(keep)
+  local left, first = {}, nil
+  for _, name in ipairs(self.env_secrets or {}) do
+    if keep and keep[name] then left[#left + 1] = name
+    else
+      local ok, err = self.api:secret_delete(name)
+      if ok == nil then left[#left + 1] = name; first = first or err end
+    end
+  end
+  self.env_secrets = left
+  if first then return nil, first end
   return true
 end
 
@@ -224,7 +342,10 @@ end
 own("info", function(self, c) return c:info(self.id) end)
 own("metrics", function(self, c, o) return c:metrics(self.id, o) end)
 own("snapshot", function(self, c, o) return c:snapshot(self.id, o) end)
-own("host", function(self, c, port) return c:host(self.id, port, self.created and self.created.domain) end)
+-- → url, headers (e2b-traffic-access-token when the sandbox wants one: allowPublicTraffic false)
+own("host", function(self, c, port)
+  return c:host(self.id, port, self.created and self.created.domain, self.created and self.created.traffic_token)
+end)
 -- The lease: the renewal keeps the new value from now on.
 own("setTimeout", function(self, c, ms)
   local ok, err = c:setTimeout(self.id, ms)
@@ -255,14 +376,40 @@ end)
 -- first (a wrong option raises at the caller; a bad entry is E2B_INVALID_ARGUMENT before any
 -- request). ctx.e2b:updateNetwork(ctx.policies.network.options()) applies the composition's
 -- (reloaded) policy.
+-- Rules take the network policy's shape; a `fromEnv` header reads the host variable now and
+-- sends it as a new secret for this sandbox only, and the secrets the previous rules used are
+-- deleted once the new rules are in force (all of them at disposal; sandboxd deletes them too
+-- when the sandbox ends).
 function Owner:updateNetwork(o)
   local client_mod = require "moonbox.e2b.client"
-  local bad = client_mod.check_network(o, "updateNetwork", { "allowOut", "denyOut", "allowInternetAccess" }, 2)
+  local bad = client_mod.check_network(o, "updateNetwork", { "allowOut", "denyOut", "allowInternetAccess", "rules" }, 2,
+    { env = true })
   if bad then return nil, bad end
   local c, err = self:client()
   if not c then return nil, err end
   if not self.id then return nil, no_sandbox(self) end
-  return c:updateNetwork(self.id, o)
+  local values, verr = M.read_env({ rules = o.rules or {} }, self.getenv, "updateNetwork:")
+  if not values then return nil, verr end
+  local names, fresh = {}, {}
+  for var in pairs(values) do names[var] = M.env_secret_name(); fresh[names[var]] = true end
+  local before = {}
+  for _, n in ipairs(self.env_secrets or {}) do before[n] = true end
+  local ok, merr = self:_make_env_secrets(names, values)
+  if not ok then
+    self:_delete_env_secrets(before)
+    return nil, merr
+  end
+  local put, perr = c.api:update_network(self.id, { allowOut = o.allowOut, denyOut = o.denyOut,
+    rules = client_mod.wire_rules(o.rules, function(var) return names[var] end), allow_internet_access = o.allowInternetAccess })
+  -- (a secret that cannot be deleted now stays listed: disposal tries again)
+  self:_delete_env_secrets(put and fresh or before)
+  if not put then
+    if perr.code == "E2B_NOT_FOUND" and not perr.message:find(self.id, 1, true) then
+      perr.message = ("sandbox %s not found: %s"):format(self.id, perr.message)
+    end
+    return nil, perr
+  end
+  return true
 end
 own("list", function(_, c, q) return c:list(q) end)
 own("listAll", function(_, c, q) return c:listAll(q) end)
@@ -302,6 +449,11 @@ function Owner:dispose()
         end
         if ok then self.deleted = true else result_err = err end
       end
+      -- the secrets made from host variables go with the sandbox (or with our use of it)
+      if self.env_secrets and #self.env_secrets > 0 then
+        local ok, err = self:_delete_env_secrets()
+        if not ok then result_err = result_err or err end
+      end
     elseif step == "stop_sandboxd" then
       if self.sandboxd and self.sandboxd.proc then
         launcher.stop(self.sandboxd, self.timeouts)
@@ -324,6 +476,26 @@ function M.new(ctx, config)
     timeouts = policies.timeouts or require("moonbox.policies").default("timeouts"),
   }, Owner)
   self.endpoints = endpoints.resolve(config, ctx.getenv)
+  self.getenv = ctx.getenv or os.getenv
+  -- The rules' host variables are read now, before anything starts: an unset one is the
+  -- composition's error, and no sandboxd or sandbox is made for it. A sandbox we only connect
+  -- to keeps its own rules (e2b.validate warns), so nothing is read for it.
+  local p = policies.network
+  if p and not config.sandboxId and next(p.rules) then
+    local values, verr = M.read_env(p, self.getenv)
+    if not values then return nil, verr end
+    self.env_values = values
+    if self.endpoints.local_sandboxd then
+      for _, h in ipairs(R.headers(p.rules)) do
+        if h.secret then
+          return nil, errors.new("E2B_CONFIG", ("%s: secret %s: no E2B endpoint is configured, and the embedded "
+            .. "sandboxd starts with an empty secret store for each run: use fromEnv, or run a sandboxd of your own "
+            .. "(E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY) and `moonbox secret set %s`"):format(rule_text(p, h), h.secret, h.secret),
+            { secret = h.secret })
+        end
+      end
+    end
+  end
   self.ready = m.event()
   -- Creation starts now; the providers wait on `ready` through owner:sandbox().
   m.spawn(function()

@@ -51,6 +51,12 @@ function M.map(key, value, opts)
     expected = opts.expected or ("a table of " .. key.expected .. " = " .. value.expected), doc = opts.doc }
 end
 
+-- A value of a shape of its own: opts.check(v) → nil | message [, where in the value] (the
+-- message is quoted as is). For nested tables whose rules a plain kind cannot say.
+function M.custom(opts)
+  return { kind = "custom", expected = opts.expected, check = opts.check, doc = opts.doc }
+end
+
 -- Lua patterns are compiled lazily by string.find: a malformed item after one that fails to
 -- match is never seen. This walks the whole pattern the way lstrlib.c does and reports what
 -- Lua would report. → nil | message
@@ -191,6 +197,9 @@ function M.check(spec, v)
         if msg then return msg, k end
       end
     end
+  elseif kind == "custom" then
+    local msg, part = spec.check(v)
+    if msg then return msg, part end
   else
     error("policy schema: unknown kind " .. tostring(kind), 2)
   end

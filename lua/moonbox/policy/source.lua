@@ -88,10 +88,11 @@ local NOT_TARGET = { ["local"] = true, ["for"] = true, ["function"] = true, ["."
   [","] = true, ["goto"] = true }
 
 -- → lines (field → line of its key), items (field → { [i] = line of the i-th list item }),
---   return_line (line of the first top-level `return`, or nil)
+--   return_line (line of the first top-level `return`, or nil), keys (field → { [key] = line
+--   of `key =` or `["key"] =` directly inside the field's table: a map's entries)
 function M.locate(src)
   local toks = tokens(src)
-  local lines, items, return_line = {}, {}, nil
+  local lines, items, return_line, keys = {}, {}, nil, {}
   -- Open brackets. A frame may be the returned table (`top`: keys directly inside are fields)
   -- or a field's table value (`field`: its items are counted).
   local stack = {}
@@ -123,6 +124,11 @@ function M.locate(src)
         frame.elem, frame.fresh = frame.elem + 1, false
         local list = items[frame.field]
         if list[frame.elem] == nil then list[frame.elem] = t.line end
+        local key = key_at(k)
+        if key then
+          keys[frame.field] = keys[frame.field] or {}
+          if keys[frame.field][key] == nil then keys[frame.field][key] = t.line end
+        end
       end
     end
     if not frame then
@@ -156,7 +162,7 @@ function M.locate(src)
     end
     ::continue::
   end
-  return lines, items, return_line
+  return lines, items, return_line, keys
 end
 
 local function errno_text(msg)
@@ -164,7 +170,7 @@ local function errno_text(msg)
 end
 
 -- Runs the policy file at `path`. `defaults` (plain values) is offered to it as `defaults`.
--- → { path, fields, lines, items, return_line } | nil, one-line message naming path[:line]
+-- → { path, fields, lines, items, keys, return_line } | nil, one-line message naming path[:line]
 function M.read(path, defaults)
   local f, oerr = io.open(path, "rb")
   if not f then return nil, ("cannot read %s: %s"):format(path, errno_text(oerr)) end
@@ -189,7 +195,7 @@ function M.read(path, defaults)
   local chunk, lerr = load(src, chunkname, "t", env)
   if not chunk then return nil, tostring(lerr) end
   local ok, ret = pcall(chunk)
-  local lines, items, return_line = M.locate(src)
+  local lines, items, return_line, keys = M.locate(src)
   if not ok then
     if type(ret) == "string" then
       if ret:sub(1, #path + 1) ~= path .. ":" then ret = path .. ": " .. ret end
@@ -213,7 +219,7 @@ function M.read(path, defaults)
     end
   end
   for k, l in pairs(assigned_lines) do lines[k] = l end
-  return { path = path, fields = fields, lines = lines, items = items, return_line = return_line }
+  return { path = path, fields = fields, lines = lines, items = items, keys = keys, return_line = return_line }
 end
 
 M.tokens = tokens
