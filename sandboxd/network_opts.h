@@ -5,9 +5,10 @@
  * denyOut as in force: all traffic denied when allow_internet_access is false, as on E2B;
  * allowPublicTraffic and maskRequestHost as given at create).
  *
- * Taken: allowOut, denyOut, allowPublicTraffic (false: the sandbox's ports need its traffic
- * access token, router.c), maskRequestHost (the port proxy's Host). Refused by name, 400: `rules`
- * (per-host request transforms), `egressProxy`, `httpsPorts`, any other field. Egress rules
+ * Taken: allowOut, denyOut, rules (per-host request headers: transforms.h, egress_http.h),
+ * allowPublicTraffic (false: the sandbox's ports need its traffic access token, router.c),
+ * maskRequestHost (the port proxy's Host). Refused by name, 400: `egressProxy`, `httpsPorts`,
+ * any other field. Egress rules
  * where sandboxd cannot enforce them (without root: pasta) ⇒ 501 naming the field. */
 #ifndef SANDBOXD_NETWORK_OPTS_H
 #define SANDBOXD_NETWORK_OPTS_H

@@ -6,7 +6,6 @@
 -- and the token ctx.e2b:host(port) returns; and, as root, a request from inside the sandbox to a
 -- test upstream that says whether the header arrived (never echoing it). Uses the suite's
 -- sandboxd (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY) and, for the upstream, one of its own.
--- These fail until sandboxd serves /secrets, network.rules and traffic tokens.
 local H = require "support.helpers"
 local cjson = require "cjson"
 local policies = require "moonbox.policies"
@@ -201,14 +200,14 @@ exit 0]], "probe", VALUE:reverse() }, { user = "root", timeout_ms = 60000 }))
     assert(ok, perr)
   end)
 
-  it("is injected at the egress: the upstream gets the header, the sandbox never the value (root)", function()
+  it("is injected at the egress over HTTP and HTTPS: the upstream gets the header, the sandbox never the value (root)", function()
     if io.popen("id -u"):read("l") ~= "0" then pending("not root: no stand-in world") return end
     local world = assert(H.start_networld())
-    local d = H.start_sandboxd{ args = { "--dns", world.dns } }
+    local d = H.start_sandboxd{ args = { "--dns", world.dns, "--egress-ca", world.ca } }
     local want = sha256("Bearer " .. VALUE)
     local probe = [==[
 import sys, urllib.request
-for url, extra in [(sys.argv[1], None), (sys.argv[1], 'Bearer forged'), (sys.argv[2], None)]:
+for url, extra in [(sys.argv[1], None), (sys.argv[1], 'Bearer forged'), (sys.argv[3], None), (sys.argv[2], None)]:
     req = urllib.request.Request(url)
     if extra: req.add_header('Authorization', extra)
     try:
@@ -222,11 +221,12 @@ for url, extra in [(sys.argv[1], None), (sys.argv[1], 'Bearer forged'), (sys.arg
       'rules = { ["allowed.test"] = { headers = { Authorization = { fromEnv = "MB_SPEC_TOKEN", format = "Bearer %s" } } } }',
       "" }, "\n"), nil, { MB_SPEC_TOKEN = VALUE }, function(ctx, sb)
       local h = assert(ctx.subprocess:spawn{ argv = { "python3", "-c", probe,
-        "http://allowed.test/header/Authorization?sha256=" .. want, "http://other.test/header/Authorization?sha256=" .. want },
+        "http://allowed.test/header/Authorization?sha256=" .. want, "http://other.test/header/Authorization?sha256=" .. want,
+        "https://allowed.test/header/Authorization?sha256=" .. want },
         cwd = "/tmp", graceMs = 100, stdio = { stdin = "ignore", stdout = { maxBytes = 4096 }, stderr = { maxBytes = 4096 } } })
       assert(h:wait(60000))
       local out = h.collected.stdout:readFrom(0).text
-      assert.are.equal("header Authorization match\nheader Authorization match\nheader Authorization absent\n", out)
+      assert.are.equal("header Authorization match\nheader Authorization match\nheader Authorization match\nheader Authorization absent\n", out)
       assert.are.equal("", found_inside(sb))
     end, d)
     H.stop_sandboxd(d)
