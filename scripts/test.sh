@@ -215,6 +215,19 @@ if [ -n "$SBXD_PID" ]; then
   add "$wp" "$wf" "world example (host run, sandbox run, same transcript)"
 fi
 
+# The token example offline (root: its stand-in world is a network namespace): the header arrives
+# at the host with the rule over HTTPS and HTTP, a forged one is replaced, the token is nowhere inside.
+if [ "$(id -u)" = 0 ]; then
+  note "examples/token offline (a host token the sandbox never sees)"
+  if timeout -k 10 300 examples/token/run-offline.sh >"$LOG/token.log" 2>&1 \
+     && [ "$(grep -c '^header Authorization match$' "$LOG/token.log")" = 3 ] && grep -q '^found in 0 places$' "$LOG/token.log" \
+     && grep -q 'Could not resolve host: other.test' "$LOG/token.log"; then
+    add 1 0 "token example"
+  else
+    tail -20 "$LOG/token.log"; add 0 1 "token example"
+  fi
+fi
+
 # The soak, short: 1,000 mixed operations in one Lua state (`make soak` runs 10,000).
 if [ -n "$SBXD_PID" ]; then
   note "soak (1,000 operations, one Lua state)"

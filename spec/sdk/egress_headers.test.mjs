@@ -130,6 +130,9 @@ test('a secret in a rule reaches its host over HTTPS and HTTP; the sandbox never
   const look = await sh(sbx, `sudo python3 /tmp/look.py '${value.slice(0, half)}' '${value.slice(half)}'`, { timeoutMs: 60_000 })
   assert.equal(look.out.trim(), 'found 0', look.out)
   assert.ok(!srv.log().includes(value), 'sandboxd logged the value')
+  // The CA is trusted inside; its key is not there (only certificates in what sandboxd wrote).
+  const ca = await sh(sbx, `grep -c 'BEGIN CERTIFICATE' /usr/local/share/ca-certificates/sandboxd-egress.crt; cat /usr/local/share/ca-certificates/sandboxd-egress.crt /etc/ssl/certs/ca-certificates.crt | grep -c 'PRIVATE KEY'`)
+  assert.deepEqual(ca.out.trim().split(/\s+/), ['1', '0'], ca.out)
   assert.match(srv.log(), /https GET allowed\.test:443 -> forwarded \(1 header set\)/)
 })
 
@@ -159,6 +162,12 @@ test('requests are bound to their host: Host and SNI must agree, a connection be
   // HTTP/1.0 without a Host over TLS: bound to the handshake's name.
   const old = await raw(sbx, { host: 'allowed.test', port: 443, tls: true, send: `GET /header/Authorization?sha256=${h} HTTP/1.0\r\n\r\n` })
   assert.match(old, /header Authorization match/, old)
+  // CONNECT: on a taken-over connection 405; elsewhere a CONNECT names no host the rules can
+  // decide by (its target is no origin-form path), so with denyOut 0.0.0.0/0 it is reset.
+  const tunnel = await raw(sbx, { host: 'allowed.test', port: 80, send: `CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test\r\n\r\n` })
+  assert.match(tunnel, /^HTTP\/1\.1 405 .*CONNECT is not served here/s, tunnel)
+  const through = await raw(sbx, { host: 'other.test', port: 80, send: `CONNECT allowed.test:443 HTTP/1.1\r\nHost: other.test\r\n\r\n` })
+  assert.equal(through.trim(), '', through)
   // A proxy's absolute target and a Host with another port are refused.
   const abs = await raw(sbx, { host: 'allowed.test', port: 80, send: `GET http://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n` })
   assert.match(abs, /^HTTP\/1\.1 400/, abs)
