@@ -242,7 +242,7 @@ test('signed URLs of a sandbox created without secure: true → 401 naming the r
 
 test('create fields sandboxd cannot enforce → 400 whose message names the field', T, async () => {
   const cases = [
-    ['network.rules', { network: { rules: { 'api.example.com': [{ transform: { headers: { Authorization: 'x' } } }] } } }],
+    ['network.rules', { network: { rules: { 'api.example.com': [{ transform: { headers: { Authorization: 'Bearer ${e2b.identity.tokens.aws}' } } }] } } }],
     ['mcp', { mcp: { 'some-server': {} } }],
     ['autoResume', { autoPause: true, autoResume: { enabled: 'yes' } }],
     ['noSuchField', { noSuchField: 1 }],

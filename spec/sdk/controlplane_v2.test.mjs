@@ -51,7 +51,7 @@ test('POST /v2/sandboxes with what the current SDK sends by default: a secure sa
 test('POST /v2/sandboxes: fields sandboxd cannot honour → 400 naming the field; the no-op forms are taken', T, async (t) => {
   const refused = [
     ['secure', { secure: false }],
-    ['network.rules', { network: { rules: { 'api.example.com': [{ transform: { headers: { Authorization: 'x' } } }] } } }],
+    ['network.rules', { network: { rules: { 'api.example.com': [{ transform: { headers: { Authorization: 'Bearer ${e2b.identity.tokens.aws}' } } }] } } }],
     ['network.allowPublicTraffic', { network: { allowPublicTraffic: 'no' } }],
     ['iam', { iam: { tokens: { gh: { audience: 'x', tokenType: 'y' } } } }],
     ['autoPauseMemory', { autoPause: true, autoPauseMemory: false }],
@@ -159,7 +159,7 @@ test(`the SDK under test (e2b@${SDK_VERSION}): create, connect, list, pause and 
   assert.deepEqual(ordered.map((s) => s.sandboxId), [sbx.sandboxId])
   // options sandboxd cannot honour: the SDK's error, naming the field
   const refused = [
-    [{ network: { rules: { 'api.example.com': [{ transform: { headers: { Authorization: 'x' } } }] } } }, /'network\.rules'/],
+    [{ network: { rules: { 'api.example.com': [{ transform: { headers: { Authorization: 'Bearer ${e2b.identity.tokens.aws}' } } }] } } }, /'network\.rules'/],
     [{ lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } }, /'autoPauseMemory'/],
     [{ volumeMounts: { '/data': 'no-such-volume' } }, /'volumeMounts\[0\]\.name': volume 'no-such-volume' not found/],
   ]

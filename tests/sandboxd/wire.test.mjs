@@ -20,7 +20,7 @@ test('control plane: auth, validation and error bodies carry code == status', as
   assert.equal(r.status, 400); assert.equal(r.body.code, 400); assert.match(r.body.message, /malformed JSON/)
   r = await json(await api('/sandboxes', { method: 'POST', body: JSON.stringify({ templateID: 'python' }) }))
   assert.equal(r.status, 404); assert.equal(r.body.code, 404); assert.match(r.body.message, /template 'python' not found/)
-  for (const [field, value] of [['network', { rules: { 'api.example.com': [{ transform: { headers: { Authorization: 'x' } } }] } }], ['mcp', {}], ['volumeMounts', {}], ['volumeMounts', [{ name: 'v', path: '/v' }]]]) {
+  for (const [field, value] of [['network', { rules: { 'api.example.com': [{ transform: { headers: { Authorization: 'Bearer ${e2b.identity.tokens.aws}' } } }] } }], ['mcp', {}], ['volumeMounts', {}], ['volumeMounts', [{ name: 'v', path: '/v' }]]]) {
     r = await json(await api('/sandboxes', { method: 'POST', body: JSON.stringify({ templateID: 'base', [field]: value }) }))
     assert.equal(r.status, 400); assert.match(r.body.message, new RegExp(`'${field}[\\]\\[.a-z0-9]*'`))
   }
