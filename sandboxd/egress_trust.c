@@ -26,7 +26,7 @@ static int replace(const fs_ctx *c, const char *abs, const char *data, size_t le
   snprintf(dir, sizeof dir, "%s", abs);
   *strrchr(dir, '/') = 0;
   bool made;
-  int rc = paths_mkdir_p(c, dir, &made);
+  int rc = paths_mkdir_p(c, dir, &made, NULL);
   if (rc < 0) return fail(err, errlen, dir, -rc);
   int dfd = paths_open_parent(c, abs, name, sizeof name);
   if (dfd < 0) return fail(err, errlen, abs, -dfd);

@@ -332,7 +332,7 @@ void forward(sd_request *r, const fwd_opts *o, fwd_result *res) {
   curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, px_progress);
   curl_easy_setopt(c, CURLOPT_XFERINFODATA, &p);
   curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-  curl_easy_setopt(c, CURLOPT_BUFFERSIZE, (long)FWD_BUF);
+  curl_easy_setopt(c, CURLOPT_BUFFERSIZE, (long)FWD_RECV_BUF);
   if (o->resolve) curl_easy_setopt(c, CURLOPT_RESOLVE, o->resolve);
   if (o->ca_file) curl_easy_setopt(c, CURLOPT_CAINFO, o->ca_file);
   if (p.head) curl_easy_setopt(c, CURLOPT_NOBODY, 1L);

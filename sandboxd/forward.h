@@ -20,6 +20,8 @@
 #define FWD_HALF_CLOSE_S 30            /* one direction of a tunnel ended: the other has this long */
 #define FWD_CONNECT_TIMEOUT_MS 10000
 #define FWD_BUF (16u << 10)            /* bytes in flight per direction of a tunnel, in sandboxd */
+#define FWD_RECV_BUF (128u << 10)      /* curl's receive buffer for a forwarded request: fewer, larger
+                                        * writes to the client (its TLS records) on big downloads */
 
 struct curl_slist;
 typedef struct {

@@ -64,7 +64,7 @@ static void do_makedir(sd_request *r, const fs_ctx *c, const Filesystem__MakeDir
     return;
   }
   bool created;
-  int rc = paths_mkdir_p(c, abs, &created);
+  int rc = paths_mkdir_p(c, abs, &created, NULL);
   if (rc == -ENOTDIR) { rpc_reply_error(r, "invalid_argument", "a parent of %s is not a directory", abs); return; }
   if (rc) { reply_errno(r, -rc, "directory", abs); return; }
   json_t *e = paths_entry_at(c, abs);
@@ -94,7 +94,7 @@ static void do_move(sd_request *r, const fs_ctx *c, const Filesystem__MoveReques
     char parent[PATHS_MAX];
     snprintf(parent, sizeof parent, "%.*s", (int)(slash - dst), dst);
     bool created;
-    int rc = paths_mkdir_p(c, parent, &created);
+    int rc = paths_mkdir_p(c, parent, &created, NULL);
     if (rc) { close(sfd); reply_errno(r, -rc, "destination directory", parent); return; }
   }
   int dfd = paths_open_parent(c, dst, dname, sizeof dname);

@@ -170,8 +170,9 @@ void paths_cred_leave(const paths_cred *save) {
   setfsgid((gid_t)save->gid);
 }
 
-static int mkdir_p(const fs_ctx *c, const char *abs, bool *created) {
+static int mkdir_p(const fs_ctx *c, const char *abs, bool *created, size_t *first) {
   *created = false;
+  if (first) *first = 0;
   char prefix[PATHS_MAX];
   size_t len = strlen(abs);
   if (len >= sizeof prefix) return -ENAMETOOLONG;
@@ -192,7 +193,10 @@ static int mkdir_p(const fs_ctx *c, const char *abs, bool *created) {
         /* The new directory by fd, never by name: a symlink swapped in cannot redirect the chown. */
         int nfd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (nfd < 0 || fchown(nfd, c->host_uid, c->host_gid) != 0) rc = -errno;
-        else *created = true;
+        else {
+          *created = true;
+          if (first && !*first) *first = i;
+        }
         if (nfd >= 0) close(nfd);
       }
     }
@@ -202,12 +206,33 @@ static int mkdir_p(const fs_ctx *c, const char *abs, bool *created) {
   return 0;
 }
 
-int paths_mkdir_p(const fs_ctx *c, const char *abs, bool *created) {
+int paths_mkdir_p(const fs_ctx *c, const char *abs, bool *created, size_t *first) {
   paths_cred cr;
   paths_cred_enter(c, &cr);
-  int rc = mkdir_p(c, abs, created);
+  int rc = mkdir_p(c, abs, created, first);
   paths_cred_leave(&cr);
   return rc;
+}
+
+void paths_unmake(const fs_ctx *c, const char *abs, size_t first) {
+  char dir[PATHS_MAX];
+  size_t len = strlen(abs);
+  if (!first || first > len || len >= sizeof dir) return;
+  memcpy(dir, abs, len + 1);
+  paths_cred cr;
+  paths_cred_enter(c, &cr);
+  while (len >= first) {
+    char name[256];
+    int dfd = paths_open_parent(c, dir, name, sizeof name);
+    if (dfd < 0) break;
+    int rc = unlinkat(dfd, name, AT_REMOVEDIR);   /* only an empty one: what another put there stays */
+    close(dfd);
+    if (rc != 0) break;
+    while (len > 0 && dir[len - 1] != '/') len--;
+    if (len > 0) len--;                           /* the slash */
+    dir[len] = '\0';
+  }
+  paths_cred_leave(&cr);
 }
 
 int paths_realpath(const fs_ctx *c, const char *abs, char *out, size_t outlen) {

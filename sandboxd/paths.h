@@ -43,9 +43,13 @@ const char *paths_fs_name(int fd);   /* "proc", "sysfs", ... for messages */
 int paths_open_file(const fs_ctx *c, const char *abs, int flags, char *fsname, size_t fslen);
 /* O_PATH|O_DIRECTORY fd of abs's parent and its last component in name; -EINVAL for "/". */
 int paths_open_parent(const fs_ctx *c, const char *abs, char *name, size_t namelen);
-/* mkdir -p: every missing level 0755 owned by the user. *created = the last level was made.
+/* mkdir -p: every missing level 0755 owned by the user. *created = the last level was made;
+ * *first (may be NULL) = the length of abs's prefix that names the first level made, 0 if none.
  * -ENOTDIR when a level exists and is not a directory. */
-int paths_mkdir_p(const fs_ctx *c, const char *abs, bool *created);
+int paths_mkdir_p(const fs_ctx *c, const char *abs, bool *created, size_t *first);
+/* Undoes paths_mkdir_p(c, abs, …, &first) for an operation that did not happen: removes abs and
+ * its parents down to the level `first` names, each only while empty. */
+void paths_unmake(const fs_ctx *c, const char *abs, size_t first);
 /* Symlinks evaluated inside the root (like EvalSymlinks); -ENOENT if some level is missing. */
 int paths_realpath(const fs_ctx *c, const char *abs, char *out, size_t outlen);
 

@@ -20,6 +20,8 @@ struct upload {
   int fd;                            /* the private temporary file of the current part, or -1 */
   int dirfd;                         /* O_PATH of its directory */
   char tmp[256], base[256];          /* its name there, and the target's */
+  char made[PATHS_MAX];              /* its parent, and how much of it the part made (0: none) */
+  size_t made_from;
   bool in_part, gz;
   uint64_t part_bytes, written, limit;
   char part_name[PATHS_MAX], cur_fn[PATHS_MAX];
@@ -40,7 +42,7 @@ static int fail_fd(up_ctx *u, int status, const char *fmt, const char *a) {
   return -1;
 }
 
-/* Drops the current part's temporary file: the target was never touched. */
+/* Drops the current part's temporary file and the parents it made: the target was never touched. */
 void upload_abort(up_ctx *u) {
   if (u->fd < 0) return;
   close(u->fd);
@@ -51,6 +53,8 @@ void upload_abort(up_ctx *u) {
   paths_cred_leave(&cr);
   close(u->dirfd);
   u->dirfd = -1;
+  paths_unmake(u->c, u->made, u->made_from);
+  u->made_from = 0;
 }
 
 /* The part arrived whole: metadata on the temporary file, then it replaces the target at once. */
@@ -70,6 +74,7 @@ int upload_finish(up_ctx *u) {
   close(u->fd);
   close(u->dirfd);
   u->fd = u->dirfd = -1;
+  u->made_from = 0;
   return 0;
 }
 
@@ -93,11 +98,12 @@ static int open_fail(up_ctx *u, const char *abs, int err, const char *fsname) {
  * target's mode, the user's) in the target's directory (a symlinked target: its real path's).
  * 0, or -1 after fail(). */
 static int open_target(up_ctx *u, const char *abs, const char *slash) {
+  u->made_from = 0;
   if (slash != abs) {
-    char parent[PATHS_MAX];
-    snprintf(parent, sizeof parent, "%.*s", (int)(slash - abs), abs);
+    char *parent = u->made;
+    snprintf(parent, sizeof u->made, "%.*s", (int)(slash - abs), abs);
     bool created;
-    int rc = paths_mkdir_p(u->c, parent, &created);
+    int rc = paths_mkdir_p(u->c, parent, &created, &u->made_from);
     if (rc == -ENOTDIR) return fail_fd(u, 400, "a parent of '%s' is not a directory", abs);
     if (rc == -PATHS_EFOREIGN)
       return fail_fd(u, 403, "the parent of '%s' is not on the sandbox's own file systems (proc, sysfs, devpts, "

@@ -57,6 +57,7 @@ def serve(world):
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = 'HTTP/1.1'
+        disable_nagle_algorithm = True   # else every kept-alive answer waits out a delayed ACK
         def log_message(self, *a):
             pass
         def do_GET(self):

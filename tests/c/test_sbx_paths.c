@@ -182,20 +182,50 @@ static void test_open_file(void) {
 
 static void test_mkdir_p(void) {
   bool created;
-  CHECK_INT(paths_mkdir_p(&C, "/home/user/a/b/c", &created), 0);
+  size_t first;
+  CHECK_INT(paths_mkdir_p(&C, "/home/user/a/b/c", &created, &first), 0);
   CHECK(created);
-  CHECK_INT(paths_mkdir_p(&C, "/home/user/a/b/c", &created), 0);
+  CHECK_INT((int)first, (int)strlen("/home/user/a"));              /* /home/user was there */
+  CHECK_INT(paths_mkdir_p(&C, "/home/user/a/b/c", &created, &first), 0);
   CHECK(!created);
-  CHECK_INT(paths_mkdir_p(&C, "/home/user/notes.txt/x", &created), -ENOTDIR);
+  CHECK_INT((int)first, 0);
+  CHECK_INT(paths_mkdir_p(&C, "/home/user/notes.txt/x", &created, NULL), -ENOTDIR);
   /* through a symlink, still inside the root */
-  CHECK_INT(paths_mkdir_p(&C, "/home/user/dirlink/sub", &created), 0);
+  CHECK_INT(paths_mkdir_p(&C, "/home/user/dirlink/sub", &created, NULL), 0);
   char p[600];
   snprintf(p, sizeof p, "%s/dir/sub", rootdir);
   struct stat st;
   CHECK(stat(p, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0755);
   snprintf(p, sizeof p, "%s/outside/sub", base);
-  CHECK_INT(paths_mkdir_p(&C, "/../outside/sub", &created), 0);    /* is /outside/sub inside */
+  CHECK_INT(paths_mkdir_p(&C, "/../outside/sub", &created, NULL), 0);    /* is /outside/sub inside */
   CHECK(stat(p, &st) != 0);                                        /* never the host's */
+}
+
+/* paths_unmake takes away what one mkdir_p made, deepest first, and stops at what is not empty. */
+static void test_unmake(void) {
+  bool created;
+  size_t first;
+  char p[600];
+  struct stat st;
+  CHECK_INT(paths_mkdir_p(&C, "/home/user/u1/u2/u3", &created, &first), 0);
+  paths_unmake(&C, "/home/user/u1/u2/u3", first);
+  snprintf(p, sizeof p, "%s/home/user/u1", rootdir);
+  CHECK(stat(p, &st) != 0 && errno == ENOENT);
+  snprintf(p, sizeof p, "%s/home/user", rootdir);
+  CHECK(stat(p, &st) == 0);                                        /* what was there stays */
+  /* a file another put in a level it made: that level and the ones above stay */
+  CHECK_INT(paths_mkdir_p(&C, "/home/user/v1/v2/v3", &created, &first), 0);
+  snprintf(p, sizeof p, "%s/home/user/v1/keep", rootdir);
+  FILE *f = fopen(p, "w");
+  CHECK(f != NULL);
+  if (f) fclose(f);
+  paths_unmake(&C, "/home/user/v1/v2/v3", first);
+  snprintf(p, sizeof p, "%s/home/user/v1/v2", rootdir);
+  CHECK(stat(p, &st) != 0 && errno == ENOENT);
+  snprintf(p, sizeof p, "%s/home/user/v1/keep", rootdir);
+  CHECK(stat(p, &st) == 0);
+  paths_unmake(&C, "/home/user/v1", 0);                            /* nothing made: nothing removed */
+  CHECK(stat(p, &st) == 0);
 }
 
 static void test_entry(void) {
@@ -253,6 +283,7 @@ int main(void) {
   MBT_RUN(test_realpath_and_parent);
   MBT_RUN(test_open_file);
   MBT_RUN(test_mkdir_p);
+  MBT_RUN(test_unmake);
   MBT_RUN(test_entry);
   MBT_RUN(test_metadata);
   close(C.root);

@@ -155,6 +155,24 @@ test('a client that aborts mid-upload leaves the old content and no temporary fi
   } finally { await kill(s) }
 })
 
+test('an aborted upload takes away the directories it made, and only those', { timeout: 600_000 }, async () => {
+  const s = await create()
+  try {
+    // /tmp/made/a exists and holds a file of its own; /tmp/made/a/b/c is new
+    const other = await post(s, '/files?path=/tmp/made/a/other.txt', { 'Content-Type': 'application/octet-stream' }, (async function* () { yield Buffer.from('x') })())
+    assert.equal(other.status, 200)
+    const tmpSeen = () => until(async () => (await listNames(s, '/tmp/made/a/b/c').catch(() => [])).some((e) => e.name.includes('.upload-') && e.size > 0))
+    let seen = false
+    const r = await post(s, '/files?path=/tmp/made/a/b/c/new.bin', { 'Content-Type': 'application/octet-stream', 'Content-Length': String(100 * MiB) }, (async function* () {
+      for (let i = 0; i < 100; i++) yield chunk(i, 4)
+    })(), { abortAfter: { bytes: 8 * MiB, wait: async () => { seen = await tmpSeen() } } })
+    assert.ok(r.aborted)
+    assert.ok(seen, 'the upload made /tmp/made/a/b/c')
+    assert.ok(await until(async () => !(await listNames(s, '/tmp/made/a')).some((e) => e.name === 'b')), 'b (and c under it) removed')
+    assert.deepEqual((await listNames(s, '/tmp/made/a')).map((e) => e.name), ['other.txt'])
+  } finally { await kill(s) }
+})
+
 test('over the per-request cap: 413 in bytes received or written (gzip bombs too), target untouched', { timeout: 600_000 }, async () => {
   const s = await create()
   try {
