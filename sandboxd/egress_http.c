@@ -4,11 +4,14 @@
 #include "egress_http.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "egress_ca.h"
 #include "forward.h"
@@ -36,12 +39,23 @@ static int admit(sd_request *r, sd_admission *a, char **body) {
   return 0;
 }
 
+/* A connection of the sandbox's: what it is for, and its upstream connection between requests. */
+typedef struct {
+  egress_intercepted *x;
+  fwd_keep keep;
+} client;
+
 static int cert(void *ctx, gnutls_pcert_st **certs, unsigned *n, gnutls_privkey_t *key) {
-  egress_intercepted *x = ctx;
+  egress_intercepted *x = ((client *)ctx)->x;
   return egress_ca_issue(x->ca, x->name, certs, n, key);
 }
 
-static void free_ctx(void *ctx) { egress_intercepted_free(ctx); }
+static void free_ctx(void *ctx) {
+  client *cl = ctx;
+  fwd_keep_drop(&cl->keep);
+  egress_intercepted_free(cl->x);
+  free(cl);
+}
 
 /* ---- a request ---- */
 
@@ -82,8 +96,9 @@ static int request_host(sd_request *r, const egress_intercepted *x, char host[SN
 
 static void handle(sd_request *r, void *ctx) {
   (void)ctx;
-  egress_intercepted *x = sd_inbound_context(r);
-  if (!x) { sd_reply_error(r, 500, "sandboxd egress: no connection context"); return; }
+  client *cl = sd_inbound_context(r);
+  if (!cl) { sd_reply_error(r, 500, "sandboxd egress: no connection context"); return; }
+  egress_intercepted *x = cl->x;
   if (!strcmp(sd_method(r), "CONNECT")) {
     sd_reply_error(r, 405, "sandboxd egress: CONNECT is not served here (the connection is already to %s)", x->name);
     return;
@@ -143,7 +158,7 @@ static void handle(sd_request *r, void *ctx) {
     const char *urls[] = {url, NULL};
     fwd_opts o = {.urls = urls, .target = target, .upload = has_body(r),
                   .set = (const char *const *)lines, .resolve = resolve, .open = open_upstream, .gone = sandbox_gone,
-                  .cls = x, .ca_file = x->tls ? g_ca_file : NULL};
+                  .cls = x, .ca_file = x->tls ? g_ca_file : NULL, .keep = &cl->keep};
     fwd_result res;
     forward(r, &o, &res);
     if (!res.replied)
@@ -166,7 +181,16 @@ int egress_http_start(const char *ca_file, char *err, size_t errlen) {
 }
 
 void egress_http_take(egress_intercepted *x, int fd, const struct sockaddr *peer, socklen_t peerlen) {
-  (void)sd_inbound_add(x->tls, fd, peer, peerlen, x);   /* on failure: closed (the sandbox sees a reset) */
+  client *cl = calloc(1, sizeof *cl);
+  if (!cl) {
+    egress_intercepted_free(x);
+    close(fd);                                           /* the sandbox sees a reset */
+    return;
+  }
+  cl->x = x;
+  int one = 1;                                           /* answers go out whole, not after an ACK */
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  (void)sd_inbound_add(x->tls, fd, peer, peerlen, cl);  /* on failure: closed, and cl freed */
 }
 
 void egress_http_stop(void) { sd_inbound_stop(); }

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,6 +285,11 @@ static int add_header(void *cls, const char *name, const char *value) {
 }
 
 
+void fwd_keep_drop(fwd_keep *k) {
+  CURL *c = atomic_exchange(&k->c, NULL);
+  if (c) curl_easy_cleanup(c);
+}
+
 bool forward_connect_failed(const fwd_result *res) {
   return res->code == CURLE_COULDNT_CONNECT || res->code == CURLE_OPERATION_TIMEDOUT;
 }
@@ -311,7 +317,9 @@ void forward(sd_request *r, const fwd_opts *o, fwd_result *res) {
   if (p.upgrade) append(&ha, "Connection: Upgrade");
   if (!ha.accept) append(&ha, "Accept:");              /* none of curl's own */
   append(&ha, "Expect:");
-  if (ha.failed || !(p.c = curl_easy_init())) { p.why = "out of memory"; goto out; }
+  /* A kept connection's handle is reset (options) but keeps its connection; a tunnel's never is. */
+  if (!ha.failed && o->keep && !p.upgrade && (p.c = atomic_exchange(&o->keep->c, NULL))) curl_easy_reset(p.c);
+  if (ha.failed || (!p.c && !(p.c = curl_easy_init()))) { p.why = "out of memory"; goto out; }
   CURL *c = p.c;
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_PROXY, "");                    /* never the environment's proxies */
@@ -323,8 +331,10 @@ void forward(sd_request *r, const fwd_opts *o, fwd_result *res) {
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)FWD_CONNECT_TIMEOUT_MS);
   curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, px_open);
   curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, &p);
-  curl_easy_setopt(c, CURLOPT_CLOSESOCKETFUNCTION, px_close);
-  curl_easy_setopt(c, CURLOPT_CLOSESOCKETDATA, &p);
+  if (p.upgrade) {                     /* (a connection keeps these: only one that is never kept) */
+    curl_easy_setopt(c, CURLOPT_CLOSESOCKETFUNCTION, px_close);
+    curl_easy_setopt(c, CURLOPT_CLOSESOCKETDATA, &p);
+  }
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, px_header);
   curl_easy_setopt(c, CURLOPT_HEADERDATA, &p);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, px_write);
@@ -383,6 +393,8 @@ out:
   res->replied = p.replied;
   res->gone = p.gone;
   res->why = p.why;
+  void *none = NULL;
+  if (p.c && o->keep && !p.tun && rc == CURLE_OK && atomic_compare_exchange_strong(&o->keep->c, &none, p.c)) p.c = NULL;
   if (p.c) curl_easy_cleanup(p.c);              /* closes the socket, or defers it to here: */
   if (p.up_close_deferred && p.up_fd >= 0) close(p.up_fd);
   if (p.tun) sd_tunnel_close(p.tun);

@@ -24,6 +24,14 @@
                                         * writes to the client (its TLS records) on big downloads */
 
 struct curl_slist;
+
+/* Where the upstream connection of one client connection waits between its requests (kept-alive
+ * clients then pay no new connect and TLS handshake per request): zeroed at first; a request
+ * takes it and puts it back, so one that overlaps the next simply gets a connection of its own.
+ * fwd_keep_drop when the client's connection is gone. */
+typedef struct { void *_Atomic c; } fwd_keep;
+void fwd_keep_drop(fwd_keep *k);
+
 typedef struct {
   const char *const *urls;           /* scheme://host:port/ to try in order (the next one when nothing
                                       * answered a connect); the target goes separately */
@@ -37,6 +45,7 @@ typedef struct {
   bool (*gone)(void *cls);           /* asked about once a second: true ends the request */
   void *cls;
   const char *ca_file;               /* https: the CA bundle instead of the system's, or NULL */
+  fwd_keep *keep;                    /* NULL: a connection for this request only */
 } fwd_opts;
 
 typedef struct {

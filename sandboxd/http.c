@@ -32,6 +32,8 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <gnutls/abstract.h>
 
 
@@ -142,6 +144,7 @@ typedef struct inbound {
 static pthread_mutex_t inbound_mu = PTHREAD_MUTEX_INITIALIZER;
 static inbound *pending;
 static sd_inbound_hooks g_inbound;
+
 
 static pthread_mutex_t tunnels_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t tunnels_cv = PTHREAD_COND_INITIALIZER;
@@ -741,6 +744,19 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
   return r;
 }
 
+/* A TLS 1.3 client's Finished is answered by nothing (the server's flight went before it), so its
+ * ACK would wait out the delayed-ACK timer, and a client with Nagle on holds its request until
+ * then: ~40 ms on every new connection. Sent now instead. */
+static int on_client_finished(gnutls_session_t session, unsigned htype, unsigned when, unsigned incoming,
+                              const gnutls_datum_t *msg) {
+  (void)htype; (void)when; (void)msg;
+  struct MHD_Connection *c = incoming ? gnutls_session_get_ptr(session) : NULL;
+  const union MHD_ConnectionInfo *ci = c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
+  int one = 1;
+  if (ci) (void)setsockopt(ci->connect_fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+  return 0;
+}
+
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code) {
   listener *l = cls;
   if (code == MHD_CONNECTION_NOTIFY_STARTED) atomic_fetch_add(&l->connections, 1);
@@ -751,6 +767,11 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     return;
   }
   /* Started (before its thread, so before any handshake): the context waiting for its socket. */
+  if (l->tls) {
+    const union MHD_ConnectionInfo *ti = MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    if (ti && ti->tls_session)
+      gnutls_handshake_set_hook_function(ti->tls_session, GNUTLS_HANDSHAKE_FINISHED, GNUTLS_HOOK_POST, on_client_finished);
+  }
   const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
   pthread_mutex_lock(&inbound_mu);
   for (inbound **p = &pending; ci && *p; p = &(*p)->next)
