@@ -1260,7 +1260,7 @@ void egress_plan_free(egress_plan *p) {
   p->nheaders = 0;
 }
 
-void egress_plan_request(const egress_intercepted *x, const char *host, egress_plan *out) {
+void egress_plan_request(const egress_intercepted *x, const char *host, egress_answer *known, egress_plan *out) {
   memset(out, 0, sizeof *out);
   out->verdict = EGRESS_DENY;
   egress_dest d = {x->dest, x->port, EGRESS_TCP, host, host_local(&x->dest)};
@@ -1275,7 +1275,18 @@ void egress_plan_request(const egress_intercepted *x, const char *host, egress_p
   /* Where the name goes is sandboxd's to say: the address the sandbox dialled counts for nothing. */
   egress_addr found[EGRESS_PLAN_ADDRS];
   bool local[EGRESS_PLAN_ADDRS];
-  size_t nfound = resolve_sync(host, found, EGRESS_PLAN_ADDRS);
+  size_t nfound;
+  if (known && known->naddrs && !strcmp(known->host, host)) {
+    nfound = known->naddrs;
+    memcpy(found, known->addrs, nfound * sizeof *found);
+  } else {
+    nfound = resolve_sync(host, found, EGRESS_PLAN_ADDRS);
+    if (known && strlen(host) < sizeof known->host) {
+      snprintf(known->host, sizeof known->host, "%s", host);
+      memcpy(known->addrs, found, nfound * sizeof *found);
+      known->naddrs = nfound;                    /* none: asked again next time */
+    }
+  }
   for (size_t i = 0; i < nfound; i++) local[i] = host_local(&found[i]);
   pthread_mutex_lock(&g.mu);
   e = esb_of(x);

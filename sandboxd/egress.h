@@ -79,8 +79,15 @@ char *egress_ca_pem_of(int index);
 /* What an intercepted request to host (lower-case) may do now: EGRESS_DENY (why says why;
  * also when the sandbox is gone) or allowed, with the addresses sandboxd resolved host to that
  * the rules allow (each checked as a connection to it would be), and the headers the rules set
- * (copied templates, placeholders unfilled). */
+ * (copied templates, placeholders unfilled). `known` (may be NULL) keeps a connection's last
+ * answer: a later request of that connection for the same host is checked against those
+ * addresses instead of asking DNS again (its upstream connection goes to one of them anyway). */
 #define EGRESS_PLAN_ADDRS 8
+typedef struct {
+  char host[254];
+  egress_addr addrs[EGRESS_PLAN_ADDRS];
+  size_t naddrs;
+} egress_answer;
 typedef struct {
   egress_verdict verdict;
   const char *why;
@@ -89,7 +96,7 @@ typedef struct {
   transform_header *headers;
   size_t nheaders;
 } egress_plan;
-void egress_plan_request(const egress_intercepted *x, const char *host, egress_plan *out);
+void egress_plan_request(const egress_intercepted *x, const char *host, egress_answer *known, egress_plan *out);
 void egress_plan_free(egress_plan *p);
 /* Is x's sandbox still attached (the same one)? */
 bool egress_attached(const egress_intercepted *x);

@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <curl/curl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,8 @@ static int admit(sd_request *r, sd_admission *a, char **body) {
 typedef struct {
   egress_intercepted *x;
   fwd_keep keep;
+  pthread_mutex_t mu;                  /* requests of a connection may overlap (see fwd_keep) */
+  egress_answer known;
 } client;
 
 static int cert(void *ctx, gnutls_pcert_st **certs, unsigned *n, gnutls_privkey_t *key) {
@@ -54,6 +57,7 @@ static void free_ctx(void *ctx) {
   client *cl = ctx;
   fwd_keep_drop(&cl->keep);
   egress_intercepted_free(cl->x);
+  pthread_mutex_destroy(&cl->mu);
   free(cl);
 }
 
@@ -112,7 +116,14 @@ static void handle(sd_request *r, void *ctx) {
   if (request_host(r, x, host) != 0) return;
 
   egress_plan plan;
-  egress_plan_request(x, host, &plan);
+  egress_answer known;
+  pthread_mutex_lock(&cl->mu);
+  known = cl->known;
+  pthread_mutex_unlock(&cl->mu);
+  egress_plan_request(x, host, &known, &plan);
+  pthread_mutex_lock(&cl->mu);
+  cl->known = known;
+  pthread_mutex_unlock(&cl->mu);
   if (plan.verdict == EGRESS_DENY) {
     if (g_trace) fprintf(stderr, "sandboxd: egress %s: %s request to %s:%u -> deny: %s\n", x->id, x->tls ? "https" : "http", host, x->port, plan.why);
     sd_reply_error(r, 403, "sandboxd egress: %s:%u is not allowed for this sandbox: %s", host, x->port, plan.why);
@@ -188,6 +199,7 @@ void egress_http_take(egress_intercepted *x, int fd, const struct sockaddr *peer
     return;
   }
   cl->x = x;
+  pthread_mutex_init(&cl->mu, NULL);
   int one = 1;                                           /* answers go out whole, not after an ACK */
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   (void)sd_inbound_add(x->tls, fd, peer, peerlen, cl);  /* on failure: closed, and cl freed */
