@@ -37,7 +37,7 @@
 #include "egress_http.h"
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: sandboxd [--listen HOST:PORT] [--tls-listen HOST:PORT --tls-cert PEM --tls-key PEM] [--domain D]\n"
+  fprintf(f, "usage: sandboxd [--version] [--listen HOST:PORT] [--tls-listen HOST:PORT --tls-cert PEM --tls-key PEM] [--domain D]\n"
              "                [--api-key-file FILE | --api-key-fd N] [--state-dir DIR] [--exit-with-parent]\n"
              "                [--envd-codecs json,proto] [--dns ADDR[:PORT]]... [--egress-unblock private|link-local|CIDR]...\n"
              "                [--cpu-count N] [--memory-mb M] [--pids-max N] [--cgroup DIR] [--egress-ca FILE]\n"
@@ -207,6 +207,7 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+    if (!strcmp(a, "--version")) { printf("sandboxd %s (moonbox)\n", SANDBOXD_VERSION); return 0; }
     if (!strcmp(a, "--api-key") || !strncmp(a, "--api-key=", 10)) {
       /* Removed, not deprecated: a warning would leave the key readable by every local user. */
       fprintf(stderr, "sandboxd: --api-key is no longer accepted: a key on the command line is readable by every local "

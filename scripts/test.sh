@@ -74,10 +74,14 @@ install_suite() {
   mkdir -p "$T/embed" && cp examples/embed/embed.c examples/embed/Makefile "$T/embed/"
   check embed-build clean PKG_CONFIG_PATH="$pc" make -s -C "$T/embed"
   check embed-run embed_ok clean "$T/embed/embed" "$ROOT/examples/embed"
+  # moonbox.h on its own, as the first and only include, in strict C11 and in C++
+  printf '#include <moonbox.h>\nint main(void) { return mb_version() == 0; }\n' >"$T/alone.c"
+  check header-alone clean sh -c "cc -std=c11 -Wall -Wextra -Werror -pedantic -I$P/include -c -o $T/alone.o $T/alone.c && c++ -x c++ -std=c++11 -Wall -Wextra -Werror -I$P/include -c -o $T/alone-cxx.o $T/alone.c"
   check embed-static-build clean sh -c "cc -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror \$(PKG_CONFIG_PATH=$pc pkg-config --cflags moonbox) -DEMBED_LUA_DIR=\\\"\$(PKG_CONFIG_PATH=$pc pkg-config --variable=lmoddir moonbox)\\\" -o $T/embed/embed-static $T/embed/embed.c $P/lib/libmoonbox.a \$(PKG_CONFIG_PATH=$pc pkg-config --libs lua5.4 libuv libcurl libcrypto jansson libprotobuf-c libarchive) -ldl -lm"
   check embed-static-run embed_ok clean "$T/embed/embed-static" "$ROOT/examples/embed"
   check lua-require lua_ok "$P/share/lua/5.4" "$P/lib/lua/5.4"
   check moonbox-installed clean sh -c "$P/bin/moonbox --help | grep -qF 'Lua modules: $P/bin/../share/lua/5.4' && $P/bin/moonbox policy env --from-host >/dev/null && $P/bin/moonbox dump-config $ROOT/examples/demo/compose.lua | grep -qF '$P/share/lua/5.4/moonbox/policies/env.lua'"
+  check sandboxd-version clean sh -c "$P/bin/sandboxd --version | grep -qx \"sandboxd \$(sed -n 's/^#define MOONBOX_VERSION \"\\(.*\\)\"/\\1/p' $P/include/moonbox.h) (moonbox)\""
   mkdir -p "$T/src/sandboxd" && cp -r core lua policies moonbox-dev-1.rockspec "$T/src/" &&
     cp sandboxd/egress_rules.[ch] sandboxd/transforms.[ch] sandboxd/sniff.[ch] "$T/src/sandboxd/"   # core.egress
   check luarocks-make sh -c "cd $T/src && luarocks --lua-version=5.4 make --tree=$T/rocks --deps-mode=none moonbox-dev-1.rockspec"

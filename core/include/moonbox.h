@@ -1,5 +1,6 @@
 /* moonbox.h — embedding moonbox in a C program: libmoonbox (`pkg-config --cflags --libs moonbox`).
- * Self-contained: it needs lua.h (Lua 5.4) and uv.h (libuv), nothing private of moonbox.
+ * Self-contained: it compiles alone (-std=c11, nothing else included first); only pointers to
+ * Lua's state and libuv's loop cross it, so include lua.h and uv.h yourself to use them.
  *
  * A runtime is one Lua state with moonbox loaded, on one libuv loop: yours, or one of its own.
  * On yours, moonbox adds its handles to the loop and runs its tasks from them while you run
@@ -24,10 +25,13 @@
  * next failing call); MB_E_LUA means Lua code raised, and the message holds the traceback. */
 #ifndef MOONBOX_H
 #define MOONBOX_H
-#include <lua.h>
 #include <stddef.h>
-#include <uv.h>
 #include "moonbox_errors.h"
+
+/* lua.h's and uv.h's names for them (a typedef may be repeated): uv.h itself does not compile
+ * under -std=c11 without POSIX feature macros, and nothing here needs more than the pointer. */
+typedef struct lua_State lua_State;
+typedef struct uv_loop_s uv_loop_t;
 
 #define MOONBOX_VERSION "0.1.0"
 

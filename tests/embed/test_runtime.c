@@ -3,6 +3,7 @@
 #include "moonbox.h"
 #include "mbtest.h"
 #include <lauxlib.h>
+#include <uv.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
