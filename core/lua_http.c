@@ -170,6 +170,7 @@ int mb_lua_http_opts(lua_State *L, int t, mb_http_opts *o, struct mb_lua_http_bu
 static int l_request(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TFUNCTION);
+  int stream_arg = lua_isnoneornil(L, 3) ? -1 : lua_toboolean(L, 3);   /* before anything is pushed */
   mb_lua_host *h = mb_lua_host_of(L);
   lreq *q = lua_newuserdatauv(L, sizeof *q, 1);
   memset(q, 0, sizeof *q);
@@ -188,8 +189,11 @@ static int l_request(lua_State *L) {
     lua_setiuservalue(L, qi, 1);
   }
   /* The stream flag is the third argument, else opts.stream. */
-  if (!lua_isnoneornil(L, 3)) o.stream = lua_toboolean(L, 3);
-  if (!o.stream && o.max_bytes == 0) return luaL_error(L, "http: max_bytes is required (> 0)");
+  if (stream_arg >= 0) o.stream = stream_arg;
+  if (!o.stream && o.max_bytes == 0) {
+    if (o.own_body_fd) close(o.body_fd);            /* opened for body_file: raising must not leak it */
+    return luaL_error(L, "http: max_bytes is required (> 0)");
+  }
   struct mb_error err;
   mb_error_clear(&err);
   int rc = mb_http_start(mb_lua_host_loop(h), &o, on_change, q, &q->r, &err);

@@ -323,6 +323,24 @@ describe("http", function()
     assert.has_error(function() http.request{ url = url("/ping"), max_bytes = 1 } end) -- outside a task
   end)
 
+  it("a request refused after its body_file was opened does not leak the descriptor", function()
+    local path = os.tmpname()
+    local f = assert(io.open(path, "wb")); f:write("x"); f:close()
+    local function fds()
+      local p = assert(io.popen("ls /proc/" .. mb.core.getpid() .. "/fd | wc -l"))
+      local n = tonumber(p:read("a")); p:close()
+      return n
+    end
+    assert.has_error(function() mb.core.http_request({ url = url("/ping") }, function() end) end,
+      "http: max_bytes is required (> 0)")   -- buffered unless opts.stream or the third argument says so
+    local before = fds()
+    for _ = 1, 20 do   -- no max_bytes on a buffered request: raises after the file is open
+      assert.has_error(function() mb.core.http_request({ url = url("/ping"), body_file = path }, function() end) end)
+    end
+    os.remove(path)
+    assert.equal(before, fds())
+  end)
+
   it("a malformed URL is E2B_INVALID", function()
     H.run(function()
       local res, err = http.request{ url = "http://[::1", max_bytes = 10 }
