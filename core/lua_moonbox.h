@@ -8,12 +8,11 @@
 #include <lauxlib.h>
 #include "errors.h"
 #include "loop.h"
+#include "moonbox.h"   /* the public half: mb_lua_use_loop, luaopen_moonbox_core */
 
 /* lua_loop.c: the host of a Lua state (one per state, in its registry): its loop and the
  * plumbing that calls Lua callbacks in protected mode on the thread that drives the loop. */
 typedef struct mb_lua_host mb_lua_host;
-/* Uses uv (borrowed, never closed) for this Lua state; call before the first require. */
-int mb_lua_use_loop(lua_State *L, uv_loop_t *uv);
 /* The host of L (created on first use, closed with the state). */
 mb_lua_host *mb_lua_host_of(lua_State *L);
 mb_loop *mb_lua_host_loop(mb_lua_host *h);
@@ -32,7 +31,6 @@ void mb_lua_open_proc(lua_State *L);    /* lua_proc.c: host child processes (uv_
 void mb_lua_open_procstream(lua_State *L); /* lua_procstream.c: process streams decoded in C */
 void mb_lua_open_host(lua_State *L);    /* lua_host.c: pid, executable, memory, signals, locks */
 void mb_lua_open_egress(lua_State *L);  /* lua_egress.c: sandboxd's egress decision (core.egress) */
-int luaopen_moonbox_core(lua_State *L);
 
 /* lua_util.c: helpers for the binding files.
  * Every operational failure is `nil, err`: err is a table {code=, message=, ...} with the one
