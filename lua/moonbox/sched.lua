@@ -116,6 +116,17 @@ local function on_error(e)
   return debug.traceback(e, 2)
 end
 
+-- The work a task leaves behind when it is abandoned (see M.on_abandon): each fn runs as a
+-- task of its own, since finish() runs inside the scheduler.
+local function abandon(t)
+  local fns = t.abandon_fns
+  t.abandon_fns = nil
+  if not fns then return end
+  local failed = not t.ok or (t.results[1] == nil and errors.is(t.results[2]))
+  if not (failed or t.canceled) then return end
+  for _, fn in ipairs(fns) do M.spawn(fn) end
+end
+
 local function finish(t, r)
   -- r = resume results: true, xpcall_ok, values... (the body never raises past xpcall)
   t.status = "dead"
@@ -129,6 +140,7 @@ local function finish(t, r)
     local e = t.raw_err
     t.err = errors.is(e) and e or errors.new("MB_TASK_FAILED", tostring(e))
   end
+  abandon(t)
   local joiners = t.joiners
   t.joiners = nil
   if joiners then for _, j in ipairs(joiners) do wake(j, t, true) end end
@@ -252,6 +264,7 @@ end
 
 function Task:cancel()
   if self.status == "dead" then return false end
+  self.canceled = true
   if self.status == "waiting" then
     self.status, self.wait_key = "ready", nil
     enqueue(self, pack(CANCEL))
@@ -262,6 +275,17 @@ function Task:cancel()
 end
 
 function Task:done() return self.status == "dead" end
+
+-- fn runs (as a task of its own) if t ends abandoned: canceled at any point, raised, or
+-- returned nil plus an error object. What a task starts in the world (commands, terminals)
+-- registers its stop here, so cancelling a task stops its work. Nothing for a task that ended
+-- well, nor outside tasks (t nil).
+function M.on_abandon(t, fn)
+  if not t or t.status == "dead" then return end
+  local fns = t.abandon_fns
+  if not fns then fns = {}; t.abandon_fns = fns end
+  fns[#fns + 1] = fn
+end
 
 -- true (once) when cancel() reached this task while it was not blocked: the cancellation is
 -- consumed, so its next yielding call proceeds (a later t:cancel() gives it back).

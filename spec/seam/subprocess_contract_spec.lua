@@ -181,6 +181,78 @@ describe("subprocess seam contract #sandboxd", function()
     end)
   end)
 
+  it("stops the commands of a task that is canceled or fails, unless started detached", function()
+    P.run(function()
+      -- canceled while it waits on its command: the command is terminated
+      local h1
+      local t1 = mb.spawn(function()
+        h1 = assert(sp:spawn(spec({ "sleep", "300" })))
+        return h1:wait()
+      end)
+      while not h1 do mb.sleep(5) end
+      t1:cancel()
+      local ok, r, err = t1:join(30000)
+      assert.is_true(ok); assert.is_nil(r); assert.are.equal("MB_CANCELED", err.code)
+      assert.are.same({ signal = "SIGTERM" }, assert(h1:wait(30000)))
+      assert.is_true(h1:waitForExit(30000))
+      -- raised after starting it, and returned nil, err: both terminated
+      local h2, h3
+      local t2 = mb.spawn(function() h2 = assert(sp:spawn(spec({ "sleep", "300" }))); error("the task's own bug") end)
+      local t3 = mb.spawn(function()
+        h3 = assert(sp:spawn(spec({ "sleep", "300" })))
+        return nil, require("moonbox.errors").new("MB_IO", "the task gave up")
+      end)
+      assert.is_nil((t2:join(30000))); assert.is_true((t3:join(30000)))
+      assert.are.same({ signal = "SIGTERM" }, assert(h2:wait(30000)))
+      assert.are.same({ signal = "SIGTERM" }, assert(h3:wait(30000)))
+      -- a task that ended well leaves its command running; so does a canceled one's detached command
+      local h4, h5
+      local t4 = mb.spawn(function() h4 = assert(sp:spawn(spec({ "sleep", "300" }))); return true end)
+      local t5 = mb.spawn(function()
+        h5 = assert(sp:spawn(spec({ "sleep", "300" }, { detached = true })))
+        return h5:wait()
+      end)
+      assert(t4:join(30000))
+      while not h5 do mb.sleep(5) end
+      t5:cancel()
+      assert(t5:join(30000))
+      local o4, e4 = h4:wait(300)
+      local o5, e5 = h5:wait(300)
+      assert.is_nil(o4); assert.are.equal("MB_TIMEOUT", e4.code)
+      assert.is_nil(o5); assert.are.equal("MB_TIMEOUT", e5.code)
+      for _, h in ipairs({ h4, h5 }) do
+        assert(h:terminate())
+        assert.are.same({ signal = "SIGTERM" }, assert(h:wait(30000)))
+      end
+      assert.has_error(function() sp:spawn(spec({ "true" }, { detached = "yes" })) end, "spawn: detached must be a boolean")
+    end, 120000)
+  end)
+
+  it("stops the terminal of a task that is canceled, unless started detached", function()
+    P.run(function()
+      local t1, tt
+      t1 = mb.spawn(function()
+        tt = assert(sp:spawnTerminal{ argv = { "sleep", "300" }, graceMs = 500 })
+        return mb.sleep(300000)
+      end)
+      while not tt do mb.sleep(5) end
+      t1:cancel()
+      assert(t1:join(30000))
+      assert.truthy(assert(tt:wait(30000)).signal)
+      local t2, td
+      t2 = mb.spawn(function()
+        td = assert(sp:spawnTerminal{ argv = { "sleep", "300" }, graceMs = 500, detached = true })
+        return mb.sleep(300000)
+      end)
+      while not td do mb.sleep(5) end
+      t2:cancel()
+      assert(t2:join(30000))
+      local done, err = td:wait(300)
+      assert.is_nil(done); assert.are.equal("MB_TIMEOUT", err.code)
+      assert(td:terminate())
+    end, 120000)
+  end)
+
   it("fails the spawn for a missing cwd, naming it", function()
     P.run(function()
       local h, err = sp:spawn(spec({ "true" }, { cwd = "/no/such/cwd-xyz" }))

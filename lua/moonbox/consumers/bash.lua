@@ -63,13 +63,14 @@ function Bash:_timeout(req)
   return math.min(t, self.config.maxTimeoutMs)
 end
 
-function Bash:_spawn(req, cwd, cancel)
+-- detached: a background job belongs to this consumer (kill, dispose), not to the calling task.
+function Bash:_spawn(req, cwd, cancel, detached)
   local env = {}
   for k, v in pairs(BASE_ENV) do env[k] = v end
   for k, v in pairs(req.env or {}) do env[k] = v end
   local out = { maxBytes = self.config.maxOutputBytes, spill = { maxBytes = self.config.maxSpillBytes } }
   return self.sp:spawn{ argv = { self.config.shell, "-c", req.command }, cwd = cwd, env = env,
-    graceMs = self.config.graceMs, cancel = cancel,
+    graceMs = self.config.graceMs, cancel = cancel, detached = detached,
     stdio = { stdin = req.stdin and { data = req.stdin } or "ignore", stdout = out,
       stderr = { maxBytes = self.config.maxOutputBytes, spill = { maxBytes = self.config.maxSpillBytes } } } }
 end
@@ -118,7 +119,7 @@ Job.__index = Job
 
 function Bash:start(req)
   local cwd = self:_check(req, "start")
-  local h, err = self:_spawn(req, cwd)
+  local h, err = self:_spawn(req, cwd, nil, true)
   if not h then return nil, err end
   self.seq = self.seq + 1
   local job = setmetatable({ id = self.seq, command = req.command, h = h, status = "running" }, Job)

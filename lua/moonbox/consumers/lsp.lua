@@ -159,7 +159,8 @@ function LSP:start(o)
   if not exe then return nil, xerr end
   local argv = { exe }
   for _, a in ipairs(args) do argv[#argv + 1] = a end
-  local h, herr = sp:spawn{ argv = argv, cwd = fs:processPath(root), env = env, graceMs = cfg.killGraceMs,
+  -- detached: the server belongs to the client (close, dispose), not to the task that opened it
+  local h, herr = sp:spawn{ argv = argv, cwd = fs:processPath(root), env = env, graceMs = cfg.killGraceMs, detached = true,
     stdio = { stdin = "pipe", stdout = "pipe", stderr = { maxBytes = math.tointeger(cfg.maxStderrBytes) } } }
   if not h then return nil, herr end
   local c = setmetatable({ owner = self, fs = fs, h = h, pid = h.pid, root = root, rootUri = fs:fileUrl(root),

@@ -59,7 +59,8 @@ function Terminal:open(opts)
   for k, v in pairs(opts.env or {}) do env[k] = v end
   local t, err = self.sp:spawnTerminal{ argv = { self.config.shell, "--noprofile", "--norc", "-i" },
     cwd = opts.cwd or self.config.cwd, env = env, rows = opts.rows or math.tointeger(self.config.rows),
-    cols = opts.cols or math.tointeger(self.config.cols), graceMs = self.config.graceMs }
+    cols = opts.cols or math.tointeger(self.config.cols), graceMs = self.config.graceMs,
+    detached = true }   -- the session belongs to this consumer (close, dispose), not to the task
   if not t then return nil, err end
   local s = setmetatable({ owner = self, t = t, nonce = nonce, buf = "", changed = m.event(),
     ended = false }, Session)

@@ -22,6 +22,7 @@
 -- A process whose stream broke stays tracked; dispose kills it by its ids inside the world.
 local errors = require "moonbox.errors"
 local ids = require "moonbox.ids"
+local sched = require "moonbox.sched"
 local specs = require "moonbox.subprocess.spec"
 local handle = require "moonbox.subprocess.handle"
 local terminal = require "moonbox.subprocess.terminal"
@@ -182,6 +183,10 @@ function SP:spawn(spec)
     if not h.tree_empty then h:terminate() end
   end)
   if sin == "pipe" then h.stdin = handle.stdin_writer(h) end
+  -- The starting task's work: stopped (TERM, grace, KILL) if that task is canceled or fails.
+  if not spec.detached then
+    sched.on_abandon(sched.current(), function() if not h.tree_empty then h:terminate() end end)
+  end
 
   local ok, werr = h.pid_ev:wait(self.timeouts.stream_open_ms + self.timeouts.request_ms)
   if not ok then
@@ -250,6 +255,7 @@ function SP:spawnTerminal(spec)
   end
   self.terminals[t] = true
   t.output = { read = function(_, timeout_ms) return t:read(timeout_ms) end }
+  if not spec.detached then sched.on_abandon(sched.current(), function() t:terminate() end) end
   return t
 end
 

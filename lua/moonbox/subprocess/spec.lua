@@ -65,7 +65,9 @@ function M.check_cancel(token, what, level)
   end
 end
 
--- spawn{ argv, cwd, stdio = { stdin, stdout, stderr }, graceMs, env, cancel }: raises on bad input.
+-- spawn{ argv, cwd, stdio = { stdin, stdout, stderr }, graceMs, env, cancel, detached }: raises on
+-- bad input. Unless detached, the command is terminated when the task that started it is
+-- canceled or fails (sched.on_abandon).
 function M.check_spawn(spec, timeouts, level)
   level = (level or 2) + 1
   if type(spec) ~= "table" then bad(level, "spawn: spec must be a table") end
@@ -81,6 +83,7 @@ function M.check_spawn(spec, timeouts, level)
   check_output(stdio.stdout, "stdout", level)
   check_output(stdio.stderr, "stderr", level)
   if spec.env ~= nil and type(spec.env) ~= "table" then bad(level, "spawn: env must be a table of name = string|false") end
+  if spec.detached ~= nil and type(spec.detached) ~= "boolean" then bad(level, "spawn: detached must be a boolean") end
   M.check_cancel(spec.cancel, "spawn", level)
 end
 
@@ -100,6 +103,7 @@ function M.check_terminal(spec, timeouts, level)
   end
   if spec.graceMs ~= nil then timeouts.check_grace(spec.graceMs, "terminal graceMs") end
   if spec.env ~= nil and type(spec.env) ~= "table" then bad(level, "spawnTerminal: env must be a table") end
+  if spec.detached ~= nil and type(spec.detached) ~= "boolean" then bad(level, "spawnTerminal: detached must be a boolean") end
   M.check_cancel(spec.cancel, "spawnTerminal", level)
 end
 
