@@ -278,7 +278,8 @@ test('each sandbox has a veth pair of its own into sandboxd\'s gateway and no pr
   assert.deepEqual(hostChildren(srv.proc.pid, 'pasta'), [], 'no pasta as root')
   for (const s of [on, off]) assert.equal((await s.commands.run('ls /sys/class/net')).stdout, 'eth0\nlo\n')
   await on.kill()
-  assert.equal(gatewayLinks(srv.proc.pid).length, 1, 'the link goes with its sandbox')
+  // the pair goes with the sandbox's network namespace: the kernel's clean-up, just after the kill
+  await waitFor(() => gatewayLinks(srv.proc.pid).length === 1, { timeoutMs: 30_000, what: 'the link to go with its sandbox' })
   srv.proc.kill('SIGTERM')
   assert.deepEqual(await srv.exited, { code: 0, signal: null })
   assert.ok(!nftTables().includes(table), 'the host guard is removed')
