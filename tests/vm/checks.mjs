@@ -137,7 +137,7 @@ async function main() {
     const bomb = await Sandbox.create('base', OPTS)
     const cg = await cgroupOf(bomb)
     const max = Number(read(`${cg}/pids.max`))
-    await bomb.commands.run('b() { b | b & }; b', { background: true })
+    await bomb.commands.run('b() { b | b & }; b', { background: true, timeoutMs: 0 })
     let highest = 0, samples = 0
     const sample = () => { const n = Number(read(`${cg}/pids.current`)); highest = Math.max(highest, n); samples++; return n }
     await until('the bomb reaching its bound (pids.events max)', () => { sample(); return keyed(read(`${cg}/pids.events`)).max > 0 }, 3000, 20)
@@ -194,7 +194,7 @@ async function main() {
       `cpu.stat nr_throttled ${s0.nr_throttled}→${s1.nr_throttled}, throttled_usec ${s0.throttled_usec}→${s1.throttled_usec}`)
     assert(m1.cpuCount === LIMITS.cpu && m1.cpuUsedPct > 0 && m1.cpuUsedPct <= 100, `metrics cpuCount ${m1.cpuCount} cpuUsedPct ${m1.cpuUsedPct}`)
     // memory: a process holding 40 MiB (tail keeps the last 40 MiB it read; sleep never reads them)
-    await a.commands.run('head -c 40M /dev/zero | tail -c 40M | sleep 600', { background: true })
+    await a.commands.run('head -c 40M /dev/zero | tail -c 40M | sleep 600', { background: true, timeoutMs: 0 })
     let seen = m1
     const m2 = await until('40 MiB held', async () => { seen = await latest(seen); return seen.memUsed - m1.memUsed >= 30 * 1048576 ? seen : null }, 60, 0)
     assert(m2.memTotal === LIMITS.memoryMB * 1048576, `memTotal ${m2.memTotal}`)
@@ -208,7 +208,8 @@ async function main() {
   await check('pause freezes every process, resume thaws them', async () => {
     const s = await Sandbox.create('base', OPTS)
     const cg = await cgroupOf(s)
-    await s.commands.run('sh -c "while :; do :; done" & sh -c "while :; do :; done" & wait', { background: true })
+    // no time limit: the SDK's default (60 s) would end the loops mid-check on a loaded host
+    await s.commands.run('sh -c "while :; do :; done" & sh -c "while :; do :; done" & wait', { background: true, timeoutMs: 0 })
     const init = initOf(cg)
     const workers = await until('two busy loops', () => { const w = procs(cg).filter((p) => p !== init && stat(p)?.state === 'R'); return w.length >= 2 ? w : null })
     const all = () => procs(cg)
