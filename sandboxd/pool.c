@@ -29,7 +29,6 @@ static struct {
   pool_ops ops;
   int want;                    /* spares per internet flag (SANDBOXD_WARM_POOL) */
   int want_pairs;              /* stocked network pairs (SANDBOXD_NET_POOL) */
-  unsigned long serial;
   char state_dir[3001];
   void *spare[2][POOL_MAX];    /* [internet] */
   int n[2];
@@ -103,11 +102,9 @@ static void *pool_main(void *arg) {
     }
     /* internet access is the E2B default: fill it first */
     bool net = g_pool.n[1] < want_net && (g_pool.n[1] <= g_pool.n[0] || g_pool.n[0] >= want_plain);
-    char id[32];
-    snprintf(id, sizeof id, "spare%lx%lx", (unsigned long)getpid(), ++g_pool.serial);
     pthread_mutex_unlock(&g_pool.mu);
     char err[512];
-    void *s = g_pool.ops.boot(g_pool.state_dir, id, net, err, sizeof err);
+    void *s = g_pool.ops.boot(g_pool.state_dir, net, err, sizeof err);
     if (!s) fprintf(stderr, "sandboxd: warm pool: %s\n", err);
     bool failed = !s;
     pthread_mutex_lock(&g_pool.mu);
@@ -163,7 +160,8 @@ static int pool_size(const char *var, int dflt) {
 }
 
 void pool_start(const char *state_dir, const pool_ops *ops) {
-  int want = pool_size("SANDBOXD_WARM_POOL", POOL_WARM_DEFAULT), want_pairs = pool_size("SANDBOXD_NET_POOL", POOL_NET_DEFAULT);
+  int want = ops->boot ? pool_size("SANDBOXD_WARM_POOL", POOL_WARM_DEFAULT) : 0;
+  int want_pairs = pool_size("SANDBOXD_NET_POOL", POOL_NET_DEFAULT);
   if ((want == 0 && want_pairs == 0) || !state_dir || state_dir[0] != '/' || strlen(state_dir) > 3000) return;
   pthread_mutex_lock(&g_pool.mu);
   if (g_pool.running) { pthread_mutex_unlock(&g_pool.mu); return; }

@@ -18,10 +18,11 @@
 #define POOL_MAX 8
 
 typedef struct {
-  /* A spare named id, booted for state_dir with that internet flag; NULL with err. */
-  void *(*boot)(const char *state_dir, const char *id, bool internet, char *err, size_t errlen);
+  /* A spare (named by the caller) booted for state_dir with that internet flag; NULL with err.
+   * NULL: no spares, only network pairs. */
+  void *(*boot)(const char *state_dir, bool internet, char *err, size_t errlen);
   void (*discard)(void *spare);
-  /* A network pair with pasta up; NULL with err. */
+  /* A network pair, linked; NULL with err. */
   net_pair *(*new_pair)(char *err, size_t errlen);
 } pool_ops;
 
