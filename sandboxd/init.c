@@ -359,7 +359,12 @@ static void spawn_reply(uint32_t seq, int code, const char *fmt, ...) {
   va_end(ap);
 }
 
-static void do_spawn(const init_req *rq, const char *str, size_t slen) {
+static long us_between(struct timespec a, struct timespec b) {
+  return (long)((b.tv_sec - a.tv_sec) * 1000000 + (b.tv_nsec - a.tv_nsec) / 1000);
+}
+
+/* `got`: when the request arrived (SANDBOXD_TRACE_CREATE reads the times SPAWNED carries). */
+static void do_spawn(const init_req *rq, const char *str, size_t slen, struct timespec got) {
   /* Strings: cwd, argv..., env...; every one must be NUL-terminated inside the packet. */
   size_t want = 1 + (size_t)rq->argc + rq->envc;
   if (rq->argc < 1 || rq->argc > slen || rq->envc > slen || want > slen + 1) {
@@ -406,6 +411,8 @@ static void do_spawn(const init_req *rq, const char *str, size_t slen) {
     }
   }
   if (pipe2(ep, O_CLOEXEC) != 0) { spawn_reply(rq->seq, INIT_EINTERNAL, "pipe: %s", strerror(errno)); goto out; }
+  struct timespec forked, execd;
+  clock_gettime(CLOCK_MONOTONIC, &forked);
   /* fork, not a vfork sharing our memory: the child makes its memory dumpable (it must, to
    * write its own oom_score_adj), which on ours would let root inside ptrace the init. */
   pid_t pid = fork();
@@ -451,6 +458,7 @@ static void do_spawn(const init_req *rq, const char *str, size_t slen) {
   struct child_err ce;
   ssize_t n;
   do n = read(ep[0], &ce, sizeof ce); while (n < 0 && errno == EINTR);
+  clock_gettime(CLOCK_MONOTONIC, &execd);
   if (n == (ssize_t)sizeof ce) {
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
@@ -474,6 +482,9 @@ static void do_spawn(const init_req *rq, const char *str, size_t slen) {
   m.type = INIT_MSG_SPAWNED;
   m.seq = rq->seq;
   m.pid = pid;
+  /* When it arrived (absolute: the same clock as sandboxd's), the µs until fork, until exec'd. */
+  snprintf(m.text, sizeof m.text, "%lld.%09ld %ld %ld", (long long)got.tv_sec, got.tv_nsec, us_between(got, forked),
+           us_between(forked, execd));
   int fds[3], nfds = 0;
   if (pty) fds[nfds++] = master;
   else {
@@ -565,6 +576,8 @@ static void init_run(int ctl) {
       reap();
     }
     if (pf[0].revents) {
+      struct timespec got;
+      clock_gettime(CLOCK_MONOTONIC, &got);
       ssize_t n = recv(g_ctl, buf, cap, MSG_TRUNC);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) _exit(0);   /* sandboxd closed the channel: the sandbox ends with us */
@@ -572,7 +585,7 @@ static void init_run(int ctl) {
       init_req rq;
       memcpy(&rq, buf, sizeof rq);
       if (rq.type == INIT_REQ_SPAWN) {
-        do_spawn(&rq, buf + sizeof rq, (size_t)n - sizeof rq);
+        do_spawn(&rq, buf + sizeof rq, (size_t)n - sizeof rq, got);
         reap();   /* a child that already exited: report after its SPAWNED */
       } else if (rq.type == INIT_REQ_KILL) {
         /* The whole process group (each command is a session leader): killing only

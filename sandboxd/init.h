@@ -34,7 +34,9 @@ typedef struct {
   uint32_t argc, envc;
 } init_req;
 
-/* Reply. SPAWNED with code INIT_OK carries fds: PTY → [master]; pipes → [stdout, stderr(, stdin)].
+/* Reply. SPAWNED with code INIT_OK carries fds: PTY → [master]; pipes → [stdout, stderr(, stdin)],
+ * and in text "<sec>.<nsec> <us> <us>": when the request arrived (CLOCK_MONOTONIC), how long
+ * until the fork, how long until the command had exec'd (SANDBOXD_TRACE_CREATE).
  * From a starter: UNSHARED (code: 0 or the errno of unshare), BOOTED (pid: the init's, as
  * sandboxd sees it; code: 0 or an errno; status: 1 when the init could not be born in the v2
  * cgroup (kernel < 5.7), which sandboxd then moves it into). */

@@ -777,7 +777,7 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
   }
   /* Created with header rules: node and requests told where the CA is (unless told otherwise). */
   const char **envs = s->trusts_egress_ca ? with_trust_env(cfg->envs) : NULL;
-  s->pt = ptab_create(s->ctl, envs ? envs : cfg->envs, err, errlen);
+  s->pt = ptab_create(s->ctl, envs ? envs : cfg->envs, trace_on() ? s->id : NULL, err, errlen);
   free(envs);
   s->ctl = -1;   /* owned by the table now, even on failure */
   if (!s->pt) { discard(s); return -1; }
