@@ -525,10 +525,15 @@ int cg_create(cg_set *cg, const char *state_dir, const char *name, const cg_limi
   return 0;
 }
 
-int cg_boot_fds(const cg_set *cg, int *fds, int max, bool *v2, char *err, size_t errlen) {
-  *v2 = cg->dir[0] != 0;
+cg_entry cg_entry_mode(void) {
+  if (G.mode == MODE_V2 && G.parent[0]) return CG_BORN;
+  if (G.mode == MODE_V1) return CG_JOINS;
+  return CG_NONE;
+}
+
+int cg_boot_fds(const cg_set *cg, int *fds, int max, char *err, size_t errlen) {
   int n = 0;
-  if (*v2) {
+  if (cg->dir[0]) {
     if (max < 1 || (fds[n] = fcntl(cg->fd, F_DUPFD_CLOEXEC, 3)) < 0) { snprintf(err, errlen, "cgroup %s: dup: %s", cg->dir, strerror(errno ? errno : EMFILE)); return -1; }
     return 1;
   }

@@ -51,12 +51,17 @@ int  cg_set_limits(cg_set *cg, const cg_limits *lim, char *err, size_t errlen);
  * errors. Every task must be gone. */
 void cg_remove(cg_set *cg, const char *id);
 
-/* What the init's starter (init.h) needs to give it birth inside the set: v2 the cgroup's
- * directory (clone3 CLONE_INTO_CGROUP), v1 each hierarchy's `tasks` file opened for writing (it
- * writes "0" there: only the calling thread moves, which takes none of the global locks a move
- * of another process takes). Up to max descriptors, the caller's to close; the count, or -1 with
- * err. *v2 says which. */
-int  cg_boot_fds(const cg_set *cg, int *fds, int max, bool *v2, char *err, size_t errlen);
+/* How a sandbox's init gets into its set. CG_BORN (v2): its starter (init.h) clones it into the
+ * cgroup (clone3 CLONE_INTO_CGROUP), so the set is made first. CG_JOINS (v1): the init writes "0"
+ * into each hierarchy's `tasks` file before it reports READY (only the calling thread moves,
+ * which takes none of the global locks a move of another process takes), so the set can be made
+ * while the init sets itself up. CG_NONE: no cgroups. */
+typedef enum { CG_NONE, CG_BORN, CG_JOINS } cg_entry;
+cg_entry cg_entry_mode(void);
+/* What the init needs to get into the set: v2 the cgroup's directory, v1 each hierarchy's
+ * `tasks` file opened for writing. Up to max descriptors, the caller's to close; the count, or
+ * -1 with err. */
+int  cg_boot_fds(const cg_set *cg, int *fds, int max, char *err, size_t errlen);
 /* v2 without CLONE_INTO_CGROUP (kernel < 5.7): moves process pid in. 0, or -1 with err. */
 int  cg_attach(const cg_set *cg, pid_t pid, char *err, size_t errlen);
 

@@ -56,6 +56,7 @@ static void mark(const char *what) {
   g_mark = t;
 }
 static int g_clear_groups;
+static bool g_cg_join;       /* join the cgroups sandboxd sends before READY (init_boot.cg_join) */
 static bool g_host_root;     /* sandboxd runs as root (the starter was started by host root) */
 
 static void send_msg(const init_msg *m, const int *fds, int nfds) {
@@ -314,13 +315,43 @@ static void setup_root(int tpl_fd, int sbx_fd, char *sysdirs, const char *hostna
   }
   mark("system overlays");
   mount_volumes();
+  mark("volumes");
   CHECK(syscall(SYS_pivot_root, ".", "."), "pivot_root");
   CHECK(umount2(".", MNT_DETACH), "detach host root");
   CHECK(chdir("/"), "chdir /");
+  mark("pivot");
   CHECK(sethostname(hostname, strlen(hostname)), "sethostname");
   hosts_entry(hostname);
   if (g_clear_groups) CHECK(setgroups(0, NULL), "clear supplementary groups");
-  mark("pivot+uts");
+  mark("host name");
+}
+
+/* v1: into the cgroups sandboxd made while we set up (init_boot.cg_join): before READY, so every
+ * command is born inside. */
+static void join_cgroups(void) {
+  init_req rq;
+  int fds[INIT_MAX_CG], nfds = 0;
+  union { char b[CMSG_SPACE(sizeof fds)]; struct cmsghdr align; } u;
+  struct iovec iov = {&rq, sizeof rq};
+  struct msghdr mh = {0};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = u.b;
+  mh.msg_controllen = sizeof u.b;
+  ssize_t n;
+  do n = recvmsg(g_ctl, &mh, MSG_CMSG_CLOEXEC); while (n < 0 && errno == EINTR);
+  if (n <= 0) _exit(0);   /* sandboxd gave up on us */
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+      for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && nfds < INIT_MAX_CG; i++)
+        memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+  if (n != (ssize_t)sizeof rq || rq.type != INIT_REQ_CGROUPS || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+    fail_setup("expected the sandbox's cgroups");
+  for (int i = 0; i < nfds; i++) {
+    if (write(fds[i], "0", 1) != 1) fail_setup("join the sandbox's cgroups: %s", strerror(errno));
+    close(fds[i]);
+  }
+  mark("cgroups joined");
 }
 
 /* ---- spawned children ---- */
@@ -551,6 +582,7 @@ static void init_run(int ctl) {
   char sysdirs[512];
   snprintf(sysdirs, sizeof sysdirs, "%s", g_str[INIT_BOOT_SYSDIRS]);
   setup_root(tpl_fd, sbx_fd, sysdirs, g_str[INIT_BOOT_HOSTNAME]);
+  if (g_cg_join) join_cgroups();
   close(tpl_fd);
   close(sbx_fd);
   if (g_layers_fd >= 0) close(g_layers_fd);
@@ -646,6 +678,7 @@ static int take_boot(char *buf, size_t n, const int *fds, int nfds, init_boot *h
   g_nidmap = (int)h->nidmap;
   for (int i = 0; i < g_nidmap; i++) g_idmap_fd[i] = fds[1 + h->ncg + i];
   g_clear_groups = g_str[INIT_BOOT_GROUPS][0] == 'c';
+  g_cg_join = h->cg_join != 0;
   return 0;
 }
 
@@ -691,10 +724,7 @@ static void starter(int st) {
         memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
   init_boot h;
   code = (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ? EINVAL : take_boot(buf, (size_t)n, fds, nfds, &h);
-  /* v1: into each of the sandbox's cgroups ("0": the calling thread, which takes no global lock);
-   * the init is born there. v2: clone3 puts it there. */
-  for (uint32_t i = 0; !code && !h.cg_v2 && i < h.ncg; i++)
-    if (write(fds[1 + i], "0", 1) != 1) code = errno;
+  /* v2: clone3 puts the init into its cgroup (v1: it joins them itself, init_boot.cg_join). */
   long pid = -1;
   int late = 0;
   const uint64_t flags = CLONE_PARENT | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC;

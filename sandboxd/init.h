@@ -18,7 +18,7 @@
 #define SBX_INIT_ARGV0 "sandboxd-init"
 #define INIT_REQ_MAX (1u << 20)   /* spawn request: argv + env + cwd; a BOOT request likewise */
 
-enum { INIT_REQ_SPAWN = 1, INIT_REQ_KILL = 2, INIT_REQ_KILLALL = 3, INIT_REQ_BOOT = 4 };
+enum { INIT_REQ_SPAWN = 1, INIT_REQ_KILL = 2, INIT_REQ_KILLALL = 3, INIT_REQ_BOOT = 4, INIT_REQ_CGROUPS = 5 };
 enum { INIT_MSG_READY = 1, INIT_MSG_FAILED = 2, INIT_MSG_SPAWNED = 3, INIT_MSG_EXITED = 4, INIT_MSG_UNSHARED = 5,
        INIT_MSG_BOOTED = 6 };
 enum { INIT_OK = 0, INIT_EINVAL = 1, INIT_EINTERNAL = 2 };   /* SPAWNED.code */
@@ -48,14 +48,17 @@ typedef struct {
 } init_msg;
 
 /* BOOT, to a starter: this header, then `nstrings` NUL-terminated strings (INIT_BOOT_*), with
- * SCM_RIGHTS descriptors: the init's channel, `ncg` cgroup descriptors (v2: the cgroup's
- * directory, to be born in; v1: a `tasks` file per hierarchy, opened for writing), then
- * `nidmap` idmapped trees (detached mounts) that the system directories name by index. Paths
- * are host paths, opened again by the init in its own mount namespace (an overlay refuses
- * layers whose mounts belong to another one). */
+ * SCM_RIGHTS descriptors: the init's channel, `ncg` cgroup descriptors (with cg_v2, one: the
+ * cgroup's directory, to be born in), then `nidmap` idmapped trees (detached mounts) that the
+ * system directories name by index. Paths are host paths, opened again by the init in its own
+ * mount namespace (an overlay refuses layers whose mounts belong to another one).
+ * cg_join: the init joins its cgroups itself before READY: it waits for one CGROUPS request on
+ * its channel (an init_req, with a `tasks` file per v1 hierarchy as SCM_RIGHTS, perhaps none)
+ * and writes "0" into each (the calling thread moves, which takes none of the cgroup locks a
+ * move of another process takes). sandboxd makes them meanwhile. */
 typedef struct {
   uint32_t type;                  /* INIT_REQ_BOOT */
-  uint32_t nstrings, ncg, cg_v2, nidmap;
+  uint32_t nstrings, ncg, cg_v2, nidmap, cg_join;
 } init_boot;
 enum {
   INIT_BOOT_HOSTNAME,             /* the sandbox id (nothing else inside names it) */

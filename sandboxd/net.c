@@ -207,9 +207,16 @@ static int make_namespaces(const net_idmap *map, int exe_fd, net_pair *p, char *
   return 0;
 }
 
+void net_pair_reap(net_pair *p) {
+  if (p && p->starter > 0 && p->st < 0) {
+    while (waitpid(p->starter, NULL, 0) < 0 && errno == EINTR) {}
+    p->starter = 0;
+  }
+}
+
 pid_t net_pair_boot(net_pair *p, const void *req, size_t len, const int *fds, int nfds, bool *late, char *err, size_t errlen) {
   *late = false;
-  if (p->starter <= 0 || nfds < 1 || nfds > 16) { snprintf(err, errlen, "this network pair cannot boot a sandbox"); return -1; }
+  if (p->starter <= 0 || p->st < 0 || nfds < 1 || nfds > 16) { snprintf(err, errlen, "this network pair cannot boot a sandbox"); return -1; }
   union { char b[CMSG_SPACE(sizeof(int) * 16)]; struct cmsghdr align; } u;
   memset(&u, 0, sizeof u);
   struct iovec iov = {(void *)req, len};
@@ -228,10 +235,7 @@ pid_t net_pair_boot(net_pair *p, const void *req, size_t len, const int *fds, in
   if (w != (ssize_t)len) { snprintf(err, errlen, "the sandbox's starter: %s", strerror(w < 0 ? errno : EMSGSIZE)); return -1; }
   init_msg m;
   if (starter_recv(p, INIT_MSG_BOOTED, &m, err, errlen) != 0) return -1;
-  /* Its last act was that answer: reaped now, while the init sets itself up. */
-  if (p->starter > 0) while (waitpid(p->starter, NULL, 0) < 0 && errno == EINTR) {}
-  p->starter = 0;
-  close(p->st);
+  close(p->st);   /* its last act was that answer: it exits (net_pair_reap) */
   p->st = -1;
   if (m.code || m.pid <= 0) { snprintf(err, errlen, "clone of the init into its namespaces: %s", strerror(m.code ? m.code : EIO)); return -1; }
   *late = m.status != 0;

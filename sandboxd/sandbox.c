@@ -84,7 +84,7 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...) {
 }
 
 /* SANDBOXD_TRACE_CREATE: sandboxd's own steps of a create, as "name us" pairs. */
-typedef struct { char text[600]; struct timespec last; } step_trace;
+typedef struct { char text[800]; struct timespec last; } step_trace;
 static void step(step_trace *t, const char *what) {
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
@@ -371,6 +371,31 @@ bool sbx_valid_id(const char *id) {
   return true;
 }
 
+/* One packet on a SOCK_SEQPACKET socket, with fds (at most 16) as SCM_RIGHTS. 0 or -1 with errno. */
+static int send_fds(int sock, const void *buf, size_t len, const int *fds, int nfds) {
+  union { char b[CMSG_SPACE(sizeof(int) * 16)]; struct cmsghdr align; } u;
+  memset(&u, 0, sizeof u);
+  struct iovec iov = {(void *)buf, len};
+  struct msghdr mh = {0};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  if (nfds > 16) { errno = EINVAL; return -1; }
+  if (nfds > 0) {
+    mh.msg_control = u.b;
+    mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+  }
+  ssize_t w;
+  do w = sendmsg(sock, &mh, MSG_NOSIGNAL); while (w < 0 && errno == EINTR);
+  if (w == (ssize_t)len) return 0;
+  if (w >= 0) errno = EMSGSIZE;
+  return -1;
+}
+
 /* A BOOT request (init.h) being built: room for the header, then the strings. */
 typedef struct { char *p; size_t len, cap; uint32_t n; bool over; } boot_buf;
 static void boot_add(boot_buf *b, const char *str) {
@@ -461,10 +486,14 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   step(tr, "idmap");
   cg_limits lim = {cfg->pids_max > 0 ? cfg->pids_max : g_lim.pids_max, cfg->memory_mb > 0 ? cfg->memory_mb : g_lim.memory_mb,
                    cfg->cpu_count > 0 ? cfg->cpu_count : g_lim.cpu_count};
-  if (cg_create(&s->cg, cfg->state_dir, s->id, &lim, err, errlen) != 0) goto fail;
-  bool cg_v2 = false;
-  if ((ncg = cg_boot_fds(&s->cg, fds + 1, INIT_MAX_CG, &cg_v2, err, errlen)) < 0) { ncg = 0; goto fail; }
-  step(tr, "cgroups");
+  /* v2: the init is born in its cgroup, made now; v1: made while the init sets itself up, which
+   * then joins it (cgroups.h). */
+  cg_entry cge = cg_entry_mode();
+  if (cge == CG_BORN) {
+    if (cg_create(&s->cg, cfg->state_dir, s->id, &lim, err, errlen) != 0) goto fail;
+    if ((ncg = cg_boot_fds(&s->cg, fds + 1, INIT_MAX_CG, err, errlen)) < 0) { ncg = 0; goto fail; }
+    step(tr, "cgroups");
+  }
 
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
     seterr(err, errlen, "socketpair: %s", strerror(errno));
@@ -509,7 +538,7 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   }
   /* The BOOT request. Nothing in it reaches the init's command line: a spare looks exactly like
    * a sandbox booted on demand. */
-  init_boot h = {INIT_REQ_BOOT, 0, (uint32_t)ncg, cg_v2, (uint32_t)nidfds};
+  init_boot h = {INIT_REQ_BOOT, 0, (uint32_t)ncg, cge == CG_BORN, (uint32_t)nidfds, cge == CG_JOINS};
   boot_begin(&b);
   boot_add(&b, s->id);
   boot_add(&b, s->privileged ? "c" : "k");
@@ -554,6 +583,18 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   ncg = nidfds = 0;
   close(sv[1]);
   sv[1] = -1;
+  if (cge == CG_JOINS) {   /* the init joins them before READY */
+    if (cg_create(&s->cg, cfg->state_dir, s->id, &lim, err, errlen) != 0) goto fail;
+    int tasks[INIT_MAX_CG], nt = cg_boot_fds(&s->cg, tasks, INIT_MAX_CG, err, errlen);
+    if (nt < 0) goto fail;
+    init_req rq;
+    memset(&rq, 0, sizeof rq);
+    rq.type = INIT_REQ_CGROUPS;
+    int rc = send_fds(sv[0], &rq, sizeof rq, tasks, nt);
+    for (int i = 0; i < nt; i++) close(tasks[i]);
+    if (rc != 0) { seterr(err, errlen, "sandbox init: %s", strerror(errno)); goto fail; }
+    step(tr, "cgroups");
+  }
   /* For sbx_cleanup_stale after a crash (a crash before this is written leaves an init that
    * exits by itself: its channel is gone; the cgroup sweep finds it too). */
   xfmt(p, sizeof p, "%s/init.pid", s->dir);
@@ -581,15 +622,19 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
     seterr(err, errlen, "sandbox setup failed: %s", m.type == INIT_MSG_FAILED ? m.text : "unexpected message");
     goto fail;
   }
+  net_pair_reap(s->net);   /* the starter exited long ago */
   xfmt(p, sizeof p, "/proc/%d/root", (int)pid);
   s->root_fd = open(p, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (s->root_fd < 0) { seterr(err, errlen, "open sandbox root: %s", strerror(errno)); goto fail; }
   s->ctl = sv[0];
   sv[0] = -1;
   free(b.p);
+  /* The init's phases, each "init <what> <n>us": they make up "until ready". */
   m.text[sizeof m.text - 1] = 0;
-  size_t tl = strlen(tr->text);
-  snprintf(tr->text + tl, sizeof tr->text - tl, "%s%s", tl ? ", " : "", m.text);   /* the init's phases */
+  for (char *save = NULL, *ph = strtok_r(m.text, ",", &save); ph; ph = strtok_r(NULL, ",", &save)) {
+    size_t tl = strlen(tr->text);
+    snprintf(tr->text + tl, sizeof tr->text - tl, "%sinit %s", tl ? ", " : "", ph + strspn(ph, " "));
+  }
   *out = s;
   return 0;
 fail:
