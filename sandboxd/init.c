@@ -284,6 +284,17 @@ static void setup_root(int tpl_fd, int sbx_fd, char *sysdirs, const char *hostna
   mount_overlay(path, path, sbx_fd, "");
   mark("root overlay");
   CHECK(chdir(path), "chdir to new root");   /* "root" is looked up normally: lands on the overlay */
+  /* /etc/hosts gets its line (a copy-up: several file-system round trips) from a child chrooted
+   * in the new root (so that no symlink a snapshot left there leads out of it), meanwhile;
+   * unless a volume covers /etc: then after the volumes are mounted, as before. */
+  bool etc_volume = false;
+  for (int i = 0; i < g_nmounts; i++) etc_volume = etc_volume || !strcmp(g_mount_path[i], "/etc");
+  pid_t hosts = -1;
+  if (!etc_volume && (hosts = fork()) == 0) {
+    if (chroot(".") != 0) _exit(1);
+    hosts_entry(hostname);
+    _exit(0);
+  }
   CHECK(mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL), "mount /proc");
   CHECK(mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=65536"), "mount /dev");
   static const char *const nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
@@ -321,7 +332,8 @@ static void setup_root(int tpl_fd, int sbx_fd, char *sysdirs, const char *hostna
   CHECK(chdir("/"), "chdir /");
   mark("pivot");
   CHECK(sethostname(hostname, strlen(hostname)), "sethostname");
-  hosts_entry(hostname);
+  if (hosts > 0) while (waitpid(hosts, NULL, 0) < 0 && errno == EINTR) {}
+  else hosts_entry(hostname);
   if (g_clear_groups) CHECK(setgroups(0, NULL), "clear supplementary groups");
   mark("host name");
 }

@@ -124,7 +124,8 @@ struct net_pair {
   int userns, netns;
   int index;                      /* its veth's gateway index, 0 when none */
   pid_t pasta;
-  pid_t starter;                  /* its starter (init.h) until it has booted a sandbox, then 0 */
+  pid_t starter;                  /* its starter (init.h) until reaped, then 0 */
+  bool booting;                   /* it was sent its BOOT request */
   int st;                         /* our end of the starter's socket, -1 then */
   char record[4300];              /* <state>/net/pasta-<pid>, "" when none */
 };
@@ -208,15 +209,14 @@ static int make_namespaces(const net_idmap *map, int exe_fd, net_pair *p, char *
 }
 
 void net_pair_reap(net_pair *p) {
-  if (p && p->starter > 0 && p->st < 0) {
+  if (p && p->starter > 0 && p->booting && p->st < 0) {
     while (waitpid(p->starter, NULL, 0) < 0 && errno == EINTR) {}
     p->starter = 0;
   }
 }
 
-pid_t net_pair_boot(net_pair *p, const void *req, size_t len, const int *fds, int nfds, bool *late, char *err, size_t errlen) {
-  *late = false;
-  if (p->starter <= 0 || p->st < 0 || nfds < 1 || nfds > 16) { snprintf(err, errlen, "this network pair cannot boot a sandbox"); return -1; }
+int net_pair_boot(net_pair *p, const void *req, size_t len, const int *fds, int nfds, char *err, size_t errlen) {
+  if (p->starter <= 0 || p->st < 0 || p->booting || nfds < 1 || nfds > 16) { snprintf(err, errlen, "this network pair cannot boot a sandbox"); return -1; }
   union { char b[CMSG_SPACE(sizeof(int) * 16)]; struct cmsghdr align; } u;
   memset(&u, 0, sizeof u);
   struct iovec iov = {(void *)req, len};
@@ -233,6 +233,13 @@ pid_t net_pair_boot(net_pair *p, const void *req, size_t len, const int *fds, in
   ssize_t w;
   do w = sendmsg(p->st, &mh, MSG_NOSIGNAL); while (w < 0 && errno == EINTR);
   if (w != (ssize_t)len) { snprintf(err, errlen, "the sandbox's starter: %s", strerror(w < 0 ? errno : EMSGSIZE)); return -1; }
+  p->booting = true;
+  return 0;
+}
+
+pid_t net_pair_booted(net_pair *p, bool *late, char *err, size_t errlen) {
+  *late = false;
+  if (!p->booting || p->st < 0) { snprintf(err, errlen, "this network pair is not booting a sandbox"); return -1; }
   init_msg m;
   if (starter_recv(p, INIT_MSG_BOOTED, &m, err, errlen) != 0) return -1;
   close(p->st);   /* its last act was that answer: it exits (net_pair_reap) */

@@ -47,9 +47,11 @@ typedef struct {
 typedef struct net_pair net_pair;
 net_pair *net_pair_new(const net_idmap *map, int exe_fd, bool link, char *err, size_t errlen);
 /* Hands the starter a sandbox's BOOT request (init.h: req, with fds as SCM_RIGHTS, at most 16);
- * returns the init's pid (sandboxd's child), or -1 with err. *late: the init could not be born
- * in its v2 cgroup and must be moved there. Once per pair: the starter exits after it. */
-pid_t net_pair_boot(net_pair *p, const void *req, size_t len, const int *fds, int nfds, bool *late, char *err, size_t errlen);
+ * 0, or -1 with err. Once per pair: the starter exits after it. */
+int   net_pair_boot(net_pair *p, const void *req, size_t len, const int *fds, int nfds, char *err, size_t errlen);
+/* The starter's answer: the init's pid (sandboxd's child), or -1 with err. *late: the init could
+ * not be born in its v2 cgroup and must be moved there. */
+pid_t net_pair_booted(net_pair *p, bool *late, char *err, size_t errlen);
 /* Reaps the starter that booted (it exits right after its answer; net_pair_free reaps it too). */
 void  net_pair_reap(net_pair *p);
 void  net_pair_free(net_pair *p);               /* its link removed (pasta killed); namespaces let go */

@@ -441,6 +441,7 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   if (uu == (uid_t)-1) { uu = ru; ug = rg; }
   /* fds: the init's channel, the cgroup descriptors, the idmapped trees (init.h BOOT). */
   int sv[2] = {-1, -1}, fds[1 + INIT_MAX_CG + INIT_MAX_IDMAP], ncg = 0, nidfds = 0;
+  pid_t pid = 0;
   boot_buf b = {0};
   bool dir_made = false;
   tpl_info tpl;
@@ -571,19 +572,15 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   } else {
     step(tr, "network (pool)");
   }
-  /* Its starter forks the init, born in the cgroups, into new mount/pid/uts/ipc namespaces with
-   * sandboxd as its parent (init.h). */
-  bool late = false;
-  pid_t pid = net_pair_boot(s->net, b.p, b.len, fds, 1 + ncg + nidfds, &late, err, errlen);
-  if (pid <= 0) goto fail;
-  s->init_pid = pid;
-  step(tr, "boot");
-  if (late && cg_attach(&s->cg, s->init_pid, err, errlen) != 0) goto fail;
+  /* Its starter forks the init, born in the cgroups (v2), into new mount/pid/uts/ipc namespaces
+   * with sandboxd as its parent (init.h). */
+  if (net_pair_boot(s->net, b.p, b.len, fds, 1 + ncg + nidfds, err, errlen) != 0) goto fail;
   for (int i = 1; i < 1 + ncg + nidfds; i++) close(fds[i]);
   ncg = nidfds = 0;
   close(sv[1]);
   sv[1] = -1;
-  if (cge == CG_JOINS) {   /* the init joins them before READY */
+  step(tr, "boot");
+  if (cge == CG_JOINS) {   /* v1: made while the init boots; it joins them before READY */
     if (cg_create(&s->cg, cfg->state_dir, s->id, &lim, err, errlen) != 0) goto fail;
     int tasks[INIT_MAX_CG], nt = cg_boot_fds(&s->cg, tasks, INIT_MAX_CG, err, errlen);
     if (nt < 0) goto fail;
@@ -595,6 +592,12 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
     if (rc != 0) { seterr(err, errlen, "sandbox init: %s", strerror(errno)); goto fail; }
     step(tr, "cgroups");
   }
+  bool late = false;
+  pid = net_pair_booted(s->net, &late, err, errlen);
+  if (pid <= 0) goto fail;
+  s->init_pid = pid;
+  step(tr, "booted");
+  if (late && cg_attach(&s->cg, s->init_pid, err, errlen) != 0) goto fail;
   /* For sbx_cleanup_stale after a crash (a crash before this is written leaves an init that
    * exits by itself: its channel is gone; the cgroup sweep finds it too). */
   xfmt(p, sizeof p, "%s/init.pid", s->dir);
@@ -643,6 +646,10 @@ fail:
   for (int i = 1; i < 1 + ncg; i++) close(fds[i]);
   for (int i = 0; i < nidfds; i++) close(idfds[i]);
   if (s->root_fd >= 0) close(s->root_fd);
+  bool unused;
+  char why[8];
+  if (s->init_pid <= 0 && s->net && (pid = net_pair_booted(s->net, &unused, why, sizeof why)) > 0)
+    s->init_pid = pid;   /* booted, but we failed before we took its pid: it is our child to reap */
   if (s->init_pid > 0) {
     kill(s->init_pid, SIGKILL);
     while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR) {}
