@@ -225,12 +225,13 @@ static void hosts_entry(const char *name) {
 }
 
 /* A layer's upper and work directories in the sandbox's directory, made by the init (root
- * inside: the sandbox's root owns them, as the directory they are in). */
+ * inside: the sandbox's root owns them, as the directory they are in) unless sandboxd made them
+ * ahead (its directory came from the pool): the directory is new either way. */
 static void layer_dirs(int sbx_fd, const char *layer) {
   char name[48];
   for (int w = 0; w < 2; w++) {
     snprintf(name, sizeof name, "%s%s%s", w ? "work" : "upper", layer[0] ? "-" : "", layer);
-    if (mkdirat(sbx_fd, name, 0755) != 0) fail_setup("mkdir %s: %s", name, strerror(errno));
+    if (mkdirat(sbx_fd, name, 0755) != 0 && errno != EEXIST) fail_setup("mkdir %s: %s", name, strerror(errno));
   }
 }
 

@@ -363,6 +363,31 @@ static int mkdir_owned(const char *p, mode_t mode, uid_t u, gid_t g) {
   return 0;
 }
 
+/* The directories of a sandbox's layers, all the sandbox root's, made ahead (what the init makes
+ * otherwise): <dir> (0700) and in it upper, work, and upper-<d>, work-<d> per system directory.
+ * 0, or -1 with err. */
+static int layer_dirs(const char *dir, const tpl_info *tpl, uid_t ru, gid_t rg, char *err, size_t errlen) {
+  if (mkdir_owned(dir, 0700, ru, rg) != 0) { seterr(err, errlen, "mkdir %s: %s", dir, strerror(errno)); return -1; }
+  char p[4200];
+  for (int i = -1; i < tpl->nsys; i++)
+    for (int w = 0; w < 2; w++) {
+      if (xfmt(p, sizeof p, "%s/%s%s%s", dir, w ? "work" : "upper", i < 0 ? "" : "-", i < 0 ? "" : tpl->sys[i]) != 0 ||
+          mkdir_owned(p, 0755, ru, rg) != 0) {
+        seterr(err, errlen, "mkdir %s: %s", p, strerror(errno ? errno : ENAMETOOLONG));
+        return -1;
+      }
+    }
+  return 0;
+}
+
+/* What the pool keeps for sandboxes that find no spare (pool.h "pairs"): a network pair, linked,
+ * and a layer directory made ahead, <state>/sandboxes/k<n>, which a sandbox renames to its id
+ * (one rename instead of five mkdirs and chowns while the client waits). */
+typedef struct {
+  net_pair *net;
+  char dir[4096];               /* "" when it could not be made */
+} kit;
+
 bool sbx_valid_id(const char *id) {
   size_t n = id ? strlen(id) : 0;
   if (n == 0 || n > 64) return false;
@@ -461,19 +486,37 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   }
   step(tr, "tpl");
 
+  /* Its user and network namespaces and its layer directory: a pair from the pool (linked
+   * already, the directory made) or made now. */
+  bool link = net_wants_link(cfg->internet);
+  kit *k = link ? pool_take_pair(cfg->state_dir) : NULL;
+  if (k) {
+    s->net = k->net;
+    step(tr, "pair (pool)");
+  }
   char p[4200];
   xfmt(p, sizeof p, "%s/sandboxes", cfg->state_dir);
   xfmt(s->dir, sizeof s->dir, "%s/%s", p, s->id);
-  /* Owned by the sandbox's root: the init makes its layers' directories there (upper, work,
-   * upper-<d>, work-<d>) and resolves them with its own credentials. */
-  int drc = mkdir_owned(s->dir, 0700, ru, rg);
-  if (drc != 0 && errno == ENOENT && (mkdir(p, 0711) == 0 || errno == EEXIST)) drc = mkdir_owned(s->dir, 0700, ru, rg);
-  if (drc != 0) {
-    seterr(err, errlen, "mkdir %s: %s", s->dir, strerror(errno));
-    goto fail;
+  /* Owned by the sandbox's root, as what is in it: the init resolves its layers from there with
+   * its own credentials. */
+  if (k && k->dir[0] && rename(k->dir, s->dir) == 0) {
+    dir_made = true;
+    step(tr, "dir (pool)");
+  } else {
+    /* The init makes what goes in it (upper, work, upper-<d>, work-<d>): as the sandbox's root,
+     * without a chown each, and while its helper makes the others. */
+    if (k && k->dir[0]) (void)tpl_rm_tree(k->dir);
+    int drc = mkdir_owned(s->dir, 0700, ru, rg);
+    if (drc != 0 && errno == ENOENT && (mkdir(p, 0711) == 0 || errno == EEXIST)) drc = mkdir_owned(s->dir, 0700, ru, rg);
+    if (drc != 0) {
+      seterr(err, errlen, "mkdir %s: %s", s->dir, strerror(errno));
+      free(k);
+      goto fail;
+    }
+    dir_made = true;
+    step(tr, "dir");
   }
-  dir_made = true;
-  step(tr, "dir");
+  free(k);
   /* "usr" (lower = host /usr) or "usr=<i>" (lower = idmapped tree i of the BOOT request). */
   char sysdirs[TPL_MAX_SYSDIRS * 32 + 1] = "";
   int idfds[TPL_MAX_SYSDIRS];
@@ -557,9 +600,6 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   memcpy(b.p, &h, sizeof h);
   for (int i = 0; i < nidfds; i++) fds[1 + ncg + i] = idfds[i];
   step(tr, "request");
-  /* Its user and network namespaces: a pair from the pool (linked already) or a new one. */
-  bool link = net_wants_link(cfg->internet);
-  if (link) s->net = pool_take_pair(cfg->state_dir);
   if (!s->net) {
     net_idmap map;
     idmap_here(&map);
@@ -569,8 +609,6 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
     else close(exe_fd);
     if (!s->net) goto fail;
     step(tr, link ? "network (link)" : "network");
-  } else {
-    step(tr, "network (pool)");
   }
   /* Its starter forks the init, born in the cgroups (v2), into new mount/pid/uts/ipc namespaces
    * with sandboxd as its parent (init.h). */
@@ -728,17 +766,44 @@ static void *spare_boot(const char *state_dir, bool internet, char *err, size_t 
   return s;
 }
 static void spare_discard(void *s) { discard(s); }
-static net_pair *pair_new(char *err, size_t errlen) {
+static void pair_discard(void *p) {
+  kit *k = p;
+  net_pair_free(k->net);
+  if (k->dir[0]) (void)tpl_rm_tree(k->dir);
+  free(k);
+}
+static void *pair_new(const char *state_dir, char *err, size_t errlen) {
+  kit *k = calloc(1, sizeof *k);
+  if (!k) { seterr(err, errlen, "out of memory"); return NULL; }
   net_idmap map;
   idmap_here(&map);
   int exe_fd = init_exe_fd();
-  if (exe_fd < 0) { seterr(err, errlen, "the init's image: %s", strerror(errno)); return NULL; }
-  net_pair *p = net_pair_new(&map, exe_fd, true, err, errlen);
+  if (exe_fd < 0) { seterr(err, errlen, "the init's image: %s", strerror(errno)); free(k); return NULL; }
+  k->net = net_pair_new(&map, exe_fd, true, err, errlen);
   close(exe_fd);
-  return p;
+  if (!k->net) { free(k); return NULL; }
+  /* The directory is a help, not a need: without it the sandbox makes its own. */
+  static unsigned long serial;
+  static pthread_mutex_t serial_mu = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&serial_mu);
+  unsigned long n = ++serial;
+  pthread_mutex_unlock(&serial_mu);
+  sbx_t probe = {.privileged = geteuid() == 0, .uid0 = geteuid(), .gid0 = getegid()};
+  uid_t ru = sbx_host_uid(&probe, 0), uu = sbx_host_uid(&probe, 1000);
+  gid_t rg = sbx_host_gid(&probe, 0), ug = sbx_host_gid(&probe, 1000);
+  if (uu == (uid_t)-1) { uu = ru; ug = rg; }
+  tpl_info tpl;
+  char why[256];
+  if (tpl_ensure(state_dir, ru, rg, uu, ug, NET_DNS_FORWARDER, &tpl, why, sizeof why) != 0 ||
+      xfmt(k->dir, sizeof k->dir, "%s/sandboxes/k%lx%lx", state_dir, (unsigned long)getpid(), n) != 0 ||
+      layer_dirs(k->dir, &tpl, ru, rg, why, sizeof why) != 0) {
+    if (k->dir[0] && access(k->dir, F_OK) == 0) (void)tpl_rm_tree(k->dir);
+    k->dir[0] = 0;
+  }
+  return k;
 }
-static const pool_ops POOL_OPS = {spare_boot, spare_discard, pair_new};
-static const pool_ops PAIRS_ONLY = {NULL, NULL, pair_new};
+static const pool_ops POOL_OPS = {spare_boot, spare_discard, pair_new, pair_discard};
+static const pool_ops PAIRS_ONLY = {NULL, NULL, pair_new, pair_discard};
 
 void sbx_pool_start(const char *state_dir) { pool_start(state_dir, g_new_id ? &POOL_OPS : &PAIRS_ONLY); }
 void sbx_pool_stop(void) { pool_stop(); }
