@@ -271,6 +271,37 @@ static pid_t mount_system_overlays(int sbx_fd, char *sysdirs, char names[][16], 
   _exit(0);
 }
 
+/* v1: into the cgroups sandboxd made while we set up (init_boot.cg_join): before READY, so every
+ * command is born inside. Without `wait`, only if they have come already (false if not). */
+static bool join_cgroups(bool wait) {
+  init_req rq;
+  int fds[INIT_MAX_CG], nfds = 0;
+  union { char b[CMSG_SPACE(sizeof fds)]; struct cmsghdr align; } u;
+  struct iovec iov = {&rq, sizeof rq};
+  struct msghdr mh = {0};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = u.b;
+  mh.msg_controllen = sizeof u.b;
+  ssize_t n;
+  do n = recvmsg(g_ctl, &mh, MSG_CMSG_CLOEXEC | (wait ? 0 : MSG_DONTWAIT)); while (n < 0 && errno == EINTR);
+  if (n < 0 && !wait && errno == EAGAIN) return false;
+  if (n <= 0) _exit(0);   /* sandboxd gave up on us */
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+      for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && nfds < INIT_MAX_CG; i++)
+        memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+  if (n != (ssize_t)sizeof rq || rq.type != INIT_REQ_CGROUPS || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+    fail_setup("expected the sandbox's cgroups");
+  for (int i = 0; i < nfds; i++) {
+    if (write(fds[i], "0", 1) != 1) fail_setup("join the sandbox's cgroups: %s", strerror(errno));
+    close(fds[i]);
+  }
+  g_cg_join = false;
+  mark("cgroups joined");
+  return true;
+}
+
 static void setup_root(int tpl_fd, int sbx_fd, char *sysdirs, const char *hostname) {
   char path[128], names[INIT_MAX_IDMAP][16];
   int nsys;
@@ -313,6 +344,7 @@ static void setup_root(int tpl_fd, int sbx_fd, char *sysdirs, const char *hostna
   /* sysfs may only be mounted by the owner of the network namespace: ours, always. */
   (void)mount("sysfs", "sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
   mark("proc+dev+sys");
+  if (g_cg_join) (void)join_cgroups(false);   /* they are likely there: while the helper still mounts */
   int status;
   while (waitpid(helper, &status, 0) < 0)
     if (errno != EINTR) fail_setup("wait: %s", strerror(errno));
@@ -337,34 +369,6 @@ static void setup_root(int tpl_fd, int sbx_fd, char *sysdirs, const char *hostna
   else hosts_entry(hostname);
   if (g_clear_groups) CHECK(setgroups(0, NULL), "clear supplementary groups");
   mark("host name");
-}
-
-/* v1: into the cgroups sandboxd made while we set up (init_boot.cg_join): before READY, so every
- * command is born inside. */
-static void join_cgroups(void) {
-  init_req rq;
-  int fds[INIT_MAX_CG], nfds = 0;
-  union { char b[CMSG_SPACE(sizeof fds)]; struct cmsghdr align; } u;
-  struct iovec iov = {&rq, sizeof rq};
-  struct msghdr mh = {0};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = u.b;
-  mh.msg_controllen = sizeof u.b;
-  ssize_t n;
-  do n = recvmsg(g_ctl, &mh, MSG_CMSG_CLOEXEC); while (n < 0 && errno == EINTR);
-  if (n <= 0) _exit(0);   /* sandboxd gave up on us */
-  for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-      for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && nfds < INIT_MAX_CG; i++)
-        memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-  if (n != (ssize_t)sizeof rq || rq.type != INIT_REQ_CGROUPS || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
-    fail_setup("expected the sandbox's cgroups");
-  for (int i = 0; i < nfds; i++) {
-    if (write(fds[i], "0", 1) != 1) fail_setup("join the sandbox's cgroups: %s", strerror(errno));
-    close(fds[i]);
-  }
-  mark("cgroups joined");
 }
 
 /* ---- spawned children ---- */
@@ -595,7 +599,7 @@ static void init_run(int ctl) {
   char sysdirs[512];
   snprintf(sysdirs, sizeof sysdirs, "%s", g_str[INIT_BOOT_SYSDIRS]);
   setup_root(tpl_fd, sbx_fd, sysdirs, g_str[INIT_BOOT_HOSTNAME]);
-  if (g_cg_join) join_cgroups();
+  if (g_cg_join) (void)join_cgroups(true);
   close(tpl_fd);
   close(sbx_fd);
   if (g_layers_fd >= 0) close(g_layers_fd);

@@ -611,14 +611,20 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
     step(tr, link ? "network (link)" : "network");
   }
   /* Its starter forks the init, born in the cgroups (v2), into new mount/pid/uts/ipc namespaces
-   * with sandboxd as its parent (init.h). */
+   * with sandboxd as its parent (init.h). Its answer is awaited at once: a thread about to sleep
+   * lets the starter run on its own CPU at once (a wake-up elsewhere can cost a millisecond). */
   if (net_pair_boot(s->net, b.p, b.len, fds, 1 + ncg + nidfds, err, errlen) != 0) goto fail;
   for (int i = 1; i < 1 + ncg + nidfds; i++) close(fds[i]);
   ncg = nidfds = 0;
   close(sv[1]);
   sv[1] = -1;
+  bool late = false;
+  pid = net_pair_booted(s->net, &late, err, errlen);
+  if (pid <= 0) goto fail;
+  s->init_pid = pid;
   step(tr, "boot");
-  if (cge == CG_JOINS) {   /* v1: made while the init boots; it joins them before READY */
+  if (late && cg_attach(&s->cg, s->init_pid, err, errlen) != 0) goto fail;
+  if (cge == CG_JOINS) {   /* v1: made while the init sets itself up; it joins them before READY */
     if (cg_create(&s->cg, cfg->state_dir, s->id, &lim, err, errlen) != 0) goto fail;
     int tasks[INIT_MAX_CG], nt = cg_boot_fds(&s->cg, tasks, INIT_MAX_CG, err, errlen);
     if (nt < 0) goto fail;
@@ -630,12 +636,6 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
     if (rc != 0) { seterr(err, errlen, "sandbox init: %s", strerror(errno)); goto fail; }
     step(tr, "cgroups");
   }
-  bool late = false;
-  pid = net_pair_booted(s->net, &late, err, errlen);
-  if (pid <= 0) goto fail;
-  s->init_pid = pid;
-  step(tr, "booted");
-  if (late && cg_attach(&s->cg, s->init_pid, err, errlen) != 0) goto fail;
   /* For sbx_cleanup_stale after a crash (a crash before this is written leaves an init that
    * exits by itself: its channel is gone; the cgroup sweep finds it too). */
   xfmt(p, sizeof p, "%s/init.pid", s->dir);
