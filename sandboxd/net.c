@@ -161,6 +161,8 @@ static int starter_recv(net_pair *p, uint32_t type, init_msg *m, char *err, size
     int status;
     if (waitpid(p->starter, &status, WNOHANG) == p->starter) {
       p->starter = 0;
+      /* It may have answered between that poll and its exit: the answer is still queued. */
+      if (recv(p->st, m, sizeof *m, MSG_DONTWAIT) == (ssize_t)sizeof *m && m->type == type) return 0;
       snprintf(err, errlen, "the sandbox's starter exited (wait status %d)", status);
       return -1;
     }

@@ -229,13 +229,15 @@ static void sbx_kill_init(sbx_t *s) {
   pthread_mutex_unlock(&s->mu);
 }
 
-/* The init image: sandboxd-init next to the sandboxd binary when it exists (tiny, static: fast
- * to exec and no library constructors running inside the sandbox), else sandboxd itself.
+/* The init image, which every network pair's starter (init.h) runs: sandboxd-init next to the
+ * sandboxd binary when it exists (tiny, static: fast to start and to fork, and no library
+ * constructors running inside the sandbox), else sandboxd itself.
  *
  * It is copied once into a sealed memfd of mode 0111 that sandbox root may execute but not read.
- * Executing an unreadable image makes the kernel mark the init non-dumpable and tie its memory to
- * the host's user namespace (fs/exec.c would_dump), so root inside cannot ptrace pid 1, open
- * /proc/1/mem or /proc/1/fd: an attach that stops the init would wedge the whole sandbox. */
+ * Executing an unreadable image marks the process non-dumpable from its first instruction (fs/exec.c
+ * would_dump); its memory belongs to the host's user namespace, where it was started, and the
+ * init keeps it non-dumpable, so root inside cannot ptrace pid 1, open /proc/1/mem or
+ * /proc/1/fd: an attach that stops the init would wedge the whole sandbox. */
 static pthread_mutex_t image_mu = PTHREAD_MUTEX_INITIALIZER;
 static int image_fd = -2;      /* -2 not made yet, -1 unavailable (the file is used as it is) */
 
@@ -290,7 +292,7 @@ static int init_exe_fd(void) {
   if (image_fd == -2) {
     image_fd = geteuid() == 0 ? make_image() : -1;   /* rootless: the owner may read it anyway */
     if (image_fd < 0 && geteuid() == 0)
-      fprintf(stderr, "sandboxd: cannot make an unreadable init image (memfd): root inside a sandbox may ptrace its pid 1\n");
+      fprintf(stderr, "sandboxd: cannot make an unreadable init image (memfd): the init's image is read from its file\n");
   }
   int fd = image_fd >= 0 ? fcntl(image_fd, F_DUPFD_CLOEXEC, 3) : -1;
   pthread_mutex_unlock(&image_mu);
@@ -794,8 +796,10 @@ static void *pair_new(const char *state_dir, char *err, size_t errlen) {
   if (uu == (uid_t)-1) { uu = ru; ug = rg; }
   tpl_info tpl;
   char why[256];
+  char parent[4200];
   if (tpl_ensure(state_dir, ru, rg, uu, ug, NET_DNS_FORWARDER, &tpl, why, sizeof why) != 0 ||
-      xfmt(k->dir, sizeof k->dir, "%s/sandboxes/k%lx%lx", state_dir, (unsigned long)getpid(), n) != 0 ||
+      xfmt(parent, sizeof parent, "%s/sandboxes", state_dir) != 0 || (mkdir(parent, 0711) != 0 && errno != EEXIST) ||
+      xfmt(k->dir, sizeof k->dir, "%s/k%lx%lx", parent, (unsigned long)getpid(), n) != 0 ||
       layer_dirs(k->dir, &tpl, ru, rg, why, sizeof why) != 0) {
     if (k->dir[0] && access(k->dir, F_OK) == 0) (void)tpl_rm_tree(k->dir);
     k->dir[0] = 0;
