@@ -205,8 +205,10 @@ static void mount_overlay(const char *target, const char *lower, int sbx_fd, con
 /* The host name resolves (sudo and others look it up): /etc/hosts gets "127.0.1.1 <name>" unless
  * a line already names it. Best effort: a sandbox whose /etc/hosts is not a plain file keeps it. */
 static void hosts_entry(const char *name) {
-  int fd = open("/etc/hosts", O_RDWR | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+  int fd = open("/etc/hosts", O_RDWR | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { close(fd); return; }   /* a FIFO there would block the boot */
   char buf[65536];
   ssize_t n = read(fd, buf, sizeof buf - 1);
   size_t nl = strlen(name);
