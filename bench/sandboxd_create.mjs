@@ -20,8 +20,10 @@
 //           process.Process/Start (Connect JSON, HTTP keep-alive); then DELETE (not timed)
 //   sdk     Sandbox.create('base') → commands.run('true') exits 0 against the pooled sandboxd,
 //           through the unmodified e2b SDK (its `run` is `bash -l -c`: a login shell is included)
-// After each pooled create the bench waits (untimed) until the pool has booted the replacement,
-// so refills neither overlap the other series nor leave the next pooled create without a spare;
+// After each pooled create the bench waits (untimed) until the pool has booted the replacement
+// and made again the network pair that boot took, after each cold one until its pair is made
+// again, so refills neither overlap the other series (the floor's) nor leave the next create
+// without a spare;
 // it reports how many pooled creates actually got a spare. With SANDBOXD_LOG (sandboxd started
 // with SANDBOXD_TRACE_CREATE=1; the cold sandboxds always are) it also prints where the time
 // goes, cold and pooled: the client's POST and first command, sbx_create and each of its steps
@@ -160,15 +162,18 @@ function createKind(file, id) {
   return null
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
-// After a pooled create that claimed a spare: wait (untimed, ≤ 3 s) for the replacement.
-async function waitRefill(bootedBefore) {
+// After a pooled create that claimed a spare: wait (untimed, ≤ 3 s) for the replacement, and for
+// the network pair its boot took to be made again (0.1 s later), so that neither overlaps the next
+// sample (the floor's above all).
+async function waitRefill(before) {
   const LOG = process.env.SANDBOXD_LOG
   if (!LOG) return sleep(50)
-  for (let t = 0; t < 3000 && sparesBooted(LOG) <= bootedBefore; t += 2) await sleep(2)
+  for (let t = 0; t < 3000 && sparesBooted(LOG) <= before.spares; t += 2) await sleep(2)
+  for (let t = 0; t < 3000 && pairsReady(LOG) <= before.pairs; t += 2) await sleep(2)
 }
 async function pooled(fn) {
   const LOG = process.env.SANDBOXD_LOG
-  const before = LOG ? sparesBooted(LOG) : 0
+  const before = LOG ? { spares: sparesBooted(LOG), pairs: pairsReady(LOG) } : null
   const x = await fn()
   const kind = LOG ? createKind(LOG, x.id) : null
   if (kind !== 'cold') await waitRefill(before)
@@ -228,8 +233,9 @@ const coldnet = cold ? await startCold({ SANDBOXD_NET_POOL: '0' }) : null
 if (!cold) console.log('(no sandboxd binary for the cold series: set SANDBOXD_PID or SANDBOXD_BIN)')
 async function coldOnce() {
   const before = pairsReady(cold.log)
-  await waitPair(cold.log, before - 1)   // the stock is full before the sample
-  return rawOnce(cold.api)
+  const x = await rawOnce(cold.api)
+  await waitPair(cold.log, before)   // the pair it took is made again (0.1 s later) before the next sample
+  return x
 }
 
 // Warm-up: template, connection pool, SDK module, page cache.
