@@ -718,7 +718,13 @@ static void starter(int st) {
    * files: it stays dumpable, inside the sandbox's trust boundary. */
   g_host_root = geteuid() == 0;
   int code = 0;
-  if (unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0 || loopback_up() != 0) code = errno;
+  /* The user and network namespaces, and already those of the init to come that hold nothing of
+   * the host: its uts and ipc namespaces, and the pid namespace its first child (the init) is pid
+   * 1 of. Its mount namespace is made when it is forked (a copy of the host's mounts taken then,
+   * none kept alive meanwhile). */
+  if (unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0 || unshare(CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID) != 0 ||
+      loopback_up() != 0)
+    code = errno;
   starter_reply(st, INIT_MSG_UNSHARED, 0, code, 0);
   if (code) _exit(1);
   /* sandboxd writes the id maps and links the network namespace; later (when a sandbox needs the
@@ -746,7 +752,7 @@ static void starter(int st) {
   /* v2: clone3 puts the init into its cgroup (v1: it joins them itself, init_boot.cg_join). */
   long pid = -1;
   int late = 0;
-  const uint64_t flags = CLONE_PARENT | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC;
+  const uint64_t flags = CLONE_PARENT | CLONE_NEWNS;
   if (!code && h.cg_v2 && h.ncg == 1) {
     struct { uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup; } a;
     memset(&a, 0, sizeof a);
