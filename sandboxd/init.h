@@ -3,12 +3,12 @@
  * The init's image (sandboxd-init, or the sandboxd binary itself, where a constructor in init.c
  * recognises argv[0] = SBX_INIT_ARGV0 before main) runs first as a network pair's *starter*
  * (net.h): sandboxd spawns it with `SBX_INIT_ARGV0 <fd>`, fd being its end of a SOCK_SEQPACKET
- * socket pair. The starter makes the pair's user and network namespaces (unshare), brings up
- * loopback, says UNSHARED, and waits (sandboxd writes the id maps and links the network
- * meanwhile, often long before a sandbox needs the pair). A BOOT request then names everything of
- * one sandbox; the starter joins its cgroups, forks the init into new mount, pid, uts and ipc
- * namespaces with sandboxd as its parent (CLONE_PARENT), answers BOOTED with the init's pid and
- * exits. The init is that fork: no exec. It builds the root file system, takes its host name,
+ * socket pair. The starter makes the pair's user and network namespaces and the init's uts, ipc
+ * and pid namespaces (unshare), brings up loopback, says UNSHARED, and waits (sandboxd writes the
+ * id maps and links the network meanwhile, often long before a sandbox needs the pair). A BOOT
+ * request then names everything of one sandbox; the starter forks the init (pid 1 of that pid
+ * namespace) into a new mount namespace with sandboxd as its parent (CLONE_PARENT) and, on v2,
+ * into its cgroup, answers BOOTED with the init's pid and exits. The init is that fork: no exec. It builds the root file system, takes its host name,
  * pivots, reports READY on its own channel, then serves spawn/kill requests over it: one request
  * or reply per packet, file descriptors passed with SCM_RIGHTS. */
 #ifndef SANDBOXD_INIT_H
