@@ -393,8 +393,7 @@ static int v1_write_limits(const cg_set *cg, const cg_limits *lim, char *err, si
     }
   }
   if (cg->path[CG_CPU][0]) {
-    snprintf(v, sizeof v, "%ld", CPU_PERIOD_US);
-    if (write_file(cg->path[CG_CPU], "cpu.cfs_period_us", v, err, errlen) != 0) return -1;
+    /* cpu.cfs_period_us is the kernel's default, 100 ms, in every new cgroup: not written. */
     snprintf(v, sizeof v, "%ld", (long)lim->cpu_count * CPU_PERIOD_US);
     if (write_file(cg->path[CG_CPU], "cpu.cfs_quota_us", v, err, errlen) != 0) return -1;
   }
@@ -472,12 +471,12 @@ static int v1_create(cg_set *cg, const char *state_dir, const char *name, const 
       v1_remove(cg, name);
       return -1;
     }
-    int rc = -1;
-    /* Retry: a concurrent destroy may remove the empty parent between the two mkdirs. */
-    for (int tries = 0; rc != 0 && tries < 5; tries++) {
+    /* The parent usually exists: made only when missing. Retry: a concurrent destroy may remove
+     * the empty parent between the two mkdirs. */
+    int rc = mkdir(cg->path[c], 0755);
+    for (int tries = 0; rc != 0 && errno == ENOENT && tries < 5; tries++) {
       if (mkdir(p, 0755) != 0 && errno != EEXIST) break;
       rc = mkdir(cg->path[c], 0755);
-      if (rc != 0 && errno != ENOENT) break;
     }
     if (rc != 0) {
       snprintf(err, errlen, "cgroup %s: mkdir %s: %s", CG_NAMES[c], cg->path[c], strerror(errno));
@@ -526,79 +525,36 @@ int cg_create(cg_set *cg, const char *state_dir, const char *name, const cg_limi
   return 0;
 }
 
-int cg_rename(cg_set *cg, const char *name) {
-  if (cg->dir[0]) return 0;   /* v2 has no rename: the cgroup keeps the name it was made with */
-  char to[512];
-  for (int c = 0; c < CG_N; c++) {
-    if (!cg->path[c][0] || G.v1_shared[c]) continue;
-    const char *slash = strrchr(cg->path[c], '/');
-    if (!slash || xfmt(to, sizeof to, "%.*s/%s", (int)(slash - cg->path[c]), cg->path[c], name) != 0) { errno = ENAMETOOLONG; return -1; }
-    if (rename(cg->path[c], to) != 0) return -1;   /* v1 allows a rename within the parent */
-    for (int e = c + 1; e < CG_N; e++)
-      if (G.v1_shared[e] && !strcmp(cg->path[e], cg->path[c])) memcpy(cg->path[e], to, sizeof to);
-    memcpy(cg->path[c], to, sizeof to);
-  }
-  return 0;
+cg_entry cg_entry_mode(void) {
+  if (G.mode == MODE_V2 && G.parent[0]) return CG_BORN;
+  if (G.mode == MODE_V1) return CG_JOINS;
+  return CG_NONE;
 }
 
-int cg_clone_fd(const cg_set *cg) { return cg->dir[0] ? cg->fd : -1; }
+int cg_boot_fds(const cg_set *cg, int *fds, int max, char *err, size_t errlen) {
+  int n = 0;
+  if (cg->dir[0]) {
+    if (max < 1 || (fds[n] = fcntl(cg->fd, F_DUPFD_CLOEXEC, 3)) < 0) { snprintf(err, errlen, "cgroup %s: dup: %s", cg->dir, strerror(errno ? errno : EMFILE)); return -1; }
+    return 1;
+  }
+  /* Each v1 hierarchy once (controllers mounted together share a directory). */
+  for (int c = 0; c < CG_N; c++) {
+    if (!cg->path[c][0] || G.v1_shared[c]) continue;
+    char p[600];
+    if (n == max || xfmt(p, sizeof p, "%s/tasks", cg->path[c]) != 0 || (fds[n] = open(p, O_WRONLY | O_CLOEXEC)) < 0) {
+      snprintf(err, errlen, "cgroup %s: open tasks: %s", cg->path[c], strerror(n == max ? EMFILE : errno));
+      while (n > 0) close(fds[--n]);
+      return -1;
+    }
+    n++;
+  }
+  return n;
+}
 
 int cg_attach(const cg_set *cg, pid_t pid, char *err, size_t errlen) {
   char v[32];
   snprintf(v, sizeof v, "%ld", (long)pid);
   return cg->dir[0] ? write_file(cg->dir, "cgroup.procs", v, err, errlen) : 0;
-}
-
-/* Joining a v1 cgroup through `cgroup.procs` (or with another task's pid) takes the global
- * cgroup_threadgroup_rwsem for writing, which waits for an RCU grace period whenever no cgroup
- * write happened in the last few tens of milliseconds (9-40 ms measured, on the critical path of
- * every create). Moving only the calling thread ("0" into the `tasks` file) takes no such lock.
- * So the creating thread joins the sandbox's cgroups, clones the init there (a child is born in
- * its parent thread's cgroups: limits apply from its first instruction), and goes back. v2 has
- * no such per-thread move for a domain cgroup: there clone3(CLONE_INTO_CGROUP) does it. */
-int cg_enter(const cg_set *cg, cg_home *home, char *err, size_t errlen) {
-  char buf[4096];
-  memset(home, 0, sizeof *home);
-  bool any = false;
-  for (int c = 0; c < CG_N; c++) any = any || cg->path[c][0];
-  if (!any) return 0;
-  if (procfile_read("/proc/thread-self/cgroup", buf, sizeof buf) != 0) {
-    snprintf(err, errlen, "read /proc/thread-self/cgroup: %s", strerror(errno));
-    return -1;
-  }
-  /* Lines "<id>:<controller,...>:<path>". */
-  for (char *save = NULL, *l = strtok_r(buf, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-    char *c1 = strchr(l, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-    if (!c2) continue;
-    *c2 = 0;
-    for (int c = 0; c < CG_N; c++)
-      if (G.v1_mnt[c][0] && has_word(c1 + 1, CG_NAMES[c]) &&
-          xfmt(home->path[c], sizeof home->path[c], "%s%s", G.v1_mnt[c], c2[1] == '/' && !c2[2] ? "" : c2 + 1) != 0)
-        home->path[c][0] = 0;
-  }
-  char e[700];
-  for (int c = 0; c < CG_N; c++) {
-    if (!cg->path[c][0] || G.v1_shared[c]) continue;
-    if (!home->path[c][0]) { snprintf(err, errlen, "cgroup %s: cannot tell this thread's cgroup", CG_NAMES[c]); goto fail; }
-    if (write_file(cg->path[c], "tasks", "0", e, sizeof e) != 0) { snprintf(err, errlen, "cgroup join: %s", e); goto fail; }
-  }
-  return 0;
-fail:
-  for (int c = 0; c < CG_N; c++)
-    if (cg->path[c][0] && !G.v1_shared[c] && home->path[c][0]) (void)write_file(home->path[c], "tasks", "0", NULL, 0);
-  return -1;
-}
-
-/* Back to where the thread came from. Failing here would leave a sandboxd thread inside a sandbox's
- * cgroups (its memory charged there, the cgroup undeletable): try the hierarchy root as a last resort. */
-void cg_leave(const cg_set *cg, const cg_home *home) {
-  char e[700];
-  for (int c = 0; c < CG_N; c++) {
-    if (!cg->path[c][0] || G.v1_shared[c]) continue;
-    if (write_file(home->path[c], "tasks", "0", e, sizeof e) == 0) continue;
-    fprintf(stderr, "sandboxd: cgroup: back to %s: %s\n", home->path[c], e);
-    if (write_file(G.v1_mnt[c], "tasks", "0", e, sizeof e) != 0) fprintf(stderr, "sandboxd: cgroup: back to %s: %s\n", G.v1_mnt[c], e);
-  }
 }
 
 bool cg_can_freeze(const cg_set *cg) {

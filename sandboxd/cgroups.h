@@ -47,22 +47,23 @@ typedef struct { long pids_max; long memory_mb; int cpu_count; } cg_limits;   /*
 int  cg_create(cg_set *cg, const char *state_dir, const char *name, const cg_limits *lim, char *err, size_t errlen);
 /* Writes lim's values. 0, or -1 with err naming the file. */
 int  cg_set_limits(cg_set *cg, const cg_limits *lim, char *err, size_t errlen);
-/* A claimed spare's new name. v1 renames each directory within its parent; v2 cannot rename a
- * cgroup, so the set keeps the name it was made with. 0, or -1 with errno. */
-int  cg_rename(cg_set *cg, const char *name);
 /* Removes the set (v1: and the per-state-dir parent when it was the last). `id` names it in
  * errors. Every task must be gone. */
 void cg_remove(cg_set *cg, const char *id);
 
-/* How the init is born inside: on v2 clone3(CLONE_INTO_CGROUP) with this fd (-1: not v2). */
-int  cg_clone_fd(const cg_set *cg);
+/* How a sandbox's init gets into its set. CG_BORN (v2): its starter (init.h) clones it into the
+ * cgroup (clone3 CLONE_INTO_CGROUP), so the set is made first. CG_JOINS (v1): the init writes "0"
+ * into each hierarchy's `tasks` file before it reports READY (only the calling thread moves,
+ * which takes none of the global locks a move of another process takes), so the set can be made
+ * while the init sets itself up. CG_NONE: no cgroups. */
+typedef enum { CG_NONE, CG_BORN, CG_JOINS } cg_entry;
+cg_entry cg_entry_mode(void);
+/* What the init needs to get into the set: v2 the cgroup's directory, v1 each hierarchy's
+ * `tasks` file opened for writing. Up to max descriptors, the caller's to close; the count, or
+ * -1 with err. */
+int  cg_boot_fds(const cg_set *cg, int *fds, int max, char *err, size_t errlen);
 /* v2 without CLONE_INTO_CGROUP (kernel < 5.7): moves process pid in. 0, or -1 with err. */
 int  cg_attach(const cg_set *cg, pid_t pid, char *err, size_t errlen);
-/* v1: the calling thread (only it) joins the set, so that what it clones is born inside;
- * cg_leave takes it back. No-ops elsewhere. */
-typedef struct { char path[CG_N][512]; } cg_home;
-int  cg_enter(const cg_set *cg, cg_home *home, char *err, size_t errlen);
-void cg_leave(const cg_set *cg, const cg_home *home);
 
 bool cg_can_freeze(const cg_set *cg);
 /* Freezes or thaws every task and waits until the kernel says so (bounded). 0, or -1 with errno. */

@@ -33,6 +33,11 @@ static int admit(sd_request *r, sd_admission *a, char **body) {
   a->ctx = d;
   a->group = d->entry;            /* a kill or expiry of this sandbox ends the request's streams */
   a->stream_body = d->upload;
+  /* The control plane (and envd's health) replies unary: no thread of its own. */
+  switch (d->route) {
+    case RT_FILES: case RT_PROCESS: case RT_FILESYSTEM: case RT_PORT: case RT_RPC_UNKNOWN: case RT_VOLUME_CONTENT: break;
+    default: a->unary = true;
+  }
   return 0;
 }
 

@@ -100,6 +100,7 @@ struct sd_request {
   void *ctx;                     /* main.c's per-request context (released with the request) */
   bool admitted;
   bool upload;                   /* the body goes to the handler as it arrives (sd_body_read) */
+  bool unary;                    /* the handler runs on the connection thread (sd_admission.unary) */
   const void *group;             /* streams of this request end on sd_streams_abort(group) */
   struct inbound *inbound;       /* a handed-in connection's (a reference), or NULL */
 };
@@ -679,8 +680,8 @@ static enum MHD_Result collect(void *cls, enum MHD_ValueKind kind, const char *k
 
 /* ---------- handling ---------- */
 
-static void *worker(void *arg) {
-  sd_request *r = arg;
+/* The handler, and a 500 if it produced no reply. */
+static void run_handler(sd_request *r) {
   listeners[r->listener].hooks->handle(r, r->ctx);
   pthread_mutex_lock(&r->mu);
   if (r->state == R_PENDING) {
@@ -689,6 +690,11 @@ static void *worker(void *arg) {
     pthread_mutex_lock(&r->mu);
   }
   pthread_mutex_unlock(&r->mu);
+}
+
+static void *worker(void *arg) {
+  sd_request *r = arg;
+  run_handler(r);
   req_unref(r);
   return NULL;
 }
@@ -849,6 +855,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     r->ctx = a.ctx;
     r->admitted = true;
     r->upload = a.stream_body;
+    r->unary = a.unary && !a.stream_body;
     r->group = a.group;
     r->limit = r->upload ? g_upload_limit : SD_MAX_BODY;
     /* Authenticated but oversize: drained unbuffered and answered 413 at the end, which every
@@ -944,6 +951,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     r->eof = true;                                      /* the whole body arrived */
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+  } else if (r->unary) {
+    run_handler(r);   /* no thread to start, nor to wake for the reply */
   } else if (r->nothread || start_worker(r) != 0) {
     return queue_simple(c, 503, "{\"code\":503,\"message\":\"cannot start a handler thread\"}");
   }

@@ -115,6 +115,9 @@ typedef struct {
   void *ctx;                 /* for handle and release */
   const void *group;         /* see sd_streams_abort */
   bool stream_body;          /* an upload: handled while its body arrives, up to sd_upload_limit() */
+  bool unary;                /* the handler only ever replies with sd_reply_*: it runs on the
+                                connection's own thread (which waits for the reply anyway) instead
+                                of a thread of its own */
 } sd_admission;
 typedef struct {
   int  (*admit)(sd_request *r, sd_admission *a, char **body);

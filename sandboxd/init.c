@@ -1,6 +1,8 @@
-/* init.c — pid 1 of every sandbox: builds the root file system, then spawns commands for sandboxd
- * and reports their exits; reaps every orphan. Runs in a fresh image of the sandboxd binary
- * (single-threaded), so plain libc is safe here. Protocol: init.h. */
+/* init.c — a network pair's starter and pid 1 of every sandbox (init.h). The starter makes the
+ * pair's namespaces and forks the init when sandboxd sends a sandbox's BOOT; the init builds the
+ * root file system, then spawns commands for sandboxd and reports their exits; reaps every
+ * orphan. Both run in a fresh image (sandboxd-init, or the sandboxd binary), single-threaded, so
+ * plain libc is safe here. */
 #include "init.h"
 #include "../core/include/moonbox_signals.h"
 
@@ -8,6 +10,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <net/if.h>
+#include <sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -33,6 +36,9 @@
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
 
 extern char **environ;
 
@@ -50,6 +56,8 @@ static void mark(const char *what) {
   g_mark = t;
 }
 static int g_clear_groups;
+static bool g_cg_join;       /* join the cgroups sandboxd sends before READY (init_boot.cg_join) */
+static bool g_host_root;     /* sandboxd runs as root (the starter was started by host root) */
 
 static void send_msg(const init_msg *m, const int *fds, int nfds) {
   struct iovec iov = {(void *)m, sizeof *m};
@@ -110,27 +118,13 @@ static void bind_dev(const char *name) {
   if (mount(src, dst, NULL, MS_BIND, NULL) != 0) fail_setup("bind %s: %s", src, strerror(errno));
 }
 
-/* Volumes (argv[7..]): each an fd of its directory and an absolute path inside the sandbox. */
-#define INIT_MAX_MOUNTS 16
+/* What the BOOT request named (strings point into the request, which the init keeps). */
+static const char *g_str[INIT_BOOT_NFIXED + 2 * INIT_MAX_MOUNTS];
+static int g_idmap_fd[INIT_MAX_IDMAP], g_nidmap;
+/* Volumes: each its directory (opened again by the init) and an absolute path inside. */
 static int g_mount_fd[INIT_MAX_MOUNTS];
 static const char *g_mount_path[INIT_MAX_MOUNTS];
 static int g_nmounts;
-
-static void parse_mounts(int argc, char **argv) {
-  char *end;
-  long n = strtol(argv[7], &end, 10);
-  if (*end || n < 0 || n > INIT_MAX_MOUNTS || argc != 8 + n) _exit(2);
-  for (long i = 0; i < n; i++) {
-    char *colon = strchr(argv[8 + i], ':');
-    if (!colon || colon[1] != '/') _exit(2);
-    *colon = 0;
-    g_mount_fd[i] = parse_fd(argv[8 + i]);
-    *colon = ':';
-    if (g_mount_fd[i] < 0) _exit(2);
-    g_mount_path[i] = colon + 1;
-  }
-  g_nmounts = (int)n;
-}
 
 /* Each volume on its path inside the new root (the cwd): missing directories are made (0755,
  * root's), and no level may be a symlink or a file, so a mount never lands outside the root or on
@@ -169,22 +163,15 @@ static void mount_volumes(void) {
   }
 }
 
-/* Snapshot layers (argv[6]): the store's fd and the chain's ids, top first; none by default. */
+/* Snapshot layers: the store's fd and the chain's ids, top first; none by default. */
 static int g_layers_fd = -1;
-static char g_layer_ids[40][24];
+static char g_layer_ids[INIT_MAX_LAYERS][24];
 static int g_nlayers;
 
-static void parse_layers(const char *spec) {
-  if (!strcmp(spec, "-")) return;
-  const char *colon = strchr(spec, ':');
-  char fdtext[16];
-  if (!colon || (size_t)(colon - spec) >= sizeof fdtext) _exit(2);
-  memcpy(fdtext, spec, (size_t)(colon - spec));
-  fdtext[colon - spec] = 0;
-  if ((g_layers_fd = parse_fd(fdtext)) < 0) _exit(2);
-  for (const char *p = colon + 1; *p;) {
+static void parse_layers(const char *ids) {
+  for (const char *p = ids; *p;) {
     size_t n = strcspn(p, ",");
-    if (n == 0 || n >= sizeof g_layer_ids[0] || g_nlayers == 40) _exit(2);
+    if (n == 0 || n >= sizeof g_layer_ids[0] || g_nlayers == INIT_MAX_LAYERS) fail_setup("malformed snapshot layer list");
     memcpy(g_layer_ids[g_nlayers], p, n);
     g_layer_ids[g_nlayers++][n] = 0;
     p += n;
@@ -215,14 +202,50 @@ static void mount_overlay(const char *target, const char *lower, int sbx_fd, con
     fail_setup("overlay on %s (lower %s%s): %s", target, g_nlayers ? "snapshot layers and " : "", lower, strerror(errno));
 }
 
+/* The host name resolves (sudo and others look it up): /etc/hosts gets "127.0.1.1 <name>" unless
+ * a line already names it. Best effort: a sandbox whose /etc/hosts is not a plain file keeps it. */
+static void hosts_entry(const char *name) {
+  int fd = open("/etc/hosts", O_RDWR | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { close(fd); return; }   /* a FIFO there would block the boot */
+  char buf[65536];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  size_t nl = strlen(name);
+  bool found = false;
+  if (n >= 0) {
+    buf[n] = 0;
+    for (char *p = buf; (p = strstr(p, name)) != NULL; p += nl)
+      if ((p == buf || p[-1] == ' ' || p[-1] == '\t') && (p[nl] == 0 || p[nl] == '\n' || p[nl] == ' ' || p[nl] == '\t')) found = true;
+  }
+  if (n >= 0 && n < (ssize_t)sizeof buf - 1 && !found) {
+    char line[128];
+    int k = snprintf(line, sizeof line, "%s127.0.1.1\t%s\n", n > 0 && buf[n - 1] != '\n' ? "\n" : "", name);
+    if (k > 0 && write(fd, line, (size_t)k) != k) { /* best effort */ }
+  }
+  close(fd);
+}
+
+/* A layer's upper and work directories in the sandbox's directory, made by the init (root
+ * inside: the sandbox's root owns them, as the directory they are in) unless sandboxd made them
+ * ahead (its directory came from the pool): the directory is new either way. */
+static void layer_dirs(int sbx_fd, const char *layer) {
+  char name[48];
+  for (int w = 0; w < 2; w++) {
+    snprintf(name, sizeof name, "%s%s%s", w ? "work" : "upper", layer[0] ? "-" : "", layer);
+    if (mkdirat(sbx_fd, name, 0755) != 0 && errno != EEXIST) fail_setup("mkdir %s: %s", name, strerror(errno));
+  }
+}
+
 /* The system overlays (/usr, ...) are mounted by a helper process while we mount the root
- * overlay (each costs a few file-system round trips), then moved into place. The helper stacks
- * each on the host directory it covers, /<name> of the old root (detached later with all of
- * it): no mount point directory to create. Same mount namespace, so its mounts are ours. */
+ * overlay and /proc, /dev, /sys on it (each costs a few file-system round trips), then moved into
+ * place. The helper stacks each on the host directory it covers, /<name> of the old root
+ * (detached later with all of it): no mount point directory to create. Same mount namespace, so
+ * its mounts are ours. sysdirs: "usr,lib" or "usr=<i>" (lower layer: idmapped tree i). */
 static pid_t mount_system_overlays(int sbx_fd, char *sysdirs, char names[][16], int *n) {
   *n = 0;
   char *save = NULL;
-  for (char *d = strtok_r(sysdirs, ",", &save); d && *n < 8; d = strtok_r(NULL, ",", &save)) {
+  for (char *d = strtok_r(sysdirs, ",", &save); d && *n < INIT_MAX_IDMAP; d = strtok_r(NULL, ",", &save)) {
     char *eq = strchr(d, '=');
     if (eq) *eq = 0;
     snprintf(names[*n], 16, "%s", d);
@@ -237,11 +260,12 @@ static pid_t mount_system_overlays(int sbx_fd, char *sysdirs, char names[][16], 
     char *eq = strchr(d, '=');
     if (eq) *eq = 0;
     snprintf(stage, sizeof stage, "/%s", d);
+    layer_dirs(sbx_fd, d);
     if (eq) {
       /* An idmapped tree of the host directory: attach it over the directory, then stack the
        * overlay on it (the lower layer is looked up before the overlay covers it). */
-      int fd = parse_fd(eq + 1);
-      if (fd < 0 || syscall(SYS_move_mount, fd, "", AT_FDCWD, stage, MOVE_MOUNT_F_EMPTY_PATH) != 0)
+      int i = parse_fd(eq + 1);
+      if (i < 0 || i >= g_nidmap || syscall(SYS_move_mount, g_idmap_fd[i], "", AT_FDCWD, stage, MOVE_MOUNT_F_EMPTY_PATH) != 0)
         fail_setup("attach idmapped /%s: %s", d, strerror(errno));
     }
     mount_overlay(stage, stage, sbx_fd, d);
@@ -249,36 +273,62 @@ static pid_t mount_system_overlays(int sbx_fd, char *sysdirs, char names[][16], 
   _exit(0);
 }
 
-static void setup_root(int tpl_fd, int sbx_fd, char *sysdirs) {
-  char path[128], names[8][16];
+/* v1: into the cgroups sandboxd made while we set up (init_boot.cg_join): before READY, so every
+ * command is born inside. Without `wait`, only if they have come already (false if not). */
+static bool join_cgroups(bool wait) {
+  init_req rq;
+  int fds[INIT_MAX_CG], nfds = 0;
+  union { char b[CMSG_SPACE(sizeof fds)]; struct cmsghdr align; } u;
+  struct iovec iov = {&rq, sizeof rq};
+  struct msghdr mh = {0};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = u.b;
+  mh.msg_controllen = sizeof u.b;
+  ssize_t n;
+  do n = recvmsg(g_ctl, &mh, MSG_CMSG_CLOEXEC | (wait ? 0 : MSG_DONTWAIT)); while (n < 0 && errno == EINTR);
+  if (n < 0 && !wait && errno == EAGAIN) return false;
+  if (n <= 0) _exit(0);   /* sandboxd gave up on us */
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+      for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && nfds < INIT_MAX_CG; i++)
+        memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+  if (n != (ssize_t)sizeof rq || rq.type != INIT_REQ_CGROUPS || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+    fail_setup("expected the sandbox's cgroups");
+  for (int i = 0; i < nfds; i++) {
+    if (write(fds[i], "0", 1) != 1) fail_setup("join the sandbox's cgroups: %s", strerror(errno));
+    close(fds[i]);
+  }
+  g_cg_join = false;
+  mark("cgroups joined");
+  return true;
+}
+
+static void setup_root(int tpl_fd, int sbx_fd, char *sysdirs, const char *hostname) {
+  char path[128], names[INIT_MAX_IDMAP][16];
   int nsys;
   CHECK(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), "make mounts private");
   /* tpl_fd is the template's parent: the root overlay is mounted over the template itself
    * (looked up as its lower layer first), in this mount namespace only. */
   snprintf(path, sizeof path, "/proc/self/fd/%d/root", tpl_fd);
-  mark(NULL);
-  char sysdirs_copy[512];
-  snprintf(sysdirs_copy, sizeof sysdirs_copy, "%s", sysdirs);   /* strtok_r below cuts sysdirs */
+  mark("private");
   pid_t helper = mount_system_overlays(sbx_fd, sysdirs, names, &nsys);
   if (helper < 0) fail_setup("fork: %s", strerror(errno));
+  layer_dirs(sbx_fd, "");
   mount_overlay(path, path, sbx_fd, "");
   mark("root overlay");
   CHECK(chdir(path), "chdir to new root");   /* "root" is looked up normally: lands on the overlay */
-  int status;
-  while (waitpid(helper, &status, 0) < 0)
-    if (errno != EINTR) fail_setup("wait: %s", strerror(errno));
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) _exit(1);   /* the helper reported why */
-  /* Our copies of the idmapped trees: once the overlays hold them, nothing else may. */
-  for (const char *q = strchr(sysdirs_copy, '='); q; q = strchr(q + 1, '=')) {
-    int fd = (int)strtol(q + 1, NULL, 10);
-    if (fd > 2) close(fd);
+  /* /etc/hosts gets its line (a copy-up: several file-system round trips) from a child chrooted
+   * in the new root (so that no symlink a snapshot left there leads out of it), meanwhile;
+   * unless a volume covers /etc: then after the volumes are mounted, as before. */
+  bool etc_volume = false;
+  for (int i = 0; i < g_nmounts; i++) etc_volume = etc_volume || !strcmp(g_mount_path[i], "/etc");
+  pid_t hosts = -1;
+  if (!etc_volume && (hosts = fork()) == 0) {
+    if (chroot(".") != 0) _exit(1);
+    hosts_entry(hostname);
+    _exit(0);
   }
-  for (int i = 0; i < nsys; i++) {
-    char stage[160];
-    snprintf(stage, sizeof stage, "/%s", names[i]);
-    if (mount(stage, names[i], NULL, MS_MOVE, NULL) != 0) fail_setup("move /%s overlay: %s", names[i], strerror(errno));
-  }
-  mark("system overlays");
   CHECK(mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL), "mount /proc");
   CHECK(mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=65536"), "mount /dev");
   static const char *const nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
@@ -296,45 +346,31 @@ static void setup_root(int tpl_fd, int sbx_fd, char *sysdirs) {
   /* sysfs may only be mounted by the owner of the network namespace: ours, always. */
   (void)mount("sysfs", "sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
   mark("proc+dev+sys");
+  if (g_cg_join) (void)join_cgroups(false);   /* they are likely there: while the helper still mounts */
+  int status;
+  while (waitpid(helper, &status, 0) < 0)
+    if (errno != EINTR) fail_setup("wait: %s", strerror(errno));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) _exit(1);   /* the helper reported why */
+  /* Our copies of the idmapped trees: once the overlays hold them, nothing else may. */
+  for (int i = 0; i < g_nidmap; i++) close(g_idmap_fd[i]);
+  g_nidmap = 0;
+  for (int i = 0; i < nsys; i++) {
+    char stage[160];
+    snprintf(stage, sizeof stage, "/%s", names[i]);
+    if (mount(stage, names[i], NULL, MS_MOVE, NULL) != 0) fail_setup("move /%s overlay: %s", names[i], strerror(errno));
+  }
+  mark("system overlays");
   mount_volumes();
+  mark("volumes");
   CHECK(syscall(SYS_pivot_root, ".", "."), "pivot_root");
   CHECK(umount2(".", MNT_DETACH), "detach host root");
   CHECK(chdir("/"), "chdir /");
-  CHECK(sethostname("sandbox", 7), "sethostname");   /* the sandbox id comes with INIT_REQ_HOSTNAME */
-  {
-    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct ifreq ifr;
-    memset(&ifr, 0, sizeof ifr);
-    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "lo");
-    if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) != 0) fail_setup("loopback: %s", strerror(errno));
-    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-    if (ioctl(s, SIOCSIFFLAGS, &ifr) != 0) fail_setup("loopback up: %s", strerror(errno));
-    close(s);
-  }
+  mark("pivot");
+  CHECK(sethostname(hostname, strlen(hostname)), "sethostname");
+  if (hosts > 0) while (waitpid(hosts, NULL, 0) < 0 && errno == EINTR) {}
+  else hosts_entry(hostname);
   if (g_clear_groups) CHECK(setgroups(0, NULL), "clear supplementary groups");
-  mark("pivot+uts+net");
-}
-
-/* The host name resolves (sudo and others look it up): /etc/hosts gets "127.0.1.1 <name>" unless
- * a line already names it. Best effort: a sandbox whose /etc/hosts is not a plain file keeps it. */
-static void hosts_entry(const char *name) {
-  int fd = open("/etc/hosts", O_RDWR | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return;
-  char buf[65536];
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  size_t nl = strlen(name);
-  bool found = false;
-  if (n >= 0) {
-    buf[n] = 0;
-    for (char *p = buf; (p = strstr(p, name)) != NULL; p += nl)
-      if ((p == buf || p[-1] == ' ' || p[-1] == '\t') && (p[nl] == 0 || p[nl] == '\n' || p[nl] == ' ' || p[nl] == '\t')) found = true;
-  }
-  if (n >= 0 && n < (ssize_t)sizeof buf - 1 && !found) {
-    char line[128];
-    int k = snprintf(line, sizeof line, "%s127.0.1.1\t%s\n", n > 0 && buf[n - 1] != '\n' ? "\n" : "", name);
-    if (k > 0 && write(fd, line, (size_t)k) != k) { /* best effort */ }
-  }
-  close(fd);
+  mark("host name");
 }
 
 /* ---- spawned children ---- */
@@ -373,7 +409,12 @@ static void spawn_reply(uint32_t seq, int code, const char *fmt, ...) {
   va_end(ap);
 }
 
-static void do_spawn(const init_req *rq, const char *str, size_t slen) {
+static long us_between(struct timespec a, struct timespec b) {
+  return (long)((b.tv_sec - a.tv_sec) * 1000000 + (b.tv_nsec - a.tv_nsec) / 1000);
+}
+
+/* `got`: when the request arrived (SANDBOXD_TRACE_CREATE reads the times SPAWNED carries). */
+static void do_spawn(const init_req *rq, const char *str, size_t slen, struct timespec got) {
   /* Strings: cwd, argv..., env...; every one must be NUL-terminated inside the packet. */
   size_t want = 1 + (size_t)rq->argc + rq->envc;
   if (rq->argc < 1 || rq->argc > slen || rq->envc > slen || want > slen + 1) {
@@ -420,11 +461,19 @@ static void do_spawn(const init_req *rq, const char *str, size_t slen) {
     }
   }
   if (pipe2(ep, O_CLOEXEC) != 0) { spawn_reply(rq->seq, INIT_EINTERNAL, "pipe: %s", strerror(errno)); goto out; }
+  struct timespec forked, execd;
+  clock_gettime(CLOCK_MONOTONIC, &forked);
+  /* fork, not a vfork sharing our memory: the child makes its memory dumpable (it must, to
+   * write its own oom_score_adj), which on ours would let root inside ptrace the init. */
   pid_t pid = fork();
   if (pid < 0) { spawn_reply(rq->seq, INIT_EINTERNAL, "fork: %s", strerror(errno)); goto out; }
   if (pid == 0) {
     struct child_err ce = {0, 0};
-    mb_default_signals(); /* nothing sandboxd ignores (SIGPIPE) reaches commands */
+    /* Every disposition is the default already (the starter reset them: nothing sandboxd
+     * ignores, SIGPIPE, reaches commands); only the init's mask is left. */
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
     setsid();
     if (pty) {
       /* The terminal belongs to its user (group tty where that id is mapped). */
@@ -459,6 +508,7 @@ static void do_spawn(const init_req *rq, const char *str, size_t slen) {
   struct child_err ce;
   ssize_t n;
   do n = read(ep[0], &ce, sizeof ce); while (n < 0 && errno == EINTR);
+  clock_gettime(CLOCK_MONOTONIC, &execd);
   if (n == (ssize_t)sizeof ce) {
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
@@ -482,6 +532,9 @@ static void do_spawn(const init_req *rq, const char *str, size_t slen) {
   m.type = INIT_MSG_SPAWNED;
   m.seq = rq->seq;
   m.pid = pid;
+  /* When it arrived (absolute: the same clock as sandboxd's), the µs until fork, until exec'd. */
+  snprintf(m.text, sizeof m.text, "%lld.%09ld %ld %ld", (long long)got.tv_sec, got.tv_nsec, us_between(got, forked),
+           us_between(forked, execd));
   int fds[3], nfds = 0;
   if (pty) fds[nfds++] = master;
   else {
@@ -517,46 +570,38 @@ static void reap(void) {
 }
 
 
-int sbx_init_main(int argc, char **argv) {
-  if (argc < 8) return 2;
-  g_ctl = parse_fd(argv[1]);
-  int tpl_fd = parse_fd(argv[2]), sbx_fd = parse_fd(argv[3]);
-  if (g_ctl < 0 || tpl_fd < 0 || sbx_fd < 0) return 2;
-  g_clear_groups = argv[4][0] == 'c';
-  parse_layers(argv[6]);
-  parse_mounts(argc, argv);
-  /* Inherit nothing from sandboxd but the descriptors named in argv, whatever it forgot to mark
-   * CLOEXEC: the channel, the layer directories and the idmapped trees ("usr=<fd>"). */
-  int keep[4 + 16 + INIT_MAX_MOUNTS] = {g_ctl, tpl_fd, sbx_fd}, nkeep = 3;
-  if (g_layers_fd >= 0) keep[nkeep++] = g_layers_fd;
-  for (int i = 0; i < g_nmounts; i++) keep[nkeep++] = g_mount_fd[i];
-  for (const char *q = strchr(argv[5], '='); q && nkeep < (int)(sizeof keep / sizeof keep[0]); q = strchr(q + 1, '=')) {
-    int fd = (int)strtol(q + 1, NULL, 10);
-    if (fd > 2) keep[nkeep++] = fd;
+/* ---- the init ---- */
+
+/* Forked by the starter: in the sandbox's user and network namespaces and new mount, pid, uts and
+ * ipc ones, still with the host credentials it was started with. Never returns. */
+static void init_run(int ctl) {
+  g_ctl = ctl;
+  mark(NULL);
+  /* Opened again in this mount namespace (an overlay refuses layers whose mounts belong to
+   * another one), while the host credentials that own the state directory still reach it. */
+  int tpl_fd = open(g_str[INIT_BOOT_TEMPLATE], O_PATH | O_DIRECTORY | O_CLOEXEC);
+  int sbx_fd = open(g_str[INIT_BOOT_DIR], O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (tpl_fd < 0 || sbx_fd < 0) fail_setup("open the layer directories: %s", strerror(errno));
+  if (g_str[INIT_BOOT_LAYERS][0]) {
+    if ((g_layers_fd = open(g_str[INIT_BOOT_LAYERS], O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+      fail_setup("open %s: %s", g_str[INIT_BOOT_LAYERS], strerror(errno));
+    parse_layers(g_str[INIT_BOOT_LAYER_IDS]);
   }
-  for (int i = 0; i < nkeep; i++)
-    for (int j = i + 1; j < nkeep; j++)
-      if (keep[j] < keep[i]) { int x = keep[i]; keep[i] = keep[j]; keep[j] = x; }
-  unsigned lo = 3;
-  for (int i = 0; i < nkeep; i++) {
-    if ((unsigned)keep[i] > lo) syscall(SYS_close_range, lo, (unsigned)keep[i] - 1, 0);
-    if ((unsigned)keep[i] + 1 > lo) lo = (unsigned)keep[i] + 1;
-  }
-  syscall(SYS_close_range, lo, ~0U, 0);
-  /* Never keep sandboxd's stdio: the sandbox must not write to the host's terminal or log. */
-  int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (nul >= 0) { dup2(nul, 0); dup2(nul, 1); dup2(nul, 2); if (nul > 2) close(nul); }
-  prctl(PR_SET_NAME, "sandboxd-init", 0, 0, 0);   /* what `ps` shows as pid 1 inside */
-  /* Nobody inside may ptrace us (the image is unreadable to them, see sandbox.c init_exe_fd; this
-   * keeps it so whatever the image's mode): a tracer that stops pid 1 would stop every command. */
-  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-  /* Our own mask, whatever the sandboxd thread that cloned us had blocked: only SIGCHLD (read
-   * through a signalfd). */
+  for (int i = 0; i < g_nmounts; i++)
+    if ((g_mount_fd[i] = open(g_str[INIT_BOOT_NFIXED + 2 * i], O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+      fail_setup("volume mount %s: open its directory: %s", g_mount_path[i], strerror(errno));
+  /* Root inside (host SBX_UID_BASE) from here: the sandbox's root owns what the init makes. */
+  if (setresgid(0, 0, 0) != 0 || setresuid(0, 0, 0) != 0) fail_setup("become root inside: %s", strerror(errno));
+  if (g_host_root) prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);   /* see starter(); the new ids reset it anyway */
+  /* Only SIGCHLD, read through a signalfd. */
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
   sigprocmask(SIG_SETMASK, &chld, NULL);
-  setup_root(tpl_fd, sbx_fd, argv[5]);
+  char sysdirs[512];
+  snprintf(sysdirs, sizeof sysdirs, "%s", g_str[INIT_BOOT_SYSDIRS]);
+  setup_root(tpl_fd, sbx_fd, sysdirs, g_str[INIT_BOOT_HOSTNAME]);
+  if (g_cg_join) (void)join_cgroups(true);
   close(tpl_fd);
   close(sbx_fd);
   if (g_layers_fd >= 0) close(g_layers_fd);
@@ -582,6 +627,8 @@ int sbx_init_main(int argc, char **argv) {
       reap();
     }
     if (pf[0].revents) {
+      struct timespec got;
+      clock_gettime(CLOCK_MONOTONIC, &got);
       ssize_t n = recv(g_ctl, buf, cap, MSG_TRUNC);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) _exit(0);   /* sandboxd closed the channel: the sandbox ends with us */
@@ -589,7 +636,7 @@ int sbx_init_main(int argc, char **argv) {
       init_req rq;
       memcpy(&rq, buf, sizeof rq);
       if (rq.type == INIT_REQ_SPAWN) {
-        do_spawn(&rq, buf + sizeof rq, (size_t)n - sizeof rq);
+        do_spawn(&rq, buf + sizeof rq, (size_t)n - sizeof rq, got);
         reap();   /* a child that already exited: report after its SPAWNED */
       } else if (rq.type == INIT_REQ_KILL) {
         /* The whole process group (each command is a session leader): killing only
@@ -597,19 +644,142 @@ int sbx_init_main(int argc, char **argv) {
         if (rq.pid > 1 && kill(-rq.pid, rq.sig) != 0 && tracked(rq.pid, 0)) kill(rq.pid, rq.sig);
       } else if (rq.type == INIT_REQ_KILLALL) {
         kill(-1, rq.sig);   /* every process of the pid namespace but pid 1 */
-      } else if (rq.type == INIT_REQ_HOSTNAME) {
-        const char *name = buf + sizeof rq;
-        size_t len = (size_t)n - sizeof rq;
-        init_msg m;
-        memset(&m, 0, sizeof m);
-        m.type = INIT_MSG_HOSTNAME;
-        if (len < 2 || len > 65 || name[len - 1] || memchr(name, 0, len - 1)) m.code = EINVAL;
-        else if (sethostname(name, len - 1) != 0) m.code = errno;
-        else hosts_entry(name);
-        send_msg(&m, NULL, 0);
       }
     }
   }
+}
+
+/* ---- the starter ---- */
+
+static int loopback_up(void) {
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof ifr);
+  snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "lo");
+  int rc = s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) != 0 ? -1 : 0;
+  ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+  if (rc == 0) rc = ioctl(s, SIOCSIFFLAGS, &ifr);
+  int e = errno;
+  if (s >= 0) close(s);
+  errno = e;
+  return rc;
+}
+
+static void starter_reply(int st, uint32_t type, int32_t pid, int code, int status) {
+  init_msg m;
+  memset(&m, 0, sizeof m);
+  m.type = type;
+  m.pid = pid;
+  m.code = code;
+  m.status = status;
+  while (send(st, &m, sizeof m, MSG_NOSIGNAL) < 0)
+    if (errno != EINTR) _exit(1);
+}
+
+/* The BOOT request: its header, strings and descriptors checked and taken into g_*; fds[0] is
+ * the init's channel, then the cgroup descriptors, then the idmapped trees. 0 or an errno. */
+static int take_boot(char *buf, size_t n, const int *fds, int nfds, init_boot *h) {
+  if (n < sizeof *h) return EINVAL;
+  memcpy(h, buf, sizeof *h);
+  if (h->type != INIT_REQ_BOOT || h->ncg > INIT_MAX_CG || h->nidmap > INIT_MAX_IDMAP || nfds != 1 + (int)(h->ncg + h->nidmap) ||
+      h->nstrings < INIT_BOOT_NFIXED || h->nstrings > INIT_BOOT_NFIXED + 2 * INIT_MAX_MOUNTS || (h->nstrings - INIT_BOOT_NFIXED) % 2)
+    return EINVAL;
+  size_t off = sizeof *h;
+  for (uint32_t i = 0; i < h->nstrings; i++) {
+    const char *end = off < n ? memchr(buf + off, 0, n - off) : NULL;
+    if (!end) return EINVAL;
+    g_str[i] = buf + off;
+    off = (size_t)(end - buf) + 1;
+  }
+  g_nmounts = (int)(h->nstrings - INIT_BOOT_NFIXED) / 2;
+  for (int i = 0; i < g_nmounts; i++)
+    if ((g_mount_path[i] = g_str[INIT_BOOT_NFIXED + 2 * i + 1])[0] != '/') return EINVAL;
+  g_nidmap = (int)h->nidmap;
+  for (int i = 0; i < g_nidmap; i++) g_idmap_fd[i] = fds[1 + h->ncg + i];
+  g_clear_groups = g_str[INIT_BOOT_GROUPS][0] == 'c';
+  g_cg_join = h->cg_join != 0;
+  return 0;
+}
+
+/* Makes the pair's namespaces, then waits for one sandbox's BOOT, forks its init, and exits. */
+static void starter(int st) {
+  /* Nothing of sandboxd's but the socket; never its stdio (the sandbox must not write to the
+   * host's terminal or log), nor its signal state (an ignored SIGPIPE would reach commands). */
+  if (st > 3) syscall(SYS_close_range, 3, (unsigned)st - 1, 0);
+  syscall(SYS_close_range, (unsigned)st + 1, ~0U, 0);
+  int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (nul >= 0) { dup2(nul, 0); dup2(nul, 1); dup2(nul, 2); if (nul > 2) close(nul); }
+  mb_default_signals();
+  prctl(PR_SET_NAME, "sandboxd-init", 0, 0, 0);   /* what `ps` shows as pid 1 inside */
+  /* As root, nobody inside may ptrace the init: its memory belongs to the host's user namespace,
+   * where this image was started, and it is not dumpable (executing the unreadable image, see
+   * sandbox.c init_exe_fd, made it so; kept so below). A tracer that stops pid 1 would stop every
+   * command. Rootless, sandboxd itself (the same user, no privilege) must reach the init's /proc
+   * files: it stays dumpable, inside the sandbox's trust boundary. */
+  g_host_root = geteuid() == 0;
+  int code = 0;
+  /* The user and network namespaces, and already those of the init to come that hold nothing of
+   * the host: its uts and ipc namespaces, and the pid namespace its first child (the init) is pid
+   * 1 of. Its mount namespace is made when it is forked (a copy of the host's mounts taken then,
+   * none kept alive meanwhile). */
+  if (unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0 || unshare(CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID) != 0 ||
+      loopback_up() != 0)
+    code = errno;
+  starter_reply(st, INIT_MSG_UNSHARED, 0, code, 0);
+  if (code) _exit(1);
+  /* sandboxd writes the id maps and links the network namespace; later (when a sandbox needs the
+   * pair) the BOOT request comes. */
+  size_t cap = sizeof(init_boot) + INIT_REQ_MAX;
+  char *buf = malloc(cap);
+  if (!buf) _exit(1);
+  int fds[1 + INIT_MAX_CG + INIT_MAX_IDMAP], nfds = 0;
+  union { char b[CMSG_SPACE(sizeof fds)]; struct cmsghdr align; } u;
+  struct iovec iov = {buf, cap};
+  struct msghdr mh = {0};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = u.b;
+  mh.msg_controllen = sizeof u.b;
+  ssize_t n;
+  do n = recvmsg(st, &mh, MSG_CMSG_CLOEXEC); while (n < 0 && errno == EINTR);
+  if (n <= 0) _exit(0);   /* sandboxd let the pair go */
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+      for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && nfds < (int)(sizeof fds / sizeof fds[0]); i++)
+        memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+  init_boot h;
+  code = (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ? EINVAL : take_boot(buf, (size_t)n, fds, nfds, &h);
+  /* v2: clone3 puts the init into its cgroup (v1: it joins them itself, init_boot.cg_join). */
+  long pid = -1;
+  int late = 0;
+  const uint64_t flags = CLONE_PARENT | CLONE_NEWNS;
+  if (!code && h.cg_v2 && h.ncg == 1) {
+    struct { uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup; } a;
+    memset(&a, 0, sizeof a);
+    a.flags = flags | CLONE_INTO_CGROUP;
+    a.exit_signal = SIGCHLD;
+    a.cgroup = (uint64_t)fds[1];
+    pid = syscall(SYS_clone3, &a, sizeof a);
+    if (pid < 0 && (errno == ENOSYS || errno == E2BIG || errno == EINVAL)) late = 1;   /* < 5.7: sandboxd moves it */
+    else if (pid < 0) code = errno;
+  }
+  if (!code && pid < 0) pid = syscall(SYS_clone, (unsigned long)flags | SIGCHLD, 0, 0, 0, 0);
+  if (!code && pid < 0) code = errno;
+  if (pid == 0) {
+    close(st);
+    for (uint32_t i = 0; i < h.ncg; i++) close(fds[1 + i]);
+    init_run(fds[0]);
+  }
+  starter_reply(st, INIT_MSG_BOOTED, code ? 0 : (int32_t)pid, code, late);
+  _exit(0);
+}
+
+/* argv: SBX_INIT_ARGV0 <starter socket>. */
+int sbx_init_main(int argc, char **argv) {
+  int st = argc == 2 ? parse_fd(argv[1]) : -1;
+  if (st < 3) return 2;
+  starter(st);
+  return 1;
 }
 
 #ifdef SBX_INIT_STANDALONE

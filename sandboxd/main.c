@@ -148,10 +148,12 @@ static int default_state_dir(char *out, size_t len) {
 
 /* The registry's sandboxes are sandbox.c's; its deaths end the HTTP layer's streams. */
 static char g_state_dir[4096];
-static int backend_create(const char *id, const reg_create_opts *o, sbx_t **out, char *err, size_t errlen) {
+static int backend_create(char *id, size_t idcap, const reg_create_opts *o, sbx_t **out, char *err, size_t errlen) {
   sbx_config cfg = {.id = id, .state_dir = g_state_dir, .internet = o->internet, .envs = o->envs, .layer = o->layer,
                     .mounts = o->mounts, .nmounts = o->nmounts, .egress = o->egress};
-  return sbx_create(&cfg, out, err, errlen);
+  if (sbx_create(&cfg, out, err, errlen) != 0) return -1;
+  snprintf(id, idcap, "%s", sbx_id(*out));   /* a claimed spare keeps the id it was booted with */
+  return 0;
 }
 static const reg_backend BACKEND = {backend_create, sbx_stop, sbx_destroy, sbx_pause, sbx_resume};
 static void on_dying(const reg_entry *e) { sd_streams_abort(e); }
@@ -255,7 +257,7 @@ int main(int argc, char **argv) {
   bool cp = !strcmp(codecs, "proto") || !strcmp(codecs, "json,proto") || !strcmp(codecs, "proto,json");
   if (!cj && !cp) { fprintf(stderr, "sandboxd: --envd-codecs '%s' must be json, proto or json,proto\n", codecs); return 2; }
   rpc_set_codecs(cj, cp);
-  sbx_defaults lim = {.cgroup = cgroup};
+  sbx_defaults lim = {.cgroup = cgroup, .new_id = reg_new_id};
   long v;
   if (cpu_arg && parse_count("--cpu-count", cpu_arg, 1, 1024, &v)) return 2;
   lim.cpu_count = cpu_arg ? (int)v : 0;

@@ -2,6 +2,7 @@
 #include "net.h"
 #include "egress.h"
 #include "gateway.h"
+#include "init.h"
 #include "netns.h"
 #include "procfile.h"
 #include "pidfile.h"
@@ -123,6 +124,9 @@ struct net_pair {
   int userns, netns;
   int index;                      /* its veth's gateway index, 0 when none */
   pid_t pasta;
+  pid_t starter;                  /* its starter (init.h) until reaped, then 0 */
+  bool booting;                   /* it was sent its BOOT request */
+  int st;                         /* our end of the starter's socket, -1 then */
   char record[4300];              /* <state>/net/pasta-<pid>, "" when none */
 };
 
@@ -137,40 +141,114 @@ static int write_proc(pid_t pid, const char *file, const char *s) {
   return procfile_write(path, s);
 }
 
-/* A throwaway process makes the namespaces; their descriptors keep them once it is gone. */
-static int make_namespaces(const net_idmap *map, net_pair *p, char *err, size_t errlen) {
-  int hold[2];
-  if (pipe2(hold, O_CLOEXEC) != 0) { snprintf(err, errlen, "pipe: %s", strerror(errno)); return -1; }
-  long pid = syscall(SYS_clone, (unsigned long)(CLONE_NEWUSER | CLONE_NEWNET | SIGCHLD), 0, 0, 0, 0);
-  if (pid == 0) {
-    /* Until the parent has the namespaces: a byte, not EOF (children cloned meanwhile by other
-     * threads hold copies of the write end); and gone with the thread that made it. */
-    char c;
-    syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-    syscall(SYS_read, hold[0], &c, 1);
-    syscall(SYS_exit_group, 0);
+/* The starter's next message (init.h), within NET_READY_TIMEOUT_MS. Its death is seen by
+ * waitpid, not by EOF: children other threads clone meanwhile may hold copies of our end. */
+static int starter_recv(net_pair *p, uint32_t type, init_msg *m, char *err, size_t errlen) {
+  int64_t until = mono_ms() + NET_READY_TIMEOUT_MS;
+  for (;;) {
+    int64_t left = until - mono_ms();
+    if (left <= 0) { snprintf(err, errlen, "the sandbox's starter did not answer within %d ms", NET_READY_TIMEOUT_MS); return -1; }
+    struct pollfd pf = {p->st, POLLIN, 0};
+    int pr = poll(&pf, 1, left > 20 ? 20 : (int)left);
+    if (pr < 0 && errno != EINTR) { snprintf(err, errlen, "poll: %s", strerror(errno)); return -1; }
+    if (pr > 0) {
+      ssize_t n = recv(p->st, m, sizeof *m, MSG_DONTWAIT);
+      if (n == (ssize_t)sizeof *m && m->type == type) return 0;
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      snprintf(err, errlen, "the sandbox's starter %s", n == 0 ? "exited" : "sent something unexpected");
+      return -1;
+    }
+    int status;
+    if (waitpid(p->starter, &status, WNOHANG) == p->starter) {
+      p->starter = 0;
+      /* It may have answered between that poll and its exit: the answer is still queued. */
+      if (recv(p->st, m, sizeof *m, MSG_DONTWAIT) == (ssize_t)sizeof *m && m->type == type) return 0;
+      snprintf(err, errlen, "the sandbox's starter exited (wait status %d)", status);
+      return -1;
+    }
   }
-  int clone_errno = errno;
-  close(hold[0]);
-  if (pid < 0) { close(hold[1]); snprintf(err, errlen, "clone (user+net namespaces): %s", strerror(clone_errno)); return -1; }
-  int rc = 0;
-  if ((map->deny_setgroups && write_proc((pid_t)pid, "setgroups", "deny") != 0) ||
-      write_proc((pid_t)pid, "uid_map", map->uid_map) != 0 || write_proc((pid_t)pid, "gid_map", map->gid_map) != 0) {
+}
+
+/* The pair's starter (init.h): the init's image, started here, makes the user and network
+ * namespaces itself (a multi-threaded process may not enter a user namespace); their
+ * descriptors keep them whatever becomes of it. posix_spawn: the child shares our memory until
+ * it execs, instead of copying sandboxd's page tables. */
+static int make_namespaces(const net_idmap *map, int exe_fd, net_pair *p, char *err, size_t errlen) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) { snprintf(err, errlen, "socketpair: %s", strerror(errno)); return -1; }
+  p->st = sv[0];
+  /* The starter's socket becomes its fd 3: the image must be reached through another number. */
+  int exe = exe_fd == 3 ? fcntl(exe_fd, F_DUPFD_CLOEXEC, 4) : exe_fd;
+  char path[32];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", exe);
+  char *argv[] = {SBX_INIT_ARGV0, "3", NULL}, *envp[] = {NULL};
+  posix_spawn_file_actions_t fa;
+  int rc = posix_spawn_file_actions_init(&fa);
+  if (rc == 0) rc = posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
+  pid_t pid = 0;
+  if (rc == 0 && exe >= 0) rc = posix_spawn(&pid, path, &fa, NULL, argv, envp);
+  else if (rc == 0) rc = errno;
+  posix_spawn_file_actions_destroy(&fa);
+  if (exe != exe_fd && exe >= 0) close(exe);
+  close(sv[1]);
+  if (rc != 0) { snprintf(err, errlen, "start the sandbox's starter: %s", strerror(rc)); return -1; }
+  p->starter = pid;
+  init_msg m;
+  if (starter_recv(p, INIT_MSG_UNSHARED, &m, err, errlen) != 0) return -1;
+  if (m.code) { snprintf(err, errlen, "unshare (user+net namespaces): %s", strerror(m.code)); return -1; }
+  if ((map->deny_setgroups && write_proc(pid, "setgroups", "deny") != 0) ||
+      write_proc(pid, "uid_map", map->uid_map) != 0 || write_proc(pid, "gid_map", map->gid_map) != 0) {
     snprintf(err, errlen, "id maps: %s", strerror(errno));
-    rc = -1;
+    return -1;
   }
-  char path[64];
-  if (rc == 0) {
-    snprintf(path, sizeof path, "/proc/%ld/ns/user", pid);
-    p->userns = open(path, O_RDONLY | O_CLOEXEC);
-    snprintf(path, sizeof path, "/proc/%ld/ns/net", pid);
-    p->netns = open(path, O_RDONLY | O_CLOEXEC);
-    if (p->userns < 0 || p->netns < 0) { snprintf(err, errlen, "open namespaces: %s", strerror(errno)); rc = -1; }
+  char ns[64];
+  snprintf(ns, sizeof ns, "/proc/%d/ns/user", (int)pid);
+  p->userns = open(ns, O_RDONLY | O_CLOEXEC);
+  snprintf(ns, sizeof ns, "/proc/%d/ns/net", (int)pid);
+  p->netns = open(ns, O_RDONLY | O_CLOEXEC);
+  if (p->userns < 0 || p->netns < 0) { snprintf(err, errlen, "open namespaces: %s", strerror(errno)); return -1; }
+  return 0;
+}
+
+void net_pair_reap(net_pair *p) {
+  if (p && p->starter > 0 && p->booting && p->st < 0) {
+    while (waitpid(p->starter, NULL, 0) < 0 && errno == EINTR) {}
+    p->starter = 0;
   }
-  if (write(hold[1], "x", 1) != 1) kill((pid_t)pid, SIGKILL);
-  close(hold[1]);
-  while (waitpid((pid_t)pid, NULL, 0) < 0 && errno == EINTR) {}
-  return rc;
+}
+
+int net_pair_boot(net_pair *p, const void *req, size_t len, const int *fds, int nfds, char *err, size_t errlen) {
+  if (p->starter <= 0 || p->st < 0 || p->booting || nfds < 1 || nfds > 16) { snprintf(err, errlen, "this network pair cannot boot a sandbox"); return -1; }
+  union { char b[CMSG_SPACE(sizeof(int) * 16)]; struct cmsghdr align; } u;
+  memset(&u, 0, sizeof u);
+  struct iovec iov = {(void *)req, len};
+  struct msghdr mh = {0};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = u.b;
+  mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+  struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+  memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+  ssize_t w;
+  do w = sendmsg(p->st, &mh, MSG_NOSIGNAL); while (w < 0 && errno == EINTR);
+  if (w != (ssize_t)len) { snprintf(err, errlen, "the sandbox's starter: %s", strerror(w < 0 ? errno : EMSGSIZE)); return -1; }
+  p->booting = true;
+  return 0;
+}
+
+pid_t net_pair_booted(net_pair *p, bool *late, char *err, size_t errlen) {
+  *late = false;
+  if (!p->booting || p->st < 0) { snprintf(err, errlen, "this network pair is not booting a sandbox"); return -1; }
+  init_msg m;
+  if (starter_recv(p, INIT_MSG_BOOTED, &m, err, errlen) != 0) return -1;
+  close(p->st);   /* its last act was that answer: it exits (net_pair_reap) */
+  p->st = -1;
+  if (m.code || m.pid <= 0) { snprintf(err, errlen, "clone of the init into its namespaces: %s", strerror(m.code ? m.code : EIO)); return -1; }
+  *late = m.status != 0;
+  return m.pid;
 }
 
 /* pasta for p's namespaces; returns once its network is up (it writes its pid to the readiness
@@ -302,7 +380,7 @@ fail:
   return -1;
 }
 
-net_pair *net_pair_new(const net_idmap *map, bool link, char *err, size_t errlen) {
+net_pair *net_pair_new(const net_idmap *map, int exe_fd, bool link, char *err, size_t errlen) {
   char why[256];
   if (link && !net_available(why, sizeof why)) {
     snprintf(err, errlen, "internet access is unavailable: %s", why);
@@ -310,8 +388,8 @@ net_pair *net_pair_new(const net_idmap *map, bool link, char *err, size_t errlen
   }
   net_pair *p = calloc(1, sizeof *p);
   if (!p) { snprintf(err, errlen, "out of memory"); return NULL; }
-  p->userns = p->netns = -1;
-  if (make_namespaces(map, p, err, errlen) != 0) { net_pair_free(p); return NULL; }
+  p->userns = p->netns = p->st = -1;
+  if (make_namespaces(map, exe_fd, p, err, errlen) != 0) { net_pair_free(p); return NULL; }
   if (!link) return p;
   if (g.gateway) {
     if (gateway_attach(p->netns, &p->index, err, errlen) != 0) { net_pair_free(p); return NULL; }
@@ -338,6 +416,11 @@ void net_pair_free(net_pair *p) {
     kill(p->pasta, SIGKILL);
     while (waitpid(p->pasta, NULL, 0) < 0 && errno == EINTR) {}
   }
+  if (p->starter > 0) {   /* it never booted a sandbox */
+    kill(p->starter, SIGKILL);
+    while (waitpid(p->starter, NULL, 0) < 0 && errno == EINTR) {}
+  }
+  if (p->st >= 0) close(p->st);
   if (p->record[0]) unlink(p->record);
   if (p->userns >= 0) close(p->userns);
   if (p->netns >= 0) close(p->netns);

@@ -40,11 +40,20 @@ typedef struct {
   bool deny_setgroups;             /* needed for an unprivileged map */
 } net_idmap;
 
-/* A user namespace and a network namespace in it (loopback only, down), linked (veth to the
- * gateway, or pasta with its network up) when `link`. Blocks until then (at most
+/* A user namespace and a network namespace in it (loopback up), linked (veth to the gateway,
+ * or pasta with its network up) when `link`, made by the pair's starter: the init's image
+ * (exe_fd, init.h), which then waits in them for net_pair_boot. Blocks until then (at most
  * NET_READY_TIMEOUT_MS). NULL with err. */
 typedef struct net_pair net_pair;
-net_pair *net_pair_new(const net_idmap *map, bool link, char *err, size_t errlen);
+net_pair *net_pair_new(const net_idmap *map, int exe_fd, bool link, char *err, size_t errlen);
+/* Hands the starter a sandbox's BOOT request (init.h: req, with fds as SCM_RIGHTS, at most 16);
+ * 0, or -1 with err. Once per pair: the starter exits after it. */
+int   net_pair_boot(net_pair *p, const void *req, size_t len, const int *fds, int nfds, char *err, size_t errlen);
+/* The starter's answer: the init's pid (sandboxd's child), or -1 with err. *late: the init could
+ * not be born in its v2 cgroup and must be moved there. */
+pid_t net_pair_booted(net_pair *p, bool *late, char *err, size_t errlen);
+/* Reaps the starter that booted (it exits right after its answer; net_pair_free reaps it too). */
+void  net_pair_reap(net_pair *p);
 void  net_pair_free(net_pair *p);               /* its link removed (pasta killed); namespaces let go */
 int   net_pair_userns(const net_pair *p);       /* O_RDONLY fds of /proc/.../ns/{user,net} */
 int   net_pair_netns(const net_pair *p);

@@ -19,8 +19,8 @@
  * just claimed a spare is starting its first commands, which it would slow down, nor in the
  * moments after a short-lived sandbox ends (a caller tearing down right after). */
 #define POOL_REFILL_DELAY_MS 1000
-/* A pair only starts pasta (one process, ~30 ms of one core): sooner, so that a burst of creates
- * finds the next one ready. */
+/* A pair costs far less (a link, a waiting process, a directory): sooner, so that a burst of
+ * creates finds the next one ready. */
 #define POOL_PAIR_REFILL_DELAY_MS 100
 static struct {
   pthread_mutex_t mu;
@@ -29,13 +29,12 @@ static struct {
   pool_ops ops;
   int want;                    /* spares per internet flag (SANDBOXD_WARM_POOL) */
   int want_pairs;              /* stocked network pairs (SANDBOXD_NET_POOL) */
-  unsigned long serial;
   char state_dir[3001];
   void *spare[2][POOL_MAX];    /* [internet] */
   int n[2];
-  /* Network pairs with pasta up (net.h), for sandboxes with internet access that find no spare:
-   * pasta's start-up (~30 ms) is most of what they would wait for. */
-  net_pair *pair[POOL_MAX];
+  /* Network pairs, linked (opaque here: sandbox.c's, with a layer directory), for sandboxes
+   * that find no spare: a link (a veth, or pasta's ~30 ms) is much of what they would wait for. */
+  void *pair[POOL_MAX];
   int npairs;
   bool pair_taken;
   pthread_t th;
@@ -85,16 +84,16 @@ static void *pool_main(void *arg) {
       char err[512];
       struct timespec t0;
       clock_gettime(CLOCK_MONOTONIC, &t0);
-      net_pair *np = g_pool.ops.new_pair(err, sizeof err);
+      void *np = g_pool.ops.new_pair(g_pool.state_dir, err, sizeof err);
       if (!np) fprintf(stderr, "sandboxd: warm pool: network: %s\n", err);
-      else if (trace_on()) fprintf(stderr, "sandboxd: network pair ready in %.2f ms (pasta %d)\n", ms_since(t0), (int)net_pair_pasta(np));
+      else if (trace_on()) fprintf(stderr, "sandboxd: network pair ready in %.2f ms\n", ms_since(t0));
       pthread_mutex_lock(&g_pool.mu);
       if (np && !g_pool.stopping && g_pool.npairs < POOL_MAX) {
         g_pool.pair[g_pool.npairs++] = np;
         np = NULL;
         backoff_ms = 0;
       }
-      if (np) { pthread_mutex_unlock(&g_pool.mu); net_pair_free(np); pthread_mutex_lock(&g_pool.mu); }
+      if (np) { pthread_mutex_unlock(&g_pool.mu); g_pool.ops.discard_pair(np); pthread_mutex_lock(&g_pool.mu); }
       else if (!g_pool.stopping && g_pool.npairs < want_pairs) {   /* it failed: do not spin */
         backoff_ms = backoff_ms ? (backoff_ms * 2 > 30000 ? 30000 : backoff_ms * 2) : 100;
         pool_sleep(backoff_ms);
@@ -103,11 +102,9 @@ static void *pool_main(void *arg) {
     }
     /* internet access is the E2B default: fill it first */
     bool net = g_pool.n[1] < want_net && (g_pool.n[1] <= g_pool.n[0] || g_pool.n[0] >= want_plain);
-    char id[32];
-    snprintf(id, sizeof id, "spare%lx%lx", (unsigned long)getpid(), ++g_pool.serial);
     pthread_mutex_unlock(&g_pool.mu);
     char err[512];
-    void *s = g_pool.ops.boot(g_pool.state_dir, id, net, err, sizeof err);
+    void *s = g_pool.ops.boot(g_pool.state_dir, net, err, sizeof err);
     if (!s) fprintf(stderr, "sandboxd: warm pool: %s\n", err);
     bool failed = !s;
     pthread_mutex_lock(&g_pool.mu);
@@ -136,7 +133,7 @@ void pool_stop(void) {
   pthread_mutex_lock(&g_pool.mu);
   g_pool.running = false;
   void *all[2 * POOL_MAX];
-  net_pair *pairs[POOL_MAX];
+  void *pairs[POOL_MAX];
   int k = 0, np = g_pool.npairs;
   for (int f = 0; f < 2; f++) {
     for (int i = 0; i < g_pool.n[f]; i++) all[k++] = g_pool.spare[f][i];
@@ -144,10 +141,10 @@ void pool_stop(void) {
   }
   memcpy(pairs, g_pool.pair, sizeof pairs);
   g_pool.npairs = 0;
-  void (*discard)(void *) = g_pool.ops.discard;
+  void (*discard)(void *) = g_pool.ops.discard, (*discard_pair)(void *) = g_pool.ops.discard_pair;
   pthread_mutex_unlock(&g_pool.mu);
   for (int i = 0; i < k; i++) discard(all[i]);
-  for (int i = 0; i < np; i++) net_pair_free(pairs[i]);
+  for (int i = 0; i < np; i++) discard_pair(pairs[i]);
 }
 
 static pid_t g_pool_owner;   /* a forked child that calls exit() must not touch our spares */
@@ -163,7 +160,8 @@ static int pool_size(const char *var, int dflt) {
 }
 
 void pool_start(const char *state_dir, const pool_ops *ops) {
-  int want = pool_size("SANDBOXD_WARM_POOL", POOL_WARM_DEFAULT), want_pairs = pool_size("SANDBOXD_NET_POOL", POOL_NET_DEFAULT);
+  int want = ops->boot ? pool_size("SANDBOXD_WARM_POOL", POOL_WARM_DEFAULT) : 0;
+  int want_pairs = pool_size("SANDBOXD_NET_POOL", POOL_NET_DEFAULT);
   if ((want == 0 && want_pairs == 0) || !state_dir || state_dir[0] != '/' || strlen(state_dir) > 3000) return;
   pthread_mutex_lock(&g_pool.mu);
   if (g_pool.running) { pthread_mutex_unlock(&g_pool.mu); return; }
@@ -196,9 +194,9 @@ void *pool_claim(const char *state_dir, bool internet) {
   return s;
 }
 
-net_pair *pool_take_pair(const char *state_dir) {
+void *pool_take_pair(const char *state_dir) {
   pthread_mutex_lock(&g_pool.mu);
-  net_pair *p = NULL;
+  void *p = NULL;
   if (g_pool.running && !g_pool.stopping && g_pool.npairs > 0 && !strcmp(state_dir, g_pool.state_dir)) {
     p = g_pool.pair[--g_pool.npairs];
     g_pool.pair_taken = true;

@@ -45,6 +45,9 @@ typedef struct proc {
   int64_t deadline;       /* monotonic ms; 0 = none */
   bool deadline_hit;
   ptab_sub *subs;
+  bool traced;            /* the table's first process, under SANDBOXD_TRACE_CREATE */
+  struct timespec t_sent, t_spawned, t_exited;
+  char init_times[64];    /* SPAWNED's text: when the init got the request, its µs to fork, to exec'd */
 } proc;
 
 typedef struct pending {
@@ -55,6 +58,8 @@ typedef struct pending {
   char *tag;
   bool pty;
   int64_t deadline;
+  bool traced;
+  struct timespec t_sent;
 } pending;
 
 struct ptab {
@@ -68,6 +73,7 @@ struct ptab {
   pending *pend;
   uint32_t seq;
   int active;             /* subscriptions: ptab_shutdown waits for them */
+  char *trace;            /* the sandbox's id while its first command is to be traced, else NULL */
   ptab_ev *pool[PTAB_EV_POOL];   /* free PTAB_PIPE_CHUNK data events */
   int npool;
   char **envs;
@@ -175,7 +181,29 @@ static void dispatch(ptab *t, proc *p, int stream, ptab_ev *first, const char *b
   ev_release(t, first);   /* nobody subscribed after all */
 }
 
+static long us_between(struct timespec a, struct timespec b) {
+  return (long)((b.tv_sec - a.tv_sec) * 1000000 + (b.tv_nsec - a.tv_nsec) / 1000);
+}
+
+/* SANDBOXD_TRACE_CREATE: where the first command's time went, from its request to the init to
+ * its end (after this, its stream's `end` event goes out). */
+static void trace_first(ptab *t, const proc *p) {
+  struct timespec got = {0, 0}, now;
+  long prep = -1, exec = -1;
+  long long sec = 0;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  if (sscanf(p->init_times, "%lld.%ld %ld %ld", &sec, &got.tv_nsec, &prep, &exec) == 4) got.tv_sec = (time_t)sec;
+  else got = p->t_sent;
+  fprintf(stderr, "sandboxd: sandbox %s first command ended in %.2f ms (to the init %ldus, init spawn %ldus, fork+exec %ldus, "
+          "SPAWNED %ldus, run+exit %ldus, output end %ldus)\n", t->trace, (double)us_between(p->t_sent, now) / 1e3,
+          us_between(p->t_sent, got), prep, exec, us_between(got, p->t_spawned) - prep - exec,
+          us_between(p->t_spawned, p->t_exited), us_between(p->t_exited, now));
+  free(t->trace);
+  t->trace = NULL;
+}
+
 static void finish(ptab *t, proc *p) {   /* t->mu held; p exited and its output is drained */
+  if (p->traced && t->trace) trace_first(t, p);
   for (ptab_sub *s = p->subs, *nx; s; s = nx) {
     nx = s->next;
     ptab_ev *e = ev_new(PTAB_END, 0);
@@ -221,6 +249,11 @@ static void handle_msg(ptab *t, const init_msg *m, int *fds, int nfds) {   /* t-
       return;
     }
     p->pid = m->pid;
+    if ((p->traced = pd->traced)) {
+      p->t_sent = pd->t_sent;
+      clock_gettime(CLOCK_MONOTONIC, &p->t_spawned);
+      memcpy(p->init_times, m->text, sizeof p->init_times - 1);
+    }
     p->tag = pd->tag;
     p->config = pd->config;
     p->pty = pd->pty;
@@ -251,7 +284,12 @@ static void handle_msg(ptab *t, const init_msg *m, int *fds, int nfds) {   /* t-
     for (int i = 0; i < nfds; i++) close(fds[i]);
     if (m->type == INIT_MSG_EXITED)
       for (proc *p = t->procs; p; p = p->next)
-        if (p->pid == m->pid && !p->exited) { p->exited = true; p->status = m->status; break; }
+        if (p->pid == m->pid && !p->exited) {
+          p->exited = true;
+          p->status = m->status;
+          if (p->traced) clock_gettime(CLOCK_MONOTONIC, &p->t_exited);
+          break;
+        }
   }
 }
 
@@ -417,10 +455,11 @@ static void *pump_main(void *arg) {
 
 const char *const *ptab_envs(ptab *t) { return (const char *const *)t->envs; }
 
-ptab *ptab_create(int ctl_fd, const char *const *envs, char *err, size_t errlen) {
+ptab *ptab_create(int ctl_fd, const char *const *envs, const char *trace, char *err, size_t errlen) {
   ptab *t = calloc(1, sizeof *t);
   if (!t) { snprintf(err, errlen, "out of memory"); close(ctl_fd); return NULL; }
   t->ctl = ctl_fd;
+  t->trace = trace ? strdup(trace) : NULL;
   t->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   pthread_mutex_init(&t->mu, NULL);
   pthread_mutex_init(&t->send_mu, NULL);
@@ -474,6 +513,7 @@ void ptab_free(ptab *t) {
   for (pending *pd = t->pend, *nx; pd; pd = nx) { nx = pd->next; json_decref(pd->config); free(pd->tag); free(pd); }
   for (size_t i = 0; i < t->nenvs; i++) free(t->envs[i]);
   free(t->envs);
+  free(t->trace);
   if (t->ctl >= 0) close(t->ctl);
   if (t->wake >= 0) close(t->wake);
   pthread_mutex_destroy(&t->mu);
@@ -596,6 +636,8 @@ ptab_sub *ptab_start(ptab *t, const ptab_spawn *sp, const char **code, char *err
   pd->tag = tagc;
   pd->pty = sp->pty;
   pd->deadline = sp->lifetime_ms ? now_ms() + sp->lifetime_ms : 0;
+  pd->traced = t->trace && t->seq == 1;
+  if (pd->traced) clock_gettime(CLOCK_MONOTONIC, &pd->t_sent);
   tagc = NULL;
   pd->next = t->pend;
   t->pend = pd;

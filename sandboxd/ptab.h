@@ -28,8 +28,9 @@ typedef struct ptab ptab;
 typedef struct ptab_sub ptab_sub;
 
 /* Takes ownership of ctl_fd (sandboxd's end of the init channel); copies envs ("NAME=VALUE",
- * added to every process). NULL with err. */
-ptab *ptab_create(int ctl_fd, const char *const *envs, char *err, size_t errlen);
+ * added to every process). trace: non-NULL (the sandbox's id) to print on stderr where the first
+ * command's time went (SANDBOXD_TRACE_CREATE). NULL with err. */
+ptab *ptab_create(int ctl_fd, const char *const *envs, const char *trace, char *err, size_t errlen);
 /* The table's envs (NULL-terminated "NAME=VALUE"), fixed at create: borrowed. */
 const char *const *ptab_envs(ptab *t);
 int   ptab_killall(ptab *t, int sig);    /* signal every process but init (pause fallback) */

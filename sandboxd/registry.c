@@ -129,11 +129,16 @@ json_t *reg_volume_mounts(const char *id) {
   return v;
 }
 
+int reg_new_id(char *out, size_t cap) {
+  if (cap < 22) { errno = ENAMETOOLONG; return -1; }
+  out[0] = 'i';
+  return ids_random(out + 1, 20);
+}
+
 int reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errlen) {
   reg_entry *e = calloc(1, sizeof *e);
   if (!e) { snprintf(err, errlen, "out of memory"); return -1; }
-  e->id[0] = 'i';
-  if (ids_random(e->id + 1, 20) || ids_random(e->token, 32) || (o->traffic_token && ids_random(e->traffic, REG_TRAFFIC_TOKEN_LEN))) {
+  if (reg_new_id(e->id, sizeof e->id) || ids_random(e->token, 32) || (o->traffic_token && ids_random(e->traffic, REG_TRAFFIC_TOKEN_LEN))) {
     snprintf(err, errlen, "getrandom: %s", strerror(errno));
     free(e);
     return -1;
@@ -149,7 +154,7 @@ int reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errle
   e->volume_mounts = o->volume_mounts ? json_deep_copy(o->volume_mounts) : json_array();
   e->network = o->network ? json_deep_copy(o->network) : NULL;
   pthread_mutex_init(&e->life, NULL);
-  if (g_be.create(e->id, o, &e->sbx, err, errlen) != 0) {
+  if (g_be.create(e->id, sizeof e->id, o, &e->sbx, err, errlen) != 0) {
     close(e->kill_fd);
     json_decref(e->metadata);
     json_decref(e->volume_mounts);

@@ -52,10 +52,12 @@ typedef struct {
 } reg_info;
 void reg_info_free(reg_info *in);
 
-/* What a sandbox is, to the registry. create boots one with the registry's id; stop kills every
- * process and ends every process stream (the entry is still held then); destroy frees it. */
+/* What a sandbox is, to the registry. create boots one named id (a fresh reg_new_id), or hands
+ * out one it has ready under another id it got from reg_new_id, which it then writes into id
+ * (idcap bytes); stop kills every process and ends every process stream (the entry is still held
+ * then); destroy frees it. */
 typedef struct {
-  int  (*create)(const char *id, const reg_create_opts *o, sbx_t **out, char *err, size_t errlen);
+  int  (*create)(char *id, size_t idcap, const reg_create_opts *o, sbx_t **out, char *err, size_t errlen);
   void (*stop)(sbx_t *s);
   void (*destroy)(sbx_t *s);
   int  (*pause)(sbx_t *s);
@@ -74,6 +76,8 @@ bool reg_valid_id(const char *id);
 int  reg_init(const reg_backend *backend, const reg_hooks *hooks);   /* starts the expiry thread */
 void reg_shutdown(void);                        /* kills every sandbox, stops the thread */
 
+/* A fresh sandbox id: "i" and 20 of [a-z0-9] (cap ≥ 22). 0, or -1 with errno. */
+int  reg_new_id(char *out, size_t cap);
 /* 0 and *info filled, or -1 with err (sbx_create's reason). */
 int  reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errlen);
 reg_entry *reg_get(const char *id);             /* new reference or NULL (unknown or dying) */

@@ -84,7 +84,7 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...) {
 }
 
 /* SANDBOXD_TRACE_CREATE: sandboxd's own steps of a create, as "name us" pairs. */
-typedef struct { char text[600]; struct timespec last; } step_trace;
+typedef struct { char text[800]; struct timespec last; } step_trace;
 static void step(step_trace *t, const char *what) {
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
@@ -150,7 +150,10 @@ static int host_cpus(void) {
   return n > 0 ? (int)n : 1;
 }
 
+static int (*g_new_id)(char *out, size_t cap);   /* sbx_defaults.new_id: names spares */
+
 int sbx_init(const char *state_dir, const sbx_defaults *d, char *err, size_t errlen) {
+  g_new_id = d->new_id;
   if (d->pids_max > 0) g_lim.pids_max = d->pids_max;
   if (d->memory_mb > 0) g_lim.memory_mb = d->memory_mb;
   g_lim.cpu_count = d->cpu_count > 0 ? d->cpu_count : SBX_DEFAULT_CPU_COUNT;
@@ -226,13 +229,15 @@ static void sbx_kill_init(sbx_t *s) {
   pthread_mutex_unlock(&s->mu);
 }
 
-/* The init image: sandboxd-init next to the sandboxd binary when it exists (tiny, static: fast
- * to exec and no library constructors running inside the sandbox), else sandboxd itself.
+/* The init image, which every network pair's starter (init.h) runs: sandboxd-init next to the
+ * sandboxd binary when it exists (tiny, static: fast to start and to fork, and no library
+ * constructors running inside the sandbox), else sandboxd itself.
  *
  * It is copied once into a sealed memfd of mode 0111 that sandbox root may execute but not read.
- * Executing an unreadable image makes the kernel mark the init non-dumpable and tie its memory to
- * the host's user namespace (fs/exec.c would_dump), so root inside cannot ptrace pid 1, open
- * /proc/1/mem or /proc/1/fd: an attach that stops the init would wedge the whole sandbox. */
+ * Executing an unreadable image marks the process non-dumpable from its first instruction (fs/exec.c
+ * would_dump); its memory belongs to the host's user namespace, where it was started, and the
+ * init keeps it non-dumpable, so root inside cannot ptrace pid 1, open /proc/1/mem or
+ * /proc/1/fd: an attach that stops the init would wedge the whole sandbox. */
 static pthread_mutex_t image_mu = PTHREAD_MUTEX_INITIALIZER;
 static int image_fd = -2;      /* -2 not made yet, -1 unavailable (the file is used as it is) */
 
@@ -287,7 +292,7 @@ static int init_exe_fd(void) {
   if (image_fd == -2) {
     image_fd = geteuid() == 0 ? make_image() : -1;   /* rootless: the owner may read it anyway */
     if (image_fd < 0 && geteuid() == 0)
-      fprintf(stderr, "sandboxd: cannot make an unreadable init image (memfd): root inside a sandbox may ptrace its pid 1\n");
+      fprintf(stderr, "sandboxd: cannot make an unreadable init image (memfd): the init's image is read from its file\n");
   }
   int fd = image_fd >= 0 ? fcntl(image_fd, F_DUPFD_CLOEXEC, 3) : -1;
   pthread_mutex_unlock(&image_mu);
@@ -360,6 +365,31 @@ static int mkdir_owned(const char *p, mode_t mode, uid_t u, gid_t g) {
   return 0;
 }
 
+/* The directories of a sandbox's layers, all the sandbox root's, made ahead (what the init makes
+ * otherwise): <dir> (0700) and in it upper, work, and upper-<d>, work-<d> per system directory.
+ * 0, or -1 with err. */
+static int layer_dirs(const char *dir, const tpl_info *tpl, uid_t ru, gid_t rg, char *err, size_t errlen) {
+  if (mkdir_owned(dir, 0700, ru, rg) != 0) { seterr(err, errlen, "mkdir %s: %s", dir, strerror(errno)); return -1; }
+  char p[4200];
+  for (int i = -1; i < tpl->nsys; i++)
+    for (int w = 0; w < 2; w++) {
+      if (xfmt(p, sizeof p, "%s/%s%s%s", dir, w ? "work" : "upper", i < 0 ? "" : "-", i < 0 ? "" : tpl->sys[i]) != 0 ||
+          mkdir_owned(p, 0755, ru, rg) != 0) {
+        seterr(err, errlen, "mkdir %s: %s", p, strerror(errno ? errno : ENAMETOOLONG));
+        return -1;
+      }
+    }
+  return 0;
+}
+
+/* What the pool keeps for sandboxes that find no spare (pool.h "pairs"): a network pair, linked,
+ * and a layer directory made ahead, <state>/sandboxes/k<n>, which a sandbox renames to its id
+ * (one rename instead of five mkdirs and chowns while the client waits). */
+typedef struct {
+  net_pair *net;
+  char dir[4096];               /* "" when it could not be made */
+} kit;
+
 bool sbx_valid_id(const char *id) {
   size_t n = id ? strlen(id) : 0;
   if (n == 0 || n > 64) return false;
@@ -368,36 +398,56 @@ bool sbx_valid_id(const char *id) {
   return true;
 }
 
-/* clone3's arguments up to the cgroup field (CLONE_ARGS_SIZE_VER2): spelled out, as <linux/sched.h>
- * and <sched.h> do not mix. */
-struct clone3_args {
-  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
-};
-#ifndef CLONE_INTO_CGROUP
-#define CLONE_INTO_CGROUP 0x200000000ULL
-#endif
-
-/* The intermediate process of create_booted; returns as fork does (0 in the child). With a v2
- * cgroup fd it is born in that cgroup (clone3, CLONE_INTO_CGROUP: no migration, so none of the
- * threadgroup lock's cost); a kernel without it (< 5.7) gets a plain clone and *late: the caller
- * moves the init in once it knows its pid. */
-static long clone_mid(int cgfd, bool *late) {
-  *late = false;
-  if (cgfd >= 0) {
-    struct clone3_args a;
-    memset(&a, 0, sizeof a);
-    a.flags = CLONE_INTO_CGROUP;
-    a.exit_signal = SIGCHLD;
-    a.cgroup = (uint64_t)cgfd;
-    long pid = syscall(SYS_clone3, &a, sizeof a);
-    if (pid >= 0 || (errno != ENOSYS && errno != E2BIG && errno != EINVAL)) return pid;
-    *late = true;
+/* One packet on a SOCK_SEQPACKET socket, with fds (at most 16) as SCM_RIGHTS. 0 or -1 with errno. */
+static int send_fds(int sock, const void *buf, size_t len, const int *fds, int nfds) {
+  union { char b[CMSG_SPACE(sizeof(int) * 16)]; struct cmsghdr align; } u;
+  memset(&u, 0, sizeof u);
+  struct iovec iov = {(void *)buf, len};
+  struct msghdr mh = {0};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  if (nfds > 16) { errno = EINVAL; return -1; }
+  if (nfds > 0) {
+    mh.msg_control = u.b;
+    mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
   }
-  return syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+  ssize_t w;
+  do w = sendmsg(sock, &mh, MSG_NOSIGNAL); while (w < 0 && errno == EINTR);
+  if (w == (ssize_t)len) return 0;
+  if (w >= 0) errno = EMSGSIZE;
+  return -1;
 }
 
-/* Layers, cgroups, namespaces, init up and READY; the channel stays in s->ctl (no process
- * table yet, host name not yet set). cfg is validated by the caller. */
+/* A BOOT request (init.h) being built: room for the header, then the strings. */
+typedef struct { char *p; size_t len, cap; uint32_t n; bool over; } boot_buf;
+static void boot_add(boot_buf *b, const char *str) {
+  size_t k = strlen(str) + 1;
+  if (b->over || b->len + k > sizeof(init_boot) + INIT_REQ_MAX) { b->over = true; return; }
+  if (b->len + k > b->cap) {
+    size_t nc = (b->len + k) * 2;
+    char *np = realloc(b->p, nc);
+    if (!np) { b->over = true; return; }
+    b->p = np;
+    b->cap = nc;
+  }
+  memcpy(b->p + b->len, str, k);
+  b->len += k;
+  b->n++;
+}
+static void boot_begin(boot_buf *b) {
+  b->len = sizeof(init_boot);
+  b->cap = 8192;
+  b->p = calloc(1, b->cap);
+  b->over = !b->p;
+}
+
+/* Layers, cgroups, namespaces, init up and READY with its host name; the channel stays in s->ctl
+ * (no process table yet). cfg is validated by the caller. */
 static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen, step_trace *trace) {
   step_trace *tr = trace;
   *out = NULL;
@@ -416,9 +466,10 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   uid_t ru = sbx_host_uid(s, 0), uu = sbx_host_uid(s, 1000);
   gid_t rg = sbx_host_gid(s, 0), ug = sbx_host_gid(s, 1000);
   if (uu == (uid_t)-1) { uu = ru; ug = rg; }
-  int sv[2] = {-1, -1}, exe_fd = -1, tpl_fd = -1, sbx_fd = -1, lay_fd = -1, idfds[TPL_MAX_SYSDIRS], nidfds = 0;
-  int mnt_fd[SBX_MAX_MOUNTS];
-  size_t nmnt_fd = 0;
+  /* fds: the init's channel, the cgroup descriptors, the idmapped trees (init.h BOOT). */
+  int sv[2] = {-1, -1}, fds[1 + INIT_MAX_CG + INIT_MAX_IDMAP], ncg = 0, nidfds = 0;
+  pid_t pid = 0;
+  boot_buf b = {0};
   bool dir_made = false;
   tpl_info tpl;
   if (tpl_ensure(cfg->state_dir, ru, rg, uu, ug, NET_DNS_FORWARDER, &tpl, err, errlen) != 0) goto fail;
@@ -437,48 +488,58 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   }
   step(tr, "tpl");
 
+  /* Its user and network namespaces and its layer directory: a pair from the pool (linked
+   * already, the directory made) or made now. */
+  bool link = net_wants_link(cfg->internet);
+  kit *k = link ? pool_take_pair(cfg->state_dir) : NULL;
+  if (k) {
+    s->net = k->net;
+    step(tr, "pair (pool)");
+  }
   char p[4200];
   xfmt(p, sizeof p, "%s/sandboxes", cfg->state_dir);
-  if (mkdir(p, 0711) != 0 && errno != EEXIST) { seterr(err, errlen, "mkdir %s: %s", p, strerror(errno)); goto fail; }
   xfmt(s->dir, sizeof s->dir, "%s/%s", p, s->id);
-  /* Owned by the sandbox's root: the init resolves its layers from here with its own credentials. */
-  if (mkdir_owned(s->dir, 0700, ru, rg) != 0) {
-    seterr(err, errlen, "mkdir %s: %s", s->dir, strerror(errno));
-    goto fail;
-  }
-  dir_made = true;
-  /* Few directories: each mkdir is a block allocation, on some disks a millisecond. The root
-   * overlay is mounted over the template itself (in the sandbox's mount namespace only) and the
-   * system overlays over the host directories they cover, so no mount point is made here. */
-  static const char *const sub[] = {"upper", "work"};
-  for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) {
-    xfmt(p, sizeof p, "%s/%s", s->dir, sub[i]);
-    if (mkdir_owned(p, 0755, ru, rg) != 0) { seterr(err, errlen, "mkdir %s: %s", p, strerror(errno)); goto fail; }
-  }
-  /* "usr" (lower = host /usr) or "usr=<fd>" (lower = the idmapped tree passed as fd). */
-  char sysdirs[TPL_MAX_SYSDIRS * 32 + 1] = "";
-  step(tr, "dirs");
-  for (int i = 0; i < tpl.nsys; i++) {
-    int ifd = s->privileged ? idmapped_tree(tpl.sys[i]) : -1;
-    step(tr, "idmap");
-    for (int w = 0; w < 2; w++) {   /* upper-<d>, work-<d> */
-      xfmt(p, sizeof p, "%s/%s-%s", s->dir, w ? "work" : "upper", tpl.sys[i]);
-      if (mkdir_owned(p, 0755, ru, rg) != 0) {
-        seterr(err, errlen, "mkdir %s: %s", p, strerror(errno));
-        if (ifd >= 0) close(ifd);
-        goto fail;
-      }
+  /* Owned by the sandbox's root, as what is in it: the init resolves its layers from there with
+   * its own credentials. */
+  if (k && k->dir[0] && rename(k->dir, s->dir) == 0) {
+    dir_made = true;
+    step(tr, "dir (pool)");
+  } else {
+    /* The init makes what goes in it (upper, work, upper-<d>, work-<d>): as the sandbox's root,
+     * without a chown each, and while its helper makes the others. */
+    if (k && k->dir[0]) (void)tpl_rm_tree(k->dir);
+    int drc = mkdir_owned(s->dir, 0700, ru, rg);
+    if (drc != 0 && errno == ENOENT && (mkdir(p, 0711) == 0 || errno == EEXIST)) drc = mkdir_owned(s->dir, 0700, ru, rg);
+    if (drc != 0) {
+      seterr(err, errlen, "mkdir %s: %s", s->dir, strerror(errno));
+      free(k);
+      goto fail;
     }
-    char one[32];
-    if (ifd >= 0) { snprintf(one, sizeof one, "%s%s=%d", i ? "," : "", tpl.sys[i], ifd); idfds[nidfds++] = ifd; }
+    dir_made = true;
+    step(tr, "dir");
+  }
+  free(k);
+  /* "usr" (lower = host /usr) or "usr=<i>" (lower = idmapped tree i of the BOOT request). */
+  char sysdirs[TPL_MAX_SYSDIRS * 32 + 1] = "";
+  int idfds[TPL_MAX_SYSDIRS];
+  for (int i = 0; i < tpl.nsys; i++) {
+    int ifd = s->privileged && nidfds < INIT_MAX_IDMAP ? idmapped_tree(tpl.sys[i]) : -1;
+    char one[48];
+    if (ifd >= 0) { snprintf(one, sizeof one, "%s%s=%d", i ? "," : "", tpl.sys[i], nidfds); idfds[nidfds++] = ifd; }
     else snprintf(one, sizeof one, "%s%s", i ? "," : "", tpl.sys[i]);
     strcat(sysdirs, one);
   }
-  step(tr, "layers");
+  step(tr, "idmap");
   cg_limits lim = {cfg->pids_max > 0 ? cfg->pids_max : g_lim.pids_max, cfg->memory_mb > 0 ? cfg->memory_mb : g_lim.memory_mb,
                    cfg->cpu_count > 0 ? cfg->cpu_count : g_lim.cpu_count};
-  if (cg_create(&s->cg, cfg->state_dir, s->id, &lim, err, errlen) != 0) goto fail;
-  step(tr, "cgroups");
+  /* v2: the init is born in its cgroup, made now; v1: made while the init sets itself up, which
+   * then joins it (cgroups.h). */
+  cg_entry cge = cg_entry_mode();
+  if (cge == CG_BORN) {
+    if (cg_create(&s->cg, cfg->state_dir, s->id, &lim, err, errlen) != 0) goto fail;
+    if ((ncg = cg_boot_fds(&s->cg, fds + 1, INIT_MAX_CG, err, errlen)) < 0) { ncg = 0; goto fail; }
+    step(tr, "cgroups");
+  }
 
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
     seterr(err, errlen, "socketpair: %s", strerror(errno));
@@ -490,32 +551,20 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
     if (setsockopt(sv[i], SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof sz) != 0)
       (void)setsockopt(sv[i], SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
   }
-  exe_fd = init_exe_fd();
-  /* The template's parent: the init reaches the template as "<fd>/root", a name it can mount on. */
+  fds[0] = sv[1];
+  /* The template's parent: the init reaches the template as "<dir>/root", a name it can mount on. */
   char tpl_parent[4096];
   snprintf(tpl_parent, sizeof tpl_parent, "%s", tpl.root);
   char *tslash = strrchr(tpl_parent, '/');
   if (!tslash || strcmp(tslash, "/root") != 0) { seterr(err, errlen, "unexpected template path %s", tpl.root); goto fail; }
   *tslash = 0;
-  tpl_fd = open(tpl_parent, O_PATH | O_DIRECTORY | O_CLOEXEC);
-  sbx_fd = open(s->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (exe_fd < 0 || tpl_fd < 0 || sbx_fd < 0) { seterr(err, errlen, "open init files: %s", strerror(errno)); goto fail; }
-
-  /* Everything the child needs is prepared here: after clone it only makes raw system calls
-   * (other sandboxd threads may hold libc locks that will never be released in the child). */
-  char a_ctl[16], a_tpl[16], a_sbx[16];
-  snprintf(a_ctl, sizeof a_ctl, "%d", sv[1]);
-  snprintf(a_tpl, sizeof a_tpl, "%d", tpl_fd);
-  snprintf(a_sbx, sizeof a_sbx, "%d", sbx_fd);
-  /* Nothing in argv names the sandbox (it shows as /proc/1/cmdline inside): the host name comes
-   * later, over the channel, so that a pre-booted spare looks exactly like this. */
-  /* Snapshot layers: "<fd>:<top id>,...,<bottom id>" (init.h), each checked to hold every tree. */
-  char a_layers[16 + LY_MAX_DEPTH * (LY_ID_LEN + 1)] = "-";
-  const char *lay_dir = ly_dir();
+  /* Snapshot layers: the store and the chain's ids, top first, each checked to hold every tree. */
+  char layer_ids[LY_MAX_DEPTH * (LY_ID_LEN + 1) + 1] = "";
+  const char *lay_dir = cfg->layer ? ly_dir() : "";
   if (cfg->layer) {
-    lay_fd = open(lay_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    int lay_fd = open(lay_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (lay_fd < 0) { seterr(err, errlen, "open %s: %s", lay_dir, strerror(errno)); goto fail; }
-    size_t n = (size_t)snprintf(a_layers, sizeof a_layers, "%d:", lay_fd);
+    size_t n = 0;
     for (layer *l = cfg->layer; l; l = ly_parent(l)) {
       for (int i = -1; i < tpl.nsys; i++) {
         char tree[LY_ID_LEN + 32];
@@ -525,134 +574,76 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
         if (fstatat(lay_fd, tree, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) {
           seterr(err, errlen, "snapshot layer %s has no /%s tree (taken where the host had other system directories?): %s",
                  ly_id(l), i < 0 ? "" : tpl.sys[i], strerror(errno ? errno : ENOTDIR));
+          close(lay_fd);
           goto fail;
         }
       }
-      n += (size_t)snprintf(a_layers + n, sizeof a_layers - n, "%s%s", l == cfg->layer ? "" : ",", ly_id(l));
+      n += (size_t)snprintf(layer_ids + n, sizeof layer_ids - n, "%s%s", l == cfg->layer ? "" : ",", ly_id(l));
     }
+    close(lay_fd);
   }
-  /* Volumes: their count, then "<fd>:<path>" each (init.h). */
-  char a_nmounts[8], a_mount[SBX_MAX_MOUNTS][SBX_MOUNT_PATH_MAX + 16];
-  const char *mnt_dir[SBX_MAX_MOUNTS];
-  snprintf(a_nmounts, sizeof a_nmounts, "%zu", s->nmounts);
-  char *iargv[8 + SBX_MAX_MOUNTS + 1] = {SBX_INIT_ARGV0, a_ctl, a_tpl, a_sbx, s->privileged ? "c" : "k", sysdirs, a_layers, a_nmounts};
-  for (size_t i = 0; i < s->nmounts; i++) {
-    mnt_dir[i] = vol_dir(s->mounts[i].volume);
-    if ((mnt_fd[nmnt_fd] = open(mnt_dir[i], O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
-      seterr(err, errlen, "volume '%s': open %s: %s", vol_name(s->mounts[i].volume), mnt_dir[i], strerror(errno));
-      goto fail;
-    }
-    snprintf(a_mount[i], sizeof a_mount[i], "%d:%s", mnt_fd[nmnt_fd++], s->mounts[i].path);
-    iargv[8 + i] = a_mount[i];
+  /* The BOOT request. Nothing in it reaches the init's command line: a spare looks exactly like
+   * a sandbox booted on demand. */
+  init_boot h = {INIT_REQ_BOOT, 0, (uint32_t)ncg, cge == CG_BORN, (uint32_t)nidfds, cge == CG_JOINS};
+  boot_begin(&b);
+  boot_add(&b, s->id);
+  boot_add(&b, s->privileged ? "c" : "k");
+  boot_add(&b, tpl_parent);
+  boot_add(&b, s->dir);
+  boot_add(&b, sysdirs);
+  boot_add(&b, lay_dir);
+  boot_add(&b, layer_ids);
+  for (size_t i = 0; i < s->nmounts; i++) {   /* each volume: its directory, its path inside */
+    boot_add(&b, vol_dir(s->mounts[i].volume));
+    boot_add(&b, s->mounts[i].path);
   }
-  char *ienv[] = {NULL};
-  step(tr, "fds");
-  /* Its user and network namespaces: a pair from the pool (linked already) or a new one. */
-  bool link = net_wants_link(cfg->internet);
-  if (link) s->net = pool_take_pair(cfg->state_dir);
+  if (b.over) { seterr(err, errlen, "the sandbox's boot request is too large"); goto fail; }
+  h.nstrings = b.n;
+  memcpy(b.p, &h, sizeof h);
+  for (int i = 0; i < nidfds; i++) fds[1 + ncg + i] = idfds[i];
+  step(tr, "request");
   if (!s->net) {
     net_idmap map;
     idmap_here(&map);
-    if (!(s->net = net_pair_new(&map, link, err, errlen))) goto fail;
+    int exe_fd = init_exe_fd();
+    s->net = exe_fd >= 0 ? net_pair_new(&map, exe_fd, link, err, errlen) : NULL;
+    if (exe_fd < 0) seterr(err, errlen, "the init's image: %s", strerror(errno));
+    else close(exe_fd);
+    if (!s->net) goto fail;
     step(tr, link ? "network (link)" : "network");
-  } else {
-    step(tr, "network (pool)");
   }
-  int uns = net_pair_userns(s->net), nns = net_pair_netns(s->net);
-  int report[2] = {-1, -1};   /* the init's pid, from the intermediate process */
-  if (pipe2(report, O_CLOEXEC) != 0) { seterr(err, errlen, "pipe: %s", strerror(errno)); goto fail; }
-  cg_home home;
-  int cgfd = cg_clone_fd(&s->cg);   /* v2: the intermediate process is born in the cgroup (clone3) */
-  if (cgfd < 0) {
-    if (cg_enter(&s->cg, &home, err, errlen) != 0) { close(report[0]); close(report[1]); goto fail; }
-    step(tr, "cg join");
-  }
-  /* The init cannot be cloned straight into existing namespaces: an intermediate process (born
-   * in the sandbox's cgroups, like everything it clones) joins the pair, then clones the init
-   * with new mount/pid/uts/ipc namespaces and sandboxd as its parent (CLONE_PARENT), reports
-   * its pid and exits. Both make raw system calls only (other sandboxd threads may hold libc
-   * locks that are never released in a child). */
-  bool cg_late = false;
-  long mid = clone_mid(cgfd, &cg_late);
-  if (mid == 0) {
-    syscall(SYS_close, report[0]);
-    long rc = 0;
-    if (syscall(SYS_setns, uns, CLONE_NEWUSER) != 0 || syscall(SYS_setns, nns, CLONE_NEWNET) != 0) rc = -errno;
-    long pid = rc ? 0 : syscall(SYS_clone, CLONE_PARENT | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | SIGCHLD, 0, 0, 0, 0);
-    if (pid == 0) {
-      syscall(SYS_close, sv[0]);
-      /* Overlay refuses layers whose mounts belong to another mount namespace, so the layer
-       * directories are opened again here, in the new one, while we still have the host
-       * credentials that own the state directory; they replace the parent's fds. */
-      long nt = syscall(SYS_open, tpl_parent, O_PATH | O_DIRECTORY | O_CLOEXEC);
-      long ns = syscall(SYS_open, s->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-      if (nt < 0 || ns < 0 || syscall(SYS_dup3, nt, tpl_fd, 0) < 0 || syscall(SYS_dup3, ns, sbx_fd, 0) < 0)
-        syscall(SYS_exit_group, 124);
-      syscall(SYS_close, nt);
-      syscall(SYS_close, ns);
-      if (lay_fd >= 0) {   /* inherited (dup3 clears CLOEXEC) */
-        long nl = syscall(SYS_open, lay_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-        if (nl < 0 || syscall(SYS_dup3, nl, lay_fd, 0) < 0) syscall(SYS_exit_group, 124);
-        syscall(SYS_close, nl);
-      }
-      for (size_t i = 0; i < nmnt_fd; i++) {   /* the volumes, likewise */
-        long nv = syscall(SYS_open, mnt_dir[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
-        if (nv < 0 || syscall(SYS_dup3, nv, mnt_fd[i], 0) < 0) syscall(SYS_exit_group, 124);
-        syscall(SYS_close, nv);
-      }
-      /* Root inside (host SBX_UID_BASE): without this, exec would drop the namespace's caps. */
-      if (syscall(SYS_setresgid, 0, 0, 0) != 0 || syscall(SYS_setresuid, 0, 0, 0) != 0) syscall(SYS_exit_group, 125);
-      syscall(SYS_fcntl, sv[1], F_SETFD, 0);
-      for (int i = 0; i < nidfds; i++) syscall(SYS_fcntl, idfds[i], F_SETFD, 0);
-      syscall(SYS_execveat, exe_fd, "", iargv, ienv, AT_EMPTY_PATH);
-      syscall(SYS_exit_group, 127);
-    }
-    if (pid < 0) rc = -errno;
-    long msg = rc ? rc : pid;
-    syscall(SYS_write, report[1], &msg, sizeof msg);
-    syscall(SYS_exit_group, 0);
-  }
-  int clone_errno = errno;
-  step(tr, "clone");
-  if (cgfd < 0) {
-    cg_leave(&s->cg, &home);
-    step(tr, "cg leave");
-  }
-  close(report[1]);
-  long got = 0;
-  ssize_t rn = -1;
-  if (mid > 0) {
-    /* It writes before it exits; after the wait the report is in the pipe (no EOF wait: children
-     * other threads clone meanwhile may hold copies of the write end). */
-    while (waitpid((pid_t)mid, NULL, 0) < 0 && errno == EINTR) {}
-    fcntl(report[0], F_SETFL, O_NONBLOCK);
-    do rn = read(report[0], &got, sizeof got); while (rn < 0 && errno == EINTR);
-  }
-  close(report[0]);
-  if (mid < 0) { seterr(err, errlen, "clone: %s", strerror(clone_errno)); goto fail; }
-  if (rn != (ssize_t)sizeof got || got <= 0) {
-    seterr(err, errlen, "clone of the init into its namespaces: %s", rn == (ssize_t)sizeof got ? strerror((int)-got) : "no report");
-    goto fail;
-  }
-  long pid = got;
-  s->init_pid = (pid_t)pid;
-  if (cg_late && cg_attach(&s->cg, s->init_pid, err, errlen) != 0) goto fail;
+  /* Its starter forks the init, born in the cgroups (v2), into new mount/pid/uts/ipc namespaces
+   * with sandboxd as its parent (init.h). Its answer is awaited at once: a thread about to sleep
+   * lets the starter run on its own CPU at once (a wake-up elsewhere can cost a millisecond). */
+  if (net_pair_boot(s->net, b.p, b.len, fds, 1 + ncg + nidfds, err, errlen) != 0) goto fail;
+  for (int i = 1; i < 1 + ncg + nidfds; i++) close(fds[i]);
+  ncg = nidfds = 0;
   close(sv[1]);
   sv[1] = -1;
-  close(exe_fd);
-  close(tpl_fd);
-  close(sbx_fd);
-  if (lay_fd >= 0) close(lay_fd);
-  exe_fd = tpl_fd = sbx_fd = lay_fd = -1;
-  for (; nmnt_fd > 0; nmnt_fd--) close(mnt_fd[nmnt_fd - 1]);
-  for (; nidfds > 0; nidfds--) close(idfds[nidfds - 1]);
-  step(tr, "init");
+  bool late = false;
+  pid = net_pair_booted(s->net, &late, err, errlen);
+  if (pid <= 0) goto fail;
+  s->init_pid = pid;
+  step(tr, "boot");
+  if (late && cg_attach(&s->cg, s->init_pid, err, errlen) != 0) goto fail;
+  if (cge == CG_JOINS) {   /* v1: made while the init sets itself up; it joins them before READY */
+    if (cg_create(&s->cg, cfg->state_dir, s->id, &lim, err, errlen) != 0) goto fail;
+    int tasks[INIT_MAX_CG], nt = cg_boot_fds(&s->cg, tasks, INIT_MAX_CG, err, errlen);
+    if (nt < 0) goto fail;
+    init_req rq;
+    memset(&rq, 0, sizeof rq);
+    rq.type = INIT_REQ_CGROUPS;
+    int rc = send_fds(sv[0], &rq, sizeof rq, tasks, nt);
+    for (int i = 0; i < nt; i++) close(tasks[i]);
+    if (rc != 0) { seterr(err, errlen, "sandbox init: %s", strerror(errno)); goto fail; }
+    step(tr, "cgroups");
+  }
   /* For sbx_cleanup_stale after a crash (a crash before this is written leaves an init that
    * exits by itself: its channel is gone; the cgroup sweep finds it too). */
   xfmt(p, sizeof p, "%s/init.pid", s->dir);
   if (pidfile_write(p, s->init_pid) != 0) { seterr(err, errlen, "write %s: %s", p, strerror(errno)); goto fail; }
   /* An OOM-killed init would take the whole sandbox down: let the kernel pick a command. */
-  xfmt(p, sizeof p, "/proc/%ld/oom_score_adj", pid);
+  xfmt(p, sizeof p, "/proc/%d/oom_score_adj", (int)pid);
   (void)procfile_write(p, "-1000");
   struct pollfd pf = {sv[0], POLLIN, 0};
   int pr;
@@ -674,25 +665,31 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
     seterr(err, errlen, "sandbox setup failed: %s", m.type == INIT_MSG_FAILED ? m.text : "unexpected message");
     goto fail;
   }
-  xfmt(p, sizeof p, "/proc/%ld/root", pid);
+  net_pair_reap(s->net);   /* the starter exited long ago */
+  xfmt(p, sizeof p, "/proc/%d/root", (int)pid);
   s->root_fd = open(p, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (s->root_fd < 0) { seterr(err, errlen, "open sandbox root: %s", strerror(errno)); goto fail; }
   s->ctl = sv[0];
   sv[0] = -1;
+  free(b.p);
+  /* The init's phases, each "init <what> <n>us": they make up "until ready". */
   m.text[sizeof m.text - 1] = 0;
-  size_t tl = strlen(tr->text);
-  snprintf(tr->text + tl, sizeof tr->text - tl, "%s%s", tl ? ", " : "", m.text);   /* the init's phases */
+  for (char *save = NULL, *ph = strtok_r(m.text, ",", &save); ph; ph = strtok_r(NULL, ",", &save)) {
+    size_t tl = strlen(tr->text);
+    snprintf(tr->text + tl, sizeof tr->text - tl, "%sinit %s", tl ? ", " : "", ph + strspn(ph, " "));
+  }
   *out = s;
   return 0;
 fail:
+  free(b.p);
   for (int i = 0; i < 2; i++) if (sv[i] >= 0) close(sv[i]);
-  if (exe_fd >= 0) close(exe_fd);
-  if (tpl_fd >= 0) close(tpl_fd);
-  if (sbx_fd >= 0) close(sbx_fd);
-  if (lay_fd >= 0) close(lay_fd);
-  for (; nmnt_fd > 0; nmnt_fd--) close(mnt_fd[nmnt_fd - 1]);
-  for (; nidfds > 0; nidfds--) close(idfds[nidfds - 1]);
+  for (int i = 1; i < 1 + ncg; i++) close(fds[i]);
+  for (int i = 0; i < nidfds; i++) close(idfds[i]);
   if (s->root_fd >= 0) close(s->root_fd);
+  bool unused;
+  char why[8];
+  if (s->init_pid <= 0 && s->net && (pid = net_pair_booted(s->net, &unused, why, sizeof why)) > 0)
+    s->init_pid = pid;   /* booted, but we failed before we took its pid: it is our child to reap */
   if (s->init_pid > 0) {
     kill(s->init_pid, SIGKILL);
     while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR) {}
@@ -741,29 +738,6 @@ static void discard(sbx_t *s) {
   release(s);
 }
 
-/* The init sets the host name (= sandbox id) and answers; the channel is still ours alone. */
-static int set_hostname(sbx_t *s, const char *name, char *err, size_t errlen) {
-  struct { init_req rq; char name[72]; } req;
-  memset(&req, 0, sizeof req);
-  size_t len = strlen(name);
-  req.rq.type = INIT_REQ_HOSTNAME;
-  memcpy(req.name, name, len + 1);
-  if (send(s->ctl, &req, sizeof req.rq + len + 1, MSG_NOSIGNAL) != (ssize_t)(sizeof req.rq + len + 1)) {
-    seterr(err, errlen, "sandbox init: %s", strerror(errno));
-    return -1;
-  }
-  struct pollfd pf = {s->ctl, POLLIN, 0};
-  int pr;
-  do pr = poll(&pf, 1, SBX_READY_TIMEOUT_MS); while (pr < 0 && errno == EINTR);
-  init_msg m;
-  if (pr <= 0 || recv(s->ctl, &m, sizeof m, 0) != (ssize_t)sizeof m || m.type != INIT_MSG_HOSTNAME) {
-    seterr(err, errlen, "sandbox init did not answer");
-    return -1;
-  }
-  if (m.code != 0) { seterr(err, errlen, "sethostname: %s", strerror(m.code)); return -1; }
-  return 0;
-}
-
 /* A claimed spare was booted with the default limits: only other ones are written. */
 static int write_limits(sbx_t *s, const sbx_config *cfg, char *err, size_t errlen) {
   cg_limits lim = {cfg->pids_max > 0 ? cfg->pids_max : g_lim.pids_max, cfg->memory_mb > 0 ? cfg->memory_mb : g_lim.memory_mb,
@@ -781,7 +755,9 @@ static double ms_since(struct timespec t0) {
 }
 
 /* ---- what the warm pool (pool.h) keeps: spares booted with the default shape, network pairs ---- */
-static void *spare_boot(const char *state_dir, const char *id, bool internet, char *err, size_t errlen) {
+static void *spare_boot(const char *state_dir, bool internet, char *err, size_t errlen) {
+  char id[32];
+  if (!g_new_id || g_new_id(id, sizeof id) != 0 || !sbx_valid_id(id)) { seterr(err, errlen, "no id for a spare"); return NULL; }
   sbx_config cfg = {.id = id, .state_dir = state_dir, .internet = internet};
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -792,41 +768,69 @@ static void *spare_boot(const char *state_dir, const char *id, bool internet, ch
   return s;
 }
 static void spare_discard(void *s) { discard(s); }
-static net_pair *pair_new(char *err, size_t errlen) {
+static void pair_discard(void *p) {
+  kit *k = p;
+  net_pair_free(k->net);
+  if (k->dir[0]) (void)tpl_rm_tree(k->dir);
+  free(k);
+}
+static void *pair_new(const char *state_dir, char *err, size_t errlen) {
+  kit *k = calloc(1, sizeof *k);
+  if (!k) { seterr(err, errlen, "out of memory"); return NULL; }
   net_idmap map;
   idmap_here(&map);
-  return net_pair_new(&map, true, err, errlen);
+  int exe_fd = init_exe_fd();
+  if (exe_fd < 0) { seterr(err, errlen, "the init's image: %s", strerror(errno)); free(k); return NULL; }
+  k->net = net_pair_new(&map, exe_fd, true, err, errlen);
+  close(exe_fd);
+  if (!k->net) { free(k); return NULL; }
+  /* The directory is a help, not a need: without it the sandbox makes its own. */
+  static unsigned long serial;
+  static pthread_mutex_t serial_mu = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&serial_mu);
+  unsigned long n = ++serial;
+  pthread_mutex_unlock(&serial_mu);
+  sbx_t probe = {.privileged = geteuid() == 0, .uid0 = geteuid(), .gid0 = getegid()};
+  uid_t ru = sbx_host_uid(&probe, 0), uu = sbx_host_uid(&probe, 1000);
+  gid_t rg = sbx_host_gid(&probe, 0), ug = sbx_host_gid(&probe, 1000);
+  if (uu == (uid_t)-1) { uu = ru; ug = rg; }
+  tpl_info tpl;
+  char why[256];
+  char parent[4200];
+  if (tpl_ensure(state_dir, ru, rg, uu, ug, NET_DNS_FORWARDER, &tpl, why, sizeof why) != 0 ||
+      xfmt(parent, sizeof parent, "%s/sandboxes", state_dir) != 0 || (mkdir(parent, 0711) != 0 && errno != EEXIST) ||
+      xfmt(k->dir, sizeof k->dir, "%s/k%lx%lx", parent, (unsigned long)getpid(), n) != 0 ||
+      layer_dirs(k->dir, &tpl, ru, rg, why, sizeof why) != 0) {
+    if (k->dir[0] && access(k->dir, F_OK) == 0) (void)tpl_rm_tree(k->dir);
+    k->dir[0] = 0;
+  }
+  return k;
 }
-static const pool_ops POOL_OPS = {spare_boot, spare_discard, pair_new};
+static const pool_ops POOL_OPS = {spare_boot, spare_discard, pair_new, pair_discard};
+static const pool_ops PAIRS_ONLY = {NULL, NULL, pair_new, pair_discard};
 
-void sbx_pool_start(const char *state_dir) { pool_start(state_dir, &POOL_OPS); }
+void sbx_pool_start(const char *state_dir) { pool_start(state_dir, g_new_id ? &POOL_OPS : &PAIRS_ONLY); }
 void sbx_pool_stop(void) { pool_stop(); }
 void sbx_shutdown(void) {
   pool_stop();
   cg_shutdown();
 }
 
-/* A spare of the right shape for cfg, renamed to cfg->id, or NULL. */
+/* A spare of the right shape for cfg, or NULL. It was booted under its own id, host name and
+ * all: nothing is renamed. One whose init died meanwhile (its channel hung up) is discarded. */
 static sbx_t *claim_spare(const sbx_config *cfg, step_trace *tr) {
   if (cfg->layer || cfg->nmounts) return NULL;   /* spares have the default shape only */
-  sbx_t *s = pool_claim(cfg->state_dir, net_wants_link(cfg->internet));
-  if (!s) return NULL;
-  step(tr, "pool");
-  /* Its names become the sandbox's: the layer directory, then its cgroups. Anything failing: the
-   * spare is discarded and the caller boots a new one. */
-  char dir[4096];
-  const char *slash = strrchr(s->dir, '/');
-  if (!slash || xfmt(dir, sizeof dir, "%.*s/%s", (int)(slash - s->dir), s->dir, cfg->id) != 0 || rename(s->dir, dir) != 0) goto bad;
-  memcpy(s->dir, dir, sizeof dir);
-  step(tr, "rename dir");
-  if (cg_rename(&s->cg, cfg->id) != 0) goto bad;
-  snprintf(s->id, sizeof s->id, "%s", cfg->id);
-  step(tr, "rename cgroups");
-  return s;
-bad:
-  fprintf(stderr, "sandboxd: warm pool: claiming %s for %s: %s\n", s->id, cfg->id, strerror(errno));
-  discard(s);
-  return NULL;
+  for (;;) {
+    sbx_t *s = pool_claim(cfg->state_dir, net_wants_link(cfg->internet));
+    if (!s) return NULL;
+    struct pollfd pf = {s->ctl, POLLIN, 0};
+    if (poll(&pf, 1, 0) == 0) {   /* the init sends nothing unasked: anything here is its end */
+      step(tr, "pool");
+      return s;
+    }
+    fprintf(stderr, "sandboxd: warm pool: spare %s is gone; trying another\n", s->id);
+    discard(s);
+  }
 }
 
 /* The sandbox's egress CA into its trust stores, once (the first rules that set headers). */
@@ -857,6 +861,8 @@ static const char **with_trust_env(const char *const *envs) {
   return all;
 }
 
+const char *sbx_id(const sbx_t *s) { return s->id; }
+
 int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -869,19 +875,13 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
   }
   sbx_t *s = claim_spare(cfg, &tr);
   bool warm = s != NULL;
-  if (warm) {
-    /* A spare whose init died meanwhile (or any other failure here): boot one instead. */
-    bool limits_ok = write_limits(s, cfg, err, errlen) == 0;
-    if (limits_ok && set_hostname(s, s->id, err, errlen) == 0) goto named;
-    fprintf(stderr, "sandboxd: warm pool: spare for %s unusable (%s); booting one\n", cfg->id, err);
+  if (warm && write_limits(s, cfg, err, errlen) != 0) {
+    fprintf(stderr, "sandboxd: warm pool: spare %s unusable (%s); booting one\n", s->id, err);
     discard(s);
     warm = false;
     tr.text[0] = 0;
   }
-  if (create_booted(cfg, &s, err, errlen, &tr) != 0) return -1;
-  if (set_hostname(s, s->id, err, errlen) != 0) { discard(s); return -1; }
-named:
-  step(&tr, "hostname");
+  if (!warm && create_booted(cfg, &s, err, errlen, &tr) != 0) return -1;
   /* From here the sandbox's traffic is decided by its rules (before: everything refused). */
   if (net_pair_index(s->net)) {
     egress_rules open;
@@ -898,7 +898,7 @@ named:
   }
   /* Created with header rules: node and requests told where the CA is (unless told otherwise). */
   const char **envs = s->trusts_egress_ca ? with_trust_env(cfg->envs) : NULL;
-  s->pt = ptab_create(s->ctl, envs ? envs : cfg->envs, err, errlen);
+  s->pt = ptab_create(s->ctl, envs ? envs : cfg->envs, trace_on() ? s->id : NULL, err, errlen);
   free(envs);
   s->ctl = -1;   /* owned by the table now, even on failure */
   if (!s->pt) { discard(s); return -1; }

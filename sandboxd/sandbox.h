@@ -19,7 +19,8 @@ typedef struct sbx_mount { struct volume *volume; const char *path; } sbx_mount;
 #define SBX_MOUNT_PATH_MAX 1024
 
 typedef struct {
-  const char *id;               /* lowercase alnum, unique */
+  const char *id;               /* lowercase alnum, unique: the id of a sandbox booted now (a claimed
+                                 * spare keeps its own, sbx_id) */
   const char *state_dir;        /* sandboxd state dir; the sandbox keeps its layers under <state_dir>/sandboxes/<id> */
   bool internet;                /* allow_internet_access (net.h: as root a rule, rootless pasta or not) */
   struct egress_rules *egress;  /* its egress rules (egress_rules.h), emptied when sbx_create hands them
@@ -43,7 +44,12 @@ bool  sbx_valid_id(const char *id);    /* 1..64 of [a-z0-9]: what sbx_config.id 
 /* Once, before sbx_cleanup_stale: every sandbox's limits (the base template's cpuCount and
  * memoryMB; 0 = SBX_DEFAULT_*) and the cgroup subtree given with --cgroup (NULL: sandboxd finds
  * one, cgroups.h). 0, or -1 with err when `cgroup` cannot be used. */
-typedef struct { int cpu_count; long memory_mb; long pids_max; const char *cgroup; } sbx_defaults;
+typedef struct {
+  int cpu_count; long memory_mb; long pids_max; const char *cgroup;
+  /* Names warm spares (the registry's reg_new_id): a claimed spare keeps the name it was booted
+   * with, host name and all. NULL: no spares (network pairs are still kept ahead). */
+  int (*new_id)(char *out, size_t cap);
+} sbx_defaults;
 int   sbx_init(const char *state_dir, const sbx_defaults *d, char *err, size_t errlen);
 /* What every sandbox gets, as getInfo reports it: the limits where the host enforces them, the
  * host's own figures where it does not. */
@@ -57,7 +63,10 @@ typedef struct {
 } sbx_host_caps;
 void sbx_probe_host(sbx_host_caps *caps);
 
+/* A sandbox for cfg: a warm spare of its shape when the pool has one (named already), else one
+ * booted now named cfg->id. 0, or -1 with err. */
 int   sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen);
+const char *sbx_id(const sbx_t *s);
 /* Every process gone (streams ended with their `end` event), mounts gone, upper layer removed,
  * cgroups removed; then frees s. Call exactly once, when no other thread uses s any more
  * (it waits for process RPCs that are still streaming on s to finish). */
@@ -76,10 +85,11 @@ gid_t sbx_host_gid(const sbx_t *s, gid_t inner);
  * template, then start the warm pool for state_dir. */
 void  sbx_cleanup_stale(const char *state_dir);
 
-/* The warm pool (pool.h) for state_dir: spares booted ahead of need with the default shape;
+/* The warm pool (pool.h) for state_dir: spares booted ahead of need with the default shape,
+ * each under an id of its own (sbx_defaults.new_id: layer directory, cgroups, host name);
  * sbx_create claims one when cfg's state dir and flag match and it asks for no snapshot layer or
- * volume. A claimed spare gets the requested id (layer directory, cgroups, host name), limits and
- * envVars. Network pairs with pasta up go to sandboxes with internet access that find no spare. */
+ * volume, and gives it the requested limits (when not the default), egress rules and envVars.
+ * Network pairs (linked, their starter waiting) go to sandboxes that find no spare. */
 void  sbx_pool_start(const char *state_dir);
 void  sbx_pool_stop(void);
 /* At exit, after every sandbox: the pool stopped, the cgroup parent removed. */

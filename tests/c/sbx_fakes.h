@@ -23,6 +23,7 @@ static struct {
   char log[8192];                  /* "create:<id> dying:<id> stop:<id> ..." */
   int creates, stops, destroys, dyings, gones, pauses, resumes;
   bool fail_create, fail_pause;
+  char spare_id[32];               /* the next create hands out a sandbox named this ("": the registry's id) */
   reg_create_opts last;
 } fk = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
@@ -36,10 +37,11 @@ static void fk_note(const char *what, const char *id, int *counter) {
   pthread_mutex_unlock(&fk.mu);
 }
 
-static int fk_create(const char *id, const reg_create_opts *o, sbx_t **out, char *err, size_t errlen) {
+static int fk_create(char *id, size_t idcap, const reg_create_opts *o, sbx_t **out, char *err, size_t errlen) {
   if (fk.fail_create) { snprintf(err, errlen, "the fake backend refuses"); return -1; }
   sbx_t *s = calloc(1, sizeof *s);
   if (!s) return -1;
+  if (fk.spare_id[0]) { snprintf(id, idcap, "%s", fk.spare_id); fk.spare_id[0] = 0; }   /* a spare named ahead */
   snprintf(s->id, sizeof s->id, "%s", id);
   fk.last = *o;
   fk_note("create", id, &fk.creates);

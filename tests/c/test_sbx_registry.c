@@ -46,6 +46,27 @@ static void test_ids_and_tokens(void) {
   CHECK_INT(reg_kill(a.id), -1);         /* gone */
 }
 
+/* A backend that had a sandbox ready under an id of its own (a warm spare, named with
+ * reg_new_id when it was booted) hands that out: the entry, its lookup and its kill use it. */
+static void test_backend_chosen_id(void) {
+  char spare[32];
+  CHECK_INT(reg_new_id(spare, sizeof spare), 0);
+  CHECK_INT(strlen(spare), 21);
+  CHECK(spare[0] == 'i' && reg_valid_id(spare));
+  CHECK_INT(reg_new_id(spare, 21), -1);   /* no room for it */
+  CHECK_INT(reg_new_id(spare, sizeof spare), 0);
+  snprintf(fk.spare_id, sizeof fk.spare_id, "%s", spare);
+  reg_info in;
+  reg_entry *e = make(true, 300, &in);
+  CHECK(e != NULL);
+  CHECK_STR(in.id, spare);
+  CHECK_STR(reg_id(e), spare);
+  CHECK_HAS(fk.log, spare);
+  json_decref(in.metadata);
+  reg_put(e);
+  CHECK_INT(reg_kill(spare), 0);
+}
+
 static void test_create_failure(void) {
   fk.fail_create = true;
   reg_create_opts o = fk_opts(false, 300);
@@ -344,6 +365,7 @@ static void test_shutdown_kills_everything(void) {
 int main(void) {
   if (reg_init(&FK_BACKEND, &FK_HOOKS) != 0) { fprintf(stderr, "reg_init failed\n"); return 1; }
   MBT_RUN(test_ids_and_tokens);
+  MBT_RUN(test_backend_chosen_id);
   MBT_RUN(test_create_failure);
   MBT_RUN(test_kill_waits_for_holders);
   MBT_RUN(test_with_running);
