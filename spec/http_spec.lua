@@ -334,11 +334,12 @@ describe("http", function()
     assert.has_error(function() mb.core.http_request({ url = url("/ping") }, function() end) end,
       "http: max_bytes is required (> 0)")   -- buffered unless opts.stream or the third argument says so
     local before = fds()
-    for _ = 1, 20 do   -- no max_bytes on a buffered request: raises after the file is open
+    for _ = 1, 50 do   -- no max_bytes on a buffered request: raises after the file is open
       assert.has_error(function() mb.core.http_request({ url = url("/ping"), body_file = path }, function() end) end)
     end
     os.remove(path)
-    assert.equal(before, fds())
+    local grew = fds() - before   -- (the transport's own connections may come and go meanwhile)
+    assert.is_true(grew < 10, ("%d more descriptors after 50 refused requests"):format(grew))
   end)
 
   it("a malformed URL is E2B_INVALID", function()

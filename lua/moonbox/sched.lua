@@ -124,7 +124,7 @@ local function abandon(t)
   if not fns then return end
   local failed = not t.ok or (t.results[1] == nil and errors.is(t.results[2]))
   if not (failed or t.canceled) then return end
-  for _, fn in ipairs(fns) do M.spawn(fn) end
+  for _, fn in pairs(fns) do M.spawn(fn) end
 end
 
 local function finish(t, r)
@@ -278,13 +278,20 @@ function Task:done() return self.status == "dead" end
 
 -- fn runs (as a task of its own) if t ends abandoned: canceled at any point, raised, or
 -- returned nil plus an error object. What a task starts in the world (commands, terminals)
--- registers its stop here, so cancelling a task stops its work. Nothing for a task that ended
--- well, nor outside tasks (t nil).
-function M.on_abandon(t, fn)
+-- registers its stop here under the thing itself (`key`), so cancelling a task stops its work;
+-- forget(t, key) once that thing ended on its own. Keys are held weakly (a long-lived task that
+-- starts thousands of commands keeps none of them alive). Nothing for a task that ended well,
+-- nor outside tasks (t nil).
+function M.on_abandon(t, key, fn)
   if not t or t.status == "dead" then return end
   local fns = t.abandon_fns
-  if not fns then fns = {}; t.abandon_fns = fns end
-  fns[#fns + 1] = fn
+  if not fns then fns = setmetatable({}, { __mode = "k" }); t.abandon_fns = fns end
+  fns[key] = fn
+end
+
+function M.forget(t, key)
+  local fns = t and t.abandon_fns
+  if fns then fns[key] = nil end
 end
 
 -- true (once) when cancel() reached this task while it was not blocked: the cancellation is

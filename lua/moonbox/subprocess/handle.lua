@@ -9,6 +9,7 @@
 -- never wait behind unread output for long: terminate() drops it, and once the leader exited
 -- and graceMs passed without the stream ending, pipes stop taking output.
 local errors = require "moonbox.errors"
+local sched = require "moonbox.sched"
 local specs = require "moonbox.subprocess.spec"
 
 local M = {}
@@ -180,6 +181,7 @@ end
 -- The service stops tracking this handle (and watching its cancel token).
 function Handle:_untrack()
   self.sp.live[self] = nil
+  sched.forget(self.owner, self)                  -- its tree ended: nothing left to stop
   if self.cancel_task then self.cancel_task:cancel() end
 end
 

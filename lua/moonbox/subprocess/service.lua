@@ -185,7 +185,8 @@ function SP:spawn(spec)
   if sin == "pipe" then h.stdin = handle.stdin_writer(h) end
   -- The starting task's work: stopped (TERM, grace, KILL) if that task is canceled or fails.
   if not spec.detached then
-    sched.on_abandon(sched.current(), function() if not h.tree_empty then h:terminate() end end)
+    h.owner = sched.current()
+    sched.on_abandon(h.owner, h, function() if not h.tree_empty then h:terminate() end end)
   end
 
   local ok, werr = h.pid_ev:wait(self.timeouts.stream_open_ms + self.timeouts.request_ms)
@@ -255,7 +256,10 @@ function SP:spawnTerminal(spec)
   end
   self.terminals[t] = true
   t.output = { read = function(_, timeout_ms) return t:read(timeout_ms) end }
-  if not spec.detached then sched.on_abandon(sched.current(), function() t:terminate() end) end
+  if not spec.detached then
+    t.owner = sched.current()
+    sched.on_abandon(t.owner, t, function() t:terminate() end)
+  end
   return t
 end
 

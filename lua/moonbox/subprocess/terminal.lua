@@ -7,6 +7,7 @@
 -- stream) into a byte queue that :read serves. inspectForeground / signalForeground /
 -- terminate use mbwrap fg / signal / killsession (one request each).
 local errors = require "moonbox.errors"
+local sched = require "moonbox.sched"
 local specs = require "moonbox.subprocess.spec"
 
 local M = {}
@@ -132,6 +133,7 @@ function Term:terminate()
   self.terminated = true
   self.term_ev:set(true)
   self.sp.terminals[self] = nil
+  sched.forget(self.owner, self)
   return true
 end
 
