@@ -332,6 +332,14 @@ local function dump_config(argv, i)
   return 0
 end
 
+-- `arg` as a stock lua5.4 gives it: the script at 0, its arguments from 1, and what came before
+-- the script (the program, then moonbox's own words) at negative indices.
+local function set_arg(argv, at)
+  local argt = { [-at] = require("moonbox.core").exe_path() or "moonbox" }
+  for k = 1, #argv do argt[k - at] = argv[k] end
+  _G.arg = argt
+end
+
 local function run_composition(argv, i, ctl)
   local opts, pos = parse(argv, i, { ["--policy"] = "list", ["--trace"] = "flag" }, "run")
   ctl.trace = ctl.trace or opts["--trace"]
@@ -348,6 +356,7 @@ local function run_composition(argv, i, ctl)
   local chunk, lerr = loadfile(script, "t")
   if not chunk then return nil, errors.new("MB_SCRIPT", lerr) end
   local args = table.move(argv, pos + 2, #argv, 1, {})
+  set_arg(argv, pos + 1)
   local res = table.pack(compose.run(comp, script, table.unpack(args)))
   if math.type(res[1]) == "integer" then return res[1] end
   if res[1] == nil and res.n >= 2 and res[2] ~= nil then return nil, res[2] end
@@ -361,9 +370,7 @@ local function run_script(argv, i)
   local chunk, lerr = loadfile(script, "t")
   if not chunk then return nil, errors.new("MB_SCRIPT", lerr) end
   local args = table.move(argv, i + 1, #argv, 1, {})
-  local argt = { [0] = script }
-  for k, v in ipairs(args) do argt[k] = v end
-  _G.arg = argt
+  set_arg(argv, i)
   local res = table.pack(require("moonbox").run(chunk, table.unpack(args)))
   if math.type(res[1]) == "integer" then return res[1] end
   return 0
