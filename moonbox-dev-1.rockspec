@@ -104,6 +104,7 @@ build = {
     ["moonbox.subprocess.terminal"] = "lua/moonbox/subprocess/terminal.lua",
     ["moonbox.sync"] = "lua/moonbox/sync.lua",
     ["moonbox.text"] = "lua/moonbox/text.lua",
+    ["moonbox.fields"] = "lua/moonbox/fields.lua",
     ["moonbox.world.common"] = "lua/moonbox/world/common.lua",
     ["moonbox.world.local"] = "lua/moonbox/world/local.lua",
     ["moonbox.workspace"] = "lua/moonbox/workspace/init.lua",

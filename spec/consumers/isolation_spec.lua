@@ -1,7 +1,7 @@
 -- The consumers are written against the seams only: no consumer module may require a provider
 -- module (or anything outside the small shared core) or mention e2b, so swapping the providers
 -- cannot need a change in them.
-local ALLOWED = { moonbox = true, ["moonbox.errors"] = true, ["moonbox.text"] = true, ["moonbox.ids"] = true,
+local ALLOWED = { moonbox = true, ["moonbox.errors"] = true, ["moonbox.text"] = true, ["moonbox.ids"] = true, ["moonbox.fields"] = true,
   cjson = true }
 
 local function consumer_files()

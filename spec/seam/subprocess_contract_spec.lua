@@ -146,6 +146,27 @@ describe("subprocess seam contract #sandboxd", function()
     end)
   end)
 
+  it("refuses unknown fields, naming them and the nearest valid one, at the caller's line", function()
+    P.run(function()
+      local function raised(fn)
+        local ok, err = pcall(fn)
+        assert.is_false(ok)
+        return err
+      end
+      local line = debug.getinfo(1, "l").currentline
+      local e1 = raised(function() sp:spawn(spec({ "true" }, { timeoutMs = 300 })) end)
+      assert.truthy(e1:find("subprocess_contract_spec.lua:" .. (line + 1) .. ": spawn: unknown field timeoutMs (expected argv, cwd, stdio, env, graceMs, cancel, detached)", 1, true), e1)
+      local e2 = raised(function() sp:spawn(spec({ "true" }, { gracems = 300 })) end)
+      assert.truthy(e2:find("unknown field gracems", 1, true) and e2:find("did you mean graceMs?", 1, true), e2)
+      local e3 = raised(function()
+        sp:spawn(spec({ "true" }, { stdio = { stdin = "ignore", stdout = "pipe", stderr = "pipe", sdterr = "pipe" } }))
+      end)
+      assert.truthy(e3:find("spawn: stdio: unknown field sdterr", 1, true) and e3:find("did you mean stderr?", 1, true), e3)
+      local e4 = raised(function() sp:spawnTerminal{ argv = { "true" }, row = 10 } end)
+      assert.truthy(e4:find("spawnTerminal: unknown field row", 1, true) and e4:find("did you mean rows?", 1, true), e4)
+    end)
+  end)
+
   it("resolves executables", function()
     P.run(function()
       assert.truthy(assert(sp:resolveExecutable("sh")):match("^/.*/sh$"))

@@ -16,6 +16,7 @@
 -- it printed is returned. Output is decoded as UTF-8 with U+FFFD for invalid bytes; a
 -- background read never splits a character between two reads.
 local errors = require "moonbox.errors"
+local fields = require "moonbox.fields"
 local text = require "moonbox.text"
 
 local M = { name = "bash", provides = "bash", inject = { "subprocess" } }
@@ -41,8 +42,13 @@ local function mb() return require "moonbox" end
 
 local function bad(fmt, ...) error(("bash: " .. fmt):format(...), 3) end
 
+local REQUEST_FIELDS = { run = { "command", "cwd", "env", "stdin", "timeoutMs", "cancel" },
+  start = { "command", "cwd", "env", "stdin" } }
+
 function Bash:_check(req, what)
   if type(req) ~= "table" then bad("%s expects a table { command = ... }", what) end
+  local unknown = fields.unknown(req, REQUEST_FIELDS[what], what)   -- a typo must not be ignored
+  if unknown then bad("%s", unknown) end
   if type(req.command) ~= "string" or req.command == "" then bad("%s: command must be a non-empty string", what) end
   if req.cwd ~= nil and (type(req.cwd) ~= "string" or req.cwd == "") then bad("%s: cwd must be a non-empty path", what) end
   if req.env ~= nil and type(req.env) ~= "table" then bad("%s: env must be a table of name = string|false", what) end

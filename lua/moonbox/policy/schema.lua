@@ -234,28 +234,8 @@ function M.format(v)
   return "{ " .. table.concat(parts, ", ") .. " }"
 end
 
--- The name of `names` nearest to `name` (edit distance, case-insensitive; ties: the first
--- listed), or nil when none is within half of name's length. Unknown fields and options name it.
-function M.nearest(name, names)
-  local a = name:lower()
-  local best, best_d
-  for _, cand in ipairs(names) do
-    local b = cand:lower()
-    local prev = {}
-    for j = 0, #b do prev[j] = j end
-    for i = 1, #a do
-      local cur = { [0] = i }
-      for j = 1, #b do
-        local cost = a:byte(i) == b:byte(j) and 0 or 1
-        cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-      end
-      prev = cur
-    end
-    if best_d == nil or prev[#b] < best_d then best, best_d = cand, prev[#b] end
-  end
-  if best_d and best_d <= math.max(2, #name // 2) then return best end
-  return nil
-end
+-- The name of `names` nearest to `name` (moonbox.fields): unknown fields and options name it.
+M.nearest = require("moonbox.fields").nearest
 
 -- Structural equality of plain values.
 function M.equal(a, b)

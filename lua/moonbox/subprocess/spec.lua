@@ -1,6 +1,8 @@
 -- moonbox.subprocess.spec — what every subprocess provider checks and shares: the spawn and
 -- terminal specs (bad input raises before anything is launched, naming the field and what was
 -- expected), signal names, cancel tokens, outcomes.
+local fields = require "moonbox.fields"
+
 local M = {}
 
 -- Byte counts must be exact in a double: at most 2^53.
@@ -21,6 +23,12 @@ M.TERMINAL_SIGNALS = { SIGINT = true, SIGTERM = true, SIGKILL = true, SIGTSTP = 
 function M.whole_ms(ms) return math.tointeger(ms) or math.ceil(ms) end
 
 local function bad(level, fmt, ...) error(fmt:format(...), level + 1) end
+
+-- Unknown fields are errors (a typo must not be ignored): the first one, with the nearest name.
+local function only(t, list, what, level) fields.only(t, list, what, level + 1) end
+local SPAWN_FIELDS = { "argv", "cwd", "stdio", "env", "graceMs", "cancel", "detached" }
+local STDIO_FIELDS = { "stdin", "stdout", "stderr" }
+local TERMINAL_FIELDS = { "argv", "cwd", "env", "rows", "cols", "graceMs", "cancel", "detached" }
 
 local function byte_count(v, field, level)
   if type(v) ~= "number" or v ~= v or v < 0 or v > MAX_BYTES or v ~= math.floor(v) then
@@ -71,11 +79,13 @@ end
 function M.check_spawn(spec, timeouts, level)
   level = (level or 2) + 1
   if type(spec) ~= "table" then bad(level, "spawn: spec must be a table") end
+  only(spec, SPAWN_FIELDS, "spawn", level)
   check_argv(spec.argv, "spawn", level)
   if type(spec.cwd) ~= "string" or spec.cwd == "" then bad(level, "spawn: cwd must be a non-empty path") end
   timeouts.check_grace(spec.graceMs, "subprocess graceMs")
   local stdio = spec.stdio
   if type(stdio) ~= "table" then bad(level, "spawn: stdio = { stdin =, stdout =, stderr = } is required") end
+  only(stdio, STDIO_FIELDS, "spawn: stdio", level)
   local sin = stdio.stdin
   if not (sin == "ignore" or sin == "pipe" or (type(sin) == "table" and type(sin.data) == "string")) then
     bad(level, "stdio.stdin: expected 'ignore', 'pipe' or { data = string }")
@@ -91,6 +101,7 @@ end
 function M.check_terminal(spec, timeouts, level)
   level = (level or 2) + 1
   if type(spec) ~= "table" then bad(level, "spawnTerminal: spec must be a table") end
+  only(spec, TERMINAL_FIELDS, "spawnTerminal", level)
   check_argv(spec.argv, "spawnTerminal", level)
   if spec.cwd ~= nil and (type(spec.cwd) ~= "string" or spec.cwd == "") then
     bad(level, "spawnTerminal: cwd must be a non-empty path")
