@@ -379,6 +379,26 @@ int main(int argc, char **argv) {
     end)
   end)
 
+  it("refuses unknown option fields, naming them and the nearest valid one", function()
+    P.run(function()
+      local function raised(fn)
+        local ok, err = pcall(fn)
+        assert.is_false(ok)
+        return tostring(err)
+      end
+      local t = T("strict.txt")
+      local e1 = raised(function() fs:resolve("x", { cwd = dir, cdw = dir }) end)
+      assert.truthy(e1:find("fs:resolve: opts: unknown field cdw (expected cwd; did you mean cwd?)", 1, true), e1)
+      local e2 = raised(function() fs:lstat("x", { follow = true }) end)
+      assert.truthy(e2:find("fs:lstat: opts: unknown field follow (expected cwd)", 1, true), e2)
+      local e3 = raised(function() fs:writeText(t, "x", { kind = "replaceIfVersion", version = "v", verison = "v" }) end)
+      assert.truthy(e3:find("writeText: expected: unknown field verison", 1, true) and e3:find("did you mean version?", 1, true), e3)
+      local e4 = raised(function() fs:editText(t, { oldString = "a", newstring = "b" }) end)
+      assert.truthy(e4:find("editText: edit: unknown field newstring", 1, true) and e4:find("did you mean newString?", 1, true), e4)
+      assert.truthy(e4:find("fs_contract_spec.lua:", 1, true), "at the caller's line: " .. e4)
+    end)
+  end)
+
   describe("request budget", function()
     it("resolve 1, guarded write at most 3, read at most 2, guarded edit at most 3", function()
       if P.open().name ~= "e2b" then return pending("requests are the E2B providers' cost") end

@@ -23,6 +23,7 @@
 -- yielding call). Reads are bounded by maxReadBytes; streamText is unbounded: it holds one
 -- chunk at a time and byte ceilings are the consumer's.
 local errors = require "moonbox.errors"
+local fields = require "moonbox.fields"
 local text = require "moonbox.text"
 local ids = require "moonbox.ids"
 local paths = require "moonbox.fs.paths"
@@ -194,6 +195,7 @@ end
 
 function FS:resolve(path, opts)
   opts = opts or {}
+  fields.only(opts, { "cwd" }, "fs:resolve: opts", 2)
   if type(path) ~= "string" or path:match("^%s*$") then
     return nil, fs_err("FS_NOT_FOUND", "file_path must be a non-empty string")
   end
@@ -235,6 +237,7 @@ end
 
 function FS:lstat(path, opts)
   opts = opts or {}
+  fields.only(opts, { "cwd" }, "fs:lstat: opts", 2)
   if type(path) ~= "string" or path == "" then return nil, fs_err("FS_NOT_FOUND", "file_path must be a non-empty string") end
   local sb, err = self:_sandbox("lstat", path)
   if not sb then return nil, err end
@@ -463,6 +466,7 @@ function FS:writeText(target, content, expected)
   if not sb then return nil, err end
   local args = {}
   if expected then
+    fields.only(expected, expected.kind == "replaceIfVersion" and { "kind", "version" } or { "kind" }, "writeText: expected", 2)
     if expected.kind == "createIfAbsent" then args[#args + 1] = "--create-only"
     elseif expected.kind == "replaceIfVersion" then
       if type(expected.version) ~= "string" then error("writeText: replaceIfVersion needs a version", 2) end
@@ -515,6 +519,8 @@ end
 function FS:editText(target, edit, expected)
   paths.check_target(target, "fs:editText")
   if type(edit) ~= "table" then error("editText: edit must be a table", 2) end
+  fields.only(edit, { "oldString", "newString", "replaceAll", "old", "new", "replace_all" }, "editText: edit", 2)
+  if expected ~= nil then fields.only(expected, { "version" }, "editText: expected", 2) end
   local sb, err = self:_sandbox("edit", target.displayPath)
   if not sb then return nil, err end
   return self:_locked(target.targetKey, function()
