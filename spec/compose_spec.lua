@@ -65,7 +65,8 @@ describe("moonbox.compose", function()
 
   local bad = {
     { "unknown plugin", 'plugin "owner" {}\nplugin "nope" {}', 'compose.lua:2: unknown plugin "nope"' },
-    { "unknown field", 'plugin "owner" {\n  cwdd = "/x" }', 'compose.lua:1: plugin "owner": field cwdd: unknown field' },
+    { "unknown field", 'plugin "owner" {\n  cwdd = "/x" }', 'compose.lua:1: plugin "owner": field cwdd: unknown field (expected ' },
+    { "unknown field, with the nearest name", 'plugin "owner" { timeoutms = 5 }', 'field timeoutms: unknown field (expected apiKey, cwd, timeoutMs; the nearest is timeoutMs)' },
     { "wrong type", '\nplugin "owner" { timeoutMs = "5" }', 'compose.lua:2: plugin "owner": field timeoutMs: expected a number, got string' },
     { "failed check", 'plugin "owner" { cwd = "rel" }', 'compose.lua:1: plugin "owner": field cwd: must be an absolute path' },
     { "duplicate", 'plugin "owner" {}\n\nplugin "owner" {}', 'compose.lua:3: plugin "owner" mounted twice (first at compose.lua:1)' },

@@ -13,6 +13,7 @@
 -- file:line and field.
 local errors = require "moonbox.errors"
 local policies_mod = require "moonbox.policies"
+local fields_mod = require "moonbox.fields"
 
 local compose = {}
 
@@ -90,7 +91,13 @@ local function check_config(schema, given, policies)
   for field, value in pairs(given) do
     if type(field) ~= "string" then return nil, "config keys must be field names", tostring(field) end
     local spec = schema[field]
-    if not spec then return nil, "unknown field", field end
+    if not spec then
+      local names = {}
+      for f in pairs(schema) do names[#names + 1] = f end
+      table.sort(names)
+      local near = fields_mod.nearest(field, names)
+      return nil, ("unknown field (expected %s%s)"):format(table.concat(names, ", "), near and ("; the nearest is " .. near) or ""), field
+    end
     if type(value) ~= spec.type then
       return nil, ("expected a %s, got %s"):format(spec.type, type(value)), field
     end

@@ -27,7 +27,7 @@ function M.nearest(name, names)
 end
 
 -- The first key of t that `fields` (a list) does not name → its message, or nil:
--- "<what>: unknown field <k> (expected a, b, c; did you mean b?)".
+-- "<what>: unknown field <k> (expected a, b, c; the nearest is b)".
 function M.unknown(t, fields, what)
   for k in pairs(t) do
     local known = false
@@ -37,7 +37,7 @@ function M.unknown(t, fields, what)
     if not known then
       local near = type(k) == "string" and M.nearest(k, fields)
       return ("%s: unknown field %s (expected %s%s)"):format(what, type(k) == "string" and k or ("[" .. tostring(k) .. "]"),
-        table.concat(fields, ", "), near and ("; did you mean " .. near .. "?") or "")
+        table.concat(fields, ", "), near and ("; the nearest is " .. near) or "")
     end
   end
 end

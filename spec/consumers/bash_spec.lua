@@ -161,7 +161,7 @@ describe("bash consumer #sandboxd", function()
     assert.has_error(function() bash:run{ command = "ls", cancel = true } end, "bash: run: cancel must be an mb.event()")
     assert.has_error(function() bash:read(12345) end, "bash: no such job: 12345")
     assert.has_error(function() bash:run{ command = "ls", timeoutms = 300 } end,
-      "bash: run: unknown field timeoutms (expected command, cwd, env, stdin, timeoutMs, cancel; did you mean timeoutMs?)")
+      "bash: run: unknown field timeoutms (expected command, cwd, env, stdin, timeoutMs, cancel; the nearest is timeoutMs)")
     assert.has_error(function() bash:start{ command = "ls", timeoutMs = 300 } end,
       "bash: start: unknown field timeoutMs (expected command, cwd, env, stdin)")
   end)
