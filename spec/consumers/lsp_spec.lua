@@ -165,6 +165,8 @@ describe("lsp consumer #sandboxd", function()
     assert.has_error(function() ctx.lsp:start{ root = "" } end,
       "lsp:start: root must be a non-empty path (in the call or the plugin's config)")
     assert.has_error(function() ctx.lsp:start{ args = { 1 } } end, "lsp:start: args[1] must be a string")
+    assert.has_error(function() ctx.lsp:start{ roots = "/" } end, "lsp:start: unknown field roots (expected root, command, args, env, "
+      .. "initializationOptions, languageIds, maxDocumentBytes, requestTimeoutMs, startTimeoutMs; the nearest is root)")
     assert.has_error(function() ctx.lsp:start{ maxDocumentBytes = 0.5 } end,
       "lsp:start: maxDocumentBytes must be a whole number of bytes")
   end)

@@ -19,6 +19,7 @@
 -- process tree if it has not exited within killGraceMs.
 local cjson = require "cjson"
 local errors = require "moonbox.errors"
+local fields = require "moonbox.fields"
 
 local M = { name = "lsp", provides = "lsp", inject = { "fs", "subprocess" } }
 
@@ -124,6 +125,8 @@ local function opt(o, c, k) if o[k] ~= nil then return o[k] end return c[k] end
 function LSP:start(o)
   o = o or {}
   if type(o) ~= "table" then error("lsp:start: options must be a table", 2) end
+  fields.only(o, { "root", "command", "args", "env", "initializationOptions", "languageIds", "maxDocumentBytes",
+    "requestTimeoutMs", "startTimeoutMs" }, "lsp:start", 2)
   local cfg = self.config
   local root_path = opt(o, cfg, "root")
   if type(root_path) ~= "string" or root_path == "" then

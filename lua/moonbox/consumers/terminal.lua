@@ -16,6 +16,7 @@
 -- interrupts the foreground group with SIGINT and waits for the end mark. close() terminates
 -- the whole session.
 local errors = require "moonbox.errors"
+local fields = require "moonbox.fields"
 local ids = require "moonbox.ids"
 
 local M = { name = "terminal", provides = "terminal", inject = { "subprocess" } }
@@ -50,6 +51,7 @@ end
 function Terminal:open(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error("terminal:open: opts must be a table", 2) end
+  fields.only(opts, { "cwd", "env", "rows", "cols" }, "terminal:open", 2)
   local m = mb()
   local nonce = ids.hex(8)
   local env = { TERM = "dumb", PAGER = "cat", GIT_PAGER = "cat", PS1 = "", PS2 = "", HISTFILE = "/dev/null",
@@ -126,6 +128,7 @@ end
 
 function Session:send(line, opts)
   opts = opts or {}
+  fields.only(opts, { "timeoutMs", "cancel" }, "terminal:send", 2)
   if type(line) ~= "string" then error("terminal:send: text must be a string", 2) end
   if line:find("[\r\n]") then error("terminal:send: one command line (no CR or LF)", 2) end
   if self.closed then return nil, errors.new("TERMINAL_CLOSED", "the session is closed") end
@@ -176,6 +179,7 @@ end
 -- mark. → { output, exitCode } | nil, err
 function Session:interrupt(opts)
   opts = opts or {}
+  fields.only(opts, { "timeoutMs" }, "terminal:interrupt", 2)
   if self.closed then return nil, errors.new("TERMINAL_CLOSED", "the session is closed") end
   local ok, err = self.t:signalForeground("SIGINT")
   if not ok then return nil, err end
