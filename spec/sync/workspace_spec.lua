@@ -360,6 +360,9 @@ t.close()
       assert.has_error(function() ctx.workspace:push{ from = "/a", to = "/b", exclude = "*.o" } end)
       assert.has_error(function() ctx.workspace:push{ from = "/a", to = "/b", maxFiles = 0 } end)
       assert.has_error(function() ctx.workspace:push{ from = "/a", to = "/" } end)
+      assert.has_error(function() ctx.workspace:push{ from = "/a", to = "/b", excludes = { "*.o" } } end,
+        "workspace:push: unknown field excludes (expected from, to, exclude, gitignore, maxFiles, maxBytes, maxMetaBytes, "
+          .. "prefer, onProgress; the nearest is exclude)")
       local r, err = ctx.workspace:pull{ from = P.scratch("never"), to = P.host_dir("never") }
       expect_err("SYNC_NO_BASE", r, err)
       expect_err("SYNC_NOT_FOUND", ctx.workspace:push{ from = "/nonexistent-moonbox", to = P.scratch("x") })

@@ -30,6 +30,7 @@
 -- a canceled task gets SYNC_ABORTED (a publication in flight is finished first). Bad arguments
 -- raise.
 local errors = require "moonbox.errors"
+local fields = require "moonbox.fields"
 local ids = require "moonbox.ids"
 local paths = require "moonbox.fs.paths"
 local locks = require "moonbox.fs.lock"
@@ -102,8 +103,12 @@ end
 
 local function bad(what, fmt, ...) error(("workspace:%s: " .. fmt):format(what, ...), 4) end
 
+local OPTIONS = { "from", "to", "exclude", "gitignore", "maxFiles", "maxBytes", "maxMetaBytes", "prefer", "onProgress" }
+
 local function check_opts(opts, what)
   if type(opts) ~= "table" then bad(what, "expects a table { from = ..., to = ... }") end
+  local unknown = fields.unknown(opts, OPTIONS, "workspace:" .. what)
+  if unknown then error(unknown, 3) end
   for _, k in ipairs({ "from", "to" }) do
     local v = opts[k]
     if type(v) ~= "string" or v == "" or v:find("\0", 1, true) then bad(what, "%s must be a non-empty path", k) end
