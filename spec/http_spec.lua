@@ -319,6 +319,9 @@ describe("http", function()
       assert.has_error(function() http.request{ url = url("/ping"), max_bytes = 1, headers = { ["X-A"] = "a\r\nb" } } end)
       assert.has_error(function() http.request{ url = url("/ping"), max_bytes = 1, body = "a", body_file = "/x" } end)
       assert.has_error(function() http.request("nope") end)
+      assert.has_error(function() http.request{ url = url("/ping"), max_bytes = 1, timeout = 5 } end,
+        "http.request: unknown field timeout (expected url, method, headers, body, body_file, body_fd, body_source, stream, "
+          .. "max_bytes, buffer_bytes, timeout_ms, connect_timeout_ms, idle_timeout_ms, ca_file, connect_to; the nearest is timeout_ms)")
     end)
     assert.has_error(function() http.request{ url = url("/ping"), max_bytes = 1 } end) -- outside a task
   end)

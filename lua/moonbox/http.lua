@@ -6,9 +6,14 @@
 local core = require "moonbox.core"
 local sched = require "moonbox.sched"
 local errors = require "moonbox.errors"
+local fields = require "moonbox.fields"
 
 local M = {}
 local WEAK_V = { __mode = "v" }
+
+-- What core.http_request reads (core/lua_http.c); anything else is a typo.
+local OPTIONS = { "url", "method", "headers", "body", "body_file", "body_fd", "body_source", "stream", "max_bytes",
+  "buffer_bytes", "timeout_ms", "connect_timeout_ms", "idle_timeout_ms", "ca_file", "connect_to" }
 
 -- One wake-up closure per task for unary requests: a request is always closed before
 -- request() returns, so no notification of an older request can reach a later wait.
@@ -26,6 +31,7 @@ end
 -- are), body_file, max_bytes (required), timeout_ms, connect_timeout_ms, ca_file.
 function M.request(opts)
   if type(opts) ~= "table" then error("http.request: opts must be a table", 2) end
+  fields.only(opts, OPTIONS, "http.request", 2)
   local t = sched.need_task("http.request", 2)
   local cb, key = waker(t)
   local req, err = core.http_request(opts, cb, false)
@@ -48,6 +54,7 @@ Stream.__index = Stream
 -- Streaming request: returns once the response headers are in (timeout_ms bounds that wait).
 function M.stream(opts)
   if type(opts) ~= "table" then error("http.stream: opts must be a table", 2) end
+  fields.only(opts, OPTIONS, "http.stream", 2)
   local t = sched.need_task("http.stream", 2)
   local s = setmetatable({ closed = false }, Stream)
   -- The C side keeps the callback alive; reaching s only weakly lets a stream that was
