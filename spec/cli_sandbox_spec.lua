@@ -39,7 +39,7 @@ describe("moonbox sandbox #sandboxd", function()
     code, out = moonbox("sandbox pause " .. id .. " --json")
     assert.are.equal(0, code)
     assert.is_true(cjson.decode(out).already)
-    code, out = moonbox("sandbox resume " .. id .. " --timeout 60000")
+    code, out = moonbox("sandbox resume " .. id .. " --timeout 60")
     assert.are.same({ 0, "resumed " .. id .. "\n" }, { code, out })
     code, out = moonbox("sandbox host " .. id .. " 3000")
     assert.are.equal(0, code)
@@ -49,12 +49,19 @@ describe("moonbox sandbox #sandboxd", function()
   end)
 
   it("creates a sandbox that outlives the command, with its template, lease, metadata and env", function()
-    local code, out, err = moonbox("sandbox create --timeout 60000 --metadata cli=created --env GREETING=hi --json")
+    local code, out, err = moonbox("sandbox create --timeout 5m --metadata cli=created --env GREETING=hi --json")
     assert.are.equal(0, code, err)
     local made = cjson.decode(out).sandboxId
     local ok, perr = pcall(function()
       local info = mb.run(function() return assert(client:info(made)) end)
       assert.are.same({ "running", "created", "base" }, { info.state, info.metadata.cli, info.templateId })
+      -- --timeout 5m: a five-minute lease (E2B's CLI counts seconds; units are accepted)
+      local function secs(ts)
+        local y, mo, d, h, mi, sec = tostring(ts):match("^(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)")
+        return os.time{ year = y, month = mo, day = d, hour = h, min = mi, sec = sec }
+      end
+      local lease = secs(info.endAt) - secs(info.startedAt)
+      assert.is_true(lease >= 295 and lease <= 305, ("a 5-minute lease, got %s s (%s → %s)"):format(lease, info.startedAt, info.endAt))
       local sb = mb.run(function() return assert(client:connect(made, { timeoutMs = 60000 })) end)
       assert.are.equal(made, sb.sandboxId)
       -- the sandbox's env var, read by a later run that connects to it
@@ -96,7 +103,7 @@ describe("moonbox sandbox #sandboxd", function()
   it("a usage mistake prints the usage and exits 2, before any request", function()
     for _, args in ipairs({ "sandbox", "sandbox frob", "sandbox info", "sandbox info a b", "sandbox host x 70000",
         "sandbox list --state gone", "sandbox list --limit 0", "sandbox resume x --timeout -1", "sandbox info 'a/b'",
-        "sandbox list --metadata nokv", "sandbox create --env X", "sandbox create --timeout 0", "sandbox create extra",
+        "sandbox list --metadata nokv", "sandbox create --env X", "sandbox create --timeout 0", "sandbox create --timeout 5x", "sandbox create --timeout 1e3", "sandbox create extra",
         "sandbox create --template ''" }) do
       -- an unreachable endpoint: a request would fail with exit 1, not 2
       local code, _, err = moonbox(args, "E2B_API_URL=http://127.0.0.1:1 E2B_SANDBOX_URL=http://127.0.0.1:1")

@@ -63,7 +63,7 @@ describe("the network policy on sandboxd #sandboxd", function()
   end)
 
   it("moonbox sandbox create/network/info on the shell", function()
-    local code, out, err = moonbox("sandbox create --timeout 60000 --allow-out pypi.org --deny-out 0.0.0.0/0")
+    local code, out, err = moonbox("sandbox create --timeout 60 --allow-out pypi.org --deny-out 0.0.0.0/0")
     assert.are.equal(0, code, err)
     local id = out:match("^(%S+)\n$")
     local ok, perr = pcall(function()

@@ -190,7 +190,7 @@ exit 0]], "probe", VALUE:reverse() }, { user = "root", timeout_ms = 60000 }))
   end)
 
   it("moonbox sandbox create --no-public-traffic, then sandbox host prints the header to pass", function()
-    local code, out, err = cli.moonbox("sandbox create --timeout 60000 --no-public-traffic --json")
+    local code, out, err = cli.moonbox("sandbox create --timeout 60 --no-public-traffic --json")
     assert.are.equal(0, code, err)
     local it = cjson.decode(out)
     local ok, perr = pcall(function()

@@ -6,15 +6,16 @@
 local M = {}
 
 M.USAGE = [[
-       moonbox sandbox create [--template T] [--timeout MS] [--metadata K=V]... [--env K=V]...
+       moonbox sandbox create [--template T] [--timeout D] [--metadata K=V]... [--env K=V]...
                               [--allow-out X]... [--deny-out Y]... [--no-internet] [--no-public-traffic] [--json]
        moonbox sandbox list [--metadata K=V]... [--state running|paused]... [--limit N] [--json]
        moonbox sandbox info|pause|metrics ID [--json]
        moonbox sandbox kill ID...
-       moonbox sandbox resume ID [--timeout MS] [--json]
+       moonbox sandbox resume ID [--timeout D] [--json]
        moonbox sandbox snapshot ID [--name NAME] [--json]
        moonbox sandbox host ID PORT [--json]
        moonbox sandbox network ID [--allow-out X]... [--deny-out Y]... [--no-internet] | --clear [--json]
+       D (a lease): seconds as E2B's CLI counts them (300), or with a unit: 500ms, 90s, 5m, 1h
 ]]
 
 local function line(s) io.stdout:write(s, "\n") end
@@ -83,7 +84,7 @@ local function metadata_text(md)
   return table.concat(keys, ",")
 end
 
--- Options anywhere among the arguments (`resume ID --timeout 60000`). → opts, positionals
+-- Options anywhere among the arguments (`resume ID --timeout 60`). → opts, positionals
 local function parse_all(cli, argv, i, spec, cmd)
   local opts, pos = {}, {}
   while i <= #argv do
@@ -145,13 +146,16 @@ local function pairs_opt(cli, list, cmd, opt)
   return t
 end
 
+-- A lease as E2B's CLI gives it: seconds, or a number with a unit. → milliseconds
+local UNITS = { [""] = 1000, s = 1000, ms = 1, m = 60000, h = 3600000 }
 local function timeout_opt(cli, v, cmd)
   if v == nil then return nil end
-  local ms = tonumber(v)
-  if not ms or ms <= 0 or ms ~= ms or ms == math.huge then
-    cli.usage_error("%s: --timeout %s: expected a positive number of milliseconds", cmd, v)
+  local n, unit = v:match("^(%d+%.?%d*)(%a*)$")
+  local ms = n and UNITS[unit] and tonumber(n) * UNITS[unit]
+  if not ms or ms <= 0 or ms == math.huge then
+    cli.usage_error("%s: --timeout %s: expected seconds (300) or a duration with a unit (500ms, 90s, 5m, 1h)", cmd, v)
   end
-  return ms
+  return math.tointeger(math.ceil(ms))
 end
 
 -- A sandbox for later commands (a composition's sandboxId, moonbox sync across runs).
