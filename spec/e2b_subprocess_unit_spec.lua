@@ -386,7 +386,7 @@ describe("moonbox.subprocess (unit, scripted sandbox)", function()
 
   local bad_terminals = {
     { "empty argv", { argv = {} }, "spawnTerminal: argv must be a list whose argv[1] is a non-empty program name" },
-    { "zero grace", { argv = { "/bin/sh" }, graceMs = 0 }, "terminal graceMs" },
+    { "zero grace", { argv = { "/bin/sh" }, graceMs = 0 }, "spawnTerminal: graceMs" },
   }
   for _, c in ipairs(bad_terminals) do
     it("spawnTerminal raises before launch: " .. c[1], function()

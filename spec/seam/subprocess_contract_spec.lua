@@ -162,6 +162,12 @@ describe("subprocess seam contract #sandboxd", function()
         sp:spawn(spec({ "true" }, { stdio = { stdin = "ignore", stdout = "pipe", stderr = "pipe", sdterr = "pipe" } }))
       end)
       assert.truthy(e3:find("spawn: stdio: unknown field sdterr", 1, true) and e3:find("the nearest is stderr", 1, true), e3)
+      local s0 = spec({ "true" }); s0.graceMs = nil
+      line = debug.getinfo(1, "l").currentline
+      local e0 = raised(function() sp:spawn(s0) end)
+      assert.truthy(e0:find("subprocess_contract_spec.lua:" .. (line + 1) .. ": spawn: graceMs is required", 1, true), e0)
+      local e5 = raised(function() sp:spawn(spec({ "true" }, { graceMs = -1 })) end)
+      assert.truthy(e5:find("subprocess_contract_spec.lua:%d+: spawn: graceMs must be a positive finite number"), e5)
       local e4 = raised(function() sp:spawnTerminal{ argv = { "true" }, row = 10 } end)
       assert.truthy(e4:find("spawnTerminal: unknown field row", 1, true) and e4:find("the nearest is rows", 1, true), e4)
     end)
@@ -226,6 +232,7 @@ describe("subprocess seam contract #sandboxd", function()
       assert.is_nil((t2:join(30000))); assert.is_true((t3:join(30000)))
       assert.are.same({ signal = "SIGTERM" }, assert(h2:wait(30000)))
       assert.are.same({ signal = "SIGTERM" }, assert(h3:wait(30000)))
+      assert.is_true(h2:waitForExit(30000)); assert.is_true(h3:waitForExit(30000))
       -- a task that ended well leaves its command running; so does a canceled one's detached command
       local h4, h5
       local t4 = mb.spawn(function() h4 = assert(sp:spawn(spec({ "sleep", "300" }))); return true end)
@@ -260,6 +267,7 @@ describe("subprocess seam contract #sandboxd", function()
       t1:cancel()
       assert(t1:join(30000))
       assert.truthy(assert(tt:wait(30000)).signal)
+      assert(tt:terminate())   -- idempotent: returns once the stop that the cancel started has finished
       local t2, td
       t2 = mb.spawn(function()
         td = assert(sp:spawnTerminal{ argv = { "sleep", "300" }, graceMs = 500, detached = true })

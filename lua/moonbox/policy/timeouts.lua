@@ -34,11 +34,16 @@ function M.check(v)
   end
 end
 
--- The grace a caller passes must be positive, finite and representable as a timer.
-function M.check_grace(value, what)
+-- The grace a caller passes must be positive, finite and representable as a timer. `level`
+-- counts as error()'s does from the function that calls check_grace (default 2: its caller).
+function M.check_grace(value, what, level)
+  level = (level or 2) + 1
+  if value == nil then
+    error(("%s is required (milliseconds, a positive number up to %d)"):format(what or "graceMs", M.MAX_TIMER_DELAY_MS), level)
+  end
   if type(value) ~= "number" or value ~= value or value <= 0 or value == math.huge or value > M.MAX_TIMER_DELAY_MS then
     error(("%s must be a positive finite number no greater than %d"):format(what or "graceMs",
-      M.MAX_TIMER_DELAY_MS), 3)
+      M.MAX_TIMER_DELAY_MS), level)
   end
   return value
 end

@@ -82,7 +82,7 @@ function M.check_spawn(spec, timeouts, level)
   only(spec, SPAWN_FIELDS, "spawn", level)
   check_argv(spec.argv, "spawn", level)
   if type(spec.cwd) ~= "string" or spec.cwd == "" then bad(level, "spawn: cwd must be a non-empty path") end
-  timeouts.check_grace(spec.graceMs, "subprocess graceMs")
+  timeouts.check_grace(spec.graceMs, "spawn: graceMs", level)
   local stdio = spec.stdio
   if type(stdio) ~= "table" then bad(level, "spawn: stdio = { stdin =, stdout =, stderr = } is required") end
   only(stdio, STDIO_FIELDS, "spawn: stdio", level)
@@ -112,7 +112,7 @@ function M.check_terminal(spec, timeouts, level)
       bad(level, "spawnTerminal: %s must be an integer from 1 to 65535", f)
     end
   end
-  if spec.graceMs ~= nil then timeouts.check_grace(spec.graceMs, "terminal graceMs") end
+  if spec.graceMs ~= nil then timeouts.check_grace(spec.graceMs, "spawnTerminal: graceMs", level) end
   if spec.env ~= nil and type(spec.env) ~= "table" then bad(level, "spawnTerminal: env must be a table") end
   if spec.detached ~= nil and type(spec.detached) ~= "boolean" then bad(level, "spawnTerminal: detached must be a boolean") end
   M.check_cancel(spec.cancel, "spawnTerminal", level)
