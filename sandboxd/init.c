@@ -4,6 +4,7 @@
  * orphan. Both run in a fresh image (sandboxd-init, or the sandboxd binary), single-threaded, so
  * plain libc is safe here. */
 #include "init.h"
+#include "fdpass.h"
 #include "../core/include/moonbox_signals.h"
 
 #include <errno.h>
@@ -60,25 +61,8 @@ static bool g_cg_join;       /* join the cgroups sandboxd sends before READY (in
 static bool g_host_root;     /* sandboxd runs as root (the starter was started by host root) */
 
 static void send_msg(const init_msg *m, const int *fds, int nfds) {
-  struct iovec iov = {(void *)m, sizeof *m};
-  union { char buf[CMSG_SPACE(sizeof(int) * 3)]; struct cmsghdr align; } u;
-  struct msghdr mh = {0};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  if (nfds > 0) {
-    memset(&u, 0, sizeof u);
-    mh.msg_control = u.buf;
-    mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
-  }
-  while (sendmsg(g_ctl, &mh, MSG_NOSIGNAL) < 0) {
-    if (errno == EINTR) continue;
+  if (fdpass_send(g_ctl, m, sizeof *m, fds, nfds) != 0)
     _exit(1);   /* sandboxd is gone: dying takes the whole pid namespace with us */
-  }
 }
 
 /* Sends a message of `type` whose text is printf(fmt, ap); seq and code as given. */
@@ -277,23 +261,12 @@ static pid_t mount_system_overlays(int sbx_fd, char *sysdirs, char names[][16], 
  * command is born inside. Without `wait`, only if they have come already (false if not). */
 static bool join_cgroups(bool wait) {
   init_req rq;
-  int fds[INIT_MAX_CG], nfds = 0;
-  union { char b[CMSG_SPACE(sizeof fds)]; struct cmsghdr align; } u;
-  struct iovec iov = {&rq, sizeof rq};
-  struct msghdr mh = {0};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = u.b;
-  mh.msg_controllen = sizeof u.b;
-  ssize_t n;
-  do n = recvmsg(g_ctl, &mh, MSG_CMSG_CLOEXEC | (wait ? 0 : MSG_DONTWAIT)); while (n < 0 && errno == EINTR);
+  int fds[INIT_MAX_CG], nfds;
+  bool trunc;
+  ssize_t n = fdpass_recv(g_ctl, &rq, sizeof rq, wait ? 0 : MSG_DONTWAIT, fds, INIT_MAX_CG, &nfds, &trunc);
   if (n < 0 && !wait && errno == EAGAIN) return false;
   if (n <= 0) _exit(0);   /* sandboxd gave up on us */
-  for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-      for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && nfds < INIT_MAX_CG; i++)
-        memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-  if (n != (ssize_t)sizeof rq || rq.type != INIT_REQ_CGROUPS || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+  if (n != (ssize_t)sizeof rq || rq.type != INIT_REQ_CGROUPS || trunc)
     fail_setup("expected the sandbox's cgroups");
   for (int i = 0; i < nfds; i++) {
     if (write(fds[i], "0", 1) != 1) fail_setup("join the sandbox's cgroups: %s", strerror(errno));
@@ -732,23 +705,12 @@ static void starter(int st) {
   size_t cap = sizeof(init_boot) + INIT_REQ_MAX;
   char *buf = malloc(cap);
   if (!buf) _exit(1);
-  int fds[1 + INIT_MAX_CG + INIT_MAX_IDMAP], nfds = 0;
-  union { char b[CMSG_SPACE(sizeof fds)]; struct cmsghdr align; } u;
-  struct iovec iov = {buf, cap};
-  struct msghdr mh = {0};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = u.b;
-  mh.msg_controllen = sizeof u.b;
-  ssize_t n;
-  do n = recvmsg(st, &mh, MSG_CMSG_CLOEXEC); while (n < 0 && errno == EINTR);
+  int fds[1 + INIT_MAX_CG + INIT_MAX_IDMAP], nfds;
+  bool trunc;
+  ssize_t n = fdpass_recv(st, buf, cap, 0, fds, (int)(sizeof fds / sizeof fds[0]), &nfds, &trunc);
   if (n <= 0) _exit(0);   /* sandboxd let the pair go */
-  for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-      for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && nfds < (int)(sizeof fds / sizeof fds[0]); i++)
-        memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
   init_boot h;
-  code = (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ? EINVAL : take_boot(buf, (size_t)n, fds, nfds, &h);
+  code = trunc ? EINVAL : take_boot(buf, (size_t)n, fds, nfds, &h);
   /* v2: clone3 puts the init into its cgroup (v1: it joins them itself, init_boot.cg_join). */
   long pid = -1;
   int late = 0;

@@ -1,6 +1,7 @@
 /* net.c — a sandbox's namespaces and link: a veth pair to the gateway (root), pasta (rootless). */
 #include "net.h"
 #include "egress.h"
+#include "fdpass.h"
 #include "gateway.h"
 #include "init.h"
 #include "netns.h"
@@ -218,23 +219,8 @@ void net_pair_reap(net_pair *p) {
 }
 
 int net_pair_boot(net_pair *p, const void *req, size_t len, const int *fds, int nfds, char *err, size_t errlen) {
-  if (p->starter <= 0 || p->st < 0 || p->booting || nfds < 1 || nfds > 16) { snprintf(err, errlen, "this network pair cannot boot a sandbox"); return -1; }
-  union { char b[CMSG_SPACE(sizeof(int) * 16)]; struct cmsghdr align; } u;
-  memset(&u, 0, sizeof u);
-  struct iovec iov = {(void *)req, len};
-  struct msghdr mh = {0};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = u.b;
-  mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-  struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-  memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
-  ssize_t w;
-  do w = sendmsg(p->st, &mh, MSG_NOSIGNAL); while (w < 0 && errno == EINTR);
-  if (w != (ssize_t)len) { snprintf(err, errlen, "the sandbox's starter: %s", strerror(w < 0 ? errno : EMSGSIZE)); return -1; }
+  if (p->starter <= 0 || p->st < 0 || p->booting || nfds < 1 || nfds > FDPASS_MAX) { snprintf(err, errlen, "this network pair cannot boot a sandbox"); return -1; }
+  if (fdpass_send(p->st, req, len, fds, nfds) != 0) { snprintf(err, errlen, "the sandbox's starter: %s", strerror(errno)); return -1; }
   p->booting = true;
   return 0;
 }

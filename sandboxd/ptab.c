@@ -2,6 +2,7 @@
 #include "ptab.h"
 
 #include "init.h"
+#include "fdpass.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -295,26 +296,10 @@ static void handle_msg(ptab *t, const init_msg *m, int *fds, int nfds) {   /* t-
 
 static void read_ctl(ptab *t) {   /* t->mu held */
   init_msg m;
-  union { char buf[CMSG_SPACE(sizeof(int) * 3)]; struct cmsghdr align; } u;
-  struct iovec iov = {&m, sizeof m};
-  struct msghdr mh = {0};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = u.buf;
-  mh.msg_controllen = sizeof u.buf;
-  ssize_t n = recvmsg(t->ctl, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-  int fds[3], nfds = 0;
-  for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < k; i++) {
-        int fd;
-        memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-        if (nfds < 3) fds[nfds++] = fd;
-        else close(fd);
-      }
-    }
+  int fds[3], nfds;
+  bool trunc;
+  ssize_t n = fdpass_recv(t->ctl, &m, sizeof m, MSG_DONTWAIT, fds, 3, &nfds, &trunc);
+  if (n < 0 && errno == EAGAIN) return;
   if (n <= 0) {
     /* Init is gone and took its pid namespace along: every process was SIGKILLed. */
     for (int i = 0; i < nfds; i++) close(fds[i]);
@@ -329,7 +314,7 @@ static void read_ctl(ptab *t) {   /* t->mu held */
     t->pend = NULL;
     return;
   }
-  if ((size_t)n != sizeof m || (mh.msg_flags & MSG_CTRUNC)) {
+  if ((size_t)n != sizeof m || trunc) {
     for (int i = 0; i < nfds; i++) close(fds[i]);
     return;
   }

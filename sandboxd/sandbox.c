@@ -8,6 +8,7 @@
 #include "layers.h"
 #include "egress.h"
 #include "egress_trust.h"
+#include "fdpass.h"
 #include "net.h"
 #include "pidfile.h"
 #include "pool.h"
@@ -398,31 +399,6 @@ bool sbx_valid_id(const char *id) {
   return true;
 }
 
-/* One packet on a SOCK_SEQPACKET socket, with fds (at most 16) as SCM_RIGHTS. 0 or -1 with errno. */
-static int send_fds(int sock, const void *buf, size_t len, const int *fds, int nfds) {
-  union { char b[CMSG_SPACE(sizeof(int) * 16)]; struct cmsghdr align; } u;
-  memset(&u, 0, sizeof u);
-  struct iovec iov = {(void *)buf, len};
-  struct msghdr mh = {0};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  if (nfds > 16) { errno = EINVAL; return -1; }
-  if (nfds > 0) {
-    mh.msg_control = u.b;
-    mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
-  }
-  ssize_t w;
-  do w = sendmsg(sock, &mh, MSG_NOSIGNAL); while (w < 0 && errno == EINTR);
-  if (w == (ssize_t)len) return 0;
-  if (w >= 0) errno = EMSGSIZE;
-  return -1;
-}
-
 /* A BOOT request (init.h) being built: room for the header, then the strings. */
 typedef struct { char *p; size_t len, cap; uint32_t n; bool over; } boot_buf;
 static void boot_add(boot_buf *b, const char *str) {
@@ -633,7 +609,7 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
     init_req rq;
     memset(&rq, 0, sizeof rq);
     rq.type = INIT_REQ_CGROUPS;
-    int rc = send_fds(sv[0], &rq, sizeof rq, tasks, nt);
+    int rc = fdpass_send(sv[0], &rq, sizeof rq, tasks, nt);
     for (int i = 0; i < nt; i++) close(tasks[i]);
     if (rc != 0) { seterr(err, errlen, "sandbox init: %s", strerror(errno)); goto fail; }
     step(tr, "cgroups");
