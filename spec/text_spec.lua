@@ -34,6 +34,64 @@ describe("moonbox.text", function()
     end)
   end)
 
+  describe("lossy", function()
+    local FFFD = "\xEF\xBF\xBD"
+    -- Unicode's "maximal subpart" practice, the cases of its table 3-8 and around it
+    local cases = {
+      { "valid text unchanged", "caf\xC3\xA9 \xF0\x9F\x98\x80", "caf\xC3\xA9 \xF0\x9F\x98\x80" },
+      { "a truncated 3-byte sequence is one", "a\xE2\x82b", "a" .. FFFD .. "b" },
+      { "a truncated 4-byte sequence is one", "\xF0\x9F\x98", FFFD },
+      { "two invalid bytes are two", "\xFF\xFE", FFFD .. FFFD },
+      { "an overlong is one per byte", "\xC0\xAF", FFFD .. FFFD },
+      { "a surrogate is one per byte", "\xED\xA0\x80", FFFD:rep(3) },
+      { "above U+10FFFF is one per byte", "\xF4\x90\x80\x80", FFFD:rep(4) },
+      { "lone continuations are one each", "\x80\x80", FFFD .. FFFD },
+      { "a cut sequence then a valid one", "\xE2\x82\xE2\x82\xAC", FFFD .. "\xE2\x82\xAC" },
+      { "a cut sequence at the end", "ok\xE2\x82\xAC\xE2", "ok\xE2\x82\xAC" .. FFFD },
+      { "table 3-8", "\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64",
+        "a" .. FFFD .. FFFD .. FFFD .. "b" .. FFFD .. "c" .. FFFD .. FFFD .. "d" },
+    }
+    for _, c in ipairs(cases) do
+      it(c[1], function() assert.are.equal(c[3], text.lossy(c[2])) end)
+    end
+
+    -- The oracle: Node's TextDecoder (WHATWG), on random byte strings made of the bytes that
+    -- matter at UTF-8's edges.
+    it("decodes as Node's TextDecoder does", function()
+      local node = io.popen("command -v node"):read("l")
+      if not node then pending("node is not installed") return end
+      local edge = { 0x00, 0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0,
+        0xE1, 0xEC, 0xED, 0xEE, 0xEF, 0xF0, 0xF1, 0xF3, 0xF4, 0xF5, 0xFF }
+      math.randomseed(20261203)
+      local inputs = {}
+      for i = 1, 3000 do
+        local b = {}
+        for j = 1, math.random(1, 12) do b[j] = string.char(edge[math.random(#edge)]) end
+        inputs[i] = table.concat(b)
+      end
+      local dir = os.tmpname(); os.remove(dir); assert(os.execute("mkdir -p " .. dir))
+      local f = assert(io.open(dir .. "/in.hex", "w"))
+      for _, s in ipairs(inputs) do f:write((s:gsub(".", function(ch) return ("%02x"):format(ch:byte()) end)), "\n") end
+      f:close()
+      local script = "const fs=require('fs');const d=new TextDecoder();" ..
+        "const out=fs.readFileSync(process.argv[1],'utf8').split('\\n').filter(l=>l.length)" ..
+        ".map(h=>Buffer.from(d.decode(Buffer.from(h,'hex')),'utf8').toString('hex'));" ..
+        "fs.writeFileSync(process.argv[2],out.join('\\n')+'\\n')"
+      assert(os.execute(("%q -e %q %q %q"):format(node, script, dir .. "/in.hex", dir .. "/out.hex")))
+      local i = 0
+      for line in io.lines(dir .. "/out.hex") do
+        i = i + 1
+        local want = line:gsub("%x%x", function(h) return string.char(tonumber(h, 16)) end)
+        local got = text.lossy(inputs[i])
+        if got ~= want then
+          error(("input %q: lossy gives %q, TextDecoder %q"):format(inputs[i], got, want))
+        end
+      end
+      os.execute("rm -rf " .. dir)
+      assert.are.equal(#inputs, i)
+    end)
+  end)
+
   describe("decoder", function()
     it("carries a character split across chunks", function()
       local d = text.decoder()

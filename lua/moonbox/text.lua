@@ -47,8 +47,36 @@ end
 
 M.complete_prefix = boundary
 
--- s with every byte that is not part of a valid UTF-8 sequence replaced by U+FFFD (what a
--- console shows; command output is not a seam text and must never make a call fail).
+-- The second byte's range after each lead byte of a well-formed sequence (Unicode table 3-7),
+-- and the sequence's length; every later byte is 80..BF.
+local function lead_info(b)
+  if b >= 0xC2 and b <= 0xDF then return 2, 0x80, 0xBF end
+  if b == 0xE0 then return 3, 0xA0, 0xBF end
+  if b == 0xED then return 3, 0x80, 0x9F end          -- no surrogates
+  if b >= 0xE1 and b <= 0xEF then return 3, 0x80, 0xBF end
+  if b == 0xF0 then return 4, 0x90, 0xBF end          -- no overlongs
+  if b >= 0xF1 and b <= 0xF3 then return 4, 0x80, 0xBF end
+  if b == 0xF4 then return 4, 0x80, 0x8F end          -- nothing above U+10FFFF
+  return nil
+end
+
+-- The length of the maximal subpart of an ill-formed sequence at s[i]: the lead byte and the
+-- continuation bytes that could still have begun a well-formed sequence (at least 1).
+local function maximal_subpart(s, i)
+  local need, lo, hi = lead_info(s:byte(i))
+  if not need then return 1 end
+  local k = 1
+  while k < need do
+    local c = s:byte(i + k)
+    if not c or c < lo or c > hi then break end
+    k, lo, hi = k + 1, 0x80, 0xBF
+  end
+  return k
+end
+
+-- s with each maximal subpart of an ill-formed sequence replaced by one U+FFFD (Unicode's
+-- recommended practice, as Node, browsers and Python decode): "\xE2\x82" is one U+FFFD, "\xFF\xFE"
+-- two. What a console shows; command output is not a seam text and must never make a call fail.
 function M.lossy(s)
   if utf8.len(s) then return s end
   local out, i, n = {}, 1, #s
@@ -57,7 +85,7 @@ function M.lossy(s)
     if len then out[#out + 1] = s:sub(i) break end
     if bad > i then out[#out + 1] = s:sub(i, bad - 1) end
     out[#out + 1] = "\xEF\xBF\xBD"
-    i = bad + 1
+    i = bad + maximal_subpart(s, bad)
   end
   return table.concat(out)
 end

@@ -145,10 +145,24 @@ describe("bash consumer #sandboxd", function()
     end)
   end)
 
-  it("decodes invalid UTF-8 as U+FFFD, one per bad byte", function()
+  it("decodes invalid UTF-8 with one U+FFFD per maximal ill-formed subsequence", function()
     P.run_gc(function()
       local r = assert(bash:run{ command = "printf 'ok\\377\\376é'" })
-      assert.are.equal("ok\xEF\xBF\xBD\xEF\xBF\xBDé", r.stdout)
+      assert.are.equal("ok\xEF\xBF\xBD\xEF\xBF\xBDé", r.stdout)     -- two bad bytes: two
+      r = assert(bash:run{ command = "printf 'a\\342\\202b\\360\\237\\230'" })
+      assert.are.equal("a\xEF\xBF\xBDb\xEF\xBF\xBD", r.stdout)       -- a cut € and a cut emoji: one each
+    end)
+  end)
+
+  it("lets a request raise its stdout tail (stdoutMaxBytes) and lower its stderr tail", function()
+    P.run_gc(function()
+      local r = assert(bash:run{ command = "head -c 70000 /dev/zero | tr '\\0' a; head -c 10 /dev/zero | tr '\\0' e >&2",
+        stdoutMaxBytes = 70000, stderrMaxBytes = 4 })
+      assert.are.equal(70000, #r.stdout)
+      assert.are.equal("eeee", r.stderr)
+      assert.is_true(r.truncated)                         -- stderr's tail lost 6 bytes
+      assert.is_nil(r.spillPath)
+      assert.is_string(r.stderrSpillPath)
     end)
   end)
 
@@ -161,9 +175,9 @@ describe("bash consumer #sandboxd", function()
     assert.has_error(function() bash:run{ command = "ls", cancel = true } end, "bash: run: cancel must be an mb.event()")
     assert.has_error(function() bash:read(12345) end, "bash: no such job: 12345")
     assert.has_error(function() bash:run{ command = "ls", timeoutms = 300 } end,
-      "bash: run: unknown field timeoutms (expected command, cwd, env, stdin, timeoutMs, cancel; the nearest is timeoutMs)")
+      "bash: run: unknown field timeoutms (expected command, cwd, env, stdin, timeoutMs, cancel, stdoutMaxBytes, stderrMaxBytes; the nearest is timeoutMs)")
     assert.has_error(function() bash:start{ command = "ls", timeoutMs = 300 } end,
-      "bash: start: unknown field timeoutMs (expected command, cwd, env, stdin)")
+      "bash: start: unknown field timeoutMs (expected command, cwd, env, stdin, stdoutMaxBytes, stderrMaxBytes)")
   end)
 
   describe("background jobs", function()
@@ -199,6 +213,31 @@ describe("bash consumer #sandboxd", function()
         P.sh("touch '" .. flag .. "'")
         repeat mb.sleep(20) until bash:read(job).status ~= "running"
         assert.are.equal("é\n", bash:read(job, r.cursor).delta)
+      end)
+    end)
+
+    it("says 'killed' for a job a signal ended that it did not get from kill()", function()
+      P.run_gc(function()
+        local job = assert(bash:start{ command = "echo x; kill -9 $$" })
+        repeat mb.sleep(20) until bash:read(job).status ~= "running"
+        local r = bash:read(job)
+        assert.are.equal("killed", r.status)
+        assert.are.equal("SIGKILL", r.signal)
+        assert.is_nil(r.exitCode)
+      end)
+    end)
+
+    it("points a lossy read at the spill file holding the whole stream", function()
+      P.run_gc(function()
+        local job = assert(bash:start{ command = "head -c 64001 /dev/zero | tr '\\0' a; echo e >&2" })
+        repeat mb.sleep(20) until bash:read(job).status ~= "running"
+        local r = bash:read(job)
+        assert.is_true(r.lossy)
+        assert.are.equal(64000, #r.stdout)
+        assert.is_string(r.stdoutSpillPath)
+        assert.is_nil(r.stderrSpillPath)                  -- stderr lost nothing
+        assert.are.equal("64001\n", P.sh("wc -c < '" .. r.stdoutSpillPath .. "'"))
+        assert.is_nil(bash:read(job, r.cursor).stdoutSpillPath)   -- nothing lost since the cursor
       end)
     end)
 

@@ -1,10 +1,11 @@
 -- moonbox.consumers.bash — plugin "bash" (`ctx.bash`): a bash tool for agents, written only
 -- against the subprocess seam, so it runs unchanged on the host providers and in a sandbox.
 --
---   ctx.bash:run{ command, cwd, env, stdin, timeoutMs, cancel }
+--   ctx.bash:run{ command, cwd, env, stdin, timeoutMs, cancel, stdoutMaxBytes, stderrMaxBytes }
 --     → { exitCode, signal, stdout, stderr, truncated, spillPath, timedOut, aborted, timeoutMs }
---   ctx.bash:start{ command, cwd, env, stdin } → job     (a background job)
---   ctx.bash:read(job, cursor) → { delta, stdout, stderr, cursor, lossy, status, exitCode, signal }
+--   ctx.bash:start{ command, cwd, env, stdin, stdoutMaxBytes, stderrMaxBytes } → job   (a background job)
+--   ctx.bash:read(job, cursor) → { delta, stdout, stderr, cursor, lossy, stdoutSpillPath,
+--                                  stderrSpillPath, status, exitCode, signal }
 --   ctx.bash:kill(job) → true | nil, err;   ctx.bash:list() → { job, ... }
 --
 -- Every command is `bash -c command` in its own process group (the seam's), with NO_COLOR=1,
@@ -13,8 +14,9 @@
 -- stream). A foreground run returns when bash itself exits — a `cmd &` it left behind does not
 -- hold the call; leftovers end with the service. On timeout (or the caller's cancel token, or
 -- the calling task canceled) the whole tree is terminated (TERM, KILL after graceMs) and what
--- it printed is returned. Output is decoded as UTF-8 with U+FFFD for invalid bytes; a
--- background read never splits a character between two reads.
+-- it printed is returned. Output is decoded as UTF-8 with one U+FFFD per maximal ill-formed
+-- subsequence (text.lossy); a background read never splits a character between two reads.
+-- A job is "killed" when kill() or disposal ended it or a signal did, else "completed".
 local errors = require "moonbox.errors"
 local fields = require "moonbox.fields"
 local text = require "moonbox.text"
@@ -42,8 +44,9 @@ local function mb() return require "moonbox" end
 
 local function bad(fmt, ...) error(("bash: " .. fmt):format(...), 3) end
 
-local REQUEST_FIELDS = { run = { "command", "cwd", "env", "stdin", "timeoutMs", "cancel" },
-  start = { "command", "cwd", "env", "stdin" } }
+local REQUEST_FIELDS = {
+  run = { "command", "cwd", "env", "stdin", "timeoutMs", "cancel", "stdoutMaxBytes", "stderrMaxBytes" },
+  start = { "command", "cwd", "env", "stdin", "stdoutMaxBytes", "stderrMaxBytes" } }
 
 function Bash:_check(req, what)
   if type(req) ~= "table" then bad("%s expects a table { command = ... }", what) end
@@ -53,6 +56,12 @@ function Bash:_check(req, what)
   if req.cwd ~= nil and (type(req.cwd) ~= "string" or req.cwd == "") then bad("%s: cwd must be a non-empty path", what) end
   if req.env ~= nil and type(req.env) ~= "table" then bad("%s: env must be a table of name = string|false", what) end
   if req.stdin ~= nil and type(req.stdin) ~= "string" then bad("%s: stdin must be a string", what) end
+  for _, k in ipairs({ "stdoutMaxBytes", "stderrMaxBytes" }) do   -- a request may raise its tail
+    local v = req[k]
+    if v ~= nil and (math.type(v) ~= "integer" or v < 0 or v > self.config.maxSpillBytes) then
+      bad("%s: %s must be a whole number of bytes from 0 to maxSpillBytes (%d)", what, k, self.config.maxSpillBytes)
+    end
+  end
   local cwd = req.cwd or self.config.cwd
   if not cwd then bad("%s: no cwd (set it in the request or in the plugin's config)", what) end
   return cwd
@@ -74,11 +83,11 @@ function Bash:_spawn(req, cwd, cancel, detached)
   local env = {}
   for k, v in pairs(BASE_ENV) do env[k] = v end
   for k, v in pairs(req.env or {}) do env[k] = v end
-  local out = { maxBytes = self.config.maxOutputBytes, spill = { maxBytes = self.config.maxSpillBytes } }
+  local function sink(max) return { maxBytes = max or self.config.maxOutputBytes, spill = { maxBytes = self.config.maxSpillBytes } } end
   return self.sp:spawn{ argv = { self.config.shell, "-c", req.command }, cwd = cwd, env = env,
     graceMs = self.config.graceMs, cancel = cancel, detached = detached,
-    stdio = { stdin = req.stdin and { data = req.stdin } or "ignore", stdout = out,
-      stderr = { maxBytes = self.config.maxOutputBytes, spill = { maxBytes = self.config.maxSpillBytes } } } }
+    stdio = { stdin = req.stdin and { data = req.stdin } or "ignore",
+      stdout = sink(req.stdoutMaxBytes), stderr = sink(req.stderrMaxBytes) } }
 end
 
 local function collected(h, kind)
@@ -131,11 +140,27 @@ function Bash:start(req)
   local job = setmetatable({ id = self.seq, command = req.command, h = h, status = "running" }, Job)
   self.jobs[job.id] = job
   mb().spawn(function()
-    local o, werr = h:wait()
-    job.outcome, job.error = o, werr
-    job.status = job.killed and "killed" or "completed"
+    local o, werr = h:exited()
+    -- canceled (the service or the run ending): the exit may still be known to the handle
+    if not o and errors.is(werr) and werr.code == "MB_CANCELED" then return job:_refresh() end
+    job:_finish(o, werr)
   end)
   return job
+end
+
+-- A job's end: "killed" when kill() or disposal ended it or a signal did (a `kill -9 $$` too).
+function Job:_finish(o, err)
+  if self.status ~= "running" then return end
+  self.outcome, self.error = o, err
+  self.status = (self.killed or (o and o.signal)) and "killed" or "completed"
+end
+
+-- What the handle knows, whether or not the task waiting for it has run yet: disposal and
+-- kill() must not call a job that already exited "killed".
+function Job:_refresh()
+  local h = self.h
+  if h.exit_fact then self:_finish(h.exit_fact)
+  elseif h.settled then self:_finish(h.outcome, h.error) end
 end
 
 function Bash:_job(j)
@@ -146,27 +171,30 @@ end
 
 -- New output since `cursor` ({ stdout = offset, stderr = offset }, nil: from the start), never
 -- cutting a UTF-8 character: an incomplete one stays for the next read.
+-- Once the tree is done nothing more comes: a cut character at the end is decoded (U+FFFD).
 local function delta(h, kind, from)
   local r = h.collected[kind]:readFrom(from or 0)
-  local keep = text.complete_prefix(r.text)
+  local keep = h.settled and #r.text or text.complete_prefix(r.text)
   local s = r.text:sub(1, keep)
-  return text.lossy(s), r.nextOffset - (#r.text - keep), r.lossy
+  return text.lossy(s), r.nextOffset - (#r.text - keep), r.lossy, r.lossy and r.spillPath or nil
 end
 
 function Bash:read(j, cursor)
   local job = self:_job(j)
+  job:_refresh()
   cursor = cursor or {}
-  local out, out_next, out_lossy = delta(job.h, "stdout", cursor.stdout)
-  local err, err_next, err_lossy = delta(job.h, "stderr", cursor.stderr)
+  local out, out_next, out_lossy, out_spill = delta(job.h, "stdout", cursor.stdout)
+  local err, err_next, err_lossy, err_spill = delta(job.h, "stderr", cursor.stderr)
   local merged = out
   if err ~= "" then merged = merged .. (merged ~= "" and merged:sub(-1) ~= "\n" and "\n" or "") .. "[stderr]\n" .. err end
   local o = job.outcome or {}
   return { delta = merged, stdout = out, stderr = err, cursor = { stdout = out_next, stderr = err_next },
-    lossy = out_lossy or err_lossy, status = job.status, exitCode = o.exitCode, signal = o.signal, error = job.error }
+    lossy = out_lossy or err_lossy, stdoutSpillPath = out_spill, stderrSpillPath = err_spill, status = job.status, exitCode = o.exitCode, signal = o.signal, error = job.error }
 end
 
 function Bash:kill(j)
   local job = self:_job(j)
+  job:_refresh()
   if job.status ~= "running" then return true end
   job.killed = true
   return job.h:terminate()
@@ -174,13 +202,14 @@ end
 
 function Bash:list()
   local out = {}
-  for _, job in pairs(self.jobs) do out[#out + 1] = job end
+  for _, job in pairs(self.jobs) do job:_refresh() out[#out + 1] = job end
   table.sort(out, function(a, b) return a.id < b.id end)
   return out
 end
 
 function Bash:dispose()
   for _, job in pairs(self.jobs) do
+    job:_refresh()
     if job.status == "running" then job.killed = true job.h:terminate() end
   end
   return true
