@@ -18,6 +18,7 @@
 #include "network_opts.h"
 #include "registry.h"
 #include "sandbox.h"
+#include "sbxlog.h"
 #include "snapshots.h"
 #include "volumes.h"
 
@@ -152,6 +153,15 @@ static json_t *volume_mounts(sd_request *r, json_t *vm, sbx_mount *mounts, size_
  * `secure` field). Fields that ask for nothing (an empty `network`, no `volumeMounts`,
  * `autoPauseMemory: true`, which a freezer pause always keeps) are taken; any other request
  * sandboxd cannot honour is refused, naming the field. */
+/* A line in the sandbox's log (sbxlog.h) for what the control plane did to it: one field at most. */
+static void log_event(const char *id, sbxlog_level level, const char *msg, const char *key, const char *value) {
+  reg_entry *e = reg_get(id);
+  if (!e) return;
+  sbx_t *s = reg_sbx(e);
+  if (s) sbxlog_add(sbx_log(s), level, msg, key, value, NULL);
+  reg_put(e);
+}
+
 static void create_sandbox(sd_request *r, bool v2) {
   json_t *body = api_body_object(r, false);
   if (!body) return;
@@ -263,6 +273,7 @@ static void create_sandbox(sd_request *r, bool v2) {
     sd_reply_error(r, 500, "cannot create the sandbox: %s", err);
     goto out;
   }
+  log_event(in.id, SBXLOG_INFO, "sandbox created", "template", in.template_id[0] ? in.template_id : "base");
   sd_reply_json(r, 201, control_sandbox_json(&in));
   reg_info_free(&in);
 out:
@@ -294,7 +305,7 @@ static void set_network(sd_request *r, const char *id) {
   net_update u = {r, api_body_object(r, true)};
   if (!u.body) return;
   switch (reg_with_running(id, apply_network, &u)) {
-  case 0: sd_reply_bytes(r, 204, NULL, NULL, 0); break;
+  case 0: log_event(id, SBXLOG_INFO, "network rules replaced", NULL, NULL); sd_reply_bytes(r, 204, NULL, NULL, 0); break;
   case -1: sd_reply_error(r, 404, "sandbox '%s' not found", id); break;
   case -2: sd_reply_error(r, 409, "sandbox '%s' is paused: resume it to change its network", id); break;
   default: break;                        /* replied */
@@ -322,7 +333,12 @@ static void set_timeout(sd_request *r, const char *id) {
   if (!json_object_get(body, "timeout")) sd_reply_error(r, 400, "field 'timeout' is required");
   else if (api_timeout(r, body, 0, &t) == 0) {
     if (reg_set_timeout(id, t) != 0) sd_reply_error(r, 404, "sandbox '%s' not found", id);
-    else sd_reply_bytes(r, 204, NULL, NULL, 0);
+    else {
+      char secs[32];
+      snprintf(secs, sizeof secs, "%lld", (long long)t);
+      log_event(id, SBXLOG_INFO, "timeout set", "seconds", secs);
+      sd_reply_bytes(r, 204, NULL, NULL, 0);
+    }
   }
   json_decref(body);
 }
@@ -349,8 +365,13 @@ static void connect_sandbox(sd_request *r, const char *id) {
     int rc = reg_connect(id, t, &resumed, &in);
     if (rc == -1) sd_reply_error(r, 404, "sandbox '%s' not found", id);
     else {
-      if (rc == -2) sd_reply_error(r, 500, "sandbox '%s' could not be resumed", id);
-      else sd_reply_json(r, resumed ? 201 : 200, control_sandbox_json(&in));
+      if (rc == -2) {
+        log_event(id, SBXLOG_ERROR, "resume failed", NULL, NULL);
+        sd_reply_error(r, 500, "sandbox '%s' could not be resumed", id);
+      } else {
+        if (resumed) log_event(id, SBXLOG_INFO, "sandbox resumed", NULL, NULL);
+        sd_reply_json(r, resumed ? 201 : 200, control_sandbox_json(&in));
+      }
       reg_info_free(&in);
     }
   }
@@ -365,7 +386,7 @@ static void pause_sandbox(sd_request *r, const char *id) {
   json_decref(body);
   if (bad) return;
   switch (reg_pause(id)) {
-  case 0: sd_reply_bytes(r, 204, NULL, NULL, 0); break;
+  case 0: log_event(id, SBXLOG_INFO, "sandbox paused", NULL, NULL); sd_reply_bytes(r, 204, NULL, NULL, 0); break;
   case -1: sd_reply_error(r, 404, "sandbox '%s' not found", id); break;
   case -2: sd_reply_error(r, 409, "sandbox '%s' is already paused", id); break;
   default: sd_reply_error(r, 500, "sandbox '%s' could not be paused (no freezer on this host?)", id); break;
@@ -496,6 +517,74 @@ static void sandbox_metrics(sd_request *r, const char *id) {
   sd_reply_json(r, 200, out);
 }
 
+static int known_logs_param(void *cls, const char *name, const char *value) {
+  (void)value;
+  const char *const *known = ((const char *const **)cls)[0];
+  for (; *known; known++) if (!strcmp(name, *known)) return 0;
+  ((const char **)cls)[1] = name;
+  return 1;
+}
+
+/* ?name=: a whole number from 0 to max; -1 after replying 400. */
+static int query_whole(sd_request *r, const char *name, int64_t dflt, int64_t max, int64_t *out) {
+  const char *v = sd_query(r, name);
+  *out = dflt;
+  if (!v) return 0;
+  char *end;
+  long long x = strtoll(v, &end, 10);
+  if (!*v || *end || x < 0 || x > max) {
+    sd_reply_error(r, 400, "query parameter '%s' must be a whole number from 0 to %lld (got '%.40s')", name, (long long)max, v);
+    return -1;
+  }
+  *out = x;
+  return 0;
+}
+
+typedef struct { json_t *entries, *lines; } logs_out;
+static void log_entry_json(void *cls, const sbxlog_entry *e) {
+  logs_out *o = cls;
+  json_t *fields = json_object();
+  char line[SBXLOG_MSG_MAX + SBXLOG_FIELDS * (SBXLOG_VALUE_MAX + 40)];
+  size_t n = (size_t)snprintf(line, sizeof line, "%s", e->msg);
+  for (size_t i = 0; i < e->nfields; i++) {
+    json_object_set_new(fields, e->key[i], json_string(e->value[i]));
+    if (n < sizeof line) n += (size_t)snprintf(line + n, sizeof line - n, " %s=%s", e->key[i], e->value[i]);
+  }
+  json_array_append_new(o->entries, json_pack("{s:o,s:s,s:s,s:o}", "timestamp", rfc3339(e->ts_ms), "message", e->msg,
+                                              "level", sbxlog_level_name(e->level), "fields", fields));
+  if (o->lines) json_array_append_new(o->lines, json_pack("{s:o,s:s}", "timestamp", rfc3339(e->ts_ms), "line", line));
+}
+
+/* GET /sandboxes/{id}/logs ?start= &limit= (E2B's v1: logs as lines and as entries) and
+ * GET /v2/sandboxes/{id}/logs ?cursor= &limit= &direction= (entries). Times are Unix ms. */
+static void sandbox_logs(sd_request *r, const char *id, bool v2) {
+  static const char *const v1_known[] = {"start", "limit", NULL}, *const v2_known[] = {"cursor", "limit", "direction", NULL};
+  const void *cls[2] = {v2 ? v2_known : v1_known, NULL};
+  if (sd_query_each(r, known_logs_param, cls)) {
+    sd_reply_error(r, 400, "query parameter '%s' is not supported here (%s are)", (const char *)cls[1],
+                   v2 ? "cursor, limit, direction" : "start, limit");
+    return;
+  }
+  const char *dir = v2 ? sd_query(r, "direction") : NULL;
+  if (dir && strcmp(dir, "forward") && strcmp(dir, "backward")) {
+    sd_reply_error(r, 400, "query parameter 'direction' must be 'forward' or 'backward' (got '%.40s')", dir);
+    return;
+  }
+  bool backward = dir && !strcmp(dir, "backward");
+  int64_t from, limit;
+  if (query_whole(r, v2 ? "cursor" : "start", backward ? INT64_MAX : 0, INT64_MAX, &from) ||
+      query_whole(r, "limit", 1000, SBXLOG_MAX, &limit))
+    return;
+  reg_entry *e = reg_get(id);
+  sbx_t *s = e ? reg_sbx(e) : NULL;
+  if (!s) { if (e) reg_put(e); sd_reply_error(r, 404, "sandbox '%s' not found", id); return; }
+  logs_out o = {json_array(), v2 ? NULL : json_array()};
+  sbxlog_each(sbx_log(s), from, backward, (size_t)limit, log_entry_json, &o);
+  reg_put(e);
+  if (v2) sd_reply_json(r, 200, json_pack("{s:o}", "logs", o.entries));
+  else sd_reply_json(r, 200, json_pack("{s:o,s:o}", "logs", o.lines, "logEntries", o.entries));
+}
+
 static int known_list_param(void *cls, const char *name, const char *value) {
   (void)value;
   static const char *const known[] = {"state", "limit", "nextToken", "metadata", "startedAfter", "template", "order", NULL};
@@ -609,6 +698,8 @@ void control_handle(sd_request *r, const rt_decision *d) {
     case RT_CONNECT: connect_sandbox(r, id); break;
     case RT_PAUSE: pause_sandbox(r, id); break;
     case RT_METRICS: sandbox_metrics(r, id); break;
+    case RT_LOGS: sandbox_logs(r, id, false); break;
+    case RT_LOGS_V2: sandbox_logs(r, id, true); break;
     case RT_NETWORK: set_network(r, id); break;
     case RT_UNIMPLEMENTED: sd_reply_error(r, 501, "%s", d->message ? d->message : "not implemented by sandboxd"); break;
     case RT_HEALTH: sd_reply_json(r, 200, json_pack("{s:s}", "message", "Health check successful")); break;

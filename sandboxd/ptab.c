@@ -79,7 +79,16 @@ struct ptab {
   int npool;
   char **envs;
   size_t nenvs;
+  ptab_observer observer;
+  void *observer_cls;
 };
+
+void ptab_observe(ptab *t, ptab_observer fn, void *cls) {
+  pthread_mutex_lock(&t->mu);
+  t->observer = fn;
+  t->observer_cls = cls;
+  pthread_mutex_unlock(&t->mu);
+}
 
 static int64_t now_ms(void) {
   struct timespec ts;
@@ -231,6 +240,7 @@ static void handle_msg(ptab *t, const init_msg *m, int *fds, int nfds) {   /* t-
       char text[sizeof m->text + 1];
       memcpy(text, m->text, sizeof m->text);
       text[sizeof m->text] = 0;
+      if (t->observer) t->observer(t->observer_cls, PTAB_ERROR, 0, pd->config, 0, text[0] ? text : "spawn failed");
       if (pd->sub) {
         sub_push(pd->sub, m->code == INIT_EINVAL ? ev_error("invalid_argument", "%s", text)
                                                  : ev_error("internal", "%s", text[0] ? text : "spawn failed"));
@@ -272,6 +282,7 @@ static void handle_msg(ptab *t, const init_msg *m, int *fds, int nfds) {   /* t-
       }
     p->next = t->procs;
     t->procs = p;
+    if (t->observer) t->observer(t->observer_cls, PTAB_START, p->pid, p->config, 0, NULL);
     if (pd->sub) {
       ptab_ev *e = ev_new(PTAB_START, 0);
       if (e) e->pid = p->pid;
@@ -289,6 +300,7 @@ static void handle_msg(ptab *t, const init_msg *m, int *fds, int nfds) {   /* t-
           p->exited = true;
           p->status = m->status;
           if (p->traced) clock_gettime(CLOCK_MONOTONIC, &p->t_exited);
+          if (t->observer) t->observer(t->observer_cls, PTAB_END, p->pid, p->config, p->status, NULL);
           break;
         }
   }

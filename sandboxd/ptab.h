@@ -89,6 +89,12 @@ const char *ptab_signal(ptab *t, const ptab_sel *sel, int sig, char *err, size_t
 /* A PTY process; resize false only checks that it is one. */
 const char *ptab_resize(ptab *t, const ptab_sel *sel, bool resize, uint16_t rows, uint16_t cols, char *err, size_t errlen);
 
+/* What happens to the table's processes, for whoever keeps the sandbox's log: START (config
+ * as given to ptab_start), ERROR (it could not start: text says why) and END (status: the raw wait
+ * status). Called with the table's lock held: copy what you need, never call back into the table. */
+typedef void (*ptab_observer)(void *cls, int kind, int32_t pid, const json_t *config, int status, const char *text);
+void ptab_observe(ptab *t, ptab_observer fn, void *cls);
+
 /* "exit status 1" / "signal: killed" exactly as Go's os.ProcessState.String(). */
 void ptab_status_string(int status, char *out, size_t cap);
 #endif

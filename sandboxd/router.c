@@ -73,6 +73,8 @@ static const struct {
   {"GET", "/snapshots", RT_SNAPSHOT_LIST, NULL},
   {"DELETE", "/templates/{ref}", RT_TEMPLATE_DELETE, NULL},
   {"GET", "/sandboxes/{id}/metrics", RT_METRICS, NULL},
+  {"GET", "/sandboxes/{id}/logs", RT_LOGS, NULL},
+  {"GET", "/v2/sandboxes/{id}/logs", RT_LOGS_V2, NULL},
   {"PUT", "/sandboxes/{id}/network", RT_NETWORK, NULL},
   {"*", "/snapshots/*", RT_UNIMPLEMENTED, "snapshot routes other than GET /snapshots are not implemented by sandboxd"},
   {"*", "/templates*", RT_UNIMPLEMENTED, "template builds are not implemented by sandboxd (templates are 'base' and snapshots; DELETE /templates/{id} deletes a snapshot)"},

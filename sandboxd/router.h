@@ -40,6 +40,7 @@ typedef enum {
   /* the control plane (X-API-KEY) */
   RT_CREATE = 1, RT_CREATE_V2, RT_LIST, RT_GET, RT_KILL, RT_TIMEOUT, RT_CONNECT, RT_PAUSE, RT_FORK,
   RT_METRICS,                /* GET /sandboxes/{id}/metrics */
+  RT_LOGS, RT_LOGS_V2,       /* GET /sandboxes/{id}/logs, GET /v2/sandboxes/{id}/logs */
   RT_NETWORK,                /* PUT /sandboxes/{id}/network */
   RT_SNAPSHOT_CREATE,        /* POST /sandboxes/{id}/snapshots */
   RT_SNAPSHOT_LIST,          /* GET /snapshots */

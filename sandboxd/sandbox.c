@@ -13,6 +13,7 @@
 #include "pidfile.h"
 #include "pool.h"
 #include "ptab.h"
+#include "sbxlog.h"
 #include "template.h"
 #include "users.h"
 #include "volumes.h"
@@ -63,6 +64,8 @@ struct sbx {
   sbx_mount mounts[SBX_MAX_MOUNTS];   /* its volumes (held) and where (paths copied) */
   size_t nmounts;
   mx_ring mx;                  /* its metric samples (metrics.h) */
+  sbxlog *log;                 /* what happened to it and in it (sbxlog.h) */
+  uint64_t oom_seen;           /* OOM kills already logged */
   int nsys;                    /* its system overlays (upper-<d>), as the template had them */
   char sys[TPL_MAX_SYSDIRS][16];
 };
@@ -431,6 +434,7 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   if (!s) { seterr(err, errlen, "out of memory"); return -1; }
   pthread_mutex_init(&s->mu, NULL);
   mx_init(&s->mx);
+  if (!(s->log = sbxlog_new())) { pthread_mutex_destroy(&s->mu); free(s); seterr(err, errlen, "out of memory"); return -1; }
   s->cg.fd = -1;
   snprintf(s->id, sizeof s->id, "%s", cfg->id);
   s->internet = cfg->internet;
@@ -676,6 +680,7 @@ fail:
   ly_release(s->layer);
   for (size_t i = 0; i < s->nmounts; i++) { vol_unmount(s->mounts[i].volume); free((char *)s->mounts[i].path); }
   mx_free(&s->mx);
+  sbxlog_free(s->log);
   pthread_mutex_destroy(&s->mu);
   free(s);
   return -1;
@@ -699,6 +704,7 @@ static void release(sbx_t *s) {
     fprintf(stderr, "sandboxd: sandbox %s: removing %s: %s\n", s->id, s->dir, strerror(errno));
   ly_release(s->layer);   /* after its directory: a chain no one else holds goes too */
   mx_free(&s->mx);
+  sbxlog_free(s->log);
   for (size_t i = 0; i < s->nmounts; i++) { vol_unmount(s->mounts[i].volume); free((char *)s->mounts[i].path); }
   pthread_mutex_destroy(&s->mu);
   free(s);
@@ -839,6 +845,38 @@ static const char **with_trust_env(const char *const *envs) {
 
 const char *sbx_id(const sbx_t *s) { return s->id; }
 
+/* The process table's observer (ptab_observe): each process started, refused and ended goes into
+ * the sandbox's log, and an end that the kernel's OOM killer caused says so. */
+static void log_process(void *cls, int kind, int32_t pid, const json_t *config, int status, const char *text) {
+  sbx_t *s = cls;
+  char cmd[SBXLOG_VALUE_MAX + 1] = "", spid[16], st[64];
+  size_t o = 0;
+  const char *c = json_string_value(json_object_get(config, "cmd"));
+  if (c) o += (size_t)snprintf(cmd, sizeof cmd, "%s", c);
+  size_t i;
+  json_t *a;
+  json_array_foreach(json_object_get(config, "args"), i, a) {
+    if (o >= sizeof cmd - 1) break;
+    o += (size_t)snprintf(cmd + o, sizeof cmd - o, " %s", json_string_value(a) ? json_string_value(a) : "");
+  }
+  snprintf(spid, sizeof spid, "%d", (int)pid);
+  if (kind == PTAB_START) { sbxlog_add(s->log, SBXLOG_INFO, "process started", "pid", spid, "cmd", cmd, NULL); return; }
+  if (kind == PTAB_ERROR) { sbxlog_add(s->log, SBXLOG_ERROR, "process could not start", "cmd", cmd, "error", text, NULL); return; }
+  ptab_status_string(status, st, sizeof st);
+  sbxlog_add(s->log, WIFEXITED(status) && WEXITSTATUS(status) == 0 ? SBXLOG_INFO : SBXLOG_WARN, "process ended",
+             "pid", spid, "cmd", cmd, "status", st, NULL);
+  if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) return;
+  cg_usage u;
+  cg_read_usage(&s->cg, &u);
+  if (u.oom_kills > s->oom_seen) {
+    char limit[32];
+    snprintf(limit, sizeof limit, "%llu", (unsigned long long)(u.mem_limit >> 20));
+    sbxlog_add(s->log, SBXLOG_ERROR, "out of memory: the kernel killed a process in the sandbox", "pid", spid,
+               "memoryLimitMB", limit, NULL);
+    s->oom_seen = u.oom_kills;
+  }
+}
+
 int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -878,6 +916,7 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
   free(envs);
   s->ctl = -1;   /* owned by the table now, even on failure */
   if (!s->pt) { discard(s); return -1; }
+  ptab_observe(s->pt, log_process, s);
   step(&tr, "table");
   *out = s;
   if (trace_on())
@@ -886,6 +925,7 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
 }
 
 layer *sbx_layer(sbx_t *s) { return s->layer; }
+sbxlog *sbx_log(sbx_t *s) { return s->log; }
 
 int sbx_set_egress(sbx_t *s, egress_rules *rules, char *err, size_t errlen) {
   if (!net_pair_index(s->net)) {

@@ -119,6 +119,8 @@ struct layer *sbx_layer(sbx_t *s);
 /* The process table (ptab.h) of a created sandbox. */
 struct ptab;
 struct ptab *sbx_ptab(sbx_t *s);
+/* Its log (sbxlog.h): what the control plane did to it and the processes it ran. Borrowed. */
+struct sbxlog *sbx_log(sbx_t *s);
 
 /* The file-system context (paths.h) of `user` in s: -1 for an unknown user. */
 #include "paths.h"

@@ -265,6 +265,56 @@ function api:metrics(id, opts)
   return out
 end
 
+-- Unix milliseconds of an RFC 3339 time ("2026-12-03T06:28:19.368Z", "...+01:00"), or nil.
+local function rfc3339_ms(t)
+  if type(t) ~= "string" then return nil end
+  local y, mo, d, h, mi, sec, frac, zone = t:match("^(%d%d%d%d)%-(%d%d)%-(%d%d)[Tt ](%d%d):(%d%d):(%d%d)(%.?%d*)(.*)$")
+  if not y then return nil end
+  local off = 0
+  if zone ~= "Z" and zone ~= "z" then
+    local sign, oh, om = zone:match("^([+-])(%d%d):(%d%d)$")
+    if not sign then return nil end
+    off = (tonumber(oh) * 60 + tonumber(om)) * (sign == "+" and 1 or -1)
+  end
+  -- days since 1970-01-01 of a proleptic Gregorian date (the civil-from-days inverse)
+  y, mo, d = tonumber(y), tonumber(mo), tonumber(d)
+  if mo <= 2 then y = y - 1 end
+  local era = y // 400
+  local yoe = y - era * 400
+  local doy = (153 * (mo + (mo > 2 and -3 or 9)) + 2) // 5 + d - 1
+  local doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+  local days = era * 146097 + doe - 719468
+  local ms = #frac > 1 and math.floor(tonumber("0" .. frac) * 1000 + 0.5) or 0
+  return ((days * 24 + tonumber(h)) * 60 + tonumber(mi) - off) * 60000 + tonumber(sec) * 1000 + ms
+end
+api.rfc3339_ms = rfc3339_ms
+
+-- GET /v2/sandboxes/{id}/logs[?cursor=&limit=&direction=] (cursor: Unix ms) → list of
+-- { timestamp, timestampMs, level, message, fields } | nil, err
+function api:logs(id, opts)
+  opts = opts or {}
+  local q = {}
+  if opts.cursor then q[#q + 1] = "cursor=" .. math.tointeger(opts.cursor) end
+  if opts.limit then q[#q + 1] = "limit=" .. math.tointeger(opts.limit) end
+  if opts.direction then q[#q + 1] = "direction=" .. opts.direction end
+  local res, err = self:_request("GET", "/v2/sandboxes/" .. urlencode(id) .. "/logs"
+    .. (#q > 0 and ("?" .. table.concat(q, "&")) or ""))
+  if not res then return nil, err end
+  local v, jerr = json_body(res)
+  if not v then return nil, jerr end
+  if type(v) ~= "table" or type(v.logs) ~= "table" then
+    return nil, errors.new("E2B_PROTOCOL", "logs: the answer has no 'logs' list")
+  end
+  local out = {}
+  for i, e in ipairs(v.logs) do
+    local fields = {}
+    for k, x in pairs(type(e.fields) == "table" and e.fields or {}) do fields[k] = null_to_nil(x) end
+    out[i] = { timestamp = null_to_nil(e.timestamp), timestampMs = rfc3339_ms(null_to_nil(e.timestamp)),
+      level = null_to_nil(e.level), message = null_to_nil(e.message), fields = fields }
+  end
+  return out
+end
+
 -- POST /sandboxes/{id}/snapshots {name?} → { snapshotId, names } | nil, err
 function api:snapshot(id, name)
   local res, err = self:_request("POST", "/sandboxes/" .. urlencode(id) .. "/snapshots",

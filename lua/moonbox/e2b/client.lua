@@ -13,6 +13,9 @@
 --   c:info(id) → item;  c:kill(id) → true | false (not found);  c:setTimeout(id, ms) → true
 --   c:pause(id) → true | false (already paused);  c:resume(id, { timeoutMs }) → item
 --   c:metrics(id, { start, ["end"] }) → { metric, ... }
+--   c:logs(id, { cursor, limit, direction }) → { { timestamp, timestampMs, level, message, fields }, ... }
+--             (the sandbox's log: lifecycle and processes; cursor in Unix ms, direction
+--             "forward" (from the cursor, the oldest first) or "backward" (the newest first))
 --   c:host(id, port [, domain, token]) → URL, headers (e2b-traffic-access-token when the sandbox
 --             was made with allowPublicTraffic = false and token is its trafficAccessToken; else {})
 --   c:snapshot(id, { name }) → { snapshotId, names };  c:snapshots{ sandboxId, limit, nextToken }
@@ -33,6 +36,7 @@
 -- names it, `allowOut[2]: "10.0.0.0/33": ...`, indexes from 0 as on the wire); bad arguments
 -- (types, unknown option names) raise.
 local errors = require "moonbox.errors"
+local fields = require "moonbox.fields"
 local S = require "moonbox.policy.schema"
 local R = require "moonbox.policy.rules"
 local api_mod = require "moonbox.e2b.api"
@@ -278,6 +282,27 @@ function Client:metrics(id, o)
   local m, err = self.api:metrics(id, o)
   if not m then return nil, named(err, id) end
   return m
+end
+
+local LOGS_FIELDS = { "cursor", "limit", "direction" }
+function Client:logs(id, o)
+  check_id(id, "logs")
+  o = o or {}
+  if type(o) ~= "table" then error("e2b: logs: options must be a table", 2) end
+  local unknown = fields.unknown(o, LOGS_FIELDS, "e2b: logs")
+  if unknown then error(unknown, 2) end
+  if o.cursor ~= nil and math.type(o.cursor) ~= "integer" or (o.cursor or 0) < 0 then
+    error("e2b: logs: cursor must be Unix milliseconds (a whole number)", 2)
+  end
+  if o.limit ~= nil and (math.type(o.limit) ~= "integer" or o.limit < 1) then
+    error("e2b: logs: limit must be a positive whole number", 2)
+  end
+  if o.direction ~= nil and o.direction ~= "forward" and o.direction ~= "backward" then
+    error("e2b: logs: direction must be \"forward\" or \"backward\"", 2)
+  end
+  local l, err = self.api:logs(id, o)
+  if not l then return nil, named(err, id) end
+  return l
 end
 
 function Client:snapshot(id, o)
