@@ -17,7 +17,9 @@
  *   s:read_from(stream, offset) → text, next_offset, lossy;  s:total(stream);  s:diag()
  *   s:info() → { received=, pauses=, max_buffered=, paused= }
  *
- *   local s = core.pstream_spawn({ argv=, env=, cwd=, stdin_pipe=, pty=, rows=, cols= }, cfg, fn)
+ *   local s = core.pstream_spawn({ argv=, env=, cwd=, stdin_pipe=, stdin_inherit=, pty=, rows=, cols= }, cfg, fn)
+ *     (stdin_inherit: the process reads this process's own stdin, e.g. a `cat` that turns it into
+ *     a stream a task reads without blocking the loop)
  *     the same object for a process on this host (its stdout an mbwrap frame stream, or with
  *     cfg.raw / pty plain bytes); also s:pid(), s:kill(sig), s:write(data [, max_pending]),
  *     s:write_pending(), s:want_write() (notify once written), s:close_input(), s:resize(r, c)
@@ -259,7 +261,7 @@ static int l_pstream(lua_State *L) {
   return pst_started(L, u, ui, rc, &err);
 }
 
-/* core.pstream_spawn({argv=, env=, cwd=, stdin_pipe=, pty=, rows=, cols=}, cfg, on_change):
+/* core.pstream_spawn({argv=, env=, cwd=, stdin_pipe=, stdin_inherit=, pty=, rows=, cols=}, cfg, on_change):
  * a local source (pstream.h, mb_pstream_spawn). env: NAME → value (nil inherits ours). */
 #define MB_SPAWN_MAX_ARGS 4096
 static int l_pstream_spawn(lua_State *L) {
@@ -311,6 +313,7 @@ static int l_pstream_spawn(lua_State *L) {
   lua_getfield(L, 1, "cwd");
   sp.cwd = lua_isnil(L, -1) ? NULL : luaL_checkstring(L, -1);
   sp.stdin_pipe = mb_opt_bool(L, 1, "stdin_pipe");
+  sp.stdin_inherit = mb_opt_bool(L, 1, "stdin_inherit");
   sp.pty = mb_opt_bool(L, 1, "pty");
   sp.rows = (unsigned short)mb_opt_limit(L, 1, "rows", 24, 65535);
   sp.cols = (unsigned short)mb_opt_limit(L, 1, "cols", 80, 65535);

@@ -62,6 +62,7 @@ struct mb_pst_spawn {
   const char *const *env;    /* "NAME=VALUE" entries, NULL-terminated; NULL inherits ours */
   const char *cwd;           /* NULL: ours */
   int stdin_pipe;            /* stdin is a pipe written with mb_pstream_write; else /dev/null */
+  int stdin_inherit;         /* (without stdin_pipe) stdin is this process's own fd 0 */
   int pty;                   /* run on a new PTY of rows × cols in a new session */
   unsigned short rows, cols;
 };

@@ -357,6 +357,9 @@ int mb_pstream_spawn(mb_loop *lp, const struct mb_pst_spawn *sp, const struct mb
       if (!(l->in = new_pipe(uv, NULL))) goto nomem;
       stdio[0].flags = UV_CREATE_PIPE | UV_READABLE_PIPE;
       stdio[0].data.stream = (uv_stream_t *)&l->in->pipe;
+    } else if (sp->stdin_inherit) {
+      stdio[0].flags = UV_INHERIT_FD;
+      stdio[0].data.fd = 0;
     } else {
       stdio[0].flags = UV_IGNORE;
     }

@@ -166,7 +166,7 @@ deny_out = { "0.0.0.0/0" }
       local code, out, err = moonbox("policy network " .. c[1], dir)
       assert.are.equal(2, code, c[1] .. ": " .. err)
       assert.are.equal("", out)
-      assert.truthy(err:match("^moonbox: policy network: [^\n]+\nusage: moonbox"), err)
+      assert.truthy(err:match("^moonbox: policy network: [^\n]+; run 'moonbox policy network %-%-help' for usage\n$"), err)
       assert.truthy(err:find(c[2], 1, true), err)
     end
   end)
@@ -282,7 +282,7 @@ describe("moonbox sandbox with network options (a fake control plane)", function
       local code, out, err = moonbox(c[1], nil, env)
       assert.are.equal(2, code, c[1] .. ": " .. err)
       assert.are.equal("", out)
-      assert.truthy(err:match("^moonbox: [^\n]+\nusage: moonbox"), err)
+      assert.truthy(err:match("^moonbox: sandbox %a+: [^\n]+; run 'moonbox sandbox %a+ %-%-help' for usage\n$"), err)
       assert.truthy(err:find("moonbox: " .. c[2], 1, true), err)
     end
     assert.are.equal(before, #requests())

@@ -15,13 +15,62 @@ describe("the moonbox command line", function()
   before_each(function() dir = tmpdir() end)
   after_each(function() os.execute("rm -rf " .. q(dir)) end)
 
-  it("--help and -h print the usage and exit 0", function()
+  it("--help and -h print the overview and exit 0", function()
     for _, flag in ipairs({ "--help", "-h" }) do
-      local code, out = moonbox(flag)
-      assert.are.equal(0, code)
-      assert.truthy(out:find("usage: moonbox", 1, true))
-      assert.truthy(out:find("moonbox policy env", 1, true))
+      local code, out, err = moonbox(flag)
+      assert.are.same({ 0, "" }, { code, err })
+      assert.truthy(out:find("^usage: moonbox %[%-%-trace%] SCRIPT%.lua"), out)
+      for _, cmd in ipairs({ "moonbox policy env", "moonbox sync push", "moonbox sandbox create", "moonbox sandbox exec ID",
+          "moonbox sandbox kill ID... | --all", "moonbox sandbox snapshot list", "moonbox secret set" }) do
+        assert.truthy(out:find("\n       " .. cmd, 1, true), cmd)
+      end
       assert.truthy(out:match("Lua modules: /"), out)
+    end
+  end)
+
+  -- Every command and group answers --help and -h with its own usage on stdout.
+  local commands = { "run", "dump-config", "policy env", "policy timeouts", "policy check", "policy network",
+    "sync push", "sync pull", "sync diff", "sandbox create", "sandbox list", "sandbox info", "sandbox kill",
+    "sandbox pause", "sandbox resume", "sandbox snapshot", "sandbox snapshot list", "sandbox snapshot delete",
+    "sandbox host", "sandbox metrics", "sandbox network", "sandbox exec", "secret set", "secret list", "secret info",
+    "secret delete" }
+  it("--help and -h on every command print its own usage, arguments and options, exit 0", function()
+    for _, cmd in ipairs(commands) do
+      for _, flag in ipairs({ "--help", "-h" }) do
+        local code, out, err = moonbox(cmd .. " " .. flag)
+        assert.are.same({ 0, "" }, { code, err }, cmd .. " " .. flag)
+        assert.truthy(out:find("^usage: moonbox " .. cmd:gsub("%-", "%%-") .. " "), cmd .. ": " .. out)
+        local about = out:match("^.-\n\n([^\n]+)\n")
+        assert.truthy(about and about:match("^%u.*%.$"), cmd .. ": a one-line description: " .. out)
+        assert.truthy(out:find("\nOptions:\n", 1, true), cmd .. ": " .. out)
+        assert.truthy(out:find("\n  -h, --help ", 1, true), cmd .. ": " .. out)
+        assert.is_nil(out:find("moonbox dump-config", 1, true) and cmd ~= "dump-config" or nil, cmd .. ": only its own usage")
+      end
+    end
+    -- the options a command takes are listed
+    local _, out = moonbox("sandbox exec --help")
+    for _, o in ipairs({ "-b, --background", "-c, --cwd CWD", "-u, --user USER", "-e, --env K=V" }) do
+      assert.truthy(out:find("\n  " .. o, 1, true), o)
+    end
+    _, out = moonbox("sandbox kill -h")
+    assert.truthy(out:find("\n  --all ", 1, true) and out:find("\n  --metadata K=V ", 1, true), out)
+    -- anywhere among a command's options, before any sandbox is asked
+    local code
+    code, out = moonbox("sandbox create --metadata a=b --help")
+    assert.are.equal(0, code)
+    assert.truthy(out:find("^usage: moonbox sandbox create "), out)
+  end)
+
+  it("--help on a group lists its commands with their descriptions", function()
+    for group, subs in pairs({ sandbox = { "create", "exec", "kill", "snapshot" }, secret = { "set", "delete" },
+        policy = { "env", "network" }, sync = { "push", "diff" } }) do
+      for _, args in ipairs({ group .. " --help", group .. " -h", group .. " help" }) do
+        local code, out, err = moonbox(args)
+        assert.are.same({ 0, "" }, { code, err }, args)
+        assert.truthy(out:find("^usage: moonbox " .. group .. " COMMAND %[ARGS%.%.%.%]\n"), out)
+        for _, sub in ipairs(subs) do assert.truthy(out:match("\n  " .. sub .. " +%u[^\n]+\n"), args .. ": " .. sub) end
+        assert.truthy(out:find(("run 'moonbox %s COMMAND --help' for a command's usage\n"):format(group), 1, true), out)
+      end
     end
   end)
 
@@ -31,23 +80,34 @@ describe("the moonbox command line", function()
     assert.are.equal("moonbox " .. require("moonbox.core").version .. "\n", out)
   end)
 
+  -- A usage mistake is one line naming it and the command's --help, exit status 2, nothing on stdout.
+  local function hint(cmd) return ("; run 'moonbox %s--help' for usage\n"):format(cmd and (cmd .. " ") or "") end
   local usage = {
-    { "no arguments", "" },
-    { "an unknown option", "--frobnicate" },
-    { "an unknown option of run", "run --frobnicate c.lua s.lua" },
-    { "run without a script", "run c.lua" },
-    { "an unknown policy subcommand", "policy frob" },
-    { "--policy with an unknown concern", "policy env --policy envv=x.lua" },
-    { "--policy without a concern", "dump-config --policy x.lua c.lua" },
-    { "--env-file with --from-host", "policy env --env-file x --from-host" },
-    { "--set without =", "policy env --set NAME" },
+    { "no arguments", "", "moonbox: no command given (a SCRIPT.lua, or run, dump-config, policy, sync, sandbox, secret)" .. hint() },
+    { "an unknown option", "--frobnicate", "moonbox: unknown option --frobnicate" .. hint() },
+    { "an unknown option of run", "run --frobnicate c.lua s.lua", "moonbox: run: unknown option --frobnicate" .. hint("run") },
+    { "a misspelt option", "policy env --jsn", "moonbox: policy env: unknown option --jsn (did you mean --json?)" .. hint("policy env") },
+    { "run without a script", "run c.lua", "moonbox: run: expected COMPOSE.lua SCRIPT.lua [ARGS...]" .. hint("run") },
+    { "a missing option value", "policy timeouts --compose", "moonbox: policy timeouts: option --compose needs a value" .. hint("policy timeouts") },
+    { "a flag given a value", "policy env --json=1", "moonbox: policy env: option --json takes no value" .. hint("policy env") },
+    { "a missing argument", "policy check", "moonbox: policy check: which file? (moonbox policy check [CONCERN=]FILE)" .. hint("policy check") },
+    { "an extra argument", "dump-config a.lua b.lua", "moonbox: dump-config: expected one COMPOSE.lua" .. hint("dump-config") },
+    { "no policy subcommand", "policy", "moonbox: policy: which command? (env, timeouts, check, network)" .. hint("policy") },
+    { "an unknown policy subcommand", "policy frob", "moonbox: policy: unknown subcommand frob (expected env, timeouts, check or network)" .. hint("policy") },
+    { "a misspelt policy subcommand", "policy chek", "moonbox: policy: unknown subcommand chek (did you mean check?)" .. hint("policy") },
+    { "a misspelt sync subcommand", "sync psh", "moonbox: sync: unknown subcommand psh (did you mean push?)" .. hint("sync") },
+    { "a misspelt sandbox subcommand", "sandbox lst", "moonbox: sandbox: unknown subcommand lst (did you mean list?)" .. hint("sandbox") },
+    { "a misspelt secret subcommand", "secret delte x", "moonbox: secret: unknown subcommand delte (did you mean delete?)" .. hint("secret") },
+    { "a bad value", "sync push --compose c.lua --max-files 0 a b", "moonbox: sync push: --max-files must be a positive integer" .. hint("sync push") },
+    { "--policy with an unknown concern", "policy env --policy envv=x.lua",
+      'moonbox: --policy envv=x.lua: unknown concern "envv" (expected env, lifecycle, timeouts, composition or network)' .. hint("policy env") },
+    { "--env-file with --from-host", "policy env --env-file x --from-host", "moonbox: policy env: give --env-file or --from-host, not both" .. hint("policy env") },
+    { "--set without =", "policy env --set NAME", "moonbox: --set NAME: expected NAME=VALUE (use --unset NAME to delete a name)" .. hint("policy env") },
   }
   for _, c in ipairs(usage) do
-    it("prints the usage and exits 2 for " .. c[1], function()
+    it("is one line naming the mistake and exit 2 for " .. c[1], function()
       local code, out, err = moonbox(c[2])
-      assert.are.equal(2, code, err)
-      assert.are.equal("", out)
-      assert.truthy(err:match("^moonbox: [^\n]+\nusage: moonbox"), err)
+      assert.are.same({ 2, "", c[3] }, { code, out, err })
     end)
   end
 

@@ -8,20 +8,10 @@ local S = require "moonbox.policy.schema"
 
 local M = {}
 
-M.USAGE = [[
+-- The overview (`moonbox --help`); the commands' lines come from their help (M.HELP).
+local OVERVIEW = [[
 usage: moonbox [--trace] SCRIPT.lua [ARGS...]
-       moonbox run [--trace] [--policy CONCERN=FILE]... COMPOSE.lua SCRIPT.lua [ARGS...]
-       moonbox dump-config [--policy CONCERN=FILE]... COMPOSE.lua
-       moonbox policy env [--compose C] [--policy CONCERN=FILE]... [--env-file F | --from-host]
-                          [--set NAME=VALUE]... [--unset NAME]... [--json]
-       moonbox policy timeouts [--compose C] [--policy CONCERN=FILE]... [--json]
-       moonbox policy check [--compose C] [--policy CONCERN=FILE]... [CONCERN=]FILE
-NETWORK_USAGE       moonbox sync push --compose C [--exclude PATTERN]... [--gitignore] [--max-files N]
-                         [--max-bytes N] [--json] HOSTDIR WORLDDIR
-       moonbox sync pull|diff --compose C [--prefer sandbox|host] [--exclude PATTERN]...
-                         [--gitignore] [--max-files N] [--max-bytes N] [--json] WORLDDIR HOSTDIR
-       moonbox sandboxd [ARGS...]
-SANDBOX_USAGESECRET_USAGE       moonbox --help | --version
+COMMANDS       moonbox --help | --version
 Commands: a script runs as the main task; `run` gives it ctx from a composition; `dump-config`
 prints a composition with every policy value and where it came from; `policy` explains a
 policy without starting a sandbox; `sandbox` calls the sandbox API (E2B_API_KEY, E2B_DOMAIN,
@@ -32,31 +22,137 @@ world and brings back what changed there (`diff`: what `pull` would do); `sandbo
 local E2B-compatible server.
 CONCERN is env, lifecycle, timeouts, composition or network; FILE a policy file merged over
 the shipped defaults (and over the composition's own policies).
-NETWORK_HELP]]
-M.USAGE = M.USAGE:gsub("SANDBOX_USAGE", (require("moonbox.cli.sandbox").USAGE:gsub("%%", "%%%%")))
-M.USAGE = M.USAGE:gsub("SECRET_USAGE", (require("moonbox.cli.secret").USAGE:gsub("%%", "%%%%")))
-M.USAGE = M.USAGE:gsub("NETWORK_USAGE", (require("moonbox.cli.network").USAGE:gsub("%%", "%%%%")))
-M.USAGE = M.USAGE:gsub("NETWORK_HELP", (require("moonbox.cli.network").HELP:gsub("%%", "%%%%")))
+NETWORK_HELP
+Each command prints its own usage with --help (moonbox sandbox create --help); a usage mistake
+is one line on stderr and exit status 2.
+]]
 
--- A usage mistake: the message, then the usage, exit status 2.
-local Usage = {}
-local function usage_error(fmt, ...) error(setmetatable({ message = fmt:format(...) }, Usage), 0) end
+-- The order of the overview's lines.
+local OVERVIEW_PATHS = { "run", "dump-config", "policy env", "policy timeouts", "policy check", "policy network",
+  "sync push", "sync pull", "sync diff", "sandboxd" }
+
+-- A usage mistake: one line naming what was wrong and where the command's usage is, exit
+-- status 2. The command in use (M.in_command) names the --help to point at.
+local Usage, HelpReq = {}, {}
+local current                                    -- "sandbox create", "policy", ... | nil (top level)
+function M.in_command(path) current = path end
+local function usage_error(fmt, ...)
+  error(setmetatable({ message = fmt:format(...), cmd = current }, Usage), 0)
+end
 
 local function out(s) io.stdout:write(s) end
 M.usage_error = usage_error
 
--- Parses options from argv[i..] until the first positional argument (or `--`).
--- spec: option → "flag" | "value" | "list". → opts, index of the first positional
+------------------------------------------------------------------------------------------------
+-- --help: every command's own usage. M.HELP[path] = { usage = { first line, continuation... },
+-- about = one line, args = { { NAME, text } }, options = { { "--flag V", text } }, notes = text }
+-- or, for a group (`moonbox sandbox`), { about, commands = { sub... } }.
+M.HELP = {}
+
+local function usage_lines(path, h, indent)
+  local lines = {}
+  for k, l in ipairs(h.usage) do
+    lines[k] = k == 1 and (indent .. l) or ((" "):rep(#indent + #("moonbox " .. path .. " ")) .. l)
+  end
+  return table.concat(lines, "\n")
+end
+
+-- The lines a command adds to the overview (`moonbox --help`).
+function M.overview_lines(paths)
+  local t = {}
+  for _, p in ipairs(paths) do
+    local h = M.HELP[p]
+    if h and h.usage then t[#t + 1] = usage_lines(p, h, "       ") .. "\n" end
+  end
+  return table.concat(t)
+end
+
+local function columns(rows)
+  local w = 0
+  for _, r in ipairs(rows) do w = math.max(w, #r[1]) end
+  local t = {}
+  for _, r in ipairs(rows) do t[#t + 1] = ("  %-" .. w .. "s  %s\n"):format(r[1], r[2]) end
+  return table.concat(t)
+end
+
+function M.help_text(path)
+  local h = M.HELP[path]
+  if not h then return nil end
+  local t = {}
+  if h.commands then
+    t[#t + 1] = ("usage: moonbox %s COMMAND [ARGS...]\n\n%s\n\nCommands:\n"):format(path, h.about)
+    local rows = {}
+    for _, sub in ipairs(h.commands) do
+      local sh = M.HELP[path .. " " .. sub]
+      rows[#rows + 1] = { sub, sh and sh.about or "" }
+    end
+    t[#t + 1] = columns(rows)
+    t[#t + 1] = ("\nrun 'moonbox %s COMMAND --help' for a command's usage\n"):format(path)
+    return table.concat(t)
+  end
+  t[#t + 1] = usage_lines(path, h, "usage: ") .. "\n\n" .. h.about .. "\n"
+  if h.args and #h.args > 0 then t[#t + 1] = "\nArguments:\n" .. columns(h.args) end
+  local opts = {}
+  for _, o in ipairs(h.options or {}) do opts[#opts + 1] = o end
+  opts[#opts + 1] = { "-h, --help", "print this help and exit" }
+  t[#t + 1] = "\nOptions:\n" .. columns(opts)
+  if h.notes then t[#t + 1] = "\n" .. h.notes .. (h.notes:sub(-1) == "\n" and "" or "\n") end
+  return table.concat(t)
+end
+
+-- Raised by `--help` / `-h`: the command's help on stdout, exit 0.
+local function help_request(path) error(setmetatable({ cmd = path }, HelpReq), 0) end
+M.help_request = help_request
+local function is_help(a) return a == "--help" or a == "-h" end
+M.is_help = is_help
+
+-- An unknown subcommand of group `path` (names: the valid ones): the nearest one when it looks
+-- like a typo, else the list.
+function M.unknown_subcommand(path, sub, names)
+  local near = require("moonbox.fields").nearest(sub, names)
+  if near then usage_error("%s: unknown subcommand %s (did you mean %s?)", path, sub, near) end
+  local list = table.concat(names, ", ", 1, #names - 1) .. " or " .. names[#names]
+  usage_error("%s: unknown subcommand %s (expected %s)", path, sub, list)
+end
+
+-- A group's subcommand (argv[i]): → the name, or a usage error / its help.
+function M.subcommand(path, argv, i, names)
+  M.in_command(path)
+  local sub = argv[i]
+  if sub == nil then
+    usage_error("%s: which command? (%s)", path, table.concat(names, ", "))
+  end
+  if is_help(sub) or sub == "help" then help_request(path) end
+  for _, n in ipairs(names) do
+    if n == sub then M.in_command(path .. " " .. sub) return sub end
+  end
+  M.unknown_subcommand(path, sub, names)
+end
+
+local function option_names(spec)
+  local names = {}
+  for k in pairs(spec) do names[#names + 1] = k end
+  table.sort(names)
+  return names
+end
+
+-- Parses options from argv[i..] until the first positional argument (or `--`); `--help` / `-h`
+-- among them asks for `command`'s help. spec: option → "flag" | "value" | "list".
+-- → opts, index of the first positional
 local function parse(argv, i, spec, command)
   local opts = {}
   while i <= #argv do
     local a = argv[i]
     if a == "--" then return opts, i + 1 end
     if a:sub(1, 1) ~= "-" or a == "-" then break end
+    if is_help(a) then help_request(command) end
     local name, inline = a:match("^(%-%-[%w%-]+)=(.*)$")
     name = name or a
     local kind = spec[name]
-    if not kind then usage_error("%s: unknown option %s", command, a) end
+    if not kind then
+      local near = name:sub(1, 2) == "--" and require("moonbox.fields").nearest(name, option_names(spec))
+      usage_error("%s: unknown option %s%s", command, name, near and (" (did you mean " .. near .. "?)") or "")
+    end
     if kind == "flag" then
       if inline then usage_error("%s: option %s takes no value", command, name) end
       opts[name] = true
@@ -83,6 +179,71 @@ local function parse(argv, i, spec, command)
 end
 
 M.parse = parse
+
+local POLICY_OPT = { "--policy CONCERN=FILE", "a policy file merged over the defaults (repeatable; CONCERN: env, lifecycle, timeouts, composition or network)" }
+local COMPOSE_OPT = { "--compose C", "the composition whose policies apply (with --policy over them)" }
+M.HELP["run"] = { usage = { "moonbox run [--trace] [--policy CONCERN=FILE]... COMPOSE.lua SCRIPT.lua [ARGS...]" },
+  about = "Run SCRIPT.lua as the main task with ctx from the composition COMPOSE.lua.",
+  args = { { "COMPOSE.lua", "the composition (plugins, policies)" }, { "SCRIPT.lua", "the script; ARGS are its arg[1..]" } },
+  options = { { "--trace", "print where an operational error was raised" }, POLICY_OPT } }
+M.HELP["dump-config"] = { usage = { "moonbox dump-config [--policy CONCERN=FILE]... COMPOSE.lua" },
+  about = "Print a composition with every policy value and where it came from.",
+  args = { { "COMPOSE.lua", "the composition" } }, options = { POLICY_OPT } }
+M.HELP["policy"] = { about = "Explain a policy without starting a sandbox.",
+  commands = { "env", "timeouts", "check", "network" } }
+M.HELP["policy env"] = { usage = { "moonbox policy env [--compose C] [--policy CONCERN=FILE]... [--env-file F | --from-host]",
+    "[--set NAME=VALUE]... [--unset NAME]... [--json]" },
+  about = "Say what the env policy does to each name, which rule decides, and the environment a spawn gets.",
+  options = { COMPOSE_OPT, POLICY_OPT, { "--env-file F", "the ambient environment: NAME=VALUE lines or NUL-separated entries" },
+    { "--from-host", "the ambient environment: this process's" }, { "--set NAME=VALUE", "an explicit entry (repeatable)" },
+    { "--unset NAME", "an explicit deletion (repeatable)" }, { "--json", "print JSON" } } }
+M.HELP["policy timeouts"] = { usage = { "moonbox policy timeouts [--compose C] [--policy CONCERN=FILE]... [--json]" },
+  about = "Print every clock (lease, renewal, request, stream idle, ...) with what set it.",
+  options = { COMPOSE_OPT, POLICY_OPT, { "--json", "print JSON" } } }
+M.HELP["policy check"] = { usage = { "moonbox policy check [--compose C] [--policy CONCERN=FILE]... [CONCERN=]FILE" },
+  about = "Validate a policy file and print what it changes.",
+  args = { { "[CONCERN=]FILE", "the policy file (its concern from its name when not given)" } },
+  options = { COMPOSE_OPT, POLICY_OPT } }
+M.HELP["sync"] = { about = "Copy a host directory into a composition's world and bring back what changed there.",
+  commands = { "push", "pull", "diff" } }
+local SYNC_OPTS = { { "--compose C", "the composition whose world to sync with (required)" }, POLICY_OPT,
+  { "--exclude PATTERN", "leave matching paths out (repeatable)" }, { "--gitignore", "leave out what .gitignore files ignore" },
+  { "--max-files N", "refuse more than N files" }, { "--max-bytes N", "refuse more than N bytes" }, { "--json", "print the report as JSON" } }
+M.HELP["sync push"] = { usage = { "moonbox sync push --compose C [--exclude PATTERN]... [--gitignore] [--max-files N]",
+    "[--max-bytes N] [--json] HOSTDIR WORLDDIR" },
+  about = "Copy HOSTDIR into the world's WORLDDIR.",
+  args = { { "HOSTDIR", "the directory on this host" }, { "WORLDDIR", "where it goes in the world" } }, options = SYNC_OPTS }
+local PULL_OPTS = { { "--prefer sandbox|host", "how a conflict is resolved (default: not applied, exit 3)" } }
+for _, o in ipairs(SYNC_OPTS) do PULL_OPTS[#PULL_OPTS + 1] = o end
+M.HELP["sync pull"] = { usage = { "moonbox sync pull --compose C [--prefer sandbox|host] [--exclude PATTERN]...",
+    "[--gitignore] [--max-files N] [--max-bytes N] [--json] WORLDDIR HOSTDIR" },
+  about = "Bring back into HOSTDIR what changed in the world's WORLDDIR since the push (exit 3: conflicts left).",
+  args = { { "WORLDDIR", "the directory in the world" }, { "HOSTDIR", "the directory on this host" } }, options = PULL_OPTS }
+M.HELP["sync diff"] = { usage = { "moonbox sync diff --compose C [--prefer sandbox|host] [--exclude PATTERN]...",
+    "[--gitignore] [--max-files N] [--max-bytes N] [--json] WORLDDIR HOSTDIR" },
+  about = "Print what `sync pull` would do, without doing it.",
+  args = M.HELP["sync pull"].args, options = PULL_OPTS }
+M.HELP["sandboxd"] = { usage = { "moonbox sandboxd [ARGS...]" }, about = "The local E2B-compatible server (sandboxd --help)." }
+
+-- Every command of a module (sandbox, secret, policy network): its help, its overview lines.
+local MODULE_PATHS = {}
+for _, mod in ipairs({ "moonbox.cli.network", "moonbox.cli.sandbox", "moonbox.cli.secret" }) do
+  for _, e in ipairs(require(mod).COMMAND_HELP) do
+    M.HELP[e.path] = e
+    if e.usage then MODULE_PATHS[#MODULE_PATHS + 1] = e.path end
+  end
+end
+
+function M.overview()
+  local paths = {}
+  for _, p in ipairs(OVERVIEW_PATHS) do
+    if p == "sandboxd" then for _, q in ipairs(MODULE_PATHS) do if not q:match("^policy ") then paths[#paths + 1] = q end end end
+    paths[#paths + 1] = p
+  end
+  local lines = M.overview_lines(paths):gsub("^%s+", "")
+  local text = OVERVIEW:gsub("COMMANDS", "       " .. lines:gsub("%%", "%%%%"))
+  return (text:gsub("NETWORK_HELP\n", (require("moonbox.cli.network").HELP:gsub("%%", "%%%%"))))
+end
 
 -- --policy CONCERN=FILE... → { concern → path } (a concern given twice: the last wins)
 local function policy_files(list)
@@ -418,11 +579,7 @@ local function progress_printer(verb, tty, quiet)
 end
 
 local function sync_command(argv, i)
-  local sub = argv[i]
-  if sub ~= "push" and sub ~= "pull" and sub ~= "diff" then
-    if sub == nil then usage_error("sync: expected push, pull or diff") end
-    usage_error("sync: unknown subcommand %s (expected push, pull or diff)", sub)
-  end
+  local sub = M.subcommand("sync", argv, i, M.HELP["sync"].commands)
   local spec = { ["--compose"] = "value", ["--policy"] = "list", ["--exclude"] = "list", ["--gitignore"] = "flag",
     ["--max-files"] = "value", ["--max-bytes"] = "value", ["--json"] = "flag" }
   if sub ~= "push" then spec["--prefer"] = "value" end
@@ -529,8 +686,12 @@ end
 -- A raised value → what to print. Strings (bugs) keep their traceback; moonbox errors are one
 -- line unless tracing.
 local function report(e, trace)
+  if getmetatable(e) == HelpReq then
+    out(M.help_text(e.cmd) or M.overview())
+    return 0
+  end
   if getmetatable(e) == Usage then
-    io.stderr:write("moonbox: ", e.message, "\n", (M.USAGE:match("^(.-\n)Commands:") or M.USAGE))
+    io.stderr:write("moonbox: ", e.message, ("; run 'moonbox %s--help' for usage\n"):format(e.cmd and (e.cmd .. " ") or ""))
     return 2
   end
   if errors.is(e) then
@@ -552,13 +713,14 @@ end
 function M.main(argv, opts)
   opts = opts or {}
   local ctl = {}
+  M.in_command(nil)
   local ok, a, b = xpcall(function()
     local i = 1
     while argv[i] == "--trace" do ctl.trace = true; i = i + 1 end
     local cmd = argv[i]
-    if cmd == nil then usage_error("no command given") end
+    if cmd == nil then usage_error("no command given (a SCRIPT.lua, or run, dump-config, policy, sync, sandbox, secret)") end
     if cmd == "-h" or cmd == "--help" or cmd == "help" then
-      out(M.USAGE)
+      out(M.overview())
       out(("Lua modules: %s (MOONBOX_HOME: a checkout or an install prefix to use instead)\n"):format(opts.lua_dir or
         (package.searchpath("moonbox", package.path) or "?"):gsub("/moonbox/init%.lua$", "")))
       return 0
@@ -567,17 +729,16 @@ function M.main(argv, opts)
       out(("moonbox %s\n"):format(require("moonbox.core").version or "?"))
       return 0
     end
+    if cmd == "run" or cmd == "sync" or cmd == "dump-config" then M.in_command(cmd) end
     if cmd == "run" then return run_composition(argv, i + 1, ctl) end
     if cmd == "sync" then return sync_command(argv, i + 1) end
     if cmd == "dump-config" then return dump_config(argv, i + 1) end
     if cmd == "policy" then
-      local sub = argv[i + 1]
+      local sub = M.subcommand("policy", argv, i + 1, M.HELP["policy"].commands)
       if sub == "env" then return policy_env(argv, i + 2) end
       if sub == "timeouts" then return policy_timeouts(argv, i + 2) end
       if sub == "check" then return policy_check(argv, i + 2) end
-      if sub == "network" then return require("moonbox.cli.network").main(M, argv, i + 2) end
-      if sub == nil then usage_error("policy: expected env, timeouts, network or check") end
-      usage_error("policy: unknown subcommand %s (expected env, timeouts, network or check)", sub)
+      return require("moonbox.cli.network").main(M, argv, i + 2)
     end
     if cmd == "sandbox" then return require("moonbox.cli.sandbox").main(M, argv, i + 1) end
     if cmd == "secret" then return require("moonbox.cli.secret").main(M, argv, i + 1) end

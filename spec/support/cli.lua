@@ -14,12 +14,13 @@ function M.write(path, s) local f = assert(io.open(path, "w")); f:write(s); f:cl
 function M.read(path) local f = assert(io.open(path)); local s = f:read("a"); f:close(); return s end
 
 -- Runs `moonbox <args>` (args: shell words, quoted by the caller). o: dir (run there), prefix
--- (before the program: M.NO_E2B, "NAME=value ...", "env ..."), stdin_null. → exit status, stdout, stderr
+-- (before the program: M.NO_E2B, "NAME=value ...", "env ..."), stdin_null, stdin (a file to read
+-- stdin from). → exit status, stdout, stderr
 function M.moonbox(args, o)
   o = o or {}
   local out, err = os.tmpname(), os.tmpname()
   local cmd = ("%s%s %s %s >%s 2>%s%s"):format(o.dir and ("cd " .. M.q(o.dir) .. " && ") or "", o.prefix or "",
-    M.q(M.bin), args, M.q(out), M.q(err), o.stdin_null and " </dev/null" or "")
+    M.q(M.bin), args, M.q(out), M.q(err), o.stdin and (" <" .. M.q(o.stdin)) or o.stdin_null and " </dev/null" or "")
   local _, _, code = os.execute(cmd)
   local function slurp(p) local s = M.read(p); os.remove(p); return s end
   return code, slurp(out), slurp(err)

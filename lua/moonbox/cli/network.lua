@@ -9,10 +9,16 @@ local policies = require "moonbox.policies"
 
 local M = {}
 
-M.USAGE = [[
-       moonbox policy network [--compose C] [--policy CONCERN=FILE]... [--check HOST[:PORT] | --check URL]...
-                              [--resolve NAME=ADDR[,ADDR]...]... [--unblock private|link-local|CIDR]... [--json]
-]]
+M.COMMAND_HELP = { { path = "policy network",
+  usage = { "moonbox policy network [--compose C] [--policy CONCERN=FILE]... [--check HOST[:PORT] | --check URL]...",
+    "[--resolve NAME=ADDR[,ADDR]...]... [--unblock private|link-local|CIDR]... [--json]" },
+  about = "Print what the network policy allows and which rule decides each --check (exit 1: one is denied).",
+  options = { { "--compose C", "the composition whose policies apply (with --policy over them)" },
+    { "--policy CONCERN=FILE", "a policy file merged over the defaults (repeatable)" },
+    { "--check HOST[:PORT] | URL", "a destination to decide (repeatable; HOST alone is HOST:443)" },
+    { "--resolve NAME=ADDR[,ADDR]...", "what NAME resolves to, instead of this host's resolver (repeatable)" },
+    { "--unblock private|link-local|CIDR", "explain as if sandboxd ran with --egress-unblock (repeatable)" },
+    { "--json", "print JSON" } } } }
 
 M.HELP = [[
 `policy network` prints what the network policy allows (internet on or off, every allow_out and

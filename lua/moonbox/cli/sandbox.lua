@@ -5,18 +5,72 @@
 -- status: 0 done, 1 the API refused (one line naming the id), 2 a usage mistake.
 local M = {}
 
-M.USAGE = [[
-       moonbox sandbox create [--template T] [--timeout D] [--metadata K=V]... [--env K=V]...
-                              [--allow-out X]... [--deny-out Y]... [--no-internet] [--no-public-traffic] [--json]
-       moonbox sandbox list [--metadata K=V]... [--state running|paused]... [--limit N] [--json]
-       moonbox sandbox info|pause|metrics ID [--json]
-       moonbox sandbox kill ID...
-       moonbox sandbox resume ID [--timeout D] [--json]
-       moonbox sandbox snapshot ID [--name NAME] [--json]
-       moonbox sandbox host ID PORT [--json]
-       moonbox sandbox network ID [--allow-out X]... [--deny-out Y]... [--no-internet] | --clear [--json]
-       D (a lease): seconds as E2B's CLI counts them (300), or with a unit: 500ms, 90s, 5m, 1h
-]]
+local D_NOTE = "D (a lease): seconds as E2B's CLI counts them (300), or with a unit: 500ms, 90s, 5m, 1h."
+local JSON = { "--json", "print the API's object as JSON" }
+local ID = { "ID", "the sandbox's id (moonbox sandbox list)" }
+local NET_OPTS = { { "--allow-out X", "allow connections to X: an address, a CIDR or a host name (repeatable)" },
+  { "--deny-out Y", "deny connections to Y: an address or a CIDR, 0.0.0.0/0 for all (repeatable)" },
+  { "--no-internet", "no internet access at all" } }
+
+-- Each command's help (moonbox.cli's M.HELP), in the order of `moonbox sandbox --help`.
+M.COMMAND_HELP = {
+  { path = "sandbox", about = "Call the sandbox API of the endpoint E2B's variables name (E2B_API_KEY, E2B_DOMAIN, or "
+    .. "E2B_API_URL + E2B_SANDBOX_URL).",
+    commands = { "create", "list", "info", "kill", "pause", "resume", "snapshot", "host", "metrics", "network", "exec" } },
+  { path = "sandbox create",
+    usage = { "moonbox sandbox create [--template T] [--timeout D] [--metadata K=V]... [--env K=V]...",
+      "[--allow-out X]... [--deny-out Y]... [--no-internet] [--no-public-traffic] [--json]" },
+    about = "Start a sandbox that outlives the command and print its id.",
+    options = { { "--template T", "the template or snapshot to start from (default: base)" },
+      { "--timeout D", "its lease (default: 300 seconds)" }, { "--metadata K=V", "a metadata pair (repeatable)" },
+      { "--env K=V", "an environment variable of its processes (repeatable)" }, NET_OPTS[1], NET_OPTS[2], NET_OPTS[3],
+      { "--no-public-traffic", "its ports answer only requests with its e2b-traffic-access-token" }, JSON },
+    notes = D_NOTE },
+  { path = "sandbox list", usage = { "moonbox sandbox list [--metadata K=V]... [--state running|paused]... [--limit N] [--json]" },
+    about = "List the sandboxes of this API key.",
+    options = { { "--metadata K=V", "only those whose metadata has K=V (repeatable: all of them)" },
+      { "--state running|paused", "only those in this state (repeatable)" }, { "--limit N", "at most N per request" }, JSON } },
+  { path = "sandbox info", usage = { "moonbox sandbox info ID [--json]" },
+    about = "Print a sandbox's template, state, lease, metadata and network rules.", args = { ID }, options = { JSON } },
+  { path = "sandbox kill", usage = { "moonbox sandbox kill ID... | --all [--metadata K=V]..." },
+    about = "Kill sandboxes: the given ones, or every one (of this API key) whose metadata match.",
+    args = { { "ID...", "the sandboxes to kill" } },
+    options = { { "--all", "kill every sandbox of this API key (with --metadata: only those that match)" },
+      { "--metadata K=V", "with --all: only sandboxes whose metadata has K=V (repeatable: all of them)" } } },
+  { path = "sandbox pause", usage = { "moonbox sandbox pause ID [--json]" },
+    about = "Pause a sandbox (its processes freeze; resume brings it back).", args = { ID }, options = { JSON } },
+  { path = "sandbox resume", usage = { "moonbox sandbox resume ID [--timeout D] [--json]" },
+    about = "Resume a paused sandbox; its lease restarts.", args = { ID },
+    options = { { "--timeout D", "the new lease (default: 300 seconds)" }, JSON }, notes = D_NOTE },
+  { path = "sandbox snapshot", usage = { "moonbox sandbox snapshot ID [--name NAME] [--json]" },
+    about = "Snapshot a running sandbox: a template new sandboxes start from (create --template).",
+    args = { ID }, options = { { "--name NAME", "a name for the snapshot" }, JSON },
+    notes = "moonbox sandbox snapshot list lists snapshots; moonbox sandbox snapshot delete ID deletes one." },
+  { path = "sandbox snapshot list", usage = { "moonbox sandbox snapshot list [--sandbox ID] [--json]" },
+    about = "List snapshots (newest first).",
+    options = { { "--sandbox ID", "only the snapshots of this sandbox" }, JSON } },
+  { path = "sandbox snapshot delete", usage = { "moonbox sandbox snapshot delete SNAPSHOT..." },
+    about = "Delete snapshots (E2B lists snapshots as templates: this deletes the template).",
+    args = { { "SNAPSHOT...", "a snapshot's id or name" } } },
+  { path = "sandbox host", usage = { "moonbox sandbox host ID PORT [--json]" },
+    about = "Print the URL of a port inside the sandbox (and the header a request there needs).",
+    args = { ID, { "PORT", "a port in 1..65535" } }, options = { JSON } },
+  { path = "sandbox metrics", usage = { "moonbox sandbox metrics ID [--json]" },
+    about = "Print a sandbox's CPU, memory and disk use over time.", args = { ID }, options = { JSON } },
+  { path = "sandbox network", usage = { "moonbox sandbox network ID [--allow-out X]... [--deny-out Y]... [--no-internet] | --clear [--json]" },
+    about = "Replace a sandbox's egress rules as a whole (what is not given is cleared).", args = { ID },
+    options = { NET_OPTS[1], NET_OPTS[2], NET_OPTS[3], { "--clear", "remove every rule" }, JSON } },
+  { path = "sandbox exec", usage = { "moonbox sandbox exec ID [-b] [-c CWD] [-u USER] [-e K=V]... -- CMD [ARGS...]" },
+    about = "Run a command in a running sandbox: its output as it comes, this terminal's stdin, its exit status.",
+    args = { ID, { "CMD [ARGS...]", "the program (a PATH name or an absolute path) and its arguments; no shell" } },
+    options = { { "-b, --background", "start it in the background and print its pid (its output is not kept)" },
+      { "-c, --cwd CWD", "its working directory (default: the user's home)" },
+      { "-u, --user USER", "the user it runs as (default: the sandbox's default user)" },
+      { "-e, --env K=V", "an environment variable (repeatable)" } },
+    notes = "The exit status is the command's (128 + N when signal N ended it). SIGINT, SIGTERM or SIGHUP here\n"
+      .. "sends it SIGTERM (a second one SIGKILL). An error (no such sandbox, a paused one, a program that\n"
+      .. "cannot start) is one line, exit 1." },
+}
 
 local function line(s) io.stdout:write(s, "\n") end
 
@@ -250,18 +304,39 @@ function commands.network(cli, argv, i)
   end
 end
 
+-- "sandbox X not found", the same words for every command that names a sandbox the API does
+-- not know.
+local function not_found(id)
+  return require("moonbox.errors").new("E2B_NOT_FOUND", ("sandbox %s not found"):format(id))
+end
+
 function commands.kill(cli, argv, i)
-  local _, args = parse_all(cli, argv, i, {}, "sandbox kill")
-  if not args[1] then cli.usage_error("sandbox kill: which sandbox? (moonbox sandbox kill ID...)") end
+  local opts, args = parse_all(cli, argv, i, { ["--all"] = "flag", ["--metadata"] = "list" }, "sandbox kill")
+  local md = pairs_opt(cli, opts["--metadata"], "sandbox kill", "--metadata")
+  if opts["--all"] then
+    if args[1] then cli.usage_error("sandbox kill: give sandbox ids or --all, not both") end
+    return function(c)
+      local items, err = c:listAll{ metadata = md }
+      if not items then return nil, err end
+      local n = 0
+      for _, it in ipairs(items) do
+        local ok, kerr = c:kill(it.sandboxId)
+        if ok == nil then return nil, kerr end
+        if ok then line("killed " .. it.sandboxId) n = n + 1 end   -- false: it ended meanwhile
+      end
+      if n == 0 then line(md and "no sandbox has that metadata: nothing killed" or "no sandboxes: nothing killed") end
+      return 0
+    end
+  end
+  if md then cli.usage_error("sandbox kill: --metadata selects what --all kills: give --all too") end
+  if not args[1] then cli.usage_error("sandbox kill: which sandbox? give ID... or --all") end
   local ids = {}
   for k = 1, #args do ids[#ids + 1] = id_arg(cli, args, k, "kill") end
   return function(c)
     for _, id in ipairs(ids) do
       local ok, err = c:kill(id)
       if ok == nil then return nil, err end
-      if not ok then
-        return nil, require("moonbox.errors").new("E2B_NOT_FOUND", ("sandbox %s not found"):format(id))
-      end
+      if not ok then return nil, not_found(id) end
       line("killed " .. id)
     end
     return 0
@@ -282,13 +357,68 @@ function commands.resume(cli, argv, i)
   local opts, id = one_id(cli, argv, i, "resume", { ["--timeout"] = "value" })
   local ms = timeout_opt(cli, opts["--timeout"], "sandbox resume")
   return function(c)
-    local it, err = c:resume(id, { timeoutMs = ms })
+    local before, ierr = c:info(id)
+    if not before then return nil, ierr end
+    local it, err = c:resume(id, { timeoutMs = ms })   -- a running one: its lease as --timeout says
     if not it then return nil, err end
-    return show(opts, it, "resumed " .. id)
+    local already = before.state == "running"
+    it.already = already
+    return show(opts, it, already and (id .. " was already running") or ("resumed " .. id))
+  end
+end
+
+-- `snapshot ID` takes one; `snapshot list`, `snapshot delete SNAPSHOT...` (GET /snapshots, and
+-- DELETE /templates/{id}: E2B lists snapshots as templates).
+local snapshot_sub = {}
+
+function snapshot_sub.list(cli, argv, i)
+  local opts, args = parse_all(cli, argv, i, { ["--sandbox"] = "value", ["--json"] = "flag" }, "sandbox snapshot list")
+  if args[1] then cli.usage_error("sandbox snapshot list: unexpected argument %s", args[1]) end
+  local sid = opts["--sandbox"]
+  if sid and not sid:match("^[%w%-]+$") then cli.usage_error("sandbox snapshot list: --sandbox %q is not a sandbox id", sid) end
+  return function(c)
+    local all, token = {}, nil
+    repeat
+      local page, nt = c:snapshots{ sandboxId = sid, nextToken = token }
+      if not page then return nil, nt end
+      for _, x in ipairs(page) do all[#all + 1] = x end
+      token = nt
+    until not token
+    if opts["--json"] then
+      local net = require "moonbox.cli.network"
+      for _, x in ipairs(all) do x.names = net.array(x.names) end
+      line(net.encode(net.array(all)))
+      return 0
+    end
+    line(("%-40s %s"):format("SNAPSHOT ID", "NAMES"))
+    for _, x in ipairs(all) do line(("%-40s %s"):format(x.snapshotId, table.concat(x.names, ", "))) end
+    return 0
+  end
+end
+
+function snapshot_sub.delete(cli, argv, i)
+  local _, args = parse_all(cli, argv, i, {}, "sandbox snapshot delete")
+  if not args[1] then cli.usage_error("sandbox snapshot delete: which snapshot? (moonbox sandbox snapshot delete SNAPSHOT...)") end
+  for _, a in ipairs(args) do
+    if a == "" then cli.usage_error("sandbox snapshot delete: a snapshot id must not be empty") end
+  end
+  return function(c)
+    for _, ref in ipairs(args) do
+      local ok, err = c:deleteSnapshot(ref)
+      if ok == nil then return nil, err end
+      if not ok then return nil, require("moonbox.errors").new("E2B_NOT_FOUND", ("snapshot %s not found"):format(ref)) end
+      line("deleted snapshot " .. ref)
+    end
+    return 0
   end
 end
 
 function commands.snapshot(cli, argv, i)
+  local sub = argv[i]
+  if sub == "list" or sub == "delete" then
+    cli.in_command("sandbox snapshot " .. sub)
+    return snapshot_sub[sub](cli, argv, i + 1)
+  end
   local opts, id = one_id(cli, argv, i, "snapshot", { ["--name"] = "value" })
   if opts["--name"] == "" then cli.usage_error("sandbox snapshot: --name must not be empty") end
   return function(c)
@@ -353,18 +483,153 @@ function commands.host(cli, argv, i)
   end
 end
 
+-- `exec ID [options] [--] CMD [ARGS...]`: options before and after ID; the command is what follows
+-- `--`, or the first argument after ID that is not an option.
+local EXEC_SPEC = { ["-b"] = "flag", ["--background"] = "flag", ["-c"] = "value", ["--cwd"] = "value",
+  ["-u"] = "value", ["--user"] = "value", ["-e"] = "list", ["--env"] = "list" }
+local EXEC_ALIAS = { ["--background"] = "-b", ["--cwd"] = "-c", ["--user"] = "-u", ["--env"] = "-e" }
+local EXEC_NAME = { ["-b"] = "-b/--background", ["-c"] = "-c/--cwd", ["-u"] = "-u/--user" }
+local SIGNUM = {}
+for n, name in pairs(require("moonbox.subprocess.spec").SIGNALS) do SIGNUM[name] = n end
+
+-- The exit status of an outcome ({ exitCode } | { signal }): 128 + N for signal N, as a shell.
+function M.exit_status(outcome)
+  if outcome.signal then return 128 + (SIGNUM[outcome.signal] or 0) end
+  return outcome.exitCode
+end
+
+-- The command's stdin: what this process reads on fd 0 (until EOF), sent to the process `pid`
+-- as it comes. A local `cat` reads it (the loop goes on meanwhile) into a stream a task reads.
+local function pump_stdin(sb, s, pid)
+  local m = require "moonbox"
+  local reader = m.procstream.spawn({ argv = { "/bin/cat" }, stdin_inherit = true },
+    { raw = true, stdout = "pipe", stderr = "discard" })
+  local task = m.spawn(function()
+    while reader do
+      local data = reader:read("stdout")
+      if data == nil then break end                 -- EOF (or cat could not read)
+      if not sb:send_input(s, pid, data) then return end   -- the process has gone
+    end
+    sb:close_input(s, pid)
+  end)
+  return function()
+    task:cancel()
+    if reader then pcall(reader.kill, reader, "SIGKILL") reader:close() end
+  end
+end
+
+function commands.exec(cli, argv, i)
+  local name = "sandbox exec"
+  local o1, p = cli.parse(argv, i, EXEC_SPEC, name)
+  local id = argv[p]
+  if not id or (p > i and argv[p - 1] == "--") then
+    cli.usage_error("sandbox exec: which sandbox? (moonbox sandbox exec ID -- CMD [ARGS...])")
+  end
+  if not id:match("^[%w%-]+$") then cli.usage_error("sandbox exec: %q is not a sandbox id", id) end
+  local o2, q = cli.parse(argv, p + 1, EXEC_SPEC, name)
+  local opts = {}
+  for _, o in ipairs({ o1, o2 }) do
+    for k, v in pairs(o) do
+      local key = EXEC_ALIAS[k] or k
+      if EXEC_SPEC[key] == "list" then
+        opts[key] = opts[key] or {}
+        for _, x in ipairs(v) do table.insert(opts[key], x) end
+      else
+        if opts[key] ~= nil then cli.usage_error("sandbox exec: option %s given twice", EXEC_NAME[key]) end
+        opts[key] = v
+      end
+    end
+  end
+  local command = table.move(argv, q, #argv, 1, {})
+  if #command == 0 then cli.usage_error("sandbox exec: which command? (moonbox sandbox exec ID -- CMD [ARGS...])") end
+  if command[1] == "" then cli.usage_error("sandbox exec: the command must not be empty") end
+  for _, k in ipairs({ "-c", "-u" }) do
+    if opts[k] == "" then cli.usage_error("sandbox exec: %s must not be empty", EXEC_NAME[k]) end
+  end
+  local o = { envs = pairs_opt(cli, opts["-e"], name, "-e"), cwd = opts["-c"], user = opts["-u"] }
+  local envd_mod = require "moonbox.e2b.envd"
+  -- The stream's facts until it closes: → pid, outcome, err (on_start(pid) when it starts)
+  local function follow(sb, s, on_start, stop_at_start)
+    local pid, outcome, err
+    while true do
+      local facts, ferr = s:next_facts()
+      if not facts then err = ferr break end
+      for _, f in ipairs(facts) do
+        if f.kind == "start" then
+          pid = math.tointeger(f.pid)
+          if on_start then on_start(pid) end
+        elseif f.kind == "end" then
+          outcome = require("moonbox.subprocess.spec").outcome_from_end{ exitCode = f.exit_code, status = f.status }
+        elseif f.kind == "stream_error" then
+          err = err or envd_mod.rpc_error("process.Process/Start", f.code, f.message, 200)
+        end
+      end
+      if (stop_at_start and pid) or err then break end
+    end
+    if not err and not (stop_at_start and pid) then
+      local ok, rerr = s:result()
+      if not ok and rerr then err = rerr end
+    end
+    if err then err = sb:explain(sb:stream_error(s, err), command[1]) end
+    return pid, outcome, err
+  end
+  return function(c)
+    local sb, err = c:attach(id)
+    if not sb then return nil, err end
+    if opts["-b"] then
+      o.stdin = false
+      local s, serr = sb:command(command, o, { stdout = "discard", stderr = "discard" })
+      if not s then return nil, serr end
+      local pid, _, ferr = follow(sb, s, nil, true)
+      s:close()                                     -- sandboxd: the client is gone, the process goes on
+      if not pid then return nil, ferr or require("moonbox.errors").new("E2B_PROTOCOL", command[1] .. ": did not start") end
+      line(tostring(pid))
+      return 0
+    end
+    o.stdin = true
+    local s, serr = sb:command(command, o, { stdout = { fd = 1 }, stderr = { fd = 2 } })
+    if not s then return nil, serr end
+    local stop_pump
+    local watches, signalled = {}, 0
+    local m = require "moonbox"
+    local pid, outcome, ferr = follow(sb, s, function(p)
+      stop_pump = pump_stdin(sb, s, p)
+      -- SIGINT, SIGTERM, SIGHUP here: SIGTERM to the command (envd sends only TERM and KILL),
+      -- SIGKILL at the second one
+      for _, sig in ipairs({ "SIGINT", "SIGTERM", "SIGHUP" }) do
+        watches[#watches + 1] = require("moonbox.core").signal(sig, function()
+          signalled = signalled + 1
+          local to = signalled > 1 and "SIGKILL" or "SIGTERM"
+          m.spawn(function() sb:signal_process(s, p, to) end)
+        end)
+      end
+    end)
+    if stop_pump then stop_pump() end
+    for _, w in ipairs(watches) do w:close() end
+    s:close()
+    io.stdout:flush()
+    if ferr then return nil, ferr end
+    if not outcome then
+      return nil, require("moonbox.errors").new("E2B_PROTOCOL", ("%s: the stream ended without its exit status%s"):format(
+        command[1], pid and "" or " (it did not start)"))
+    end
+    return M.exit_status(outcome)
+  end
+end
+
 -- argv[i] is the subcommand. → exit status | nil, err
 function M.main(cli, argv, i)
-  local sub = argv[i]
-  local cmd = sub and commands[sub]
-  if not cmd then
-    if sub == nil then cli.usage_error("sandbox: expected create, list, info, kill, pause, resume, snapshot, host, metrics or network") end
-    cli.usage_error("sandbox: unknown subcommand %s (expected create, list, info, kill, pause, resume, snapshot, host, metrics or network)", sub)
-  end
-  local act = cmd(cli, argv, i + 1)              -- usage is checked before any request
+  local sub = cli.subcommand("sandbox", argv, i, M.COMMAND_HELP[1].commands)
+  local act = commands[sub](cli, argv, i + 1)     -- usage is checked before any request
   local c, cerr = require("moonbox.e2b.client").new{}
   if not c then return nil, cerr end
   local res = table.pack(require("moonbox").run(function() return act(c) end))
+  local err = res[2]
+  if res[1] == nil and type(err) == "table" and err.code == "E2B_NOT_FOUND" then
+    -- the same words whichever request found no such sandbox
+    local id = tostring(err.message):match("sandbox '([%w%-]+)' not found")
+    if id then err.message = ("sandbox %s not found"):format(id) end
+  end
   return table.unpack(res, 1, res.n)
 end
 

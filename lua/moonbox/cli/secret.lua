@@ -8,12 +8,21 @@ local R = require "moonbox.policy.rules"
 
 local M = {}
 
-M.USAGE = [[
-       moonbox secret set NAME [--from-file F | --prompt] [--metadata K=V]... [--json]   (the value on stdin)
-       moonbox secret list [--json]
-       moonbox secret info NAME [--json]
-       moonbox secret delete NAME...
-]]
+M.COMMAND_HELP = {
+  { path = "secret", about = "Keep values in the endpoint's secret store for the network policy's rules "
+    .. "(a value is never taken from the command line, and never shown).", commands = { "set", "list", "info", "delete" } },
+  { path = "secret set", usage = { "moonbox secret set NAME [--from-file F | --prompt] [--metadata K=V]... [--json]   (the value on stdin)" },
+    about = "Store a secret (a new version when NAME exists); the value comes from stdin, a file or the terminal.",
+    args = { { "NAME", "the secret's name (lower-case letters, digits, '-' and '_')" } },
+    options = { { "--from-file F", "read the value from file F" }, { "--prompt", "type the value on the terminal (not echoed)" },
+      { "--metadata K=V", "a metadata pair (repeatable)" }, { "--json", "print the store's answer as JSON" } } },
+  { path = "secret list", usage = { "moonbox secret list [--json]" }, about = "List the secrets (names, versions, metadata; never values).",
+    options = { { "--json", "print JSON" } } },
+  { path = "secret info", usage = { "moonbox secret info NAME [--json]" }, about = "Print one secret's version, dates and metadata.",
+    args = { { "NAME", "the secret" } }, options = { { "--json", "print JSON" } } },
+  { path = "secret delete", usage = { "moonbox secret delete NAME..." }, about = "Delete secrets.",
+    args = { { "NAME...", "the secrets" } } },
+}
 
 local function line(s) io.stdout:write(s, "\n") end
 local function client_mod() return require "moonbox.e2b.client" end
@@ -165,12 +174,8 @@ end
 
 -- argv[i] is the subcommand. → exit status | nil, err
 function M.main(cli, argv, i)
-  local sub = argv[i]
-  local cmd = sub and commands[sub]
-  if not cmd then
-    if sub == nil then cli.usage_error("secret: expected set, list, info or delete") end
-    cli.usage_error("secret: unknown subcommand %s (expected set, list, info or delete)", sub)
-  end
+  local sub = cli.subcommand("secret", argv, i, M.COMMAND_HELP[1].commands)
+  local cmd = commands[sub]
   local act = cmd(cli, argv, i + 1)              -- usage is checked (and the value read) before any request
   local c, cerr = client_mod().new{}
   if not c then

@@ -20,6 +20,7 @@
 --             was made with allowPublicTraffic = false and token is its trafficAccessToken; else {})
 --   c:snapshot(id, { name }) → { snapshotId, names };  c:snapshots{ sandboxId, limit, nextToken }
 --   c:deleteSnapshot(id) → true | false;  c:connect(id, { timeoutMs }) → item (with the envd token)
+--   c:attach(id) → a handle on its envd (moonbox.e2b.sandbox: sb:command) without setup or a lease change
 --
 --   c:createSecret(name, value, { metadata }) → secret;  c:updateSecret(name, value, { metadata })
 --             → secret (a new version);  c:setSecret(name, value, o) → secret, "created"|"updated"
@@ -261,6 +262,27 @@ function Client:connect(id, o)
   local p = i.public
   p.envdAccessToken = i.access_token
   return p
+end
+
+-- A handle on a running sandbox's envd (moonbox.e2b.sandbox) for commands run in it directly:
+-- no setup inside it (no mbwrap, no runtime root) and no change to its lease (one GET, which
+-- carries the envd token). A paused sandbox is not resumed: E2B_PAUSED says so.
+-- → sandbox handle | nil, err (E2B_NOT_FOUND naming the id)
+function Client:attach(id)
+  check_id(id, "attach")
+  local i, err = self.api:get(id)
+  if not i then return nil, named(err, id) end
+  if i.public.state == "paused" then
+    return nil, errors.new("E2B_PAUSED", ("sandbox %s is paused: resume it first (moonbox sandbox resume %s)"):format(id, id))
+  end
+  local m, core = require "moonbox", require "moonbox.core"
+  local t = require("moonbox.policies").default("timeouts")
+  local sb = require("moonbox.e2b.sandbox").new{ id = id, info = i, api = self.api, core = core, timeouts = t }
+  sb.envd = require("moonbox.e2b.envd").new{ url = endpoints.sandbox_url(self.endpoints, id, i.domain), sandbox_id = id,
+    access_token = i.access_token, http = m.http, procstream = m.procstream, core = core,
+    transport = self.endpoints.transport, codec = self.endpoints.codec, timeout_ms = t.request_ms,
+    stream_open_ms = t.stream_open_ms, stream_idle_ms = t.stream_idle_ms, keepalive_s = t.keepalive_interval_s }
+  return sb
 end
 
 -- Resuming is connecting (E2B's /resume is deprecated): the lease restarts with timeoutMs.

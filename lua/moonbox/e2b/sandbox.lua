@@ -82,6 +82,21 @@ function Sandbox:exec(argv, opts)
   return common.exec_result(self, s, argv, max, opts.timeout_ms or self.timeouts.tool_ms)
 end
 
+-- A program run directly (no wrapper, no shell), its output into the sinks of `sinks`
+-- ({ stdout =, stderr = }: moonbox.procstream sinks, raw bytes). opts: envs, cwd, user, stdin
+-- (keep its stdin open for send_input / close_input). Facts: start (pid), end. → stream | nil, err
+function Sandbox:command(argv, opts, sinks)
+  opts = opts or {}
+  local args = {}
+  for i = 2, #argv do args[#args + 1] = argv[i] end
+  local s, err = self.envd:process_stream(METHOD, {
+    process = { cmd = argv[1], args = #args > 0 and args or nil, envs = opts.envs, cwd = opts.cwd },
+    stdin = opts.stdin == true,
+  }, { raw = true, stdout = sinks.stdout, stderr = sinks.stderr }, { user = opts.user })
+  if not s then return nil, self:explain(err, argv[1]) end
+  return s
+end
+
 -- `mbwrap <args>` as a managed process (its environment's values in the request's envs).
 function Sandbox:run_process(args, envs, cwd, stdin_pipe, cfg)
   local s, err = self.envd:process_stream(METHOD, {
