@@ -107,7 +107,8 @@ int main(int argc, char **argv) {
   }
   char dir[PATH_MAX + 32];
   if (lua_dir(dir, sizeof dir) != 0) return 1;
-  mb_runtime_opts o = {.loop = NULL, .lua_dir = dir};
+  mb_runtime_opts o = MB_RUNTIME_OPTS_INIT;
+  o.lua_dir = dir;
   mb_runtime *rt;
   if (mb_runtime_new(&o, &rt) != MB_OK) {
     fprintf(stderr, "moonbox: %s\n", mb_runtime_errmsg(rt));

@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <lauxlib.h>
 #include <lualib.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,20 +245,48 @@ static int setup(lua_State *L) {
   return 0;
 }
 
-int mb_runtime_new(const mb_runtime_opts *opts, mb_runtime **out) {
+/* The caller's options in this library's struct: its first `size` bytes copied (bytes, as the
+ * caller's struct may be an older, smaller one), the fields beyond them at their defaults.
+ * → 0, or -1 after recording why the size is refused. */
+static int read_opts(mb_runtime *rt, const mb_runtime_opts *opts, mb_runtime_opts *o) {
+  const mb_runtime_opts defaults = MB_RUNTIME_OPTS_INIT;
+  *o = defaults;
+  if (!opts) return 0;
+  size_t size;
+  memcpy(&size, opts, sizeof size);
+  if (size < sizeof size || size > sizeof *o) {
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "mb_runtime_new: opts->size is %zu, not between %zu and %zu (this library's "
+             "mb_runtime_opts): start the options from MB_RUNTIME_OPTS_INIT%s",
+             size, sizeof size, sizeof *o, size > sizeof *o ? ", with a moonbox.h no newer than the library" : "");
+    set_error(rt, MB_E_INVALID, "E2B_INVALID", msg);
+    return -1;
+  }
+  memcpy(o, opts, size);
+  /* A field the caller's struct ends inside of is not the caller's: its default (one line per
+   * field after size, each new field added here too). */
+  if (size < offsetof(mb_runtime_opts, loop) + sizeof o->loop) o->loop = defaults.loop;
+  if (size < offsetof(mb_runtime_opts, lua_dir) + sizeof o->lua_dir) o->lua_dir = defaults.lua_dir;
+  return 0;
+}
+
+int mb_runtime_new(const mb_runtime_opts *user_opts, mb_runtime **out) {
   if (!out) return MB_E_INVALID;
   mb_runtime *rt = calloc(1, sizeof *rt);
   *out = rt;
   if (!rt) return MB_E_NOMEM;
   rt->mod_ref = LUA_NOREF;
   set_error(rt, MB_OK, "OK", "");
+  mb_runtime_opts opts_buf, *opts = &opts_buf;
+  if (read_opts(rt, user_opts, opts) != 0) return MB_E_INVALID;
   lua_State *L = luaL_newstate();
   if (!L) return set_error(rt, MB_E_NOMEM, "E2B_NOMEM", "cannot create a Lua state");
   rt->L = L;
   luaL_openlibs(L);
-  if (opts && opts->loop) mb_lua_use_loop(L, opts->loop);
+  if (opts->loop) mb_lua_use_loop(L, opts->loop);
   char buf[4096];
-  const char *dir = opts && opts->lua_dir ? opts->lua_dir : default_lua_dir(buf, sizeof buf);
+  const char *dir = opts->lua_dir ? opts->lua_dir : default_lua_dir(buf, sizeof buf);
   if (dir) {
     lua_getglobal(L, "package");
     lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", dir, dir);

@@ -67,10 +67,30 @@ install_suite() {
       assert(f:sub(1, #tree) == tree, "shipped policies from the prefix: " .. f)
       print("lua5.4: require moonbox: ok, shipped policies from " .. f)'
   }
+  # The installed libraries define no global name outside the embedding API's mb_ prefix but
+  # these deliberate ones: the Lua entry point (moonbox.h) and libmoonbox.so's version node
+  # (core/libmoonbox.map). An embedder's own symbols (its envd protos, say) cannot clash.
+  local exports_extra="luaopen_moonbox_core MOONBOX_0"
+  exports_prefixed() { # library...: lists every defined global that is neither mb_* nor extra
+    local lib syms bad rc=0
+    for lib in "$@"; do
+      [ -f "$lib" ] || { echo "$lib: missing"; rc=1; continue; }
+      # (the static symbol table, and the dynamic one of a shared library, stripped or not)
+      syms=$( { nm -g --defined-only "$lib" 2>/dev/null; case $lib in *.so*) nm -D --defined-only "$lib";; esac; } |
+        awk 'NF >= 3 { n = $3; sub(/@.*/, "", n); print n }' | sort -u)
+      grep -qx mb_version <<<"$syms" || { echo "$lib: mb_version is not defined (nm failed?)"; rc=1; continue; }
+      bad=$(awk -v extra=" $exports_extra " '!/^mb_/ && index(extra, " " $0 " ") == 0' <<<"$syms")
+      if [ -n "$bad" ]; then
+        echo "$lib: $(wc -l <<<"$bad") defined global(s) neither mb_* nor one of: $exports_extra"; echo "$bad"; rc=1
+      else echo "$lib: $(wc -l <<<"$syms") defined globals, all mb_* or one of: $exports_extra"; fi
+    done
+    return "$rc"
+  }
   # core/gen is committed: regenerating it from proto/ must give the same files
   check proto-generated sh -c "scripts/gen-proto.sh $T/gen && diff -r core/gen $T/gen"
   check cmake-install cmake --install build --prefix "$P"
   pc=$P/lib/pkgconfig
+  check exports-prefixed exports_prefixed "$P/lib/libmoonbox.a" "$P/lib/libmoonbox.so"
   mkdir -p "$T/embed" && cp examples/embed/embed.c examples/embed/Makefile "$T/embed/"
   check embed-build clean PKG_CONFIG_PATH="$pc" make -s -C "$T/embed"
   check embed-run embed_ok clean "$T/embed/embed" "$ROOT/examples/embed"

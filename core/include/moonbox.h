@@ -7,7 +7,8 @@
  * the loop (uv_run) as you always do; on its own, drive it with mb_runtime_run (blocking) or
  * mb_runtime_step (never blocks). Everything happens on the loop's thread.
  *
- *   mb_runtime_opts o = { .loop = my_loop };           // { 0 }: moonbox's own loop
+ *   mb_runtime_opts o = MB_RUNTIME_OPTS_INIT;          // defaults: moonbox's own loop
+ *   o.loop = my_loop;
  *   mb_runtime *rt;
  *   if (mb_runtime_new(&o, &rt) != MB_OK) { fprintf(stderr, "%s\n", mb_runtime_errmsg(rt)); ... }
  *   if (mb_runtime_open(rt, "compose.lua", NULL) != MB_OK) ...   // checked now; starts on the loop
@@ -45,7 +46,16 @@ const char *mb_version(void);
 typedef struct mb_runtime mb_runtime;
 typedef struct mb_task mb_task;
 
+/* The options of mb_runtime_new, versioned by their size: start from MB_RUNTIME_OPTS_INIT (or
+ * mb_runtime_opts_init), which sets .size to the size of the struct this header declares and
+ * every other field to its default, then set the fields you want. A library built with a later
+ * moonbox.h, whose struct has more fields, reads those beyond your .size as their defaults. A
+ * .size of 0 (a struct zeroed instead of initialized), one smaller than the size field or larger
+ * than the library's own struct (a header newer than the library) is refused: MB_E_INVALID,
+ * E2B_INVALID, the message saying which size. New fields are only ever added at the end. */
 typedef struct mb_runtime_opts {
+  /* sizeof(mb_runtime_opts) as the caller compiled it (MB_RUNTIME_OPTS_INIT sets it). */
+  size_t size;
   /* The embedder's loop (borrowed: never run by moonbox except in mb_runtime_run/step and
    * mb_runtime_free, never closed), or NULL for a loop of moonbox's own. */
   uv_loop_t *loop;
@@ -55,8 +65,19 @@ typedef struct mb_runtime_opts {
   const char *lua_dir;
 } mb_runtime_opts;
 
-/* Makes a runtime. *out is set whenever memory could be allocated, even on failure (then it
- * holds the error: read it with mb_runtime_errmsg, then mb_runtime_free it). */
+/* Every field at its default, .size this header's: `mb_runtime_opts o = MB_RUNTIME_OPTS_INIT;`
+ * (C and C++). A macro, not a library function: the size must be the caller's. */
+#define MB_RUNTIME_OPTS_INIT { sizeof(mb_runtime_opts), NULL, NULL }
+
+/* The same for an existing struct (one on the heap, say); inline, compiled into the caller. */
+static inline void mb_runtime_opts_init(mb_runtime_opts *o) {
+  const mb_runtime_opts d = MB_RUNTIME_OPTS_INIT;
+  *o = d;
+}
+
+/* Makes a runtime. `opts`: NULL for every default, or options started from MB_RUNTIME_OPTS_INIT
+ * (a bad opts->size is MB_E_INVALID). *out is set whenever memory could be allocated, even on
+ * failure (then it holds the error: read it with mb_runtime_errmsg, then mb_runtime_free it). */
 int mb_runtime_new(const mb_runtime_opts *opts, mb_runtime **out);
 
 /* Loads a composition: the file, its plugins' config and every policy are checked now (an
@@ -117,6 +138,8 @@ int mb_task_done(const mb_task *task);
 /* MB_OK (returned), MB_E_FAILED (a moonbox error: mb_task_errcode tells which, e.g.
  * MB_CANCELED), MB_E_LUA (raised: the message is the traceback), MB_E_BUSY (still running). */
 int mb_task_status(const mb_task *task);
+/* A finished task's failure: the moonbox error code ("OK" when it succeeded or still runs)
+ * and its message ("" when none; the traceback for MB_E_LUA). */
 const char *mb_task_errcode(const mb_task *task);
 const char *mb_task_errmsg(const mb_task *task);
 /* Pushes a finished task's results onto the runtime's Lua stack; → how many (0 otherwise). */

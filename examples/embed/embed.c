@@ -84,7 +84,8 @@ int main(int argc, char **argv) {
   snprintf(compose, sizeof compose, "%s/compose.lua", dir);
   snprintf(harness, sizeof harness, "%s/harness.lua", dir);
   uv_loop_init(&loop);
-  mb_runtime_opts o = {.loop = &loop};
+  mb_runtime_opts o = MB_RUNTIME_OPTS_INIT;
+  o.loop = &loop;
 #ifdef EMBED_LUA_DIR
   o.lua_dir = EMBED_LUA_DIR;
 #endif

@@ -22,7 +22,9 @@ static const char *write_file(const char *name, const char *text) {
 }
 
 static mb_runtime *new_rt(uv_loop_t *loop) {
-  mb_runtime_opts o = {.loop = loop, .lua_dir = MB_SOURCE_DIR "/lua"};
+  mb_runtime_opts o = MB_RUNTIME_OPTS_INIT;
+  o.loop = loop;
+  o.lua_dir = MB_SOURCE_DIR "/lua";
   mb_runtime *rt = NULL;
   int rc = mb_runtime_new(&o, &rt);
   CHECK_INT(rc, MB_OK);
@@ -44,7 +46,9 @@ static void on_done(mb_task *t, void *user) {
 }
 
 static void test_missing_modules(void) {
-  mb_runtime_opts o = {.lua_dir = "/nonexistent"};
+  mb_runtime_opts o;
+  mb_runtime_opts_init(&o);
+  o.lua_dir = "/nonexistent";
   mb_runtime *rt = NULL;
   CHECK_INT(mb_runtime_new(&o, &rt), MB_E_FAILED);
   CHECK_STR(mb_runtime_errcode(rt), "MB_NOT_FOUND");
