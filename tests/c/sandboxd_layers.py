@@ -54,7 +54,7 @@ def main():
     # What the unit tests and fuzzers link must not reach the HTTP layer.
     for m in ('apikey', 'paths', 'registry', 'router', 'auth', 'users', 'template', 'connect_request', 'ptab', 'upload', 'net', 'pidfile',
               'ids', 'layer_copy', 'layers', 'snapshots', 'volumes', 'cgroups', 'metrics', 'pool', 'egress_rules',
-              'sniff', 'dnsmsg', 'transforms', 'secrets'):
+              'sniff', 'dnsmsg', 'transforms', 'secrets', 'sbxlog', 'fdpass'):
         if m not in deps:
             failures.append(f'module {m} is missing')
         elif 'http' in closure(deps, m) | {m}:
