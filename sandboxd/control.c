@@ -369,7 +369,11 @@ static void connect_sandbox(sd_request *r, const char *id) {
         log_event(id, SBXLOG_ERROR, "resume failed", NULL, NULL);
         sd_reply_error(r, 500, "sandbox '%s' could not be resumed", id);
       } else {
-        if (resumed) log_event(id, SBXLOG_INFO, "sandbox resumed", NULL, NULL);
+        if (resumed) {
+          char secs[32];
+          snprintf(secs, sizeof secs, "%lld", (long long)t);
+          log_event(id, SBXLOG_INFO, "sandbox resumed", "seconds", secs);
+        }
         sd_reply_json(r, resumed ? 201 : 200, control_sandbox_json(&in));
       }
       reg_info_free(&in);

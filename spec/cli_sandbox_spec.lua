@@ -96,7 +96,7 @@ describe("moonbox sandbox #sandboxd", function()
   end)
 
   it("an unknown id is one line naming it and exit 1", function()
-    for _, cmd in ipairs({ "info", "pause", "resume", "kill", "host", "metrics", "snapshot", "network", "exec" }) do
+    for _, cmd in ipairs({ "info", "pause", "resume", "kill", "host", "metrics", "logs", "snapshot", "network", "exec" }) do
       local code, out, err = moonbox("sandbox " .. cmd .. " nosuchsandbox" .. (cmd == "host" and " 80" or cmd == "network" and " --clear"
         or cmd == "exec" and " -- true" or ""))
       assert.are.equal(1, code, cmd)
@@ -119,8 +119,8 @@ describe("moonbox sandbox #sandboxd", function()
     end
     local function hint(cmd) return ("; run 'moonbox %s --help' for usage\n"):format(cmd) end
     for _, c in ipairs({
-      { "sandbox", "moonbox: sandbox: which command? (create, list, info, kill, pause, resume, snapshot, host, metrics, network, exec)" .. hint("sandbox") },
-      { "sandbox frob", "moonbox: sandbox: unknown subcommand frob (expected create, list, info, kill, pause, resume, snapshot, host, metrics, network or exec)" .. hint("sandbox") },
+      { "sandbox", "moonbox: sandbox: which command? (create, list, info, kill, pause, resume, snapshot, host, metrics, logs, network, exec)" .. hint("sandbox") },
+      { "sandbox frob", "moonbox: sandbox: unknown subcommand frob (expected create, list, info, kill, pause, resume, snapshot, host, metrics, logs, network or exec)" .. hint("sandbox") },
       { "sandbox kil x", "moonbox: sandbox: unknown subcommand kil (did you mean kill?)" .. hint("sandbox") },
       { "sandbox create --templat x", "moonbox: sandbox create: unknown option --templat (did you mean --template?)" .. hint("sandbox create") },
       { "sandbox create --timeout 5x", "moonbox: sandbox create: --timeout 5x: expected seconds (300) or a duration with a unit (500ms, 90s, 5m, 1h)" .. hint("sandbox create") },
@@ -247,6 +247,39 @@ describe("moonbox sandbox #sandboxd", function()
     end)
     mb.run(function() client:deleteSnapshot(snap) end)
     assert(ok, perr)
+  end)
+
+  it("logs prints what happened to a sandbox and the processes it ran; --json one object a line; -f follows until it is gone", function()
+    assert.are.same({ 3, "hi\n", "" }, { cli.moonbox("sandbox exec " .. id .. [[ -- sh -c 'echo hi; exit 3']], { stdin_null = true }) })
+    assert.are.equal(0, (moonbox("sandbox pause " .. id)))
+    assert.are.equal(0, (moonbox("sandbox resume " .. id .. " --timeout 90")))
+    local code, out = moonbox("sandbox logs " .. id)
+    assert.are.equal(0, code)
+    local lines = {}
+    for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l:gsub("^%S+ ", "") end   -- without the time
+    assert.are.same({ "info  sandbox created template=base",
+      "info  process started cmd=sh -c echo hi; exit 3 pid=" .. lines[2]:match("pid=(%d+)"),
+      "warn  process ended cmd=sh -c echo hi; exit 3 pid=" .. lines[2]:match("pid=(%d+)") .. " status=exit status 3",
+      "info  sandbox paused", "info  sandbox resumed seconds=90" }, lines)
+    assert.truthy(out:find("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ "), out)
+    code, out = moonbox("sandbox logs --json " .. id)
+    assert.are.equal(0, code)
+    local first = cjson.decode(out:match("^[^\n]+"))
+    assert.are.same({ "info", "sandbox created", { template = "base" } }, { first.level, first.message, first.fields })
+    -- following: a process started meanwhile shows up, and the sandbox's end ends the command
+    local f = os.tmpname()
+    local h = io.popen(cli.q(cli.bin) .. " sandbox logs -f " .. id .. " > " .. f .. " 2>&1; echo $? >> " .. f, "w")
+    mb.run(function()
+      mb.sleep(1200)
+      assert.are.equal(0, (cli.moonbox("sandbox exec " .. id .. " -- echo later", { stdin_null = true })))
+      mb.sleep(1200)
+    end)
+    assert.are.equal(0, (moonbox("sandbox kill " .. id)))
+    h:close()
+    local got = cli.read(f)
+    os.remove(f)
+    assert.truthy(got:find("process started cmd=echo later", 1, true), got)
+    assert.truthy(got:find("moonbox: sandbox " .. id .. " is gone\n0\n$"), got)
   end)
 
   describe("exec", function()

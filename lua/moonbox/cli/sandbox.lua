@@ -16,7 +16,7 @@ local NET_OPTS = { { "--allow-out X", "allow connections to X: an address, a CID
 M.COMMAND_HELP = {
   { path = "sandbox", about = "Call the sandbox API of the endpoint E2B's variables name (E2B_API_KEY, E2B_DOMAIN, or "
     .. "E2B_API_URL + E2B_SANDBOX_URL).",
-    commands = { "create", "list", "info", "kill", "pause", "resume", "snapshot", "host", "metrics", "network", "exec" } },
+    commands = { "create", "list", "info", "kill", "pause", "resume", "snapshot", "host", "metrics", "logs", "network", "exec" } },
   { path = "sandbox create",
     usage = { "moonbox sandbox create [--template T] [--timeout D] [--metadata K=V]... [--env K=V]...",
       "[--allow-out X]... [--deny-out Y]... [--no-internet] [--no-public-traffic] [--json]" },
@@ -57,6 +57,10 @@ M.COMMAND_HELP = {
     args = { ID, { "PORT", "a port in 1..65535" } }, options = { JSON } },
   { path = "sandbox metrics", usage = { "moonbox sandbox metrics ID [--json]" },
     about = "Print a sandbox's CPU, memory and disk use over time.", args = { ID }, options = { JSON } },
+  { path = "sandbox logs", usage = { "moonbox sandbox logs ID [--follow] [--json]" },
+    about = "Print a sandbox's log: what happened to it (created, paused, resumed, its lease) and the processes it ran.",
+    args = { ID }, options = { { "-f, --follow", "keep printing new entries until the sandbox is gone (Ctrl-C stops)" },
+      { "--json", "one JSON object per line: timestamp, level, message, fields" } } },
   { path = "sandbox network", usage = { "moonbox sandbox network ID [--allow-out X]... [--deny-out Y]... [--no-internet] | --clear [--json]" },
     about = "Replace a sandbox's egress rules as a whole (what is not given is cleared).", args = { ID },
     options = { NET_OPTS[1], NET_OPTS[2], NET_OPTS[3], { "--clear", "remove every rule" }, JSON } },
@@ -428,17 +432,72 @@ function commands.snapshot(cli, argv, i)
   end
 end
 
+-- 1536 → "1.5 KiB" (bytes below 1 KiB as they are); "?" when the server gave none.
+local function human_bytes(n)
+  n = tonumber(n)
+  if not n then return "?" end
+  if n < 1024 then return ("%d B"):format(n) end
+  local units, u = { "KiB", "MiB", "GiB", "TiB" }, 0
+  repeat n, u = n / 1024, u + 1 until n < 1024 or u == #units
+  return ("%.1f %s"):format(n, units[u])
+end
+M.human_bytes = human_bytes
+
 function commands.metrics(cli, argv, i)
   local opts, id = one_id(cli, argv, i, "metrics")
   return function(c)
     local m, err = c:metrics(id)
     if not m then return nil, err end
     if opts["--json"] then line(#m == 0 and "[]" or encode(m)) return 0 end
-    line(("%-26s %8s %6s %14s %14s %14s"):format("TIMESTAMP", "CPU %", "CPUS", "MEM USED", "MEM TOTAL", "DISK USED"))
+    line(("%-26s %7s %5s %11s %11s %11s"):format("TIMESTAMP", "CPU %", "CPUS", "MEM USED", "MEM TOTAL", "DISK USED"))
     for _, x in ipairs(m) do
-      line(("%-26s %8.1f %6s %14s %14s %14s"):format(tostring(x.timestamp), tonumber(x.cpuUsedPct) or 0,
-        tostring(x.cpuCount), tostring(x.memUsed), tostring(x.memTotal), tostring(x.diskUsed)))
+      line(("%-26s %7.1f %5s %11s %11s %11s"):format(tostring(x.timestamp), tonumber(x.cpuUsedPct) or 0,
+        tostring(math.tointeger(x.cpuCount) or x.cpuCount), human_bytes(x.memUsed), human_bytes(x.memTotal), human_bytes(x.diskUsed)))
     end
+    return 0
+  end
+end
+
+-- "2026-12-03T06:28:19.368Z info  process ended pid=7 status=exit status 3", fields sorted.
+local function log_line(e)
+  local keys = {}
+  for k in pairs(e.fields or {}) do keys[#keys + 1] = k end
+  table.sort(keys)
+  local parts = { ("%-24s %-5s %s"):format(tostring(e.timestamp), tostring(e.level), tostring(e.message)) }
+  for _, k in ipairs(keys) do parts[#parts + 1] = ("%s=%s"):format(k, tostring(e.fields[k])) end
+  return table.concat(parts, " ")
+end
+
+M.FOLLOW_MS = 500
+function commands.logs(cli, argv, i)
+  local opts, id = one_id(cli, argv, i, "logs", { ["--follow"] = "flag", ["-f"] = "flag" })
+  local follow = opts["--follow"] or opts["-f"]
+  return function(c)
+    local sched = require "moonbox.sched"
+    local cursor, at_cursor = 0, 0             -- entries of the cursor's millisecond already shown
+    repeat
+      local l, err = c:logs(id, { cursor = cursor })
+      if not l then
+        if follow and cursor > 0 and err.code == "E2B_NOT_FOUND" then     -- it ended
+          io.stderr:write(("moonbox: sandbox %s is gone\n"):format(id))
+          return 0
+        end
+        return nil, err
+      end
+      local skip = at_cursor
+      for _, e in ipairs(l) do
+        local ts = e.timestampMs or cursor
+        if ts == cursor and skip > 0 then skip = skip - 1
+        else
+          if opts["--json"] then line(encode({ timestamp = e.timestamp, level = e.level, message = e.message, fields = e.fields }))
+          else line(log_line(e)) end
+          if ts ~= cursor then cursor, at_cursor = ts, 0 end
+          at_cursor = at_cursor + 1
+        end
+      end
+      io.stdout:flush()
+      if follow then sched.sleep(M.FOLLOW_MS) end
+    until not follow
     return 0
   end
 end
