@@ -459,31 +459,6 @@ static int pst_cancel(lua_State *L) {
   return 0;
 }
 
-static int pst_read_from(lua_State *L) {
-  struct mb_lua_pst *u = mb_check_pst(L);
-  int k = mb_check_stream(L, 2);
-  lua_Integer from = luaL_optinteger(L, 3, 0);
-  const unsigned char *a, *b;
-  size_t al, bl;
-  uint64_t next;
-  int lossy;
-  mb_pstream_read_from(u->s, k, from < 0 ? 0 : (uint64_t)from, &a, &al, &b, &bl, &next, &lossy);
-  return mb_push_tail(L, a, al, b, bl, next, lossy);
-}
-
-static int pst_total(lua_State *L) {
-  struct mb_lua_pst *u = mb_check_pst(L);
-  lua_pushinteger(L, (lua_Integer)mb_pstream_total(u->s, mb_check_stream(L, 2)));
-  return 1;
-}
-
-static int pst_diag(lua_State *L) {
-  size_t n;
-  const char *d = mb_pstream_diag(mb_check_pst(L)->s, &n);
-  lua_pushlstring(L, d, n);
-  return 1;
-}
-
 static int pst_info(lua_State *L) {
   mb_http_info i;
   mb_pstream_info(mb_check_pst(L)->s, &i);
@@ -582,31 +557,6 @@ static int ps_discard(lua_State *L) {
   return 0;
 }
 
-static int ps_read_from(lua_State *L) {
-  struct mb_lua_ps *u = mb_check_ps(L);
-  int k = mb_check_stream(L, 2);
-  lua_Integer from = luaL_optinteger(L, 3, 0);
-  const unsigned char *a, *b;
-  size_t al, bl;
-  uint64_t next;
-  int lossy;
-  mb_procstream_read_from(u->ps, k, from < 0 ? 0 : (uint64_t)from, &a, &al, &b, &bl, &next, &lossy);
-  return mb_push_tail(L, a, al, b, bl, next, lossy);
-}
-
-static int ps_total(lua_State *L) {
-  struct mb_lua_ps *u = mb_check_ps(L);
-  lua_pushinteger(L, (lua_Integer)mb_procstream_total(u->ps, mb_check_stream(L, 2)));
-  return 1;
-}
-
-static int ps_diag(lua_State *L) {
-  size_t n;
-  const char *d = mb_procstream_diag(mb_check_ps(L)->ps, &n);
-  lua_pushlstring(L, d, n);
-  return 1;
-}
-
 static int ps_gc(lua_State *L) {
   struct mb_lua_ps *u = luaL_checkudata(L, 1, MB_PS_MT);
   mb_procstream_free(u->ps);
@@ -614,12 +564,45 @@ static int ps_gc(lua_State *L) {
   return 0;
 }
 
+/* ------------------------------------------- what both classes share: their decoder's tails */
+
+/* The decoder of either object: a process stream's is its procstream. */
+static const struct mb_procstream *decoder_arg(lua_State *L) {
+  struct mb_lua_pst *u = luaL_testudata(L, 1, MB_PST_MT);
+  return u ? mb_pstream_decoder(mb_check_pst(L)->s) : mb_check_ps(L)->ps;
+}
+
+static int dec_read_from(lua_State *L) {
+  const struct mb_procstream *d = decoder_arg(L);
+  int k = mb_check_stream(L, 2);
+  lua_Integer from = luaL_optinteger(L, 3, 0);
+  const unsigned char *a, *b;
+  size_t al, bl;
+  uint64_t next;
+  int lossy;
+  mb_procstream_read_from(d, k, from < 0 ? 0 : (uint64_t)from, &a, &al, &b, &bl, &next, &lossy);
+  return mb_push_tail(L, a, al, b, bl, next, lossy);
+}
+
+static int dec_total(lua_State *L) {
+  const struct mb_procstream *d = decoder_arg(L);
+  lua_pushinteger(L, (lua_Integer)mb_procstream_total(d, mb_check_stream(L, 2)));
+  return 1;
+}
+
+static int dec_diag(lua_State *L) {
+  size_t n;
+  const char *t = mb_procstream_diag(decoder_arg(L), &n);
+  lua_pushlstring(L, t, n);
+  return 1;
+}
+
 void mb_lua_open_procstream(lua_State *L) {
   static const luaL_Reg pst[] = {
     {"facts", pst_facts}, {"closed", pst_closed}, {"status", pst_status},
     {"error_body", pst_error_body}, {"read", pst_read}, {"want", pst_want},
-    {"discard", pst_discard}, {"seal", pst_seal}, {"cancel", pst_cancel}, {"read_from", pst_read_from},
-    {"total", pst_total}, {"diag", pst_diag}, {"info", pst_info}, {"close", pst_close},
+    {"discard", pst_discard}, {"seal", pst_seal}, {"cancel", pst_cancel}, {"read_from", dec_read_from},
+    {"total", dec_total}, {"diag", dec_diag}, {"info", pst_info}, {"close", pst_close},
     {"pid", pst_pid}, {"kill", pst_kill}, {"write", pst_write}, {"write_pending", pst_write_pending},
     {"want_write", pst_want_write}, {"close_input", pst_close_input}, {"resize", pst_resize},
     {NULL, NULL}};
@@ -627,7 +610,7 @@ void mb_lua_open_procstream(lua_State *L) {
   mb_lua_new_class(L, MB_PST_MT, pst, pst_meta);
   static const luaL_Reg ps[] = {
     {"push", ps_push}, {"finish", ps_finish}, {"facts", ps_facts}, {"read", ps_read},
-    {"discard", ps_discard}, {"read_from", ps_read_from}, {"total", ps_total}, {"diag", ps_diag},
+    {"discard", ps_discard}, {"read_from", dec_read_from}, {"total", dec_total}, {"diag", dec_diag},
     {NULL, NULL}};
   static const luaL_Reg ps_meta[] = {{"__gc", ps_gc}, {"__close", ps_gc}, {NULL, NULL}};
   mb_lua_new_class(L, MB_PS_MT, ps, ps_meta);

@@ -286,19 +286,7 @@ void mb_pstream_seal(struct mb_pstream *s, int stream) {
   resume(s);
 }
 
-uint64_t mb_pstream_total(const struct mb_pstream *s, int stream) {
-  return mb_procstream_total(s->ps, stream);
-}
-
-void mb_pstream_read_from(const struct mb_pstream *s, int stream, uint64_t from,
-                          const unsigned char **a, size_t *al, const unsigned char **b,
-                          size_t *bl, uint64_t *next, int *lossy) {
-  mb_procstream_read_from(s->ps, stream, from, a, al, b, bl, next, lossy);
-}
-
-const char *mb_pstream_diag(const struct mb_pstream *s, size_t *len) {
-  return mb_procstream_diag(s->ps, len);
-}
+const struct mb_procstream *mb_pstream_decoder(const struct mb_pstream *s) { return s->ps; }
 
 void mb_pstream_info(const struct mb_pstream *s, mb_http_info *info) {
   memset(info, 0, sizeof *info);

@@ -108,11 +108,9 @@ void mb_pstream_discard(struct mb_pstream *s, int stream);
  * EOF) but no longer holds the transfer back. */
 void mb_pstream_seal(struct mb_pstream *s, int stream);
 
-uint64_t mb_pstream_total(const struct mb_pstream *s, int stream);
-void mb_pstream_read_from(const struct mb_pstream *s, int stream, uint64_t from,
-                          const unsigned char **a, size_t *al, const unsigned char **b,
-                          size_t *bl, uint64_t *next, int *lossy);
-const char *mb_pstream_diag(const struct mb_pstream *s, size_t *len);
+/* The stream's decoder (procstream.h): its totals, tails (read_from) and diagnostics are the
+ * stream's. Borrowed: it lives as long as s. */
+const struct mb_procstream *mb_pstream_decoder(const struct mb_pstream *s);
 /* Transfer counters (bytes received, pauses, peak held bytes). */
 void mb_pstream_info(const struct mb_pstream *s, mb_http_info *info);
 #endif

@@ -157,12 +157,12 @@ static void test_collect_wakes_few(void) {
     const struct mb_error *e;
     CHECK(mb_pstream_closed(o.s, &e) && e->code == MB_OK);
     CHECK_STR(o.facts.s, WANT_FACTS);
-    CHECK_INT(mb_pstream_total(o.s, MB_PS_STDOUT), n);
+    CHECK_INT(mb_procstream_total(mb_pstream_decoder(o.s), MB_PS_STDOUT), n);
     const unsigned char *a, *bb;
     size_t al, bl;
     uint64_t next;
     int lossy;
-    mb_pstream_read_from(o.s, MB_PS_STDOUT, n - 100, &a, &al, &bb, &bl, &next, &lossy);
+    mb_procstream_read_from(mb_pstream_decoder(o.s), MB_PS_STDOUT, n - 100, &a, &al, &bb, &bl, &next, &lossy);
     struct body got = {0};
     if (CHECK(al + bl == 100 && al <= 100 && !lossy)) {
       body_add(&got, a, al);
@@ -332,7 +332,7 @@ static void test_fd_kinds(void) {
       CHECK_HAS(o.facts.s, "sink_error:32 "); /* EPIPE */
       CHECK_HAS(o.facts.s, "exit:0 empty:0 done:0 end:0 stream_end:0");
     }
-    CHECK_INT(mb_pstream_total(o.s, MB_PS_STDOUT), n);
+    CHECK_INT(mb_procstream_total(mb_pstream_decoder(o.s), MB_PS_STDOUT), n);
     free(got.s);
     owner_free(&o);
   }
