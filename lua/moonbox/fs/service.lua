@@ -466,7 +466,7 @@ end
 -- caller of `what` (level: as error() counts, from the public function).
 local function guard_args(expected, what, level)
   local args = {}
-  if expected == nil then return args end
+  if expected == nil or expected == false then return args end   -- unconditional
   if type(expected) ~= "table" then
     error(("%s: expected must be a table or nil, got %s"):format(what, type(expected)), level + 1)
   end
