@@ -389,12 +389,72 @@ describe("moonbox.fs (unit, scripted sandbox)", function()
     end)
   end)
 
+  it("remove, mkdir and rename: one tool request each on the display paths, flags from the options", function()
+    local answers = { "ok directory\n", "ok file\n", "ok created 1:2:0:3:4\n", "ok existed 1:2:0:3:5\n",
+      "ok symlink 1:9:3:3:3\n", "ok file 1:7:1:1:1\n" }
+    local fs, _, log = make{ tool = function() return table.remove(answers, 1) end }
+    local via = { targetKey = "/real/d", displayPath = "/w/link" }
+    local other = { targetKey = "/w/b", displayPath = "/w/b" }
+    mb.run(function()
+      assert.are.same({ type = "directory" }, assert(fs:remove(via, { recursive = true })))
+      assert.are.same({ type = "file" }, assert(fs:remove(other, { recursive = false })))
+      assert.are.same({ created = true, version = "e2b:1:2:0:3:4" }, assert(fs:mkdir(via, { parents = true })))
+      assert.are.same({ created = false, version = "e2b:1:2:0:3:5" }, assert(fs:mkdir(other)))
+      assert.are.same({ type = "symlink", version = "e2b:1:9:3:3:3" }, assert(fs:rename(via, other, { noReplace = true })))
+      assert.are.same({ type = "file", version = "e2b:1:7:1:1:1" }, assert(fs:rename(other, via)))
+    end)
+    assert.are.equal(6, count(log))
+    local want = { { "remove", "-r", "/w/link" }, { "remove", "/w/b" }, { "mkdir", "-p", "/w/link" }, { "mkdir", "/w/b" },
+      { "rename", "--no-replace", "/w/link", "/w/b" }, { "rename", "/w/b", "/w/link" } }
+    for i, w in ipairs(want) do assert.are.same(w, { table.unpack(log[i].args[1]) }) end
+  end)
+
+  it("remove, mkdir and rename: tool codes pass through naming the paths; malformed answers are FS_IO_ERROR", function()
+    local answers = {
+      function() return tool_err("FS_NOT_EMPTY", "the directory is not empty") end,
+      function() return tool_err("FS_ALREADY_EXISTS", "it already exists") end,
+      function() return tool_err("FS_ALREADY_EXISTS", "the destination exists") end,
+      function() return tool_err("FS_CROSS_DEVICE", "source and destination are on different file systems") end,
+      function() return "ok\n" end, function() return "ok created\n" end, function() return "okay file 1\n" end,
+    }
+    local fs = make{ tool = function() return table.remove(answers, 1)() end }
+    local a, b = { targetKey = "/w/a", displayPath = "/w/a" }, { targetKey = "/w/b", displayPath = "/w/b" }
+    mb.run(function()
+      local _, e = fs:remove(a)
+      assert.are.equal("FS_NOT_EMPTY", e.code); assert.are.equal('cannot remove "/w/a": the directory is not empty', e.message)
+      _, e = fs:mkdir(a)
+      assert.are.equal("FS_ALREADY_EXISTS", e.code); assert.are.equal('cannot make directory "/w/a": it already exists', e.message)
+      _, e = fs:rename(a, b, { noReplace = true })
+      assert.are.equal("FS_ALREADY_EXISTS", e.code)
+      assert.are.equal('cannot rename "/w/a" to "/w/b": the destination exists', e.message)
+      assert.are.equal("FS_CROSS_DEVICE", select(2, fs:rename(a, b)).code)
+      assert.are.equal("FS_IO_ERROR", select(2, fs:remove(a)).code)
+      assert.are.equal("FS_IO_ERROR", select(2, fs:mkdir(a)).code)
+      assert.are.equal("FS_IO_ERROR", select(2, fs:rename(a, b)).code)
+    end)
+  end)
+
+  it("writeBytes: the write path without a diff basis; writeText refuses non-text before any request", function()
+    local fs, _, log = make{
+      upload = function(path) return { { path = path } } end,
+      tool = function() return "ok create 7:8:9\n" end,
+    }
+    local out = mb.run(function() return assert(fs:writeBytes(target, "\0\255", { kind = "createIfAbsent" })) end)
+    assert.are.same({ operation = "create", version = "e2b:7:8:9" }, out)
+    assert.are.equal("\0\255", log[1].args[2])
+    assert.are.same({ "publish", "--create-only", log[1].args[1], "/w/a.txt" }, { table.unpack(log[2].args[1]) })
+    local _, err = mb.run(function() return fs:writeText(target, "\0\255") end)
+    assert.are.equal("FS_NOT_TEXT", err.code)
+    assert.are.equal(2, count(log))
+  end)
+
   it("raises for a path string where a target belongs, naming it", function()
     local fs, _, log = make{}
-    for _, op in ipairs({ "stat", "readText", "readBytes", "streamText", "listDir", "writeText", "editText", "fileUrl", "processPath" }) do
+    for _, op in ipairs({ "stat", "readText", "readBytes", "streamText", "listDir", "writeText", "editText", "fileUrl", "processPath",
+      "writeBytes", "remove", "mkdir", "rename" }) do
       local ok, err = pcall(mb.run, function() return fs[op](fs, "/etc/passwd", 10, {}) end)
       assert.is_false(ok, op)
-      assert.truthy(tostring(err):find('fs:' .. op .. ': expected a target from fs:resolve(path), got string "/etc/passwd"', 1, true), tostring(err))
+      assert.truthy(tostring(err):find((op == "rename" and "fs:rename (from)" or ("fs:" .. op)) .. ': expected a target from fs:resolve(path), got string "/etc/passwd"', 1, true), tostring(err))
     end
     assert.are.equal(0, count(log))
   end)

@@ -17,6 +17,9 @@ static const char HELP[] =
     "  mbwrap cat PATH\n"
     "  mbwrap publish [--create-only | --expect VERSION] [--mode OCTAL | --keep-mode] [--before MAX]\n"
     "                 [--stdin] STAGING_FILE TARGET\n"
+    "  mbwrap remove [-r] PATH\n"
+    "  mbwrap mkdir [-p] PATH\n"
+    "  mbwrap rename [--no-replace] FROM TO\n"
     "  mbwrap which NAME PATHLIST\n"
     "  mbwrap fg PID\n"
     "  mbwrap killsession SID GRACE_MS\n"
@@ -50,6 +53,7 @@ int main(int argc, char **argv) {
       {"stat", tool_stat},      {"read", tool_read},         {"list", tool_list},
       {"cat", tool_cat},
       {"publish", tool_publish}, {"which", tool_which},       {"fg", tool_fg},
+      {"remove", tool_remove},  {"mkdir", tool_mkdir},       {"rename", tool_rename},
       {"killsession", tool_killsession}, {"signal", tool_signal},
       {"unpack", tool_unpack},  {"manifest", tool_manifest},  {"pack", tool_pack},
   };

@@ -500,6 +500,219 @@ int tool_publish(int argc, char **argv) {
   return tool_finish(0);
 }
 
+/* ---- remove, mkdir, rename: one name in a directory, its last component never followed ---- */
+
+/* errno → seam code for operations on names (publish keeps fs_code's narrower table). */
+static const char *entry_code(int e) {
+  switch (e) {
+  case ENOTEMPTY: return "FS_NOT_EMPTY";
+  case EEXIST: return "FS_ALREADY_EXISTS";
+  case EXDEV: return "FS_CROSS_DEVICE";
+  case EBUSY: case EINVAL: return "FS_INVALID_TARGET";
+  default: return fs_code(e);
+  }
+}
+
+static int entry_fail(int e, const char *what, const char *path) {
+  return tool_fail(entry_code(e), "%s '%s': %s", what, path, strerror(e));
+}
+
+/* Is `st` the root directory of this process's file system view? */
+static int is_root(const struct stat *st) {
+  struct stat rs;
+  return stat("/", &rs) == 0 && rs.st_dev == st->st_dev && rs.st_ino == st->st_ino;
+}
+
+/* Where a recursive removal failed: the entry's name (within its directory) and the errno. */
+static char rm_failed_name[NAME_MAX + 1];
+static int rm_failed_errno;
+
+static int rm_failed(const char *name, int e) {
+  snprintf(rm_failed_name, sizeof rm_failed_name, "%s", name);
+  rm_failed_errno = e;
+  return -1;
+}
+
+#define RM_PASSES 8 /* entries made while we empty a directory are removed too, up to this */
+
+/* Removes everything inside the directory open as fd (taken over: closed on return), never
+ * following a symlink (a link is removed, not what it leads to). 0, or -1 with rm_failed_*. */
+static int empty_dir(int fd) {
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    int e = errno;
+    close(fd);
+    return rm_failed(".", e);
+  }
+  for (int pass = 0;; pass++) {
+    size_t seen = 0;
+    rewinddir(d);
+    for (;;) {
+      errno = 0;
+      struct dirent *de = readdir(d);
+      if (!de) {
+        if (errno) {
+          int e = errno;
+          closedir(d);
+          return rm_failed(".", e);
+        }
+        break;
+      }
+      const char *nm = de->d_name;
+      if (strcmp(nm, ".") == 0 || strcmp(nm, "..") == 0) continue;
+      seen++;
+      struct stat st;
+      if (fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+        if (errno == ENOENT) continue; /* removed by someone else meanwhile */
+        rm_failed(nm, errno); /* before closedir: nm lives in d's buffer */
+        closedir(d);
+        return -1;
+      }
+      if (S_ISDIR(st.st_mode)) {
+        int cfd = openat(dirfd(d), nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (cfd < 0) {
+          if (errno == ENOENT) continue;
+          rm_failed(nm, errno);
+          closedir(d);
+          return -1;
+        }
+        if (empty_dir(cfd) < 0) {
+          closedir(d);
+          return -1;
+        }
+        if (unlinkat(dirfd(d), nm, AT_REMOVEDIR) < 0 && errno != ENOENT) {
+          rm_failed(nm, errno);
+          closedir(d);
+          return -1;
+        }
+      } else if (unlinkat(dirfd(d), nm, 0) < 0 && errno != ENOENT) {
+        rm_failed(nm, errno); /* before closedir: nm lives in d's buffer */
+        closedir(d);
+        return -1;
+      }
+    }
+    if (seen == 0) break;
+    if (pass + 1 >= RM_PASSES) {
+      closedir(d);
+      return rm_failed(".", ENOTEMPTY);
+    }
+  }
+  closedir(d);
+  return 0;
+}
+
+int tool_remove(int argc, char **argv) {
+  int recursive = argc == 3 && strcmp(argv[1], "-r") == 0;
+  if (argc != 2 + recursive) return usage("remove [-r] PATH");
+  const char *path = argv[1 + recursive];
+  struct stat st;
+  if (lstat(path, &st) < 0) {
+    if (errno == ENOENT) return tool_fail("FS_NOT_FOUND", "no such file or directory");
+    return entry_fail(errno, "cannot stat", path);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    if (is_root(&st)) return tool_fail("FS_INVALID_TARGET", "it is the root directory");
+    if (recursive) {
+      int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0) return entry_fail(errno, "cannot open", path);
+      if (empty_dir(fd) < 0) {
+        int e = rm_failed_errno;
+        if (strcmp(rm_failed_name, ".") == 0) return entry_fail(e, "cannot empty", path);
+        return tool_fail(entry_code(e), "cannot remove '%s' in '%s': %s", rm_failed_name, path, strerror(e));
+      }
+    }
+    if (rmdir(path) < 0) {
+      if (errno == ENOTEMPTY || errno == EEXIST)
+        return tool_fail("FS_NOT_EMPTY", "the directory is not empty (recursive removes its contents too)");
+      if (errno == ENOENT) return tool_fail("FS_NOT_FOUND", "no such file or directory");
+      return entry_fail(errno, "cannot remove", path);
+    }
+  } else if (unlink(path) < 0) {
+    if (errno == ENOENT) return tool_fail("FS_NOT_FOUND", "no such file or directory");
+    return entry_fail(errno, "cannot remove", path);
+  }
+  tool_printf("ok %s\n", kind_of(st.st_mode));
+  return tool_finish(0);
+}
+
+int tool_mkdir(int argc, char **argv) {
+  int parents = argc == 3 && strcmp(argv[1], "-p") == 0;
+  if (argc != 2 + parents) return usage("mkdir [-p] PATH");
+  const char *path = argv[1 + parents];
+  int created = 1;
+  if (parents && make_parents(path) < 0) {
+    int e = errno;
+    return tool_fail(entry_code(e), "cannot make the parents of '%s': %s", path, strerror(e));
+  }
+  if (mkdir(path, 0777) < 0) {
+    int e = errno;
+    struct stat st;
+    if (e == EEXIST && parents && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) created = 0;
+    else if (e == EEXIST) return tool_fail("FS_ALREADY_EXISTS", parents ? "it exists and is not a directory" : "it already exists");
+    else if (e == ENOENT) return tool_fail("FS_NOT_FOUND", "its parent directory does not exist");
+    else return entry_fail(e, "cannot make", path);
+  }
+  struct stat st;
+  if (stat(path, &st) < 0) return entry_fail(errno, "cannot stat", path);
+  char ver[128];
+  version_of(&st, ver, sizeof ver);
+  tool_printf("ok %s %s\n", created ? "created" : "existed", ver);
+  return tool_finish(0);
+}
+
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1 << 0)
+#endif
+
+/* rename(2) that never replaces: renameat2(RENAME_NOREPLACE); where the kernel or the file system
+ * lacks it (ENOSYS, EINVAL), a check then rename(2) (a creator racing in between loses). */
+static int rename_noreplace(const char *from, const char *to) {
+#ifdef SYS_renameat2
+  if (syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0) return 0;
+  if (errno != ENOSYS && errno != EINVAL) return -1;
+#endif
+  struct stat st;
+  if (lstat(to, &st) == 0) {
+    errno = EEXIST;
+    return -1;
+  }
+  if (errno != ENOENT) return -1;
+  return rename(from, to);
+}
+
+int tool_rename(int argc, char **argv) {
+  int noreplace = argc == 4 && strcmp(argv[1], "--no-replace") == 0;
+  if (argc != 3 + noreplace) return usage("rename [--no-replace] FROM TO");
+  const char *from = argv[1 + noreplace], *to = argv[2 + noreplace];
+  struct stat st;
+  if (lstat(from, &st) == 0 && S_ISDIR(st.st_mode) && is_root(&st))
+    return tool_fail("FS_INVALID_TARGET", "the source is the root directory");
+  if ((noreplace ? rename_noreplace(from, to) : rename(from, to)) < 0) {
+    int e = errno;
+    switch (e) {
+    case ENOENT:
+      if (lstat(from, &st) < 0 && (errno == ENOENT || errno == ENOTDIR))
+        return tool_fail("FS_NOT_FOUND", "the source does not exist");
+      return tool_fail("FS_NOT_FOUND", "the destination's directory does not exist");
+    case EEXIST:
+      if (noreplace) return tool_fail("FS_ALREADY_EXISTS", "the destination exists");
+      return tool_fail("FS_NOT_EMPTY", "the destination is a directory that is not empty");
+    case ENOTEMPTY: return tool_fail("FS_NOT_EMPTY", "the destination is a directory that is not empty");
+    case EXDEV: return tool_fail("FS_CROSS_DEVICE", "source and destination are on different file systems");
+    case EINVAL: return tool_fail("FS_INVALID_TARGET", "a directory cannot move into itself");
+    case EISDIR: return tool_fail("FS_NOT_REGULAR_FILE", "the destination is a directory and the source is not");
+    case ENOTDIR:
+      return tool_fail("FS_NOT_DIRECTORY", "the source is a directory and the destination is not, or a parent is not a directory");
+    default: return tool_fail(entry_code(e), "%s", strerror(e));
+    }
+  }
+  if (lstat(to, &st) < 0) return entry_fail(errno, "cannot stat", to);
+  char ver[128];
+  version_of(&st, ver, sizeof ver);
+  tool_printf("ok %s %s\n", kind_of(st.st_mode), ver);
+  return tool_finish(0);
+}
+
 /* ---- which ---- */
 
 static int is_exec_file(const char *p) {

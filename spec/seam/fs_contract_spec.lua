@@ -379,6 +379,289 @@ int main(int argc, char **argv) {
     end)
   end)
 
+  describe("writeText refuses what readText would refuse", function()
+    it("refuses a NUL and invalid UTF-8 with FS_NOT_TEXT naming the path, writing nothing", function()
+      P.run(function()
+        local t = T("nottext/new.txt")
+        local r, err = fs:writeText(t, "a\0b")
+        assert.is_nil(r); assert.are.equal("FS_NOT_TEXT", err.code)
+        assert.truthy(err.message:find(t.displayPath, 1, true), err.message)
+        assert.truthy(err.message:find("NUL byte at byte 2", 1, true), err.message)
+        local _, err2 = fs:writeText(t, "ok \xC3\x28")
+        assert.are.equal("FS_NOT_TEXT", err2.code)
+        assert.truthy(err2.message:find("invalid UTF-8 at byte 4", 1, true), err2.message)
+        assert.truthy(err2.message:find(t.displayPath, 1, true), err2.message)
+        assert.are.equal(false, fs:stat(t))
+        assert.are.equal(false, fs:stat(T("nottext")))   -- not even the parents
+        -- an existing file keeps its content
+        local e = T("keeps.txt")
+        assert(fs:writeText(e, "kept"))
+        assert.are.equal("FS_NOT_TEXT", select(2, fs:writeText(e, "\xFF", { kind = "replaceIfVersion",
+          version = assert(fs:stat(e)).version })).code)
+        assert.are.equal("kept", fs:readText(e))
+      end)
+    end)
+    it("writes what readText reads back: a NUL past readText's sample round-trips", function()
+      P.run(function()
+        local t = T("latenul.txt")
+        local body = ("a"):rep(9000) .. "\0z"
+        assert(fs:writeText(t, body))
+        assert.are.equal(body, fs:readText(t))
+        local early = T("earlynul.txt")
+        assert(fs:writeBytes(early, ("a"):rep(100) .. "\0"))
+        assert.are.equal("FS_NOT_TEXT", select(2, fs:readText(early)).code)
+        assert.are.equal("FS_NOT_TEXT", select(2, fs:writeText(early, ("a"):rep(100) .. "\0")).code)
+      end)
+    end)
+    it("editText refuses a result that is not text", function()
+      P.run(function()
+        local t = T("edit-nul.txt")
+        assert(fs:writeText(t, "one two"))
+        local _, err = fs:editText(t, { oldString = "two", newString = "t\0o" })
+        assert.are.equal("FS_NOT_TEXT", err and err.code)
+        assert.truthy(err.message:find(t.displayPath, 1, true), err.message)
+        assert.are.equal("FS_NOT_TEXT", select(2, fs:editText(t, { oldString = "one", newString = "\xE2\x82" })).code)
+        assert.are.equal("one two", fs:readText(t))
+      end)
+    end)
+  end)
+
+  describe("writeBytes", function()
+    it("round-trips all 256 byte values, creating with mode 0600 and keeping the mode", function()
+      P.run(function()
+        local all = {}
+        for b = 0, 255 do all[#all + 1] = string.char(b) end
+        local bytes = table.concat(all)
+        local t = T("wb/all.bin")
+        local out = assert(fs:writeBytes(t, bytes))
+        assert.are.equal("create", out.operation)
+        assert.are.equal(out.version, assert(fs:stat(t)).version)
+        assert.are.equal(bytes, fs:readBytes(t, 1000))
+        -- ground truth from the world's own tools: 256 bytes, 0..255 in order
+        local od = P.sh("od -An -v -tu1 wb/all.bin", { cwd = dir })
+        local n = 0
+        for v in od:gmatch("%d+") do assert.are.equal(n, tonumber(v)); n = n + 1 end
+        assert.are.equal(256, n)
+        assert.are.equal("600\n", P.sh("stat -c %a wb/all.bin", { cwd = dir }))
+        P.sh("chmod 640 wb/all.bin", { cwd = dir })
+        local big = bytes:rep(4096) .. "\r\n\0"     -- 1 MiB and a little, CRLF kept as it is
+        local out2 = assert(fs:writeBytes(t, big))
+        assert.are.equal("update", out2.operation); assert.are_not.equal(out.version, out2.version)
+        assert.is_nil(out2.before); assert.is_nil(out2.after)
+        assert.are.equal(big, fs:readBytes(t, #big))
+        assert.are.equal("640\n", P.sh("stat -c %a wb/all.bin", { cwd = dir }))
+      end)
+    end)
+    it("has writeText's guards, and refuses a directory leaving no staging", function()
+      P.run(function()
+        local t = T("wb/guard.bin")
+        local v1 = assert(fs:writeBytes(t, "\0\1", { kind = "createIfAbsent" })).version
+        assert.are.equal("FS_NOT_OBSERVED", select(2, fs:writeBytes(t, "\2", { kind = "createIfAbsent" })).code)
+        local v2 = assert(fs:writeBytes(t, "\3", { kind = "replaceIfVersion", version = v1 })).version
+        assert.are.equal("FS_STALE_VERSION", select(2, fs:writeBytes(t, "\4", { kind = "replaceIfVersion", version = v1 })).code)
+        assert.are.equal("\3", fs:readBytes(t, 10))
+        assert.are.equal("FS_STALE_VERSION",
+          select(2, fs:writeBytes(T("wb/none.bin"), "\5", { kind = "replaceIfVersion", version = v2 })).code)
+        assert.are.equal(false, fs:stat(T("wb/none.bin")))
+        assert.are.equal("FS_NOT_REGULAR_FILE", select(2, fs:writeBytes(T("wb"), "\6")).code)
+        local out, code = P.sh("ls -A wb", { cwd = dir })
+        assert.are.equal(0, code); assert.is_nil(out:find(".moonbox-", 1, true), out)
+      end)
+    end)
+    it("raises at the caller's line for content that is not a string or a bad guard", function()
+      P.run(function()
+        local t = T("wb/raise.bin")
+        local ok, e = pcall(fs.writeBytes, fs, t, 42)
+        assert.is_false(ok); assert.truthy(tostring(e):find("writeBytes: content must be a string", 1, true), e)
+        ok, e = pcall(function() fs:writeBytes(t, "x", { kind = "createIfAbsent", versoin = "v" }) end)
+        assert.is_false(ok)
+        assert.truthy(tostring(e):find("writeBytes: expected: unknown field versoin", 1, true), e)
+        assert.truthy(tostring(e):find("fs_contract_spec.lua:", 1, true), e)
+        ok, e = pcall(function() fs:writeBytes("wb/raise.bin", "x") end)
+        assert.is_false(ok); assert.truthy(tostring(e):find("fs:writeBytes: expected a target", 1, true), e)
+        assert.are.equal(false, fs:stat(t))
+      end)
+    end)
+  end)
+
+  describe("remove", function()
+    it("removes a file, then reports FS_NOT_FOUND", function()
+      P.run(function()
+        local t = T("rm-file.txt")
+        assert(fs:writeText(t, "x"))
+        assert.are.same({ type = "file" }, assert(fs:remove(t)))
+        assert.are.equal(false, fs:stat(t))
+        local r, err = fs:remove(t)
+        assert.is_nil(r); assert.are.equal("FS_NOT_FOUND", err.code)
+        assert.truthy(err.message:find(t.displayPath, 1, true), err.message)
+      end)
+    end)
+    it("refuses a non-empty directory without recursive and removes it with", function()
+      P.run(function()
+        assert.are.equal(0, select(2, P.sh("mkdir -p rmd/a/b rmd/empty && printf x > rmd/a/b/f && ln -s ../../rmd-keep rmd/a/l"
+          .. " && mkdir -p rmd-keep && printf k > rmd-keep/k", { cwd = dir })))
+        local _, err = fs:remove(T("rmd"))
+        assert.are.equal("FS_NOT_EMPTY", err and err.code)
+        assert.are.equal("x", fs:readText(T("rmd/a/b/f")))
+        assert.are.same({ type = "directory" }, assert(fs:remove(T("rmd/empty"))))
+        assert.are.same({ type = "directory" }, assert(fs:remove(T("rmd"), { recursive = true })))
+        assert.are.equal(false, fs:stat(T("rmd")))
+        assert.are.equal("k", fs:readText(T("rmd-keep/k")))   -- the link inside was not followed
+        assert.are.equal("FS_NOT_FOUND", select(2, fs:remove(T("rmd"), { recursive = true })).code)
+      end)
+    end)
+    it("removes a symlink, not what it leads to", function()
+      P.run(function()
+        assert.are.equal(0, select(2, P.sh("mkdir -p rml-dir && printf k > rml-dir/k && ln -s rml-dir rml", { cwd = dir })))
+        assert.are.same({ type = "symlink" }, assert(fs:remove(T("rml"), { recursive = true })))
+        assert.are.equal(false, fs:lstat("rml", { cwd = dir }))
+        assert.are.equal("k", fs:readText(T("rml-dir/k")))
+      end)
+    end)
+    it("refuses the root", function()
+      P.run(function()
+        local _, err = fs:remove(T("/"))
+        assert.are.equal("FS_INVALID_TARGET", err and err.code)
+        assert.truthy(err.message:find("root", 1, true), err.message)
+      end)
+    end)
+    it("reports FS_PERMISSION_DENIED where the world's user may not remove", function()
+      if P.run(function() return P.sh("id -u") end) == "0\n" then
+        return pending("the world's user is root: no permission is ever denied")
+      end
+      P.run(function()
+        assert.are.equal(0, select(2, P.sh("mkdir -p rmp/in && printf x > rmp/f && chmod 555 rmp", { cwd = dir })))
+        local _, e1 = fs:remove(T("rmp/f"))
+        local _, e2 = fs:remove(T("rmp"), { recursive = true })
+        P.sh("chmod 755 rmp", { cwd = dir })
+        assert.are.equal("FS_PERMISSION_DENIED", e1 and e1.code)
+        assert.are.equal("FS_PERMISSION_DENIED", e2 and e2.code)
+        assert.are.equal("x", fs:readText(T("rmp/f")))
+      end)
+    end)
+  end)
+
+  describe("mkdir", function()
+    it("makes a directory once, and with parents makes the missing ones and accepts an existing one", function()
+      P.run(function()
+        local t = T("mk/one")
+        local _, err = fs:mkdir(t)
+        assert.are.equal("FS_NOT_FOUND", err and err.code)   -- no parent
+        assert.truthy(err.message:find(t.displayPath, 1, true), err.message)
+        assert.are.equal(false, fs:stat(T("mk")))
+        local out = assert(fs:mkdir(t, { parents = true }))
+        assert.is_true(out.created)
+        local st = assert(fs:stat(t))
+        assert.are.equal("directory", st.type); assert.are.equal(out.version, st.version)
+        assert.are.equal("FS_ALREADY_EXISTS", select(2, fs:mkdir(t)).code)
+        assert.is_false(assert(fs:mkdir(t, { parents = true })).created)
+        assert.is_true(assert(fs:mkdir(T("mk/two"), { parents = false })).created)
+        assert.are.equal("directory", assert(fs:stat(T("mk/two"))).type)
+      end)
+    end)
+    it("refuses an existing file with or without parents", function()
+      P.run(function()
+        local f = T("mk-file")
+        assert(fs:writeText(f, "x"))
+        assert.are.equal("FS_ALREADY_EXISTS", select(2, fs:mkdir(f)).code)
+        assert.are.equal("FS_ALREADY_EXISTS", select(2, fs:mkdir(f, { parents = true })).code)
+        assert.are.equal("x", fs:readText(f))
+      end)
+    end)
+  end)
+
+  describe("rename", function()
+    it("moves a file atomically (the same inode), replacing the destination unless noReplace", function()
+      P.run(function()
+        local a, b, c = T("mv-a"), T("mv-b"), T("mv-c")
+        local va = assert(fs:writeText(a, "A")).version
+        assert(fs:writeText(b, "B"))
+        local _, err = fs:rename(a, b, { noReplace = true })
+        assert.are.equal("FS_ALREADY_EXISTS", err and err.code)
+        assert.truthy(err.message:find(a.displayPath, 1, true) and err.message:find(b.displayPath, 1, true), err.message)
+        assert.are.equal("A", fs:readText(a)); assert.are.equal("B", fs:readText(b))
+        local out = assert(fs:rename(a, b))
+        assert.are.equal("file", out.type)
+        assert.are.equal(out.version, assert(fs:stat(b)).version)
+        assert.are.equal(va:match("^(e2b:%x+:%x+:)"), out.version:match("^(e2b:%x+:%x+:)"))   -- dev:ino kept
+        assert.are.equal("A", fs:readText(b)); assert.are.equal(false, fs:stat(a))
+        assert.are.equal("file", assert(fs:rename(b, c, { noReplace = true })).type)
+        assert.are.equal("A", fs:readText(c)); assert.are.equal(false, fs:stat(b))
+      end)
+    end)
+    it("reports a missing source or destination directory with FS_NOT_FOUND", function()
+      P.run(function()
+        local _, e1 = fs:rename(T("mv-none"), T("mv-x"))
+        assert.are.equal("FS_NOT_FOUND", e1 and e1.code)
+        assert.truthy(e1.message:find("source", 1, true), e1.message)
+        assert(fs:writeText(T("mv-src"), "s"))
+        local _, e2 = fs:rename(T("mv-src"), T("mv-nodir/x"))
+        assert.are.equal("FS_NOT_FOUND", e2 and e2.code)
+        assert.truthy(e2.message:find("destination", 1, true), e2.message)
+        assert.are.equal("s", fs:readText(T("mv-src")))
+      end)
+    end)
+    it("moves directories and symlinks, refusing a non-empty destination and a move into itself", function()
+      P.run(function()
+        assert.are.equal(0, select(2, P.sh("mkdir -p mvd/sub mvfull/in && printf x > mvd/sub/f && ln -s mvd mvl", { cwd = dir })))
+        assert.are.equal("FS_NOT_EMPTY", select(2, fs:rename(T("mvd"), T("mvfull"))).code)
+        assert.are.equal("FS_INVALID_TARGET", select(2, fs:rename(T("mvd"), T("mvd/sub/deeper"))).code)
+        assert(fs:writeText(T("mvfile"), "f"))
+        assert.are.equal("FS_NOT_DIRECTORY", select(2, fs:rename(T("mvd"), T("mvfile"))).code)
+        assert.are.equal("FS_NOT_REGULAR_FILE", select(2, fs:rename(T("mvfile"), T("mvfull"))).code)
+        assert.are.equal("directory", assert(fs:rename(T("mvd"), T("mvd2"), { noReplace = true })).type)
+        assert.are.equal("x", fs:readText(T("mvd2/sub/f")))
+        -- a symlink is moved as itself (it now dangles: it was relative to nothing that moved)
+        assert.are.equal("symlink", assert(fs:rename(T("mvl"), T("mvl2"))).type)
+        assert.are.equal("symlink", assert(fs:lstat("mvl2", { cwd = dir })).type)
+        assert.are.equal(false, fs:lstat("mvl", { cwd = dir }))
+      end)
+    end)
+    it("reports a move to another file system as FS_CROSS_DEVICE", function()
+      local other = P.run(function()
+        local out = P.sh("stat -c %d . /dev/shm 2>/dev/null", { cwd = dir })
+        local here, there = out:match("^(%d+)\n(%d+)\n$")
+        return here and here ~= there
+      end)
+      if not other then return pending("no other file system at /dev/shm here") end
+      P.run(function()
+        local t = T("xdev.txt")
+        assert(fs:writeText(t, "x"))
+        local _, err = fs:rename(t, T("/dev/shm/moonbox-xdev-" .. os.time()))
+        assert.are.equal("FS_CROSS_DEVICE", err and err.code)
+        assert.are.equal("x", fs:readText(t))
+      end)
+    end)
+    -- Cancellation at every point of a rename: either FS_ABORTED with nothing moved or success
+    -- with the move done, never "aborted" after the move.
+    it("never reports a rename that happened as aborted", function()
+      P.run(function()
+        local mb = require "moonbox"
+        local a, b = T("mvc-a"), T("mvc-b")
+        assert(fs:writeText(a, "x"))
+        local probe = mb.spawn(function() assert(fs:rename(a, b)) assert(fs:rename(b, a)) end)
+        local n = 0
+        while not probe:done() do mb.sleep(0); n = n + 1 end
+        local seen = { ok = 0, aborted = 0 }
+        for k = 0, n // 2 + 2 do
+          local res = {}
+          local w = mb.spawn(function() res.r, res.err = fs:rename(a, b) end)
+          for _ = 1, k do if w:done() then break end mb.sleep(0) end
+          w:cancel()
+          assert(w:join(30000))
+          if res.r then
+            assert.are.equal(false, fs:stat(a)); seen.ok = seen.ok + 1
+            assert(fs:rename(b, a))
+          else
+            assert.are.equal("FS_ABORTED", res.err.code, tostring(res.err))
+            assert.are.equal(false, fs:stat(b), "aborted at " .. k .. " but moved"); seen.aborted = seen.aborted + 1
+          end
+        end
+        assert.is_true(seen.ok > 0 and seen.aborted > 0, ("ok %d, aborted %d"):format(seen.ok, seen.aborted))
+      end, 120000)
+    end)
+  end)
+
   it("refuses unknown option fields, naming them and the nearest valid one", function()
     P.run(function()
       local function raised(fn)
@@ -396,6 +679,27 @@ int main(int argc, char **argv) {
       local e4 = raised(function() fs:editText(t, { oldString = "a", newstring = "b" }) end)
       assert.truthy(e4:find("editText: edit: unknown field newstring", 1, true) and e4:find("the nearest is newString", 1, true), e4)
       assert.truthy(e4:find("fs_contract_spec.lua:", 1, true), "at the caller's line: " .. e4)
+      -- remove, mkdir, rename: each option table is strict, and a wrong type names the field
+      local cases = {
+        { function() fs:remove(t, { recursve = true }) end,
+          "fs:remove: opts: unknown field recursve (expected recursive; the nearest is recursive)" },
+        { function() fs:remove(t, { recursive = "yes" }) end, "fs:remove: opts: recursive must be a boolean, got string" },
+        { function() fs:remove(t, true) end, "fs:remove: opts must be a table or nil, got boolean" },
+        { function() fs:mkdir(t, { parent = true }) end,
+          "fs:mkdir: opts: unknown field parent (expected parents; the nearest is parents)" },
+        { function() fs:mkdir(t, { parents = 1 }) end, "fs:mkdir: opts: parents must be a boolean, got number" },
+        { function() fs:rename(t, t, { noreplace = true }) end,
+          "fs:rename: opts: unknown field noreplace (expected noReplace; the nearest is noReplace)" },
+        { function() fs:rename(t, t, { noReplace = "no" }) end, "fs:rename: opts: noReplace must be a boolean, got string" },
+        { function() fs:rename(t, "strict2.txt") end, "fs:rename (to): expected a target from fs:resolve(path), got string" },
+        { function() fs:writeText(t, "x", "createIfAbsent") end, "writeText: expected must be a table or nil, got string" },
+      }
+      for _, c in ipairs(cases) do
+        local e = raised(c[1])
+        assert.truthy(e:find(c[2], 1, true), e)
+        assert.truthy(e:find("fs_contract_spec.lua:", 1, true), "at the caller's line: " .. e)
+      end
+      assert.are.equal(false, fs:stat(t))   -- nothing was done
     end)
   end)
 
@@ -416,6 +720,19 @@ int main(int argc, char **argv) {
         local e = P.requests(function() assert(fs:editText(t, { oldString = "y", newString = "z" }, { version = v })) end)
         assert.is_true(e <= 3, "guarded edit took " .. e)
         assert.are.equal("z", fs:readText(t))
+      end)
+    end)
+    it("writeBytes 2, a refused writeText 0, remove, mkdir and rename 1 each", function()
+      if P.open().name ~= "e2b" then return pending("requests are the E2B providers' cost") end
+      P.run(function()
+        local t = T("budget2.bin")
+        assert.are.equal(2, (P.requests(function() assert(fs:writeBytes(t, "\0\1\2")) end)))
+        assert.are.equal(0, (P.requests(function() assert(not fs:writeText(t, "\0")) end)))
+        local d, d2 = T("budget-dir"), T("budget-dir2")
+        assert.are.equal(1, (P.requests(function() assert(fs:mkdir(d)) end)))
+        assert.are.equal(1, (P.requests(function() assert(fs:rename(d, d2)) end)))
+        assert.are.equal(1, (P.requests(function() assert(fs:remove(d2)) end)))
+        assert.are.equal(1, (P.requests(function() assert(not fs:remove(d2)) end)))   -- FS_NOT_FOUND costs 1 too
       end)
     end)
   end)

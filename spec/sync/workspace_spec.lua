@@ -241,7 +241,7 @@ t.close()
         local bytes = assert(io.open(("%s/%s.tar"):format(crafted, kind), "rb")):read("a")
         local t = assert(ctx.fs:resolve(("%s/%s.tar"):format(tarfile, kind)))
         wok(("mkdir -p %s"):format(q(tarfile)))
-        assert(ctx.fs:writeText(t, bytes))
+        assert(ctx.fs:writeBytes(t, bytes))
         wok(("printf '#!/bin/sh\\ncat %s/%s.tar\\n' > %s/tar && chmod 755 %s/tar"):format(tarfile, kind, q(tarfile), q(tarfile)))
         cfg.tar = tarfile .. "/tar"
         local ws = require("moonbox.workspace").new(ctx, cfg)

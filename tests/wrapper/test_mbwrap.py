@@ -767,6 +767,92 @@ class Tools(unittest.TestCase):
         self.assertTrue(out.startswith(b"err FS_NOT_REGULAR_FILE "), out)
         self.assertTrue(os.path.islink(self.p("link")))
 
+    def test_remove(self):
+        os.makedirs(self.p("tree", "a", "b"))
+        with open(self.p("tree", "a", "b", "f"), "w") as fh:
+            fh.write("x")
+        os.makedirs(self.p("outside"))
+        with open(self.p("outside", "keep"), "w") as fh:
+            fh.write("keep")
+        os.symlink(self.p("outside"), self.p("tree", "a", "link"))  # a link is removed, never followed
+        out = tool("remove", self.p("tree"), rc=1)
+        self.assertTrue(out.startswith(b"err FS_NOT_EMPTY "), out)
+        self.assertTrue(os.path.isdir(self.p("tree", "a", "b")))
+        self.assertEqual(tool("remove", "-r", self.p("tree")), b"ok directory\n")
+        self.assertFalse(os.path.lexists(self.p("tree")))
+        self.assertEqual(read_bytes(self.p("outside", "keep")), b"keep")
+        os.symlink("outside", self.p("l"))
+        self.assertEqual(tool("remove", self.p("l")), b"ok symlink\n")
+        self.assertTrue(os.path.isdir(self.p("outside")))
+        self.assertEqual(tool("remove", self.p("outside", "keep")), b"ok file\n")
+        self.assertEqual(tool("remove", self.p("outside")), b"ok directory\n")
+        self.assertTrue(tool("remove", self.p("missing"), rc=1).startswith(b"err FS_NOT_FOUND "))
+        # The root is refused before anything happens (checked without -r: the same guard comes
+        # first for both, and a broken guard must not empty this machine's root).
+        out = tool("remove", "/", rc=1)
+        self.assertTrue(out.startswith(b"err FS_INVALID_TARGET ") and b"root directory" in out, out)
+        # A failure deep inside names the entry (run as nobody when we are root: root may remove anything).
+        os.makedirs(self.p("locked", "in"))
+        pre = None
+        if os.geteuid() == 0:
+            os.chmod(self.d, 0o755)
+            for sub in ("locked", "locked/in"):
+                os.chown(self.p(sub), 65534, 65534)
+            pre = lambda: (os.setgroups([]), os.setgid(65534), os.setuid(65534))
+        os.chmod(self.p("locked"), 0o555)
+        p = subprocess.run([MBWRAP, "remove", "-r", self.p("locked")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           stdin=subprocess.DEVNULL, preexec_fn=pre)
+        os.chmod(self.p("locked"), 0o755)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        f = decode(p.stdout, tool=True)
+        self.assertEqual(f.exit, 1)
+        self.assertTrue(bytes(f.out).startswith(b"err FS_PERMISSION_DENIED cannot remove 'in' in "), bytes(f.out))
+        self.assertTrue(os.path.isdir(self.p("locked", "in")))
+
+    def test_mkdir(self):
+        out = tool("mkdir", self.p("d")).decode()
+        m = re.fullmatch(r"ok created (\S+)\n", out)
+        self.assertTrue(m, out)
+        self.assertEqual(m.group(1), self.stat(self.p("d"))[3])
+        self.assertTrue(tool("mkdir", self.p("d"), rc=1).startswith(b"err FS_ALREADY_EXISTS "))
+        self.assertTrue(tool("mkdir", self.p("x", "y"), rc=1).startswith(b"err FS_NOT_FOUND "))
+        self.assertTrue(re.fullmatch(rb"ok existed \S+\n", tool("mkdir", "-p", self.p("d"))))
+        self.assertTrue(re.fullmatch(rb"ok created \S+\n", tool("mkdir", "-p", self.p("x", "y", "z"))))
+        self.assertTrue(os.path.isdir(self.p("x", "y", "z")))
+        with open(self.p("f"), "w") as fh:
+            fh.write("x")
+        self.assertTrue(tool("mkdir", "-p", self.p("f"), rc=1).startswith(b"err FS_ALREADY_EXISTS "))
+        self.assertTrue(tool("mkdir", "-p", self.p("f", "g"), rc=1).startswith(b"err FS_NOT_DIRECTORY "))
+        self.assertTrue(tool("mkdir", self.p("f", "g"), rc=1).startswith(b"err FS_NOT_DIRECTORY "))
+
+    def test_rename(self):
+        for n, c in (("a", b"A"), ("b", b"B")):
+            with open(self.p(n), "wb") as fh:
+                fh.write(c)
+        out = tool("rename", "--no-replace", self.p("a"), self.p("b"), rc=1)
+        self.assertTrue(out.startswith(b"err FS_ALREADY_EXISTS "), out)
+        self.assertEqual((read_bytes(self.p("a")), read_bytes(self.p("b"))), (b"A", b"B"))
+        out = tool("rename", self.p("a"), self.p("b")).decode()
+        m = re.fullmatch(r"ok file (\S+)\n", out)
+        self.assertTrue(m, out)
+        self.assertEqual(m.group(1), self.stat(self.p("b"))[3])
+        self.assertFalse(os.path.exists(self.p("a")))
+        self.assertEqual(read_bytes(self.p("b")), b"A")
+        self.assertTrue(re.fullmatch(rb"ok file \S+\n", tool("rename", "--no-replace", self.p("b"), self.p("c"))))
+        self.assertTrue(tool("rename", self.p("b"), self.p("c2"), rc=1).startswith(b"err FS_NOT_FOUND "))
+        out = tool("rename", self.p("c"), self.p("nodir", "c"), rc=1)
+        self.assertTrue(out.startswith(b"err FS_NOT_FOUND ") and b"destination" in out, out)
+        os.makedirs(self.p("d1", "sub"))
+        os.makedirs(self.p("d2", "full"))
+        with open(self.p("d2", "full", "f"), "w") as fh:
+            fh.write("x")
+        self.assertTrue(tool("rename", self.p("d1"), self.p("d2", "full"), rc=1).startswith(b"err FS_NOT_EMPTY "))
+        self.assertTrue(tool("rename", self.p("d1"), self.p("d1", "sub", "in"), rc=1).startswith(b"err FS_INVALID_TARGET "))
+        self.assertTrue(tool("rename", self.p("c"), self.p("d2"), rc=1).startswith(b"err FS_NOT_REGULAR_FILE "))
+        self.assertTrue(tool("rename", self.p("d1"), self.p("c"), rc=1).startswith(b"err FS_NOT_DIRECTORY "))
+        self.assertTrue(re.fullmatch(rb"ok directory \S+\n", tool("rename", "--no-replace", self.p("d1"), self.p("d3"))))
+        self.assertTrue(os.path.isdir(self.p("d3", "sub")))
+
     def test_which(self):
         a, b = self.p("a"), self.p("b")
         os.makedirs(a)

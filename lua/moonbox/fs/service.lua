@@ -10,7 +10,10 @@
 -- list: entries, cheap metadata, resolved symlinks), writeText 2 (upload to a private staging
 -- dir + mbwrap publish, which checks the guard, keeps the mode and returns the new version and
 -- the diff basis; a failed or aborted write adds one Remove of the staging dir, a refused guard
--- does not), editText 3 (mbwrap read, upload, publish --expect; a rejected guard costs 1). The
+-- does not), writeBytes 2 (the same path for any bytes; writeText refuses, with no request,
+-- what readText would refuse), editText 3 (mbwrap read, upload, publish --expect; a rejected
+-- guard costs 1), remove / mkdir / rename 1 each (mbwrap remove, mkdir, rename: they act on the
+-- name displayPath gives, its last component not followed, as rm, mkdir and mv do). The
 -- host world passes the content on publish's stdin instead (no upload). Versions are
 -- dev:ino:size:mtime_ns:ctime_ns (change on every write). Mutations are serialized per
 -- targetKey on the host. Results are tables, operational errors `nil, err` with the seam codes
@@ -459,20 +462,47 @@ local function lf(s)
   return text.normalize_lf(s)
 end
 
+-- expected (writeText, writeBytes) → publish's guard arguments; a malformed one raises at the
+-- caller of `what` (level: as error() counts, from the public function).
+local function guard_args(expected, what, level)
+  local args = {}
+  if expected == nil or expected == false then return args end   -- unconditional
+  if type(expected) ~= "table" then
+    error(("%s: expected must be a table or nil, got %s"):format(what, type(expected)), level + 1)
+  end
+  fields.only(expected, expected.kind == "replaceIfVersion" and { "kind", "version" } or { "kind" }, what .. ": expected", level + 1)
+  if expected.kind == "createIfAbsent" then args[#args + 1] = "--create-only"
+  elseif expected.kind == "replaceIfVersion" then
+    if type(expected.version) ~= "string" then error(what .. ": replaceIfVersion needs a version", level + 1) end
+    args[#args + 1] = "--expect"; args[#args + 1] = strip_version(expected.version)
+  else error(what .. ": unknown intent " .. tostring(expected.kind), level + 1) end
+  return args
+end
+
+-- What readText would refuse (text.check_text with its NUL sample: a NUL byte within the first
+-- NUL_SAMPLE bytes, invalid UTF-8) → FS_NOT_TEXT naming the path and the byte, or nil.
+local function refuse_non_text(path, content)
+  local terr = text.check_text(content, text.NUL_SAMPLE)
+  if not terr then return nil end
+  local why
+  if text.has_nul(content, text.NUL_SAMPLE) then
+    why = ("a NUL byte at byte %d"):format(content:find("\0", 1, true))
+  else
+    local _, at = text.utf8_valid(content)
+    why = ("invalid UTF-8 at byte %d"):format(at)
+  end
+  return fs_err("FS_NOT_TEXT", ("cannot write %q: not text (%s): readText would refuse it; writeBytes writes any bytes")
+    :format(path, why), terr)
+end
+
 function FS:writeText(target, content, expected)
   paths.check_target(target, "fs:writeText")
   if type(content) ~= "string" then error("writeText: content must be a string", 2) end
+  local args = guard_args(expected, "writeText", 2)
+  local nerr = refuse_non_text(target.displayPath, content)
+  if nerr then return nil, nerr end
   local sb, err = self:_sandbox("write", target.displayPath)
   if not sb then return nil, err end
-  local args = {}
-  if expected then
-    fields.only(expected, expected.kind == "replaceIfVersion" and { "kind", "version" } or { "kind" }, "writeText: expected", 2)
-    if expected.kind == "createIfAbsent" then args[#args + 1] = "--create-only"
-    elseif expected.kind == "replaceIfVersion" then
-      if type(expected.version) ~= "string" then error("writeText: replaceIfVersion needs a version", 2) end
-      args[#args + 1] = "--expect"; args[#args + 1] = strip_version(expected.version)
-    else error("writeText: unknown intent " .. tostring(expected.kind), 2) end
-  end
   args[#args + 1] = "--before"; args[#args + 1] = tostring(math.tointeger(self.config.diffBasisMaxBytes))
   return self:_locked(target.targetKey, function()
     local res, perr = self:_publish(sb, target, content, args)
@@ -480,6 +510,131 @@ function FS:writeText(target, content, expected)
     return { operation = res.operation, version = res.version,
       before = res.operation == "update" and diff_basis(res) or nil, after = lf(content) }
   end)
+end
+
+-- Any bytes (NULs, invalid UTF-8), published as writeText publishes: staged, then one atomic
+-- rename (link for createIfAbsent), the same guards, mode rules, lock and cancellation.
+-- → { operation = "create"|"update", version } | nil, err
+function FS:writeBytes(target, content, expected)
+  paths.check_target(target, "fs:writeBytes")
+  if type(content) ~= "string" then error("writeBytes: content must be a string", 2) end
+  local args = guard_args(expected, "writeBytes", 2)
+  local sb, err = self:_sandbox("write", target.displayPath)
+  if not sb then return nil, err end
+  return self:_locked(target.targetKey, function()
+    local res, perr = self:_publish(sb, target, content, args)
+    if not res then return nil, perr end
+    return { operation = res.operation, version = res.version }
+  end)
+end
+
+-- Strict options: unknown fields name the nearest valid one, a wrong type names the field and
+-- what it takes. spec: { { name, lua type }, ... }. Raises at `level` (from the public function).
+local function check_opts(opts, spec, what, level)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then error(("%s must be a table or nil, got %s"):format(what, type(opts)), level + 1) end
+  local names = {}
+  for i, f in ipairs(spec) do names[i] = f[1] end
+  fields.only(opts, names, what, level + 1)
+  for _, f in ipairs(spec) do
+    local v = opts[f[1]]
+    if v ~= nil and type(v) ~= f[2] then
+      error(("%s: %s must be a %s, got %s"):format(what, f[1], f[2], type(v)), level + 1)
+    end
+  end
+  return opts
+end
+
+-- remove, mkdir, rename: one mbwrap tool that changes names. The last abort check comes first;
+-- the call itself runs shielded, so a change that was made is reported as made (a cancellation
+-- then takes effect at the caller's next yielding call). → output | nil, raw err
+local function change(sb, args, op)
+  if cancel_requested() then return nil, fs_err("FS_ABORTED", op .. " aborted") end
+  local out, err, canceled = shielded_call("mbwrap " .. args[1], function() return sb:tool(args) end)
+  rearm(canceled)
+  return out, err
+end
+
+local function malformed(tool) return fs_err("FS_IO_ERROR", "mbwrap " .. tool .. ": malformed output") end
+
+-- Removes the name target.displayPath gives (its last component is not followed: a symlink is
+-- removed, not what it leads to). opts: { recursive = bool }: a directory with its contents
+-- (never following links inside; not atomic: what was removed before a failure stays removed).
+-- → { type = "file"|"directory"|"symlink"|"other" } (what was removed) | nil, err
+-- FS_NOT_FOUND, FS_NOT_EMPTY (a non-empty directory without recursive), FS_PERMISSION_DENIED,
+-- FS_INVALID_TARGET (the root, a mount point), FS_NOT_DIRECTORY (a parent is not one).
+function FS:remove(target, opts)
+  paths.check_target(target, "fs:remove")
+  opts = check_opts(opts, { { "recursive", "boolean" } }, "fs:remove: opts", 2)
+  local display = target.displayPath
+  local sb, err = self:_sandbox("remove", display)
+  if not sb then return nil, err end
+  local args = { "remove" }
+  if opts.recursive then args[#args + 1] = "-r" end
+  args[#args + 1] = display
+  return self:_locked(target.targetKey, function()
+    local out, terr = change(sb, args, "remove")
+    if not out then return nil, map_err("remove", display, terr) end
+    local kind = out:match("^ok (%a+)\n$")
+    if not kind then return nil, malformed("remove") end
+    return { type = kind }
+  end)
+end
+
+-- Makes the directory target.displayPath names. opts: { parents = bool }: also its missing
+-- parents, and an existing directory (a link to one included) is fine.
+-- → { created = bool, version } | nil, err
+-- FS_ALREADY_EXISTS (it exists: without parents; or it is not a directory), FS_NOT_FOUND (the
+-- parent is missing, without parents), FS_NOT_DIRECTORY (a parent is not one), FS_PERMISSION_DENIED.
+function FS:mkdir(target, opts)
+  paths.check_target(target, "fs:mkdir")
+  opts = check_opts(opts, { { "parents", "boolean" } }, "fs:mkdir: opts", 2)
+  local display = target.displayPath
+  local sb, err = self:_sandbox("mkdir", display)
+  if not sb then return nil, err end
+  local args = { "mkdir" }
+  if opts.parents then args[#args + 1] = "-p" end
+  args[#args + 1] = display
+  return self:_locked(target.targetKey, function()
+    local out, terr = change(sb, args, "mkdir")
+    if not out then return nil, map_err("make directory", display, terr) end
+    local how, ver = out:match("^ok (%a+) (%S+)\n$")
+    if not how then return nil, malformed("mkdir") end
+    return { created = how == "created", version = "e2b:" .. ver }
+  end)
+end
+
+-- Moves the name from.displayPath gives to to.displayPath, atomically (rename(2): neither last
+-- component is followed; an existing destination is replaced). opts: { noReplace = bool }: an
+-- existing destination is an error instead (renameat2 RENAME_NOREPLACE).
+-- → { type, version } (of what now is at `to`) | nil, err
+-- FS_NOT_FOUND (the source, or the destination's directory, is missing), FS_ALREADY_EXISTS
+-- (noReplace), FS_NOT_EMPTY (over a non-empty directory), FS_CROSS_DEVICE (another file system:
+-- no copy is made), FS_INVALID_TARGET (a directory into itself, the root), FS_NOT_DIRECTORY /
+-- FS_NOT_REGULAR_FILE (a directory over a non-directory / the reverse), FS_PERMISSION_DENIED.
+function FS:rename(from, to, opts)
+  paths.check_target(from, "fs:rename (from)")
+  paths.check_target(to, "fs:rename (to)")
+  opts = check_opts(opts, { { "noReplace", "boolean" } }, "fs:rename: opts", 2)
+  local sb, err = self:_sandbox("rename", from.displayPath)
+  if not sb then return nil, err end
+  local args = { "rename" }
+  if opts.noReplace then args[#args + 1] = "--no-replace" end
+  args[#args + 1] = from.displayPath
+  args[#args + 1] = to.displayPath
+  local function run()
+    local out, terr = change(sb, args, "rename")
+    if not out then return nil, map_err(("rename %q to"):format(from.displayPath), to.displayPath, terr) end
+    local kind, ver = out:match("^ok (%a+) (%S+)\n$")
+    if not kind then return nil, malformed("rename") end
+    return { type = kind, version = "e2b:" .. ver }
+  end
+  -- both names' keys, always in the same order (two renames in opposite directions never wait
+  -- for each other)
+  local a, b = from.targetKey, to.targetKey
+  if a == b then return self:_locked(a, run) end
+  if b < a then a, b = b, a end
+  return self:_locked(a, function() return self:_locked(b, run) end)
 end
 
 -- mbwrap read output → info | false (absent), content (nil unless a regular file within max),
@@ -543,6 +698,12 @@ function FS:editText(target, edit, expected)
     if not r then
       if eerr.code == "FS_NOT_TEXT" then return nil, text_err("edit", target.displayPath, eerr) end
       return nil, eerr
+    end
+    -- the new text must be text as well (a NUL or a broken sequence in newString)
+    local nerr = text.check_text(r.stored)
+    if nerr then
+      return nil, fs_err("FS_NOT_TEXT", ("cannot edit %q: the result would not be text (%s)"):format(target.displayPath,
+        nerr.message), nerr)
     end
     local res, perr = self:_publish(sb, target, r.stored, { "--expect", strip_version(info.version) }, "edit")
     if not res then return nil, perr end
