@@ -51,9 +51,9 @@ install_suite() {
     else ifl=$((ifl + 1)); echo "install check failed: $name (log: $LOG/install-$name.log)"; tail -15 "$LOG/install-$name.log"; fi
   }
   clean() { env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$T" "$@"; }
-  embed_ok() { # the example's output: the timer fed the waiting command, and nothing was left
-    "$@" >"$T/embed.out" 2>&1; local rc=$?; cat "$T/embed.out"
-    [ "$rc" -eq 0 ] && grep -qx 'sandbox: got hello from tick 3' "$T/embed.out" &&
+  embed_ok() { # the example's output: the timer fed the waiting command, nothing was left, no error said
+    "$@" >"$T/embed.out" 2>"$T/embed.err"; local rc=$?; cat "$T/embed.out" "$T/embed.err"
+    [ "$rc" -eq 0 ] && [ ! -s "$T/embed.err" ] && grep -qx 'sandbox: got hello from tick 3' "$T/embed.out" &&
       grep -qx "embed: command exited 0; the program's timer ticked 3 times while it waited" "$T/embed.out" &&
       grep -qx 'embed: loop closed cleanly (no handle of moonbox left)' "$T/embed.out"
   }

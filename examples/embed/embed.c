@@ -16,7 +16,7 @@ static mb_runtime *rt;
 static uv_loop_t loop;
 static uv_timer_t timer;
 static int harness_ref = LUA_NOREF;
-static int ticks, fed, exit_code = 1;
+static int ticks, fed, feed_done, command_done, exit_code = 1;
 static mb_task *command_task, *feed_task, *close_task;
 
 static void push_harness(const char *fn) {
@@ -37,9 +37,17 @@ static void on_closed(mb_task *t, void *user) {
   uv_stop(&loop);
 }
 
+/* Closing cancels the calls still running: close once the command and the feed (if it was
+ * sent) have both answered. */
+static void close_when_done(void) {
+  if (!command_done || (fed && !feed_done) || close_task) return;
+  if (mb_runtime_close(rt, on_closed, NULL, &close_task) != MB_OK) { fail("close"); uv_stop(&loop); }
+}
+
 static void on_command_done(mb_task *t, void *user) {
   (void)user;
   uv_timer_stop(&timer);
+  command_done = 1;
   if (mb_task_status(t) == MB_OK && mb_task_push_results(t) == 1) {
     lua_State *L = mb_runtime_lua(rt);
     int code = (int)lua_tointeger(L, -1);
@@ -49,12 +57,14 @@ static void on_command_done(mb_task *t, void *user) {
   } else {
     fprintf(stderr, "embed: command failed: %s: %s\n", mb_task_errcode(t), mb_task_errmsg(t));
   }
-  if (mb_runtime_close(rt, on_closed, NULL, &close_task) != MB_OK) { fail("close"); uv_stop(&loop); }
+  close_when_done();
 }
 
 static void on_fed(mb_task *t, void *user) {
   (void)user;
   if (mb_task_status(t) != MB_OK) fprintf(stderr, "embed: feed failed: %s: %s\n", mb_task_errcode(t), mb_task_errmsg(t));
+  feed_done = 1;
+  close_when_done();
 }
 
 /* The program's own work: a timer on its loop. It asks the harness (an ordinary Lua call: no

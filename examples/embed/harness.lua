@@ -28,12 +28,18 @@ end
 -- true while the command runs and waits for its line.
 function H.waiting() return waiting end
 
--- Gives the running command its line and closes its stdin. → true | nil, err
+-- Gives the running command its line and closes its stdin. The command may read the line and
+-- end while this task waits on the write or the close: then there is nothing left to close.
+-- → true | nil, err
 function H.feed(_, line)
-  if not proc then return nil, mb.error("MB_CLOSED", "no command is running") end
-  local ok, err = proc.stdin:write(line .. "\n")
+  local p = proc
+  if not p then return nil, mb.error("MB_CLOSED", "no command is running") end
+  local ok, err = p.stdin:write(line .. "\n")
   if not ok then return nil, err end
-  return proc.stdin:close()
+  if proc ~= p then return true end
+  local closed, cerr = p.stdin:close()
+  if closed or proc ~= p then return true end
+  return nil, cerr
 end
 
 return H
