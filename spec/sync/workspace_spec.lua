@@ -338,6 +338,27 @@ t.close()
     end, 180000)
   end)
 
+  it("reports a pull's fetch in bytes against a total", function()
+    P.run(function()
+      local host, world = P.host_dir("pullprog"), P.scratch("pullprog")
+      assert(ctx.workspace:push{ from = host, to = world })          -- a pull needs a base
+      wok(("cd %s && head -c 300000 /dev/urandom > a && head -c 513 /dev/urandom > b && : > c"):format(q(world)))
+      local events = {}
+      assert(ctx.workspace:pull{ from = world, to = host, onProgress = function(e)
+        if e.phase == "fetch" then events[#events + 1] = e end
+      end })
+      assert.is_true(#events > 0)
+      local last = 0
+      for _, e in ipairs(events) do
+        -- headers and 512-byte blocks: 3 entries, 300000 → 300032, 513 → 1024, 0 → 0, and the end
+        assert.are.equal(1024 + 3 * 512 + 300032 + 1024, e.totalBytes)
+        assert.is_true(e.bytes >= last and e.bytes <= e.totalBytes, ("%d of %d"):format(e.bytes, e.totalBytes))
+        last = e.bytes
+      end
+      assert.is_true(last > 300000)
+    end)
+  end)
+
   it("survives a task collecting garbage all along (nothing C holds is collected)", function()
     P.run_gc(function()
       local host, world = P.host_dir("gc"), P.scratch("gc")

@@ -480,7 +480,14 @@ function W:_fetch(world, root, stage, from, need, limits, progress)
   end
   batches[#batches + 1] = cur
   local budget = limits.maxBytes
-  local total_files, got_files, got_bytes = #need, 0, 0
+  -- progress in archive bytes against what the archives will hold: a 512-byte header per entry,
+  -- its data in 512-byte blocks, 1 KiB of end per archive (long names add a little: clamped)
+  local total_files, got_files, streamed = #need, 0, 0
+  local total_bytes = 1024 * #batches
+  for _, c in ipairs(need) do
+    local size = c.s.t == "f" and (c.s.s or 0) or 0
+    total_bytes = total_bytes + 512 + (size + 511) // 512 * 512
+  end
   for bi, batch in ipairs(batches) do
     local names, want = {}, {}
     for i, c in ipairs(batch) do
@@ -510,8 +517,12 @@ function W:_fetch(world, root, stage, from, need, limits, progress)
       end
       local ok, werr = f:write(chunk)
       if not ok then s:close() f:close() return fail("SYNC_IO_ERROR", "cannot write " .. archive .. ": " .. tostring(werr)) end
-      if progress then progress{ phase = "fetch", files = got_files, totalFiles = total_files, bytes = got_bytes + n } end
+      if progress then
+        progress{ phase = "fetch", files = got_files, totalFiles = total_files, bytes = math.min(streamed + n, total_bytes),
+          totalBytes = total_bytes }
+      end
     end
+    streamed = streamed + n
     local facts, ferr = require("moonbox.world.common").finished(world, s, idle)
     local errtext = s:read_from("stderr", 0)
     s:close()
@@ -539,7 +550,7 @@ function W:_fetch(world, root, stage, from, need, limits, progress)
     if not ok then return nil, cerr end
     for _, it in ipairs(items) do
       budget = budget - (it.size or 0)
-      got_files, got_bytes = got_files + 1, got_bytes + (it.size or 0)
+      got_files = got_files + 1
     end
   end
   return true
