@@ -102,10 +102,14 @@ install_suite() {
   check lua-require lua_ok "$P/share/lua/5.4" "$P/lib/lua/5.4"
   check moonbox-installed clean sh -c "$P/bin/moonbox --help | grep -qF 'Lua modules: $P/bin/../share/lua/5.4' && $P/bin/moonbox policy env --from-host >/dev/null && $P/bin/moonbox dump-config $ROOT/examples/demo/compose.lua | grep -qF '$P/share/lua/5.4/moonbox/policies/env.lua'"
   check sandboxd-version clean sh -c "$P/bin/sandboxd --version | grep -qx \"sandboxd \$(sed -n 's/^#define MOONBOX_VERSION \"\\(.*\\)\"/\\1/p' $P/include/moonbox.h) (moonbox)\""
-  mkdir -p "$T/src/sandboxd" && cp -r core lua policies moonbox-dev-1.rockspec "$T/src/" &&
-    cp sandboxd/egress_rules.[ch] sandboxd/transforms.[ch] sandboxd/sniff.[ch] "$T/src/sandboxd/"   # core.egress
-  check luarocks-make sh -c "cd $T/src && luarocks --lua-version=5.4 make --tree=$T/rocks --deps-mode=none moonbox-dev-1.rockspec"
+  # the rock builds the whole project with its CMake (programs included) from a copy of the tree
+  mkdir -p "$T/src" && tar --exclude='./build*' --exclude=./.git --exclude=node_modules -cf - . | tar -xf - -C "$T/src"
+  check luarocks-make sh -c "cd $T/src && CMAKE_BUILD_PARALLEL_LEVEL=$JOBS luarocks --lua-version=5.4 make --tree=$T/rocks --deps-mode=none moonbox-dev-1.rockspec"
   check luarocks-require lua_ok "$T/rocks/share/lua/5.4" "$T/rocks/lib/lua/5.4"
+  # the demo from the rock alone: its moonbox finds its Lua tree, sandboxd and mbwrap (the copy's
+  # sources moved away so that nothing can come from them)
+  mv "$T/src" "$T/src.away"
+  check luarocks-demo clean sh -c "cd $ROOT/examples/demo && $T/rocks/bin/moonbox run compose.lua demo.lua | grep -q 'after disposal: local sandboxd running: false'"
   rm -rf "$T"
   add "$ip" "$ifl" "installed tree (cmake --install, pkg-config, embedding example, lua5.4, luarocks)"
 }
