@@ -46,6 +46,7 @@ build = {
         "core/lua_sync.c",
         "core/lua_util.c",
         "core/lua_egress.c",
+        "core/lua_tty.c",
         "sandboxd/egress_rules.c",   -- sandboxd's egress decision (core.egress)
         "sandboxd/transforms.c",     -- its per-host request transforms (network.rules)
         "sandboxd/sniff.c",          -- its host-name rules (as the egress proxy reads names)
