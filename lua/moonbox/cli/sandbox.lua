@@ -696,7 +696,8 @@ M.CONNECT_SHELL = { "/bin/bash", "-i", "-l" }
 M.CONNECT_TERM = "xterm-256color"
 M.CONNECT_KILL_MS = 3000       -- after a signal: how long the remote shell's SIGKILL may take
 
-local function connect_session(sb, s)
+-- → exit status | nil, err, began (the remote shell had had the terminal)
+local function session(sb, s)
   local m, core, errors = require "moonbox", require "moonbox.core", require "moonbox.errors"
   local done = m.event()
   local tty, pid, outcome, err, stop_pump, by_signal, raw_err
@@ -747,10 +748,11 @@ local function connect_session(sb, s)
     done:set(true)
   end)
   local ok, werr = pcall(done.wait, done)
-  -- every way out: the terminal as it was before anything else
+  -- every way out: the terminal as it was before anything else (the watches stay until then:
+  -- a signal meanwhile must not end the process with the terminal raw)
+  if tty then tty:restore() end
   for _, w in ipairs(watches) do w:close() end
   if stop_pump then pcall(stop_pump) end
-  if tty then tty:restore() end
   if not ok then s:close() error(werr, 0) end
   if by_signal or (err and pid and not outcome) then
     follower:cancel()
@@ -763,10 +765,15 @@ local function connect_session(sb, s)
   if by_signal then return 128 + (SIGNUM[by_signal] or 0) end
   if err then
     if raw_err then return nil, raw_err end
-    return nil, sb:explain(sb:stream_error(s, err), M.CONNECT_SHELL[1])
+    return nil, sb:explain(sb:stream_error(s, err), M.CONNECT_SHELL[1]), tty ~= nil
   end
   if not outcome then
-    return nil, errors.new("E2B_PROTOCOL", "the terminal's stream ended without the shell's exit status")
+    return nil, errors.new("E2B_PROTOCOL", "the terminal's stream ended without the shell's exit status"), tty ~= nil
+  end
+  if outcome.signal == "SIGKILL" then           -- the sandbox's end kills its processes: say so
+    local probe = errors.new("E2B_IO", "the shell was killed")
+    local gone = sb:explain(probe, M.CONNECT_SHELL[1])
+    if gone ~= probe then return nil, gone, true end
   end
   return M.exit_status(outcome)
 end
@@ -785,7 +792,10 @@ function commands.connect(cli, argv, i)
     local s, serr = sb:command(M.CONNECT_SHELL, { envs = { TERM = M.CONNECT_TERM }, pty = { rows = rows, cols = cols } },
       { stdout = { fd = 1 }, stderr = "discard" })
     if not s then return nil, serr end
-    return connect_session(sb, s)
+    local status, ferr, began = session(sb, s)
+    -- an error once the remote shell had the terminal: on a line of its own, not after its prompt
+    if began then io.stderr:write("\n") end
+    return status, ferr
   end
 end
 
