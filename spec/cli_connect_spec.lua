@@ -136,3 +136,41 @@ describe("moonbox sandbox connect #sandboxd", function()
     assert.truthy(err:find("^moonbox: sandbox connect: unexpected argument extra;"), err)
   end)
 end)
+
+describe("core.tty_raw, tty_size, tty_modes", function()
+  it("raw mode and back (restore, to-be-closed, once), the size; not a terminal is E2B_INVALID, a bad descriptor E2B_IO", function()
+    local script = os.tmpname()
+    cli.write(script, [[
+local core = require "moonbox.core"
+local function m(t) return ("%s %s %s %s"):format(t.icanon, t.echo, t.isig, t.opost) end
+local out = {}
+out[#out + 1] = "size " .. table.concat({ core.tty_size(0) }, " ")
+out[#out + 1] = "before " .. m(core.tty_modes(0))
+do
+  local t <close> = assert(core.tty_raw(0))
+  out[#out + 1] = "raw " .. m(core.tty_modes(0)) .. " fd " .. t:fd() .. " " .. tostring(t:restored())
+end
+out[#out + 1] = "closed " .. m(core.tty_modes(0))
+local t = assert(core.tty_raw(0))
+out[#out + 1] = "restore " .. tostring(t:restore()) .. " " .. tostring(t:restore()) .. " " .. tostring(t:restored())
+out[#out + 1] = "after " .. m(core.tty_modes(0))
+local p = assert(core.secret_pipe("x"))
+local _, e1 = core.tty_raw(p:fd())
+local _, e2 = core.tty_size(p:fd())
+local _, e3 = core.tty_modes(p:fd())
+p:close()
+local _, e4 = core.tty_raw(99)
+out[#out + 1] = "errors " .. e1.code .. " " .. e2.code .. " " .. e3.code .. " " .. e4.code
+out[#out + 1] = e1.message:gsub("%d+", "N")
+out[#out + 1] = "arg " .. tostring((pcall(core.tty_raw, -1)))
+io.write(table.concat(out, "\n"), "\n")
+]])
+    local r = on_pty(q(script), 25, 81, {})
+    os.remove(script)
+    assert.are.equal(0, r.status, r.output)
+    assert.are.equal(table.concat({
+      "size 25 81", "before true true true true", "raw false false false false fd 0 false", "closed true true true true",
+      "restore true true true", "after true true true true", "errors E2B_INVALID E2B_INVALID E2B_INVALID E2B_IO",
+      "tty_raw: descriptor N is not a terminal", "arg false" }, "\r\n") .. "\r\n", r.output)
+  end)
+end)
