@@ -11,8 +11,8 @@
  *   A descriptor (both of the above) is one owned fd: :fd() (raises once closed), :close() and
  *   :release() (the same; a lock's word), and the collector closes it too.
  *   core.signal(name, fn) → watch (:close()): fn() runs (protected, on the loop) whenever
- *       the process receives SIGTERM, SIGINT or SIGHUP; while any watch is open the signal no
- *       longer kills the process.
+ *       the process receives SIGTERM, SIGINT, SIGHUP or SIGWINCH (the terminal's size changed:
+ *       core.tty_size); while any watch is open the signal no longer kills the process.
  *   core.isatty(fd) → is descriptor fd a terminal (progress bars)
  *   core.loop_info() → { handles = libuv handles, active = active ones, idle_timers = stopped
  *       timers (kept in a pool for reuse) }
@@ -165,8 +165,8 @@ static void on_signal(uv_signal_t *s, int signum) {
 }
 
 static int l_signal(lua_State *L) {
-  static const char *const names[] = {"SIGTERM", "SIGINT", "SIGHUP", NULL};
-  static const int nums[] = {SIGTERM, SIGINT, SIGHUP};
+  static const char *const names[] = {"SIGTERM", "SIGINT", "SIGHUP", "SIGWINCH", NULL};
+  static const int nums[] = {SIGTERM, SIGINT, SIGHUP, SIGWINCH};
   int i = luaL_checkoption(L, 1, NULL, names);
   luaL_checktype(L, 2, LUA_TFUNCTION);
   mb_lua_host *h = mb_lua_host_of(L);

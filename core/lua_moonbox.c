@@ -20,6 +20,7 @@ int luaopen_moonbox_core(lua_State *L) {
   mb_lua_open_procstream(L);
   mb_lua_open_host(L);
   mb_lua_open_egress(L);
+  mb_lua_open_tty(L);
   mb_lua_open_sync(L);
   lua_pushliteral(L, MOONBOX_VERSION);
   lua_setfield(L, -2, "version");

@@ -31,6 +31,7 @@ void mb_lua_open_proc(lua_State *L);    /* lua_proc.c: host child processes (uv_
 void mb_lua_open_procstream(lua_State *L); /* lua_procstream.c: process streams decoded in C */
 void mb_lua_open_host(lua_State *L);    /* lua_host.c: pid, executable, memory, signals, locks */
 void mb_lua_open_egress(lua_State *L);  /* lua_egress.c: sandboxd's egress decision (core.egress) */
+void mb_lua_open_tty(lua_State *L);     /* lua_tty.c: the host terminal: raw mode and back, its size */
 
 /* lua_util.c: helpers for the binding files.
  * Every operational failure is `nil, err`: err is a table {code=, message=, ...} with the one

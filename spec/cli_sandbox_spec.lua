@@ -119,8 +119,8 @@ describe("moonbox sandbox #sandboxd", function()
     end
     local function hint(cmd) return ("; run 'moonbox %s --help' for usage\n"):format(cmd) end
     for _, c in ipairs({
-      { "sandbox", "moonbox: sandbox: which command? (create, list, info, kill, pause, resume, snapshot, host, metrics, logs, network, exec)" .. hint("sandbox") },
-      { "sandbox frob", "moonbox: sandbox: unknown subcommand frob (expected create, list, info, kill, pause, resume, snapshot, host, metrics, logs, network or exec)" .. hint("sandbox") },
+      { "sandbox", "moonbox: sandbox: which command? (create, list, info, kill, pause, resume, snapshot, host, metrics, logs, network, exec, connect)" .. hint("sandbox") },
+      { "sandbox frob", "moonbox: sandbox: unknown subcommand frob (expected create, list, info, kill, pause, resume, snapshot, host, metrics, logs, network, exec or connect)" .. hint("sandbox") },
       { "sandbox kil x", "moonbox: sandbox: unknown subcommand kil (did you mean kill?)" .. hint("sandbox") },
       { "sandbox create --templat x", "moonbox: sandbox create: unknown option --templat (did you mean --template?)" .. hint("sandbox create") },
       { "sandbox create --timeout 5x", "moonbox: sandbox create: --timeout 5x: expected seconds (300) or a duration with a unit (500ms, 90s, 5m, 1h)" .. hint("sandbox create") },

@@ -62,7 +62,7 @@ describe("the moonbox command line", function()
   end)
 
   it("--help on a group lists its commands with their descriptions", function()
-    for group, subs in pairs({ sandbox = { "create", "exec", "kill", "snapshot" }, secret = { "set", "delete" },
+    for group, subs in pairs({ sandbox = { "create", "exec", "connect", "kill", "snapshot" }, secret = { "set", "delete" },
         policy = { "env", "network" }, sync = { "push", "diff" } }) do
       for _, args in ipairs({ group .. " --help", group .. " -h", group .. " help" }) do
         local code, out, err = moonbox(args)

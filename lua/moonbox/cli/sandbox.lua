@@ -1,4 +1,4 @@
--- moonbox.cli.sandbox — `moonbox sandbox create|list|info|kill|pause|resume|snapshot|host|metrics|network`:
+-- moonbox.cli.sandbox — `moonbox sandbox create|list|info|kill|pause|resume|snapshot|host|metrics|logs|network|exec|connect`:
 -- the sandbox API (moonbox.e2b.client) from the shell, against the endpoint E2B's variables
 -- name (E2B_API_KEY, E2B_DOMAIN, or E2B_API_URL + E2B_SANDBOX_URL for a sandboxd). One request
 -- per command (list follows its pages); `--json` prints the API's objects for scripts. Exit
@@ -16,7 +16,8 @@ local NET_OPTS = { { "--allow-out X", "allow connections to X: an address, a CID
 M.COMMAND_HELP = {
   { path = "sandbox", about = "Call the sandbox API of the endpoint E2B's variables name (E2B_API_KEY, E2B_DOMAIN, or "
     .. "E2B_API_URL + E2B_SANDBOX_URL).",
-    commands = { "create", "list", "info", "kill", "pause", "resume", "snapshot", "host", "metrics", "logs", "network", "exec" } },
+    commands = { "create", "list", "info", "kill", "pause", "resume", "snapshot", "host", "metrics", "logs", "network", "exec",
+      "connect" } },
   { path = "sandbox create",
     usage = { "moonbox sandbox create [--template T] [--timeout D] [--metadata K=V]... [--env K=V]...",
       "[--allow-out X]... [--deny-out Y]... [--no-internet] [--no-public-traffic] [--json]" },
@@ -74,6 +75,14 @@ M.COMMAND_HELP = {
     notes = "The exit status is the command's (128 + N when signal N ended it). SIGINT, SIGTERM or SIGHUP here\n"
       .. "sends it SIGTERM (a second one SIGKILL). An error (no such sandbox, a paused one, a program that\n"
       .. "cannot start) is one line, exit 1." },
+  { path = "sandbox connect", usage = { "moonbox sandbox connect ID" },
+    about = "Open an interactive terminal in a running sandbox: its login shell on a new PTY the size of this terminal.",
+    args = { ID },
+    notes = "Every key goes to the sandbox's terminal (Ctrl-C too: it interrupts the remote program) while this\n"
+      .. "terminal is in raw mode; it is restored however the session ends. A resize of this terminal resizes\n"
+      .. "the remote one. The exit status is the shell's (exit 3 → 3). SIGINT, SIGTERM or SIGHUP here kill the\n"
+      .. "remote shell and exit 128 + N. stdin must be a terminal (else exit 2); an error (no such sandbox, a\n"
+      .. "paused one, the sandbox gone meanwhile) is one line, exit 1. The sandbox's lease is left alone." },
 }
 
 local function line(s) io.stdout:write(s, "\n") end
@@ -558,8 +567,9 @@ function M.exit_status(outcome)
 end
 
 -- The command's stdin: what this process reads on fd 0 (until EOF), sent to the process `pid`
--- as it comes. A local `cat` reads it (the loop goes on meanwhile) into a stream a task reads.
-local function pump_stdin(sb, s, pid)
+-- (to its PTY when `pty`) as it comes. A local `cat` reads it (the loop goes on meanwhile) into a
+-- stream a task reads. → stop()
+local function pump_stdin(sb, s, pid, pty)
   local m = require "moonbox"
   local reader = m.procstream.spawn({ argv = { "/bin/cat" }, stdin_inherit = true },
     { raw = true, stdout = "pipe", stderr = "discard" })
@@ -567,9 +577,9 @@ local function pump_stdin(sb, s, pid)
     while reader do
       local data = reader:read("stdout")
       if data == nil then break end                 -- EOF (or cat could not read)
-      if not sb:send_input(s, pid, data) then return end   -- the process has gone
+      if not sb:send_input(s, pid, data, pty) then return end   -- the process has gone
     end
-    sb:close_input(s, pid)
+    if not pty then sb:close_input(s, pid) end
   end)
   return function()
     task:cancel()
@@ -673,6 +683,119 @@ function commands.exec(cli, argv, i)
         command[1], pid and "" or " (it did not start)"))
     end
     return M.exit_status(outcome)
+  end
+end
+
+-- `connect ID`: an interactive login shell on a new PTY in a running sandbox, as E2B's CLI
+-- opens one (bash -i -l, TERM=xterm-256color), the size of this terminal. This terminal is in
+-- raw mode meanwhile (every byte typed goes to the PTY: ^C is the remote line discipline's to
+-- turn into SIGINT), the PTY's output goes to fd 1 as it comes, SIGWINCH resizes the PTY. The
+-- lease is left alone (as exec). → exit status: the shell's; 128 + N after SIGINT, SIGTERM or
+-- SIGHUP here (the remote shell is killed: it goes with its terminal).
+M.CONNECT_SHELL = { "/bin/bash", "-i", "-l" }
+M.CONNECT_TERM = "xterm-256color"
+M.CONNECT_KILL_MS = 3000       -- after a signal: how long the remote shell's SIGKILL may take
+
+-- → exit status | nil, err, began (the remote shell had had the terminal)
+local function session(sb, s)
+  local m, core, errors = require "moonbox", require "moonbox.core", require "moonbox.errors"
+  local done = m.event()
+  local tty, pid, outcome, err, stop_pump, by_signal, raw_err
+  local watches = {}
+  local resizing, again = false, false
+  local function resize()                        -- a task; one Update at a time, the latest size
+    if resizing then again = true return end
+    resizing = true
+    repeat
+      again = false
+      local r, c = core.tty_size(0)
+      if r and r > 0 and c > 0 then sb:resize(s, pid, r, c) end
+    until not again or done.is_set
+    resizing = false
+  end
+  local function started(p)
+    pid = p
+    local terr
+    tty, terr = core.tty_raw(0)
+    if not tty then raw_err, err = terr, terr return end
+    stop_pump = pump_stdin(sb, s, pid, true)
+    watches[#watches + 1] = core.signal("SIGWINCH", function() m.spawn(resize) end)
+    for _, sig in ipairs({ "SIGINT", "SIGTERM", "SIGHUP" }) do
+      watches[#watches + 1] = core.signal(sig, function()
+        by_signal = by_signal or sig
+        done:set(true)
+      end)
+    end
+    m.spawn(resize)                              -- it may have changed since the request
+  end
+  local follower = m.spawn(function()
+    while not err do
+      local facts, ferr = s:next_facts()
+      if not facts then err = ferr break end
+      for _, f in ipairs(facts) do
+        if f.kind == "start" and not pid then started(math.tointeger(f.pid))
+        elseif f.kind == "end" then
+          outcome = require("moonbox.subprocess.spec").outcome_from_end{ exitCode = f.exit_code, status = f.status }
+        elseif f.kind == "stream_error" then
+          err = err or require("moonbox.e2b.envd").rpc_error("process.Process/Start", f.code, f.message, 200)
+        end
+      end
+    end
+    if not err then
+      local ok, rerr = s:result()
+      if not ok and rerr then err = rerr end
+    end
+    done:set(true)
+  end)
+  local ok, werr = pcall(done.wait, done)
+  -- every way out: the terminal as it was before anything else (the watches stay until then:
+  -- a signal meanwhile must not end the process with the terminal raw)
+  if tty then tty:restore() end
+  for _, w in ipairs(watches) do w:close() end
+  if stop_pump then pcall(stop_pump) end
+  if not ok then s:close() error(werr, 0) end
+  if by_signal or (err and pid and not outcome) then
+    follower:cancel()
+    if pid and not outcome then                  -- an interactive bash ignores SIGTERM
+      local killer = m.spawn(function() return sb:signal_process(s, pid, "SIGKILL") end)
+      killer:join(M.CONNECT_KILL_MS)
+    end
+  end
+  s:close()
+  if by_signal then return 128 + (SIGNUM[by_signal] or 0) end
+  if err then
+    if raw_err then return nil, raw_err end
+    return nil, sb:explain(sb:stream_error(s, err), M.CONNECT_SHELL[1]), tty ~= nil
+  end
+  if not outcome then
+    return nil, errors.new("E2B_PROTOCOL", "the terminal's stream ended without the shell's exit status"), tty ~= nil
+  end
+  if outcome.signal == "SIGKILL" then           -- the sandbox's end kills its processes: say so
+    local probe = errors.new("E2B_IO", "the shell was killed")
+    local gone = sb:explain(probe, M.CONNECT_SHELL[1])
+    if gone ~= probe then return nil, gone, true end
+  end
+  return M.exit_status(outcome)
+end
+
+function commands.connect(cli, argv, i)
+  local _, args = parse_all(cli, argv, i, {}, "sandbox connect")
+  local id = id_arg(cli, args, 1, "connect")
+  no_more(cli, args, 2, "connect")
+  local core = require "moonbox.core"
+  if not core.isatty(0) then cli.usage_error("sandbox connect: stdin is not a terminal") end
+  return function(c)
+    local sb, err = c:attach(id)
+    if not sb then return nil, err end
+    local rows, cols = core.tty_size(0)
+    if not rows or rows < 1 or cols < 1 then rows, cols = 24, 80 end
+    local s, serr = sb:command(M.CONNECT_SHELL, { envs = { TERM = M.CONNECT_TERM }, pty = { rows = rows, cols = cols } },
+      { stdout = { fd = 1 }, stderr = "discard" })
+    if not s then return nil, serr end
+    local status, ferr, began = session(sb, s)
+    -- an error once the remote shell had the terminal: on a line of its own, not after its prompt
+    if began then io.stderr:write("\n") end
+    return status, ferr
   end
 end
 

@@ -84,7 +84,9 @@ end
 
 -- A program run directly (no wrapper, no shell), its output into the sinks of `sinks`
 -- ({ stdout =, stderr = }: moonbox.procstream sinks, raw bytes). opts: envs, cwd, user, stdin
--- (keep its stdin open for send_input / close_input). Facts: start (pid), end. → stream | nil, err
+-- (keep its stdin open for send_input / close_input), pty = { rows =, cols = } (on a new PTY of
+-- that size: its output is the stdout sink's, its input send_input(s, pid, data, true), resize).
+-- Facts: start (pid), end. → stream | nil, err
 function Sandbox:command(argv, opts, sinks)
   opts = opts or {}
   local args = {}
@@ -92,6 +94,7 @@ function Sandbox:command(argv, opts, sinks)
   local s, err = self.envd:process_stream(METHOD, {
     process = { cmd = argv[1], args = #args > 0 and args or nil, envs = opts.envs, cwd = opts.cwd },
     stdin = opts.stdin == true,
+    pty = opts.pty and { size = { cols = opts.pty.cols, rows = opts.pty.rows } } or nil,
   }, { raw = true, stdout = sinks.stdout, stderr = sinks.stderr }, { user = opts.user })
   if not s then return nil, self:explain(err, argv[1]) end
   return s
