@@ -102,13 +102,7 @@ static void download(sd_request *r, const fs_ctx *c) {
     else sd_reply_bytes(r, 200, "application/octet-stream", buf, got);
     free(buf);
   } else {
-    sd_stream *s = sd_stream_open(r, "application/octet-stream");
-    char *buf = malloc(64 * 1024);
-    ssize_t n;
-    while (s && buf && (n = read(fd, buf, 64 * 1024)) > 0)
-      if (sd_stream_send(s, buf, (size_t)n) != 0) break;
-    free(buf);
-    if (s) sd_stream_end(s);
+    sd_stream_fd(r, "application/octet-stream", fd);
   }
   close(fd);
 }

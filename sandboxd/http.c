@@ -446,6 +446,21 @@ int sd_stream_closed(const sd_stream *s) {
   return c;
 }
 
+#define SD_FD_CHUNK (64u << 10)
+void sd_stream_fd(sd_request *r, const char *content_type, int fd) {
+  sd_stream *s = sd_stream_open(r, content_type);
+  if (!s) return;
+  for (;;) {
+    void *p = sd_stream_reserve(s, SD_FD_CHUNK);
+    if (!p) break;                                   /* the client is gone */
+    ssize_t n;
+    do n = read(fd, p, SD_FD_CHUNK); while (n < 0 && errno == EINTR);
+    if (sd_stream_commit(s, n > 0 ? (size_t)n : 0) != 0 || n == 0) break;
+    if (n < 0) { sd_stream_fail(s); return; }       /* a read error: never a body that looks whole */
+  }
+  sd_stream_end(s);
+}
+
 void sd_stream_end(sd_stream *s) {
   pthread_mutex_lock(&s->mu);
   s->ended = true;
@@ -1075,29 +1090,21 @@ int sd_server_start(const sd_listen *ls, size_t n, const sd_hooks *hooks, char *
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG |
                      MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | (tls ? MHD_USE_TLS : 0);
     errno = 0;
-    if (tls)
-      l->d = MHD_start_daemon(flags, (uint16_t)ls[i].port, NULL, NULL, on_access, l,
-                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* must come first */
-                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                              MHD_OPTION_URI_LOG_CALLBACK, on_uri, l,
-                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, l,
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)4000,
-                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SD_WRITE_TIMEOUT_S,
-                              MHD_OPTION_HTTPS_MEM_CERT, ls[i].tls_cert,
-                              MHD_OPTION_HTTPS_MEM_KEY, ls[i].tls_key,
-                              MHD_OPTION_END);
-    else
-      l->d = MHD_start_daemon(flags, (uint16_t)ls[i].port, NULL, NULL, on_access, l,
-                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* must come first */
-                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                              MHD_OPTION_URI_LOG_CALLBACK, on_uri, l,
-                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, l,
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)4000,
-                              /* idle limit while a request is read; replies set their own (on_access) */
-                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SD_WRITE_TIMEOUT_S,
-                              MHD_OPTION_END);
+    /* TLS listeners add their certificate and key; the rest is the same for both */
+    struct MHD_OptionItem tls_opts[] = {{MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)ls[i].tls_cert},
+                                        {MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)ls[i].tls_key},
+                                        {MHD_OPTION_END, 0, NULL}};
+    l->d = MHD_start_daemon(flags, (uint16_t)ls[i].port, NULL, NULL, on_access, l,
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* must come first */
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                            MHD_OPTION_URI_LOG_CALLBACK, on_uri, l,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, l,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)4000,
+                            /* idle limit while a request is read; replies set their own (on_access) */
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SD_WRITE_TIMEOUT_S,
+                            MHD_OPTION_ARRAY, tls ? tls_opts : tls_opts + 2,
+                            MHD_OPTION_END);
     if (!l->d) {
       int e = errno;
       pthread_mutex_lock(&log_mu);

@@ -69,6 +69,9 @@ void *sd_stream_reserve(sd_stream *s, size_t n);
 int  sd_stream_commit(sd_stream *s, size_t k);
 int  sd_stream_closed(const sd_stream *s);
 void sd_stream_end(sd_stream *s);
+/* A streamed reply (200 + content_type) of fd's bytes from its offset to its end, read straight
+ * into the stream's queue; ends the stream (as broken on a read error). fd stays the caller's. */
+void sd_stream_fd(sd_request *r, const char *content_type, int fd);
 /* Ends the stream as broken: what is queued goes out, then the connection is cut without the end
  * of the body (a client sees a truncated response, never a complete one). s is invalid after. */
 void sd_stream_fail(sd_stream *s);

@@ -125,13 +125,7 @@ static void read_file(sd_request *r, volume *v) {
   int st = vol_open_file(v, sd_query(r, "path"), &fd, &size, msg, sizeof msg);
   if (st) { content_error(r, st, msg); return; }
   if (size == 0) { sd_reply_bytes(r, 200, "application/octet-stream", NULL, 0); close(fd); return; }
-  sd_stream *s = sd_stream_open(r, "application/octet-stream");
-  char *buf = malloc(64 * 1024);
-  ssize_t n;
-  while (s && buf && (n = read(fd, buf, 64 * 1024)) > 0)
-    if (sd_stream_send(s, buf, (size_t)n) != 0) break;
-  free(buf);
-  if (s) sd_stream_end(s);
+  sd_stream_fd(r, "application/octet-stream", fd);
   close(fd);
 }
 
