@@ -26,14 +26,7 @@ long long pidfile_starttime(pid_t pid) {
 int pidfile_write(const char *path, pid_t pid) {
   char info[64];
   snprintf(info, sizeof info, "%d %lld\n", (int)pid, pidfile_starttime(pid));
-  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return -1;
-  size_t len = strlen(info);
-  ssize_t w = write(fd, info, len);
-  int e = errno;
-  close(fd);
-  if (w != (ssize_t)len) { errno = w < 0 ? e : EIO; return -1; }
-  return 0;
+  return procfile_put(path, O_WRONLY | O_CREAT | O_EXCL, 0600, info);
 }
 
 void pidfile_kill(const char *path) {

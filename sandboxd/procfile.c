@@ -17,8 +17,10 @@ int procfile_read(const char *path, char *buf, size_t cap) {
   return 0;
 }
 
-int procfile_write(const char *path, const char *s) {
-  int fd = open(path, O_WRONLY | O_CLOEXEC);
+int procfile_write(const char *path, const char *s) { return procfile_put(path, O_WRONLY, 0, s); }
+
+int procfile_put(const char *path, int oflags, mode_t mode, const char *s) {
+  int fd = open(path, oflags | O_CLOEXEC, mode);
   if (fd < 0) return -1;
   size_t len = strlen(s);
   ssize_t w = write(fd, s, len);

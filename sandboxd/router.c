@@ -124,31 +124,30 @@ static bool match(const char *pattern, const char *path, char *seg, size_t cap, 
 /* ---- refusals ---- */
 
 static int refuse(char *body, size_t bodylen, int status, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* {"code": code, "message": msg} into body (a message that is not UTF-8 says so). → status */
+static int error_body(char *body, size_t bodylen, int status, json_t *code, const char *msg, const char *oom) {
+  json_t *m = json_string(msg);
+  json_t *j = json_pack("{s:o,s:o}", "code", code, "message", m ? m : json_string("(not UTF-8)"));
+  char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  json_decref(j);
+  snprintf(body, bodylen, "%s", s ? s : oom);
+  free(s);
+  return status;
+}
+
 static int refuse(char *body, size_t bodylen, int status, const char *fmt, ...) {
   char msg[512];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  json_t *m = json_string(msg);
-  json_t *j = json_pack("{s:i,s:o}", "code", status, "message", m ? m : json_string("(not UTF-8)"));
-  char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-  json_decref(j);
-  snprintf(body, bodylen, "%s", s ? s : "{\"code\":500,\"message\":\"out of memory\"}");
-  free(s);
-  return status;
+  return error_body(body, bodylen, status, json_integer(status), msg, "{\"code\":500,\"message\":\"out of memory\"}");
 }
 
 /* The volume content API's error shape: {"code": "<what>", "message"} (its Error has a string code). */
 static int refuse_volume(char *body, size_t bodylen, int status, const char *msg) {
   const char *code = status == 401 ? "unauthorized" : status == 404 ? "not_found" : "invalid_request";
-  json_t *m = json_string(msg);
-  json_t *j = json_pack("{s:s,s:o}", "code", code, "message", m ? m : json_string("(not UTF-8)"));
-  char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-  json_decref(j);
-  snprintf(body, bodylen, "%s", s ? s : "{\"code\":\"internal\",\"message\":\"out of memory\"}");
-  free(s);
-  return status;
+  return error_body(body, bodylen, status, json_string(code), msg, "{\"code\":\"internal\",\"message\":\"out of memory\"}");
 }
 
 /* E2B's edge's shape for a sandbox's refusals: {"sandboxId", "message", "code"}. */
