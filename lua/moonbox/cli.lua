@@ -1,4 +1,4 @@
--- moonbox.cli — the `moonbox` command line (core/main.c hands it argv; `sandboxd` and
+-- moonbox.cli — the `moonbox` command line (core/main.c hands it argv; `sandboxd [OPTIONS]` and
 -- `--version` are answered in C). Every command checks its input before any sandbox starts;
 -- a bad input is one line on stderr and a non-zero exit (2 for a usage mistake); a Lua
 -- traceback is printed only for a bug in a script (a raised string), or with --trace.
@@ -15,11 +15,13 @@ COMMANDS       moonbox --help | --version
 Commands: a script runs as the main task; `run` gives it ctx from a composition; `dump-config`
 prints a composition with every policy value and where it came from; `policy` explains a
 policy without starting a sandbox; `sandbox` calls the sandbox API (E2B_API_KEY, E2B_DOMAIN,
-or E2B_API_URL + E2B_SANDBOX_URL name the endpoint); `secret` keeps values in that endpoint's
-secret store for the network policy's rules (a value comes from stdin, a file or --prompt,
-never from argv, and is never shown); `sync` copies a host directory into the composition's
-world and brings back what changed there (`diff`: what `pull` would do); `sandboxd` is the
-local E2B-compatible server.
+or E2B_API_URL + E2B_SANDBOX_URL name the endpoint; with none of them, the background sandboxd);
+`secret` keeps values in that endpoint's secret store for the network policy's rules (a value
+comes from stdin, a file or --prompt, never from argv, and is never shown); `sync` copies a host
+directory into the composition's world and brings back what changed there (`diff`: what `pull`
+would do); `sandboxd start|stop|status` manage the per-user background sandboxd (the first
+sandbox, secret or sync command without an endpoint starts it); `sandboxd [OPTIONS...]` is the
+local E2B-compatible server in the foreground.
 CONCERN is env, lifecycle, timeouts, composition or network; FILE a policy file merged over
 the shipped defaults (and over the composition's own policies).
 NETWORK_HELP
@@ -88,6 +90,7 @@ function M.help_text(path)
     end
     t[#t + 1] = columns(rows)
     t[#t + 1] = ("\nrun 'moonbox %s COMMAND --help' for a command's usage\n"):format(path)
+    if h.notes then t[#t + 1] = "\n" .. h.notes .. (h.notes:sub(-1) == "\n" and "" or "\n") end
     return table.concat(t)
   end
   t[#t + 1] = usage_lines(path, h, "usage: ") .. "\n\n" .. h.about .. "\n"
@@ -223,11 +226,10 @@ M.HELP["sync diff"] = { usage = { "moonbox sync diff --compose C [--prefer sandb
     "[--gitignore] [--max-files N] [--max-bytes N] [--json] WORLDDIR HOSTDIR" },
   about = "Print what `sync pull` would do, without doing it.",
   args = M.HELP["sync pull"].args, options = PULL_OPTS }
-M.HELP["sandboxd"] = { usage = { "moonbox sandboxd [ARGS...]" }, about = "The local E2B-compatible server (sandboxd --help)." }
 
 -- Every command of a module (sandbox, secret, policy network): its help, its overview lines.
 local MODULE_PATHS = {}
-for _, mod in ipairs({ "moonbox.cli.network", "moonbox.cli.sandbox", "moonbox.cli.secret" }) do
+for _, mod in ipairs({ "moonbox.cli.network", "moonbox.cli.sandbox", "moonbox.cli.secret", "moonbox.cli.sandboxd" }) do
   for _, e in ipairs(require(mod).COMMAND_HELP) do
     M.HELP[e.path] = e
     if e.usage then MODULE_PATHS[#MODULE_PATHS + 1] = e.path end
@@ -237,7 +239,9 @@ end
 function M.overview()
   local paths = {}
   for _, p in ipairs(OVERVIEW_PATHS) do
-    if p == "sandboxd" then for _, q in ipairs(MODULE_PATHS) do if not q:match("^policy ") then paths[#paths + 1] = q end end end
+    if p == "sandboxd" then
+      for _, q in ipairs(MODULE_PATHS) do if not q:match("^policy ") and q ~= p then paths[#paths + 1] = q end end
+    end
     paths[#paths + 1] = p
   end
   local lines = M.overview_lines(paths):gsub("^%s+", "")
@@ -718,7 +722,7 @@ function M.main(argv, opts)
     local i = 1
     while argv[i] == "--trace" do ctl.trace = true; i = i + 1 end
     local cmd = argv[i]
-    if cmd == nil then usage_error("no command given (a SCRIPT.lua, or run, dump-config, policy, sync, sandbox, secret)") end
+    if cmd == nil then usage_error("no command given (a SCRIPT.lua, or run, dump-config, policy, sync, sandbox, secret, sandboxd)") end
     if cmd == "-h" or cmd == "--help" or cmd == "help" then
       out(M.overview())
       out(("Lua modules: %s (MOONBOX_HOME: a checkout or an install prefix to use instead)\n"):format(opts.lua_dir or
@@ -742,6 +746,7 @@ function M.main(argv, opts)
     end
     if cmd == "sandbox" then return require("moonbox.cli.sandbox").main(M, argv, i + 1) end
     if cmd == "secret" then return require("moonbox.cli.secret").main(M, argv, i + 1) end
+    if cmd == "sandboxd" then return require("moonbox.cli.sandboxd").main(M, argv, i + 1) end
     if cmd:sub(1, 1) == "-" then usage_error("unknown option %s", cmd) end
     return run_script(argv, i)
   end, handler)
