@@ -185,10 +185,12 @@ M.parse = parse
 
 local POLICY_OPT = { "--policy CONCERN=FILE", "a policy file merged over the defaults (repeatable; CONCERN: env, lifecycle, timeouts, composition or network)" }
 local COMPOSE_OPT = { "--compose C", "the composition whose policies apply (with --policy over them)" }
-M.HELP["run"] = { usage = { "moonbox run [--trace] [--policy CONCERN=FILE]... COMPOSE.lua SCRIPT.lua [ARGS...]" },
+M.HELP["run"] = { usage = { "moonbox run [--trace] [--policy CONCERN=FILE]... [--background-sandboxd] COMPOSE.lua SCRIPT.lua [ARGS...]" },
   about = "Run SCRIPT.lua as the main task with ctx from the composition COMPOSE.lua.",
   args = { { "COMPOSE.lua", "the composition (plugins, policies)" }, { "SCRIPT.lua", "the script; ARGS are its arg[1..]" } },
-  options = { { "--trace", "print where an operational error was raised" }, POLICY_OPT } }
+  options = { { "--trace", "print where an operational error was raised" }, POLICY_OPT,
+    { "--background-sandboxd", "with no E2B variable set, use the background sandboxd (moonbox sandboxd; started if needed) "
+      .. "instead of a sandboxd embedded for this run" } } }
 M.HELP["dump-config"] = { usage = { "moonbox dump-config [--policy CONCERN=FILE]... COMPOSE.lua" },
   about = "Print a composition with every policy value and where it came from.",
   args = { { "COMPOSE.lua", "the composition" } }, options = { POLICY_OPT } }
@@ -505,8 +507,26 @@ local function set_arg(argv, at)
   _G.arg = argt
 end
 
+-- With no E2B variable set, a composition with the e2b plugin uses the per-user background
+-- sandboxd (started now if it does not run) instead of an embedded one: `moonbox sync` always
+-- (a sandbox made by `moonbox sandbox create` lives there), `moonbox run --background-sandboxd`
+-- when asked. → true | nil, err
+local function background_endpoints(comp)
+  local uses_e2b = false
+  for _, rec in ipairs(comp.plugins) do
+    if rec.name == "e2b" and rec.config.apiKey == nil then uses_e2b = true end
+  end
+  if not uses_e2b or not require("moonbox.e2b.endpoints").resolve({}).local_sandboxd then return true end
+  local res = table.pack(require("moonbox").run(function()
+    return require("moonbox.e2b.background").ensure_endpoints{ timeouts = comp.policies.timeouts }
+  end))
+  if not res[1] then return nil, res[2] end
+  comp.e2b_endpoints = res[1]
+  return true
+end
+
 local function run_composition(argv, i, ctl)
-  local opts, pos = parse(argv, i, { ["--policy"] = "list", ["--trace"] = "flag" }, "run")
+  local opts, pos = parse(argv, i, { ["--policy"] = "list", ["--trace"] = "flag", ["--background-sandboxd"] = "flag" }, "run")
   ctl.trace = ctl.trace or opts["--trace"]
   local file, script = argv[pos], argv[pos + 1]
   if not file or not script then usage_error("run: expected COMPOSE.lua SCRIPT.lua [ARGS...]") end
@@ -520,6 +540,10 @@ local function run_composition(argv, i, ctl)
   if not comp then return nil, cerr end
   local chunk, lerr = loadfile(script, "t")
   if not chunk then return nil, errors.new("MB_SCRIPT", lerr) end
+  if opts["--background-sandboxd"] then
+    local bok, berr = background_endpoints(comp)
+    if not bok then return nil, berr end
+  end
   local args = table.move(argv, pos + 2, #argv, 1, {})
   set_arg(argv, pos + 1)
   local res = table.pack(compose.run(comp, script, table.unpack(args)))
@@ -609,6 +633,8 @@ local function sync_command(argv, i)
   local compose = require "moonbox.compose"
   local comp, cerr = compose.load(opts["--compose"], { policy_files = policy_files(opts["--policy"]) })
   if not comp then return nil, cerr end
+  ok, err = background_endpoints(comp)
+  if not ok then return nil, err end
   local core = require "moonbox.core"
   local json = opts["--json"]
   local tty = core.isatty(2)
