@@ -19,6 +19,7 @@ int luaopen_moonbox_core(lua_State *L) {
   mb_lua_open_proc(L);
   mb_lua_open_procstream(L);
   mb_lua_open_host(L);
+  mb_lua_open_daemon(L);
   mb_lua_open_egress(L);
   mb_lua_open_tty(L);
   mb_lua_open_sync(L);

@@ -30,6 +30,7 @@ void mb_lua_open_http(lua_State *L);    /* lua_http.c: requests and streams */
 void mb_lua_open_proc(lua_State *L);    /* lua_proc.c: host child processes (uv_spawn) */
 void mb_lua_open_procstream(lua_State *L); /* lua_procstream.c: process streams decoded in C */
 void mb_lua_open_host(lua_State *L);    /* lua_host.c: pid, executable, memory, signals, locks */
+void mb_lua_open_daemon(lua_State *L);  /* lua_daemon.c: a detached background program, its files and pid */
 void mb_lua_open_egress(lua_State *L);  /* lua_egress.c: sandboxd's egress decision (core.egress) */
 void mb_lua_open_tty(lua_State *L);     /* lua_tty.c: the host terminal: raw mode and back, its size */
 

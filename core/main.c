@@ -1,6 +1,8 @@
 /* main.c — the moonbox program: a runtime (runtime.c) on a loop of its own, handing argv to
  * the Lua command line (lua/moonbox/cli.lua). Two things are answered here, without Lua:
- * `moonbox sandboxd ...` execs the sandboxd next to this program, `moonbox --version`.
+ * `moonbox sandboxd [--options...]` execs the sandboxd next to this program (sandboxd takes
+ * options only: a word after `sandboxd` — start, stop, status — and --help are the Lua command
+ * line's, for the background sandboxd), and `moonbox --version`.
  * The Lua modules are found, in order: $MOONBOX_HOME (a checkout, or an install prefix),
  * <this program's directory>/MB_BIN_TO_LMOD (an installed tree), then the source tree this
  * binary was built from. */
@@ -100,7 +102,9 @@ static int cli(lua_State *L, int argc, char **argv, const char *dir) {
 }
 
 int main(int argc, char **argv) {
-  if (argc >= 2 && strcmp(argv[1], "sandboxd") == 0) return exec_sandboxd(argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "sandboxd") == 0 &&
+      (argc == 2 || (argv[2][0] == '-' && strcmp(argv[2], "--help") != 0 && strcmp(argv[2], "-h") != 0)))
+    return exec_sandboxd(argv + 1);
   if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
     printf("moonbox %s\n", mb_version());
     return 0;

@@ -375,9 +375,14 @@ describe("moonbox sandbox #sandboxd", function()
   end)
 
   it("names the missing endpoint, and a wrong key", function()
-    local code, _, err = moonbox("sandbox list", "env -u E2B_API_KEY -u E2B_API_URL -u E2B_SANDBOX_URL -u E2B_DOMAIN")
+    -- nothing set, and the background sandboxd (spec/cli_sandboxd_spec.lua) neither running nor to be started
+    local xdg = cli.tmpdir()
+    local code, _, err = moonbox("sandbox list", "env -u E2B_API_KEY -u E2B_API_URL -u E2B_SANDBOX_URL -u E2B_DOMAIN "
+      .. "MOONBOX_SANDBOXD_AUTOSTART=0 XDG_RUNTIME_DIR=" .. q(xdg))
+    os.execute("rm -rf " .. q(xdg))
     assert.are.equal(1, code)
     assert.truthy(err:find("E2B_CONFIG", 1, true), err)
+    assert.truthy(err:find("moonbox sandboxd start", 1, true), err)
     code, _, err = moonbox("sandbox list", "E2B_API_KEY=e2b_" .. ("1"):rep(40))
     assert.are.equal(1, code)
     assert.is_true(one_line(err), err)

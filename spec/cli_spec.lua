@@ -21,7 +21,8 @@ describe("the moonbox command line", function()
       assert.are.same({ 0, "" }, { code, err })
       assert.truthy(out:find("^usage: moonbox %[%-%-trace%] SCRIPT%.lua"), out)
       for _, cmd in ipairs({ "moonbox policy env", "moonbox sync push", "moonbox sandbox create", "moonbox sandbox exec ID",
-          "moonbox sandbox kill ID... | --all", "moonbox sandbox snapshot list", "moonbox secret set" }) do
+          "moonbox sandbox kill ID... | --all", "moonbox sandbox snapshot list", "moonbox secret set", "moonbox sandboxd start",
+          "moonbox sandboxd status [--json]", "moonbox sandboxd [OPTIONS...]" }) do
         assert.truthy(out:find("\n       " .. cmd, 1, true), cmd)
       end
       assert.truthy(out:match("Lua modules: /"), out)
@@ -33,13 +34,13 @@ describe("the moonbox command line", function()
     "sync push", "sync pull", "sync diff", "sandbox create", "sandbox list", "sandbox info", "sandbox kill",
     "sandbox pause", "sandbox resume", "sandbox snapshot", "sandbox snapshot list", "sandbox snapshot delete",
     "sandbox host", "sandbox metrics", "sandbox network", "sandbox exec", "secret set", "secret list", "secret info",
-    "secret delete" }
+    "secret delete", "sandboxd start", "sandboxd stop", "sandboxd status" }
   it("--help and -h on every command print its own usage, arguments and options, exit 0", function()
     for _, cmd in ipairs(commands) do
       for _, flag in ipairs({ "--help", "-h" }) do
         local code, out, err = moonbox(cmd .. " " .. flag)
         assert.are.same({ 0, "" }, { code, err }, cmd .. " " .. flag)
-        assert.truthy(out:find("^usage: moonbox " .. cmd:gsub("%-", "%%-") .. " "), cmd .. ": " .. out)
+        assert.truthy(out:find("^usage: moonbox " .. cmd:gsub("%-", "%%-") .. "[ \n]"), cmd .. ": " .. out)
         local about = out:match("^.-\n\n([^\n]+)\n")
         assert.truthy(about and about:match("^%u.*%.$"), cmd .. ": a one-line description: " .. out)
         assert.truthy(out:find("\nOptions:\n", 1, true), cmd .. ": " .. out)
@@ -63,7 +64,7 @@ describe("the moonbox command line", function()
 
   it("--help on a group lists its commands with their descriptions", function()
     for group, subs in pairs({ sandbox = { "create", "exec", "connect", "kill", "snapshot" }, secret = { "set", "delete" },
-        policy = { "env", "network" }, sync = { "push", "diff" } }) do
+        policy = { "env", "network" }, sync = { "push", "diff" }, sandboxd = { "start", "stop", "status" } }) do
       for _, args in ipairs({ group .. " --help", group .. " -h", group .. " help" }) do
         local code, out, err = moonbox(args)
         assert.are.same({ 0, "" }, { code, err }, args)
@@ -83,7 +84,7 @@ describe("the moonbox command line", function()
   -- A usage mistake is one line naming it and the command's --help, exit status 2, nothing on stdout.
   local function hint(cmd) return ("; run 'moonbox %s--help' for usage\n"):format(cmd and (cmd .. " ") or "") end
   local usage = {
-    { "no arguments", "", "moonbox: no command given (a SCRIPT.lua, or run, dump-config, policy, sync, sandbox, secret)" .. hint() },
+    { "no arguments", "", "moonbox: no command given (a SCRIPT.lua, or run, dump-config, policy, sync, sandbox, secret, sandboxd)" .. hint() },
     { "an unknown option", "--frobnicate", "moonbox: unknown option --frobnicate" .. hint() },
     { "an unknown option of run", "run --frobnicate c.lua s.lua", "moonbox: run: unknown option --frobnicate" .. hint("run") },
     { "a misspelt option", "policy env --jsn", "moonbox: policy env: unknown option --jsn (did you mean --json?)" .. hint("policy env") },

@@ -570,10 +570,11 @@ sys.stdout.write(str(os.WEXITSTATUS(st)) + "\n" + shown.decode(errors="replace")
     assert.are.equal(VALUE, stored().typed)
   end)
 
-  it("without an endpoint: one line saying the embedded sandboxd keeps no secrets", function()
-    local code, out, err = moonbox("secret list", { env = " " })
+  it("without an endpoint (and the background sandboxd neither running nor to be started): one line", function()
+    local code, out, err = moonbox("secret list", { env = "MOONBOX_SANDBOXD_AUTOSTART=0 XDG_RUNTIME_DIR=" .. q(dir) })
     assert.are.same({ 1, "" }, { code, out })
-    assert.truthy(err:find("^moonbox: E2B_CONFIG: no E2B endpoint: [^\n]*the embedded sandboxd lives for one run and keeps no secrets across runs\n$"), err)
+    assert.truthy(err:find("^moonbox: E2B_CONFIG: no E2B endpoint: [^\n]*start a local one with `moonbox sandboxd start`[^\n]*; "
+      .. "the embedded sandboxd of `moonbox run` lives for one run and keeps no secrets across runs\n$"), err)
   end)
 
   it("sandbox create --no-public-traffic; sandbox host prints the URL and the header to pass", function()

@@ -1,4 +1,4 @@
--- moonbox.cli — the `moonbox` command line (core/main.c hands it argv; `sandboxd` and
+-- moonbox.cli — the `moonbox` command line (core/main.c hands it argv; `sandboxd [OPTIONS]` and
 -- `--version` are answered in C). Every command checks its input before any sandbox starts;
 -- a bad input is one line on stderr and a non-zero exit (2 for a usage mistake); a Lua
 -- traceback is printed only for a bug in a script (a raised string), or with --trace.
@@ -15,11 +15,13 @@ COMMANDS       moonbox --help | --version
 Commands: a script runs as the main task; `run` gives it ctx from a composition; `dump-config`
 prints a composition with every policy value and where it came from; `policy` explains a
 policy without starting a sandbox; `sandbox` calls the sandbox API (E2B_API_KEY, E2B_DOMAIN,
-or E2B_API_URL + E2B_SANDBOX_URL name the endpoint); `secret` keeps values in that endpoint's
-secret store for the network policy's rules (a value comes from stdin, a file or --prompt,
-never from argv, and is never shown); `sync` copies a host directory into the composition's
-world and brings back what changed there (`diff`: what `pull` would do); `sandboxd` is the
-local E2B-compatible server.
+or E2B_API_URL + E2B_SANDBOX_URL name the endpoint; with none of them, the background sandboxd);
+`secret` keeps values in that endpoint's secret store for the network policy's rules (a value
+comes from stdin, a file or --prompt, never from argv, and is never shown); `sync` copies a host
+directory into the composition's world and brings back what changed there (`diff`: what `pull`
+would do); `sandboxd start|stop|status` manage the per-user background sandboxd (the first
+sandbox, secret or sync command without an endpoint starts it); `sandboxd [OPTIONS...]` is the
+local E2B-compatible server in the foreground.
 CONCERN is env, lifecycle, timeouts, composition or network; FILE a policy file merged over
 the shipped defaults (and over the composition's own policies).
 NETWORK_HELP
@@ -88,6 +90,7 @@ function M.help_text(path)
     end
     t[#t + 1] = columns(rows)
     t[#t + 1] = ("\nrun 'moonbox %s COMMAND --help' for a command's usage\n"):format(path)
+    if h.notes then t[#t + 1] = "\n" .. h.notes .. (h.notes:sub(-1) == "\n" and "" or "\n") end
     return table.concat(t)
   end
   t[#t + 1] = usage_lines(path, h, "usage: ") .. "\n\n" .. h.about .. "\n"
@@ -182,10 +185,12 @@ M.parse = parse
 
 local POLICY_OPT = { "--policy CONCERN=FILE", "a policy file merged over the defaults (repeatable; CONCERN: env, lifecycle, timeouts, composition or network)" }
 local COMPOSE_OPT = { "--compose C", "the composition whose policies apply (with --policy over them)" }
-M.HELP["run"] = { usage = { "moonbox run [--trace] [--policy CONCERN=FILE]... COMPOSE.lua SCRIPT.lua [ARGS...]" },
+M.HELP["run"] = { usage = { "moonbox run [--trace] [--policy CONCERN=FILE]... [--background-sandboxd] COMPOSE.lua SCRIPT.lua [ARGS...]" },
   about = "Run SCRIPT.lua as the main task with ctx from the composition COMPOSE.lua.",
   args = { { "COMPOSE.lua", "the composition (plugins, policies)" }, { "SCRIPT.lua", "the script; ARGS are its arg[1..]" } },
-  options = { { "--trace", "print where an operational error was raised" }, POLICY_OPT } }
+  options = { { "--trace", "print where an operational error was raised" }, POLICY_OPT,
+    { "--background-sandboxd", "with no E2B variable set, use the background sandboxd (moonbox sandboxd; started if needed) "
+      .. "instead of a sandboxd embedded for this run" } } }
 M.HELP["dump-config"] = { usage = { "moonbox dump-config [--policy CONCERN=FILE]... COMPOSE.lua" },
   about = "Print a composition with every policy value and where it came from.",
   args = { { "COMPOSE.lua", "the composition" } }, options = { POLICY_OPT } }
@@ -223,11 +228,10 @@ M.HELP["sync diff"] = { usage = { "moonbox sync diff --compose C [--prefer sandb
     "[--gitignore] [--max-files N] [--max-bytes N] [--json] WORLDDIR HOSTDIR" },
   about = "Print what `sync pull` would do, without doing it.",
   args = M.HELP["sync pull"].args, options = PULL_OPTS }
-M.HELP["sandboxd"] = { usage = { "moonbox sandboxd [ARGS...]" }, about = "The local E2B-compatible server (sandboxd --help)." }
 
 -- Every command of a module (sandbox, secret, policy network): its help, its overview lines.
 local MODULE_PATHS = {}
-for _, mod in ipairs({ "moonbox.cli.network", "moonbox.cli.sandbox", "moonbox.cli.secret" }) do
+for _, mod in ipairs({ "moonbox.cli.network", "moonbox.cli.sandbox", "moonbox.cli.secret", "moonbox.cli.sandboxd" }) do
   for _, e in ipairs(require(mod).COMMAND_HELP) do
     M.HELP[e.path] = e
     if e.usage then MODULE_PATHS[#MODULE_PATHS + 1] = e.path end
@@ -237,7 +241,9 @@ end
 function M.overview()
   local paths = {}
   for _, p in ipairs(OVERVIEW_PATHS) do
-    if p == "sandboxd" then for _, q in ipairs(MODULE_PATHS) do if not q:match("^policy ") then paths[#paths + 1] = q end end end
+    if p == "sandboxd" then
+      for _, q in ipairs(MODULE_PATHS) do if not q:match("^policy ") and q ~= p then paths[#paths + 1] = q end end
+    end
     paths[#paths + 1] = p
   end
   local lines = M.overview_lines(paths):gsub("^%s+", "")
@@ -501,8 +507,26 @@ local function set_arg(argv, at)
   _G.arg = argt
 end
 
+-- With no E2B variable set, a composition with the e2b plugin uses the per-user background
+-- sandboxd (started now if it does not run) instead of an embedded one: `moonbox sync` always
+-- (a sandbox made by `moonbox sandbox create` lives there), `moonbox run --background-sandboxd`
+-- when asked. → true | nil, err
+local function background_endpoints(comp)
+  local uses_e2b = false
+  for _, rec in ipairs(comp.plugins) do
+    if rec.name == "e2b" and rec.config.apiKey == nil then uses_e2b = true end
+  end
+  if not uses_e2b or not require("moonbox.e2b.endpoints").resolve({}).local_sandboxd then return true end
+  local res = table.pack(require("moonbox").run(function()
+    return require("moonbox.e2b.background").ensure_endpoints{ timeouts = comp.policies.timeouts }
+  end))
+  if not res[1] then return nil, res[2] end
+  comp.e2b_endpoints = res[1]
+  return true
+end
+
 local function run_composition(argv, i, ctl)
-  local opts, pos = parse(argv, i, { ["--policy"] = "list", ["--trace"] = "flag" }, "run")
+  local opts, pos = parse(argv, i, { ["--policy"] = "list", ["--trace"] = "flag", ["--background-sandboxd"] = "flag" }, "run")
   ctl.trace = ctl.trace or opts["--trace"]
   local file, script = argv[pos], argv[pos + 1]
   if not file or not script then usage_error("run: expected COMPOSE.lua SCRIPT.lua [ARGS...]") end
@@ -516,6 +540,10 @@ local function run_composition(argv, i, ctl)
   if not comp then return nil, cerr end
   local chunk, lerr = loadfile(script, "t")
   if not chunk then return nil, errors.new("MB_SCRIPT", lerr) end
+  if opts["--background-sandboxd"] then
+    local bok, berr = background_endpoints(comp)
+    if not bok then return nil, berr end
+  end
   local args = table.move(argv, pos + 2, #argv, 1, {})
   set_arg(argv, pos + 1)
   local res = table.pack(compose.run(comp, script, table.unpack(args)))
@@ -605,6 +633,8 @@ local function sync_command(argv, i)
   local compose = require "moonbox.compose"
   local comp, cerr = compose.load(opts["--compose"], { policy_files = policy_files(opts["--policy"]) })
   if not comp then return nil, cerr end
+  ok, err = background_endpoints(comp)
+  if not ok then return nil, err end
   local core = require "moonbox.core"
   local json = opts["--json"]
   local tty = core.isatty(2)
@@ -718,7 +748,7 @@ function M.main(argv, opts)
     local i = 1
     while argv[i] == "--trace" do ctl.trace = true; i = i + 1 end
     local cmd = argv[i]
-    if cmd == nil then usage_error("no command given (a SCRIPT.lua, or run, dump-config, policy, sync, sandbox, secret)") end
+    if cmd == nil then usage_error("no command given (a SCRIPT.lua, or run, dump-config, policy, sync, sandbox, secret, sandboxd)") end
     if cmd == "-h" or cmd == "--help" or cmd == "help" then
       out(M.overview())
       out(("Lua modules: %s (MOONBOX_HOME: a checkout or an install prefix to use instead)\n"):format(opts.lua_dir or
@@ -742,6 +772,7 @@ function M.main(argv, opts)
     end
     if cmd == "sandbox" then return require("moonbox.cli.sandbox").main(M, argv, i + 1) end
     if cmd == "secret" then return require("moonbox.cli.secret").main(M, argv, i + 1) end
+    if cmd == "sandboxd" then return require("moonbox.cli.sandboxd").main(M, argv, i + 1) end
     if cmd:sub(1, 1) == "-" then usage_error("unknown option %s", cmd) end
     return run_script(argv, i)
   end, handler)

@@ -251,7 +251,9 @@ end
 -- Instantiate plugins in order on a fresh ctx. Must run inside a moonbox task (plugins do I/O).
 -- → ctx, loaded | nil, err (everything loaded so far is disposed again, in reverse)
 function compose.start(comp)
-  local ctx = { policies = comp.policies, composition = comp }
+  -- e2b_endpoints: where the e2b plugin's endpoint is when no E2B variable names one (the
+  -- background sandboxd, set by `moonbox sync` and `moonbox run --background-sandboxd`)
+  local ctx = { policies = comp.policies, composition = comp, e2b_endpoints = comp.e2b_endpoints }
   local loaded = {}
   for _, rec in ipairs(comp.plugins) do
     local ok, inst, err = pcall(rec.impl.new, ctx, rec.config)

@@ -4,12 +4,13 @@
 // signature of that run may be in any of them. First the scanner proves it catches a key on a
 // command line (and, as root, in an environment another user can read); then moonbox with its
 // embedded sandboxd runs a composition that spawns commands, terminals and file operations; then
-// the official SDK drives a sandboxd of its own; last, sandboxd's own ways to take a key.
+// the CLI drives the per-user background sandboxd (moonbox sandboxd); then the official SDK
+// drives a sandboxd of its own; last, sandboxd's own ways to take a key.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -140,6 +141,62 @@ test('moonbox with its embedded sandboxd: no key or token of the run on any comm
     for (const l of ['sandboxd', 'command', 'terminal']) assert.ok(report.seen[l] >= 100, `${l} seen in ${report.seen[l]} scans`)
   } finally {
     if (mb && mb.exitCode === null) mb.kill('SIGTERM')
+    sc.kill()
+    rmSync(dir, { recursive: true, force: true })
+  }
+})
+
+test('moonbox sandboxd (the per-user background one) and the CLI on it: no key or token on any command line', T, async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'mb-secrets-bg-'))
+  const moonbox = path.join(BUILD, 'bin', 'moonbox')
+  // E2B_* unset: `moonbox sandbox` uses the background sandboxd, started by the first command
+  const env = { PATH: process.env.PATH, HOME: process.env.HOME ?? '/root', MB_BUILD_DIR: BUILD, XDG_RUNTIME_DIR: dir }
+  /** `moonbox ARGS` → { code, out, err } */
+  const mb = (args) => new Promise((resolve) => {
+    const p = spawn(moonbox, args, { env, stdio: ['ignore', 'pipe', 'pipe'] })
+    let out = '', err = ''
+    p.stdout.on('data', (d) => (out += d))
+    p.stderr.on('data', (d) => (err += d))
+    p.on('exit', (code) => resolve({ code, out, err }))
+  })
+  const state = path.join(dir, 'moonbox', 'sandboxd')
+  const sc = startScanner()
+  try {
+    sc.watch('sandboxd', `${path.join(BUILD, 'bin', 'sandboxd')} --listen 127.0.0.1:0 --api-key-file ${state}/api-key`)
+    sc.watch('init', 'sandboxd-init ')
+    const m = randomBytes(4).toString('hex')
+    sc.watch('command', `sleep 600; : mb-secrets-bg-${m}`)
+    let r = await mb(['sandbox', 'create', '--timeout', '5m', '--json'])
+    assert.equal(r.code, 0, r.err)
+    assert.match(r.err, /^moonbox: started a local sandboxd \(moonbox sandboxd stop ends it\)\n$/)
+    const id = JSON.parse(r.out).sandboxId
+    const key = readFileSync(path.join(state, 'api-key'), 'utf8').trim()
+    assert.match(key, /^e2b_[0-9a-f]{40}$/)
+    sc.secret('api-key', key)
+    r = await mb(['sandbox', 'exec', id, '-b', '--', 'sh', '-c', `sleep 600; : mb-secrets-bg-${m}`])
+    assert.equal(r.code, 0, r.err)
+    // more commands while the scanner looks: each one reads the key from its file
+    let churning = true
+    const churn = (async () => {
+      for (let n = 0; churning; n++) {
+        const c = await mb(['sandbox', 'exec', id, '--', 'echo', `churn-${n}`])
+        assert.equal(c.code, 0, c.err)
+        assert.equal((await mb(['sandboxd', 'status'])).code, 0)
+      }
+    })()
+    await sc.sawAll(['sandboxd', 'init', 'command'])
+    churning = false
+    await churn
+    r = await mb(['sandboxd', 'stop'])
+    assert.equal(r.code, 0, r.err)
+    assert.match(r.out, /^stopped sandboxd \(pid \d+\): 1 sandbox destroyed/)
+    const { code, report } = await sc.finish()
+    assert.deepEqual(report.leaks, [], 'secrets found')
+    assert.equal(code, 0)
+    assert.deepEqual(report.secrets, ['api-key'])
+    for (const l of ['sandboxd', 'command']) assert.ok(report.seen[l] >= 100, `${l} seen in ${report.seen[l]} scans`)
+  } finally {
+    await mb(['sandboxd', 'stop'])
     sc.kill()
     rmSync(dir, { recursive: true, force: true })
   }

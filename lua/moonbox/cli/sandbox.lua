@@ -1,6 +1,7 @@
 -- moonbox.cli.sandbox — `moonbox sandbox create|list|info|kill|pause|resume|snapshot|host|metrics|logs|network|exec|connect`:
 -- the sandbox API (moonbox.e2b.client) from the shell, against the endpoint E2B's variables
--- name (E2B_API_KEY, E2B_DOMAIN, or E2B_API_URL + E2B_SANDBOX_URL for a sandboxd). One request
+-- name (E2B_API_KEY, E2B_DOMAIN, or E2B_API_URL + E2B_SANDBOX_URL for a sandboxd), or with none
+-- of them the per-user background sandboxd (moonbox.e2b.background, started if needed). One request
 -- per command (list follows its pages); `--json` prints the API's objects for scripts. Exit
 -- status: 0 done, 1 the API refused (one line naming the id), 2 a usage mistake.
 local M = {}
@@ -15,7 +16,7 @@ local NET_OPTS = { { "--allow-out X", "allow connections to X: an address, a CID
 -- Each command's help (moonbox.cli's M.HELP), in the order of `moonbox sandbox --help`.
 M.COMMAND_HELP = {
   { path = "sandbox", about = "Call the sandbox API of the endpoint E2B's variables name (E2B_API_KEY, E2B_DOMAIN, or "
-    .. "E2B_API_URL + E2B_SANDBOX_URL).",
+    .. "E2B_API_URL + E2B_SANDBOX_URL), else of the background sandboxd (moonbox sandboxd).",
     commands = { "create", "list", "info", "kill", "pause", "resume", "snapshot", "host", "metrics", "logs", "network", "exec",
       "connect" } },
   { path = "sandbox create",
@@ -803,9 +804,14 @@ end
 function M.main(cli, argv, i)
   local sub = cli.subcommand("sandbox", argv, i, M.COMMAND_HELP[1].commands)
   local act = commands[sub](cli, argv, i + 1)     -- usage is checked before any request
-  local c, cerr = require("moonbox.e2b.client").new{}
-  if not c then return nil, cerr end
-  local res = table.pack(require("moonbox").run(function() return act(c) end))
+  local res = table.pack(require("moonbox").run(function()
+    -- E2B's variables, else the background sandboxd (started now when it does not run)
+    local ep, eerr = require("moonbox.e2b.background").ensure_endpoints()
+    if not ep then return nil, eerr end
+    local c, cerr = require("moonbox.e2b.client").new{ endpoints = ep }
+    if not c then return nil, cerr end
+    return act(c)
+  end))
   local err = res[2]
   if res[1] == nil and type(err) == "table" and err.code == "E2B_NOT_FOUND" then
     -- the same words whichever request found no such sandbox

@@ -1,7 +1,8 @@
 -- moonbox.cli.secret — `moonbox secret set|list|info|delete`: the secret store (E2B's /secrets)
 -- from the shell, against the endpoint E2B's variables name (E2B_API_KEY, E2B_DOMAIN, or
--- E2B_API_URL + E2B_SANDBOX_URL for a sandboxd of your own: the embedded sandboxd lives for one
--- run, and its store with it). A value is read from stdin or a file, never from the command line
+-- E2B_API_URL + E2B_SANDBOX_URL for a sandboxd of your own), else the per-user background
+-- sandboxd (moonbox sandboxd: its store outlives its restarts; the embedded sandboxd of `moonbox
+-- run` lives for one run, and its store with it). A value is read from stdin or a file, never from the command line
 -- (which every local user can read), and is never printed: no answer of the store carries one.
 -- Exit status: 0 done, 1 the store refused (one line naming the secret), 2 a usage mistake.
 local R = require "moonbox.policy.rules"
@@ -177,12 +178,19 @@ function M.main(cli, argv, i)
   local sub = cli.subcommand("secret", argv, i, M.COMMAND_HELP[1].commands)
   local cmd = commands[sub]
   local act = cmd(cli, argv, i + 1)              -- usage is checked (and the value read) before any request
-  local c, cerr = client_mod().new{}
-  if not c then
-    cerr.message = cerr.message .. "; the embedded sandboxd lives for one run and keeps no secrets across runs"
-    return nil, cerr
-  end
-  local res = table.pack(require("moonbox").run(function() return act(c) end))
+  local res = table.pack(require("moonbox").run(function()
+    -- E2B's variables, else the background sandboxd (started now when it does not run)
+    local ep, eerr = require("moonbox.e2b.background").ensure_endpoints()
+    if not ep then
+      if eerr.code == "E2B_CONFIG" then
+        eerr.message = eerr.message .. "; the embedded sandboxd of `moonbox run` lives for one run and keeps no secrets across runs"
+      end
+      return nil, eerr
+    end
+    local c, cerr = client_mod().new{ endpoints = ep }
+    if not c then return nil, cerr end
+    return act(c)
+  end))
   return table.unpack(res, 1, res.n)
 end
 

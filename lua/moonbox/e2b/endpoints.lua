@@ -48,6 +48,15 @@ function M.resolve(config, getenv)
   return e
 end
 
+-- Points resolved endpoints `e` (nothing configured) at another sandboxd's `other` (the
+-- background sandboxd's): its key and URLs, plain loopback HTTP (no CA, no connect-to rules).
+function M.use(e, other)
+  e.api_key, e.api_url, e.sandbox_url = other.api_key, other.api_url, other.sandbox_url
+  e.transport = { }
+  e.local_sandboxd, e.background = false, true
+  return e
+end
+
 -- A connect-to rule (HOST:PORT:TO-HOST:TO-PORT, libcurl's CONNECT_TO) → nil | what is wrong.
 function M.check_connect_to(v)
   if type(v) ~= "string" or select(2, v:gsub(":", "")) < 3 or v:find("[%s,]") then

@@ -146,6 +146,11 @@ function Owner:_setup()
   local info, err
   if self.config.sandboxId then
     info, err = self.api:connect(self.config.sandboxId, self.config.timeoutMs)
+    if not info and err.code == "E2B_NOT_FOUND" and self.sandboxd then
+      -- a sandbox of `moonbox sandbox create` lives in the background sandboxd, not in this run's
+      err.message = err.message .. " (this run's embedded sandboxd starts with no sandboxes: for one made by "
+        .. "`moonbox sandbox create` without E2B variables, use `moonbox run --background-sandboxd`)"
+    end
   else
     local c = self.config
     local ok, cerr = self:_check_secrets()
@@ -476,6 +481,8 @@ function M.new(ctx, config)
     timeouts = policies.timeouts or require("moonbox.policies").default("timeouts"),
   }, Owner)
   self.endpoints = endpoints.resolve(config, ctx.getenv)
+  -- nothing configured, and the caller chose the background sandboxd over an embedded one
+  if self.endpoints.local_sandboxd and ctx.e2b_endpoints then endpoints.use(self.endpoints, ctx.e2b_endpoints) end
   self.getenv = ctx.getenv or os.getenv
   -- The rules' host variables are read now, before anything starts: an unset one is the
   -- composition's error, and no sandboxd or sandbox is made for it. A sandbox we only connect
@@ -489,8 +496,9 @@ function M.new(ctx, config)
       for _, h in ipairs(R.headers(p.rules)) do
         if h.secret then
           return nil, errors.new("E2B_CONFIG", ("%s: secret %s: no E2B endpoint is configured, and the embedded "
-            .. "sandboxd starts with an empty secret store for each run: use fromEnv, or run a sandboxd of your own "
-            .. "(E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY) and `moonbox secret set %s`"):format(rule_text(p, h), h.secret, h.secret),
+            .. "sandboxd starts with an empty secret store for each run: use fromEnv, or `moonbox secret set %s` and "
+            .. "`moonbox run --background-sandboxd` (the background sandboxd keeps its store), or run a sandboxd of your "
+            .. "own (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY)"):format(rule_text(p, h), h.secret, h.secret),
             { secret = h.secret })
         end
       end
