@@ -45,6 +45,19 @@ end
 local function out(s) io.stdout:write(s) end
 M.usage_error = usage_error
 
+-- delete(ref) for each ref in turn, as `kill`, `snapshot delete` and `secret delete` do:
+-- true → prints done(ref); false → E2B_NOT_FOUND "<what> <ref> not found"; nil, err → err.
+-- → 0 | nil, err (the first refusal; the refs before it are done)
+function M.delete_each(refs, delete, what, done)
+  for _, ref in ipairs(refs) do
+    local ok, err = delete(ref)
+    if ok == nil then return nil, err end
+    if not ok then return nil, require("moonbox.errors").new("E2B_NOT_FOUND", ("%s %s not found"):format(what, ref)) end
+    io.stdout:write(done(ref), "\n")
+  end
+  return 0
+end
+
 ------------------------------------------------------------------------------------------------
 -- --help: every command's own usage. M.HELP[path] = { usage = { first line, continuation... },
 -- about = one line, args = { { NAME, text } }, options = { { "--flag V", text } }, notes = text }

@@ -320,10 +320,6 @@ end
 
 -- "sandbox X not found", the same words for every command that names a sandbox the API does
 -- not know.
-local function not_found(id)
-  return require("moonbox.errors").new("E2B_NOT_FOUND", ("sandbox %s not found"):format(id))
-end
-
 function commands.kill(cli, argv, i)
   local opts, args = parse_all(cli, argv, i, { ["--all"] = "flag", ["--metadata"] = "list" }, "sandbox kill")
   local md = pairs_opt(cli, opts["--metadata"], "sandbox kill", "--metadata")
@@ -347,13 +343,7 @@ function commands.kill(cli, argv, i)
   local ids = {}
   for k = 1, #args do ids[#ids + 1] = id_arg(cli, args, k, "kill") end
   return function(c)
-    for _, id in ipairs(ids) do
-      local ok, err = c:kill(id)
-      if ok == nil then return nil, err end
-      if not ok then return nil, not_found(id) end
-      line("killed " .. id)
-    end
-    return 0
+    return cli.delete_each(ids, function(id) return c:kill(id) end, "sandbox", function(id) return "killed " .. id end)
   end
 end
 
@@ -417,13 +407,8 @@ function snapshot_sub.delete(cli, argv, i)
     if a == "" then cli.usage_error("sandbox snapshot delete: a snapshot id must not be empty") end
   end
   return function(c)
-    for _, ref in ipairs(args) do
-      local ok, err = c:deleteSnapshot(ref)
-      if ok == nil then return nil, err end
-      if not ok then return nil, require("moonbox.errors").new("E2B_NOT_FOUND", ("snapshot %s not found"):format(ref)) end
-      line("deleted snapshot " .. ref)
-    end
-    return 0
+    return cli.delete_each(args, function(ref) return c:deleteSnapshot(ref) end, "snapshot",
+      function(ref) return "deleted snapshot " .. ref end)
   end
 end
 

@@ -163,13 +163,8 @@ function commands.delete(cli, argv, i)
   local names = {}
   for _, a in ipairs(args) do names[#names + 1] = name_arg(cli, a, "delete") end
   return function(c)
-    for _, name in ipairs(names) do
-      local ok, err = c:deleteSecret(name)
-      if ok == nil then return nil, err end
-      if not ok then return nil, require("moonbox.errors").new("E2B_NOT_FOUND", ("secret %s not found"):format(name)) end
-      line("deleted " .. name)
-    end
-    return 0
+    return cli.delete_each(names, function(name) return c:deleteSecret(name) end, "secret",
+      function(name) return "deleted " .. name end)
   end
 end
 
