@@ -194,7 +194,7 @@ function Client:create(o)
   end
   if o.timeoutMs ~= nil then check_ms(o.timeoutMs, "create") end
   for _, f in ipairs{ "metadata", "envVars" } do
-    local bad = o[f] ~= nil and (type(o[f]) ~= "table" and "must be a table" or require("moonbox.e2b").string_map(o[f]))
+    local bad = o[f] ~= nil and (type(o[f]) ~= "table" and "must be a table" or S.string_map(o[f]))
     if bad then error(("e2b: create: %s %s"):format(f, bad), 2) end
   end
   for _, f in ipairs{ "allowInternetAccess", "autoPause", "secure" } do
@@ -409,7 +409,7 @@ local function check_secret(name, value, o, what)
   end
   local md = o and o.metadata
   if md ~= nil then
-    local mbad = type(md) ~= "table" and "must be a table" or require("moonbox.e2b").string_map(md)
+    local mbad = type(md) ~= "table" and "must be a table" or S.string_map(md)
     if mbad then error(("e2b: %s: metadata %s"):format(what, mbad), 3) end
   end
 end

@@ -13,6 +13,7 @@
 -- stops it at teardown (moonbox.e2b.launcher). The pieces: owner.lua (lifecycle),
 -- sandbox.lua (the handle providers use), envd.lua and api.lua (the wire), endpoints.lua,
 -- launcher.lua.
+local S = require "moonbox.policy.schema"
 local owner = require "moonbox.e2b.owner"
 local endpoints = require "moonbox.e2b.endpoints"
 
@@ -40,8 +41,8 @@ M.schema = {
     end },
   sandboxId = { type = "string", check = function(v) if not v:match("^[%w]+$") then return "must be alphanumeric" end end },
   template = { type = "string", check = function(v) if v == "" then return "must be a template or snapshot name" end end },
-  metadata = { type = "table", check = function(v) return M.string_map(v) end },
-  envVars = { type = "table", check = function(v) return M.string_map(v) end },
+  metadata = { type = "table", check = S.string_map },
+  envVars = { type = "table", check = S.string_map },
   allowInternetAccess = { type = "boolean" },
   allowPublicTraffic = { type = "boolean" },
   autoPause = { type = "boolean" },
@@ -61,13 +62,6 @@ M.schema = {
   end },
 }
 
--- A table of name = string (metadata, envVars) → nil | what is wrong.
-function M.string_map(t)
-  for k, v in pairs(t) do
-    if type(k) ~= "string" or k == "" then return ("has a key that is not a non-empty string: %s"):format(tostring(k)) end
-    if type(v) ~= "string" then return ("[%q] must be a string, got %s"):format(k, type(v)) end
-  end
-end
 
 -- Checked by compose.load with the composition's policies, before anything starts. The plugin's
 -- allowInternetAccess and the network policy's `internet` must agree when both are set (a

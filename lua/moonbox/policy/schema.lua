@@ -161,6 +161,14 @@ local function is_sequence(t)
 end
 
 -- → nil when v fits spec, else message [, index or key of the offending part]
+-- A table of name = string (metadata, envVars, a map the API carries) → nil | what is wrong.
+function M.string_map(t)
+  for k, v in pairs(t) do
+    if type(k) ~= "string" or k == "" then return ("has a key that is not a non-empty string: %s"):format(tostring(k)) end
+    if type(v) ~= "string" then return ("[%q] must be a string, got %s"):format(k, type(v)) end
+  end
+end
+
 function M.check(spec, v)
   local kind = spec.kind
   if kind == "number" then
