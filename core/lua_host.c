@@ -109,13 +109,13 @@ static int l_lock_file(lua_State *L) {
   int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0600);
   if (fd < 0) {
     int e = errno;
-    return mb_lua_push_error(L, e == ENOENT ? "MB_NOT_FOUND" : "E2B_IO",
+    return mb_lua_push_error(L, e == ENOENT ? "MB_NOT_FOUND" : "MB_IO",
                              lua_pushfstring(L, "lock %s: %s", path, strerror(e)));
   }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     int e = errno;
     close(fd);
-    return mb_lua_push_error(L, e == EWOULDBLOCK ? "MB_BUSY" : "E2B_IO",
+    return mb_lua_push_error(L, e == EWOULDBLOCK ? "MB_BUSY" : "MB_IO",
                              lua_pushfstring(L, "lock %s: %s", path, e == EWOULDBLOCK ? "held by a live process" : strerror(e)));
   }
   k->fd = fd;
@@ -134,7 +134,7 @@ static int l_secret_pipe(lua_State *L) {
   int p[2];
   if (pipe2(p, O_CLOEXEC) != 0) {
     int e = errno;
-    return mb_lua_push_error(L, "E2B_IO", lua_pushfstring(L, "secret_pipe: %s", strerror(e)));
+    return mb_lua_push_error(L, "MB_IO", lua_pushfstring(L, "secret_pipe: %s", strerror(e)));
   }
   ssize_t w;
   do w = n ? write(p[1], data, n) : 0; while (w < 0 && errno == EINTR);
@@ -142,7 +142,7 @@ static int l_secret_pipe(lua_State *L) {
   close(p[1]);   /* the reader sees the end right after the data */
   if (w != (ssize_t)n) {
     close(p[0]);
-    return mb_lua_push_error(L, "E2B_IO", lua_pushfstring(L, "secret_pipe: %s", w < 0 ? strerror(e) : "short write"));
+    return mb_lua_push_error(L, "MB_IO", lua_pushfstring(L, "secret_pipe: %s", w < 0 ? strerror(e) : "short write"));
   }
   k->fd = p[0];
   return 1;
@@ -183,7 +183,7 @@ static int l_signal(lua_State *L) {
   if (rc != 0) {
     uv_close((uv_handle_t *)w->sig, free_handle);
     w->sig = NULL;
-    return mb_lua_push_error(L, "E2B_IO", uv_strerror(rc));
+    return mb_lua_push_error(L, "MB_IO", uv_strerror(rc));
   }
   lua_pushvalue(L, 2);
   w->ref = luaL_ref(L, LUA_REGISTRYINDEX);

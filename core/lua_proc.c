@@ -104,8 +104,9 @@ static void on_proc_exit(uv_process_t *pr, int64_t status, int sig) {
 
 static lproc *check_proc(lua_State *L) { return luaL_checkudata(L, 1, MB_PROC_MT); }
 
-static int push_err(lua_State *L, int uverr, const char *what) {
-  return mb_lua_push_error(L, mb_errcode(MB_E_IO), lua_pushfstring(L, "%s: %s", what, uv_strerror(uverr)));
+/* A host process that could not start is SPAWN_FAILED; any other failed call on it, MB_IO. */
+static int push_err(lua_State *L, int code, int uverr, const char *what) {
+  return mb_lua_push_error(L, mb_code_name(code), lua_pushfstring(L, "%s: %s", what, uv_strerror(uverr)));
 }
 
 static int l_spawn(lua_State *L) {
@@ -220,7 +221,7 @@ static int l_spawn(lua_State *L) {
     pipe_close(p->out[0]);
     pipe_close(p->out[1]);
     p->out[0] = p->out[1] = NULL;
-    return push_err(L, rc, args[0]);
+    return push_err(L, MB_CODE_SPAWN_FAILED, rc, args[0]);
   }
   p->proc->data = p;
   p->pid = p->proc->pid;
@@ -282,9 +283,9 @@ static int signum(lua_State *L, int idx) {
 static int p_kill(lua_State *L) {
   lproc *p = check_proc(L);
   int sig = signum(L, 2);
-  if (!p->proc) return mb_lua_push_error(L, "MB_EXITED", "process has exited");
+  if (!p->proc) return mb_lua_push_error(L, mb_code_name(MB_CODE_MB_EXITED), "process has exited");
   int rc = uv_process_kill(p->proc, sig);
-  if (rc != 0) return push_err(L, rc, "kill");
+  if (rc != 0) return push_err(L, MB_CODE_MB_IO, rc, "kill");
   lua_pushboolean(L, 1);
   return 1;
 }

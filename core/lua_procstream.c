@@ -233,7 +233,7 @@ static struct mb_lua_pst *pst_new(lua_State *L, const struct mb_pst_config *cfg)
 
 /* After mb_pstream_start/spawn: the stream object at ui, or the error. */
 static int pst_started(lua_State *L, struct mb_lua_pst *u, int ui, int rc, const struct mb_error *err) {
-  if (rc != MB_OK) return mb_lua_push_error(L, mb_errcode(rc), err->message);
+  if (rc != MB_OK) return mb_lua_push_error(L, err->code == rc ? mb_error_code(err) : mb_errcode(rc), err->message);
   lua_pushvalue(L, 3);
   u->cb_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_pushvalue(L, ui);

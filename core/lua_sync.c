@@ -43,8 +43,8 @@ typedef struct { mb_sync_hash *h; } lhash;
 typedef struct { mb_unpack *u; } lunpack;
 typedef struct { mb_ignore *ig; } lignore;
 
-static int push_sync_error(lua_State *L, const struct mb_sync_error *e) {
-  mb_lua_push_error(L, e->code ? e->code : "SYNC_IO_ERROR", e->message);
+static int push_sync_error(lua_State *L, const struct mb_error *e) {
+  mb_lua_push_error(L, e->name ? mb_error_code(e) : mb_code_name(MB_CODE_SYNC_IO_ERROR), e->message);
   lua_pushstring(L, e->path);
   lua_setfield(L, -2, "path");
   return 2;
@@ -114,7 +114,7 @@ static int l_root(lua_State *L) {
   r->r = NULL;
   r->closed = 1;
   luaL_setmetatable(L, ROOT_MT);
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   r->r = mb_sync_root_open(path, &e);
   if (!r->r) return push_sync_error(L, &e);
   r->closed = 0;
@@ -164,7 +164,7 @@ static int root_lstat(lua_State *L) {
   const char *rel = luaL_checkstring(L, 2);
   struct mb_sync_entry en;
   char link[MB_SYNC_PATH_MAX + 2];
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   int rc = mb_sync_lstat(r->r, rel, &en, link, sizeof link, &e);
   if (rc < 0) return push_sync_error(L, &e);
   if (rc == 0) {
@@ -176,7 +176,7 @@ static int root_lstat(lua_State *L) {
   return 1;
 }
 
-static int ok_or(lua_State *L, int rc, const struct mb_sync_error *e) {
+static int ok_or(lua_State *L, int rc, const struct mb_error *e) {
   if (rc < 0) return push_sync_error(L, e);
   lua_pushboolean(L, 1);
   return 1;
@@ -184,37 +184,37 @@ static int ok_or(lua_State *L, int rc, const struct mb_sync_error *e) {
 
 static int root_place(lua_State *L) {
   lroot *r = check_root(L, 1);
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   return ok_or(L, mb_sync_place(r->r, luaL_checkstring(L, 2), luaL_checkstring(L, 3), luaL_optstring(L, 4, NULL), &e), &e);
 }
 
 static int root_mkdir(lua_State *L) {
   lroot *r = check_root(L, 1);
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   return ok_or(L, mb_sync_mkdir(r->r, luaL_checkstring(L, 2), (unsigned)arg_count(L, 3, "mode"), &e), &e);
 }
 
 static int root_chmod(lua_State *L) {
   lroot *r = check_root(L, 1);
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   return ok_or(L, mb_sync_chmod(r->r, luaL_checkstring(L, 2), (unsigned)arg_count(L, 3, "mode"), luaL_optstring(L, 4, NULL), &e), &e);
 }
 
 static int root_unlink(lua_State *L) {
   lroot *r = check_root(L, 1);
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   return ok_or(L, mb_sync_unlink(r->r, luaL_checkstring(L, 2), luaL_optstring(L, 3, NULL), &e), &e);
 }
 
 static int root_rmdir(lua_State *L) {
   lroot *r = check_root(L, 1);
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   return ok_or(L, mb_sync_rmdir(r->r, luaL_checkstring(L, 2), &e), &e);
 }
 
 static int root_rmtree(lua_State *L) {
   lroot *r = check_root(L, 1);
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   return ok_or(L, mb_sync_rmtree(r->r, luaL_checkstring(L, 2), &e), &e);
 }
 
@@ -224,10 +224,10 @@ static int root_mkstage(lua_State *L) {
   const char *name = luaL_checkstring(L, 2);
   if (strchr(name, '/') || !*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
     return luaL_error(L, "sync: a staging name is one path component");
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   if (mkdirat(mb_sync_root_fd(r->r), name, 0700) < 0) {
-    mb_sync_fail(&e, errno == ENOSPC ? "SYNC_NO_SPACE" : errno == EACCES || errno == EPERM ? "SYNC_PERMISSION_DENIED"
-                 : "SYNC_IO_ERROR", name, "cannot make the staging directory '%s' in '%s': %s", name,
+    mb_error_fail(&e, errno == ENOSPC ? MB_CODE_SYNC_NO_SPACE : errno == EACCES || errno == EPERM ? MB_CODE_SYNC_PERMISSION_DENIED
+                 : MB_CODE_SYNC_IO_ERROR, name, "cannot make the staging directory '%s' in '%s': %s", name,
                  mb_sync_root_path(r->r), strerror(errno));
     return push_sync_error(L, &e);
   }
@@ -250,7 +250,7 @@ static int root_hash(lua_State *L) {
   luaL_setmetatable(L, HASH_MT);
   lua_pushvalue(L, 1);
   lua_setiuservalue(L, -2, 1);
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   h->h = mb_sync_hash_open(r->r, rel, &e);
   if (!h->h) return push_sync_error(L, &e);
   return 1;
@@ -263,7 +263,7 @@ static int hash_step(lua_State *L) {
   root_of(L, 1);
   char hex[65], ver[MB_SYNC_VERSION_MAX];
   uint64_t size = 0;
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   int rc = mb_sync_hash_step(h->h, budget, hex, &size, ver, &e);
   if (rc < 0) return push_sync_error(L, &e);
   if (rc == 0) {
@@ -304,7 +304,7 @@ static int root_scan(lua_State *L) {
   luaL_setmetatable(L, SCAN_MT);
   lua_pushvalue(L, 1);
   lua_setiuservalue(L, -2, 1);
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   s->s = mb_sync_scan_new(r->r, &o, &e);
   if (!s->s) return push_sync_error(L, &e);
   return 1;
@@ -319,7 +319,7 @@ static lscan *check_scan(lua_State *L, int i) {
 
 static int scan_step(lua_State *L) {
   lscan *s = check_scan(L, 1);
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   int rc = mb_sync_scan_step(s->s, (size_t)arg_count(L, 2, "budget"), &e);
   if (rc < 0) return push_sync_error(L, &e);
   lua_pushboolean(L, rc == 1);
@@ -374,7 +374,7 @@ static int root_pack(lua_State *L) {
   lua_setiuservalue(L, -2, 1);
   lua_pushvalue(L, 2);
   lua_setiuservalue(L, -2, 2);
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   k->k = mb_pack_new(r->r, s->s, &e);
   if (!k->k) return push_sync_error(L, &e);
   return 1;
@@ -405,7 +405,7 @@ static int pack_read(lua_State *L) {
 
 static int pack_error(lua_State *L) {
   lpack *k = luaL_checkudata(L, 1, PACK_MT);
-  const struct mb_sync_error *e = k->k ? mb_pack_error(k->k) : NULL;
+  const struct mb_error *e = k->k ? mb_pack_error(k->k) : NULL;
   if (!e) return 0;
   push_sync_error(L, e);
   lua_remove(L, -2);
@@ -458,7 +458,7 @@ static int root_unpack(lua_State *L) {
   luaL_setmetatable(L, UNPACK_MT);
   lua_pushvalue(L, 1);
   lua_setiuservalue(L, -2, 1);
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   u->u = mb_unpack_new(r->r, archive, stage, prefix, max_entries, max_bytes, &e);
   if (!u->u) return push_sync_error(L, &e);
   return 1;
@@ -473,7 +473,7 @@ static lunpack *check_unpack(lua_State *L) {
 
 static int unpack_step(lua_State *L) {
   lunpack *u = check_unpack(L);
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   int rc = mb_unpack_step(u->u, (size_t)arg_count(L, 2, "budget"), &e);
   if (rc < 0) return push_sync_error(L, &e);
   lua_pushboolean(L, rc == 1);
@@ -522,7 +522,7 @@ static int l_ignore_new(lua_State *L) {
   g->ig = NULL;
   luaL_setmetatable(L, IGNORE_MT);
   g->ig = mb_ignore_new((size_t)max);
-  if (!g->ig) return mb_lua_push_error(L, "SYNC_TOO_LARGE", "the rule set's limit is too small (or out of memory)");
+  if (!g->ig) return mb_lua_push_error(L, mb_code_name(MB_CODE_SYNC_TOO_LARGE), "the rule set's limit is too small (or out of memory)");
   return 1;
 }
 
@@ -540,7 +540,7 @@ static int ignore_push(lua_State *L) {
   int kind = luaL_checkoption(L, 4, "file", kinds) == 0 ? MB_IGNORE_CALLER : MB_IGNORE_FILE;
   int why = 0;
   if (mb_ignore_push(g->ig, base, bl, text, tl, kind, &why) < 0)
-    return mb_lua_push_error(L, why == 1 ? "SYNC_TOO_LARGE" : "SYNC_NOMEM", why == 1 ? "rules over the limit" : "out of memory");
+    return mb_lua_push_error(L, mb_code_name(why == 1 ? MB_CODE_SYNC_TOO_LARGE : MB_CODE_SYNC_NOMEM), why == 1 ? "rules over the limit" : "out of memory");
   lua_pushboolean(L, 1);
   return 1;
 }

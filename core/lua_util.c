@@ -33,7 +33,7 @@ int mb_lua_push_error(lua_State *L, const char *code, const char *message) {
 }
 
 int mb_lua_push_mberror(lua_State *L, const struct mb_error *e) {
-  return mb_lua_push_error(L, mb_errcode(e->code), e->message[0] ? e->message : mb_strerror(e->code));
+  return mb_lua_push_error(L, mb_error_code(e), e->message[0] ? e->message : mb_strerror(e->code));
 }
 
 void mb_lua_new_class(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta) {

@@ -342,7 +342,7 @@ int mb_pstream_spawn(mb_loop *lp, const struct mb_pst_spawn *sp, const struct mb
   if (sp->pty) {
     struct winsize ws = {.ws_row = sp->rows ? sp->rows : 24, .ws_col = sp->cols ? sp->cols : 80};
     if (openpty(&l->master, &slave, NULL, NULL, &ws) != 0) {
-      rc = mb_error_set(err, MB_E_IO, "openpty: %s", strerror(errno));
+      rc = mb_error_set_named(err, MB_E_IO, MB_CODE_MB_IO, "openpty: %s", strerror(errno));
       goto fail;
     }
     fcntl(l->master, F_SETFD, FD_CLOEXEC);
@@ -383,7 +383,7 @@ int mb_pstream_spawn(mb_loop *lp, const struct mb_pst_spawn *sp, const struct mb
     l->proc->data = NULL;
     uv_close((uv_handle_t *)l->proc, free_handle);
     l->proc = NULL;
-    rc = mb_error_set(err, urc == UV_ENOENT ? MB_E_INVALID : MB_E_IO, "cannot start %s: %s", sp->argv[0],
+    rc = mb_error_set_named(err, urc == UV_ENOENT ? MB_E_INVALID : MB_E_IO, MB_CODE_SPAWN_FAILED, "cannot start %s: %s", sp->argv[0],
                       uv_strerror(urc));
     goto fail;
   }
@@ -426,9 +426,9 @@ int mb_pstream_pid(const struct mb_pstream *s) {
 int mb_pstream_kill(struct mb_pstream *s, int sig, struct mb_error *err) {
   if (!is_local(s)) return mb_error_set(err, MB_E_INVALID, "not a local process");
   struct mb_pst_local *l = local_of(s);
-  if (!l->proc || l->exited) return mb_error_set(err, MB_E_IO, "the process has exited");
+  if (!l->proc || l->exited) return mb_error_set_named(err, MB_E_IO, MB_CODE_MB_EXITED, "the process has exited");
   int rc = uv_process_kill(l->proc, sig);
-  if (rc) return mb_error_set(err, MB_E_IO, "kill: %s", uv_strerror(rc));
+  if (rc) return mb_error_set_named(err, MB_E_IO, MB_CODE_MB_IO, "kill: %s", uv_strerror(rc));
   return MB_OK;
 }
 
@@ -484,7 +484,7 @@ int mb_pstream_write(struct mb_pstream *s, const void *p, size_t n, size_t max_p
   int rc = uv_write(&w->req, (uv_stream_t *)&l->in->pipe, &b, 1, on_written);
   if (rc) {
     free(w);
-    return mb_error_set(err, MB_E_IO, "write to stdin: %s", uv_strerror(rc));
+    return mb_error_set_named(err, MB_E_IO, MB_CODE_MB_IO, "write to stdin: %s", uv_strerror(rc));
   }
   w->prev = NULL;
   w->next = l->writes;
@@ -521,6 +521,6 @@ int mb_pstream_close_input(struct mb_pstream *s, struct mb_error *err) {
 int mb_pstream_resize(struct mb_pstream *s, unsigned rows, unsigned cols, struct mb_error *err) {
   if (!is_local(s) || !local_of(s)->pty) return mb_error_set(err, MB_E_INVALID, "not a terminal");
   struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
-  if (ioctl(local_of(s)->master, TIOCSWINSZ, &ws) != 0) return mb_error_set(err, MB_E_IO, "resize: %s", strerror(errno));
+  if (ioctl(local_of(s)->master, TIOCSWINSZ, &ws) != 0) return mb_error_set_named(err, MB_E_IO, MB_CODE_MB_IO, "resize: %s", strerror(errno));
   return MB_OK;
 }

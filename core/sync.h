@@ -16,8 +16,9 @@
  *   - placements (rename from the staging directory, mkdir, chmod, unlink, rmdir) check what is
  *     at the target right before acting (its version: dev:ino:size:mtime_ns:ctime_ns, mbwrap's).
  *
- * Errors: -1 (or NULL) with a struct mb_sync_error whose code is a stable string (SYNC_*), the
- * message naming the path, and the entry's path. Limits are the caller's; nothing is allocated
+ * Errors: -1 (or NULL) with the core's one error type, a struct mb_error (errors.h, set by
+ * mb_error_fail): its name a SYNC_* code of error_codes.def (MB_CODE_SYNC_*), the message naming
+ * the path, and the entry's path. Limits are the caller's; nothing is allocated
  * without one. Blocking file I/O is done in steps so that a caller on a loop can yield between
  * them. */
 #ifndef MB_SYNC_H
@@ -31,26 +32,14 @@
 #define MB_SYNC_PATH_MAX 4096 /* bytes of a relative path or link target */
 #define MB_SYNC_VERSION_MAX 96
 
-struct mb_sync_error {
-  const char *code; /* "SYNC_...", static */
-  char message[MB_ERROR_MSG_MAX];
-  char path[1024];  /* the entry concerned ("" none), cut at a UTF-8 boundary */
-};
-/* Sets e (may be NULL) and returns -1. */
-int mb_sync_fail(struct mb_sync_error *e, const char *code, const char *path, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
-
 /* errno → a SYNC_* code; a failed system call on `path` (returns -1). */
-const char *mb_sync_errno_code(int err);
-int mb_sync_sys_fail(struct mb_sync_error *e, int err, const char *what, const char *path);
+int mb_sync_errno_code(int err);
+int mb_sync_sys_fail(struct mb_error *e, int err, const char *what, const char *path);
 /* A staging directory's name (".moonbox-sync-*.tmp"): never part of a tree. */
 int mb_sync_is_stage_name(const char *name);
 
 /* → 0, or -1 with SYNC_UNSAFE_ENTRY naming the reason (absolute, "..", empty component...). */
-int mb_sync_check_path(const char *p, size_t len, struct mb_sync_error *e);
+int mb_sync_check_path(const char *p, size_t len, struct mb_error *e);
 
 enum { MB_SYNC_FILE = 'f', MB_SYNC_DIR = 'd', MB_SYNC_LINK = 'l' };
 
@@ -75,7 +64,7 @@ void mb_sync_version(const struct stat *st, char out[MB_SYNC_VERSION_MAX]);
 typedef struct mb_sync_root mb_sync_root;
 /* root: an absolute path to an existing directory (followed if it is itself a link: the
  * caller chose it). → NULL with SYNC_NOT_FOUND / SYNC_NOT_DIRECTORY / SYNC_IO_ERROR. */
-mb_sync_root *mb_sync_root_open(const char *root, struct mb_sync_error *e);
+mb_sync_root *mb_sync_root_open(const char *root, struct mb_error *e);
 void mb_sync_root_close(mb_sync_root *r);
 int mb_sync_root_fd(const mb_sync_root *r);
 const char *mb_sync_root_path(const mb_sync_root *r);
@@ -83,11 +72,11 @@ const char *mb_sync_root_path(const mb_sync_root *r);
 /* The directory holding `rel` (its last component in *leaf), every component opened without
  * following links. create: missing directories are made (0700). → fd (the caller closes it) | -1. */
 int mb_sync_open_parent(const mb_sync_root *r, const char *rel, int create, const char **leaf,
-                        struct mb_sync_error *e);
+                        struct mb_error *e);
 
 /* lstat through the safe walk. → 1 (out filled, no hash), 0 absent, -1 error. */
 int mb_sync_lstat(const mb_sync_root *r, const char *rel, struct mb_sync_entry *out, char *link_buf,
-                  size_t link_cap, struct mb_sync_error *e);
+                  size_t link_cap, struct mb_error *e);
 
 /* ---- scans ---- */
 struct mb_sync_scan_opts {
@@ -101,9 +90,9 @@ struct mb_sync_scan_opts {
 };
 typedef struct mb_sync_scan mb_sync_scan;
 mb_sync_scan *mb_sync_scan_new(const mb_sync_root *r, const struct mb_sync_scan_opts *o,
-                               struct mb_sync_error *e);
+                               struct mb_error *e);
 /* Visits up to `budget` entries. → 1 done, 0 more to do, -1 error (the scan is then unusable). */
-int mb_sync_scan_step(mb_sync_scan *s, size_t budget, struct mb_sync_error *e);
+int mb_sync_scan_step(mb_sync_scan *s, size_t budget, struct mb_error *e);
 size_t mb_sync_scan_count(const mb_sync_scan *s);
 struct mb_sync_entry *mb_sync_scan_entry(mb_sync_scan *s, size_t i); /* 0 = the root */
 uint64_t mb_sync_scan_bytes(const mb_sync_scan *s);
@@ -112,23 +101,23 @@ void mb_sync_scan_free(mb_sync_scan *s);
 
 /* ---- hashing one file in steps ---- */
 typedef struct mb_sync_hash mb_sync_hash;
-mb_sync_hash *mb_sync_hash_open(const mb_sync_root *r, const char *rel, struct mb_sync_error *e);
+mb_sync_hash *mb_sync_hash_open(const mb_sync_root *r, const char *rel, struct mb_error *e);
 /* Reads up to budget bytes. → 1 done (hex: 64 chars + NUL, *size, version), 0 more, -1 error. */
 int mb_sync_hash_step(mb_sync_hash *h, size_t budget, char hex[65], uint64_t *size,
-                      char version[MB_SYNC_VERSION_MAX], struct mb_sync_error *e);
+                      char version[MB_SYNC_VERSION_MAX], struct mb_error *e);
 void mb_sync_hash_free(mb_sync_hash *h);
 
 /* ---- placements (each checks `expect` right before it acts: NULL = anything, "absent", or a
  * version string; a mismatch is SYNC_CONFLICT) ---- */
 int mb_sync_place(const mb_sync_root *r, const char *staged, const char *rel, const char *expect,
-                  struct mb_sync_error *e);      /* rename(staged, rel); parents must exist */
-int mb_sync_mkdir(const mb_sync_root *r, const char *rel, unsigned mode, struct mb_sync_error *e);
+                  struct mb_error *e);      /* rename(staged, rel); parents must exist */
+int mb_sync_mkdir(const mb_sync_root *r, const char *rel, unsigned mode, struct mb_error *e);
 int mb_sync_chmod(const mb_sync_root *r, const char *rel, unsigned mode, const char *expect,
-                  struct mb_sync_error *e);
-int mb_sync_unlink(const mb_sync_root *r, const char *rel, const char *expect, struct mb_sync_error *e);
-int mb_sync_rmdir(const mb_sync_root *r, const char *rel, struct mb_sync_error *e); /* SYNC_NOT_EMPTY */
+                  struct mb_error *e);
+int mb_sync_unlink(const mb_sync_root *r, const char *rel, const char *expect, struct mb_error *e);
+int mb_sync_rmdir(const mb_sync_root *r, const char *rel, struct mb_error *e); /* SYNC_NOT_EMPTY */
 /* Removes rel and everything below it, never following a link. Absent: 0. */
-int mb_sync_rmtree(const mb_sync_root *r, const char *rel, struct mb_sync_error *e);
+int mb_sync_rmtree(const mb_sync_root *r, const char *rel, struct mb_error *e);
 /* Removes the staging directories (".moonbox-sync-<pid>-*.tmp" at the root) of processes that
  * are gone. → how many. */
 int mb_sync_sweep(const mb_sync_root *r);
@@ -136,10 +125,10 @@ int mb_sync_sweep(const mb_sync_root *r);
 /* ---- packs: a scan as one tar stream ---- */
 typedef struct mb_pack mb_pack;
 /* The scan must stay alive (and unchanged) until the pack is freed. */
-mb_pack *mb_pack_new(const mb_sync_root *r, mb_sync_scan *s, struct mb_sync_error *e);
+mb_pack *mb_pack_new(const mb_sync_root *r, mb_sync_scan *s, struct mb_error *e);
 /* Up to cap bytes of the archive. → bytes (> 0), 0 at the end, -1 error (mb_pack_error). */
 ssize_t mb_pack_read(mb_pack *p, char *buf, size_t cap);
-const struct mb_sync_error *mb_pack_error(const mb_pack *p);
+const struct mb_error *mb_pack_error(const mb_pack *p);
 struct mb_pack_progress {
   uint64_t bytes_in, bytes_out, files_done, entries_done;
 };
@@ -164,9 +153,9 @@ typedef struct mb_unpack mb_unpack;
  * unpacks can share one staging directory. max_entries / max_bytes: the caller's limits on
  * entries and file bytes. */
 mb_unpack *mb_unpack_new(const mb_sync_root *r, const char *archive, const char *stage, const char *prefix,
-                         uint64_t max_entries, uint64_t max_bytes, struct mb_sync_error *e);
+                         uint64_t max_entries, uint64_t max_bytes, struct mb_error *e);
 /* Stages up to budget bytes. → 1 done, 0 more, -1 error. */
-int mb_unpack_step(mb_unpack *u, size_t budget, struct mb_sync_error *e);
+int mb_unpack_step(mb_unpack *u, size_t budget, struct mb_error *e);
 size_t mb_unpack_count(const mb_unpack *u);
 const struct mb_unpack_item *mb_unpack_item(const mb_unpack *u, size_t i);
 void mb_unpack_free(mb_unpack *u);

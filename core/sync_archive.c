@@ -37,7 +37,7 @@ struct mb_pack {
   struct stat st0;
   EVP_MD_CTX *md;
   int state;
-  struct mb_sync_error err;
+  struct mb_error err;
   struct mb_pack_progress pr;
   char buf[PACK_CHUNK];
 };
@@ -55,15 +55,15 @@ static la_ssize_t pack_write(struct archive *a, void *ud, const void *p, size_t 
   return (la_ssize_t)n;
 }
 
-static int pack_fail(mb_pack *k, const char *code, const char *path, const char *what) {
+static int pack_fail(mb_pack *k, int code, const char *path, const char *what) {
   k->state = PACK_FAILED;
   const char *why = k->a ? archive_error_string(k->a) : NULL;
-  return mb_sync_fail(&k->err, code, path, "%s '%s'%s%s", what, path, why ? ": " : "", why ? why : "");
+  return mb_error_fail(&k->err, code, path, "%s '%s'%s%s", what, path, why ? ": " : "", why ? why : "");
 }
 
-mb_pack *mb_pack_new(const mb_sync_root *r, mb_sync_scan *s, struct mb_sync_error *e) {
+mb_pack *mb_pack_new(const mb_sync_root *r, mb_sync_scan *s, struct mb_error *e) {
   mb_pack *k = calloc(1, sizeof *k);
-  if (!k) return (mb_sync_fail(e, "SYNC_NOMEM", "", "out of memory"), NULL);
+  if (!k) return (mb_error_fail(e, MB_CODE_SYNC_NOMEM, "", "out of memory"), NULL);
   k->r = r;
   k->s = s;
   k->fd = -1;
@@ -74,14 +74,14 @@ mb_pack *mb_pack_new(const mb_sync_root *r, mb_sync_scan *s, struct mb_sync_erro
   k->md = EVP_MD_CTX_new();
   if (!k->out || !k->a || !k->ae || !k->md) {
     mb_pack_free(k);
-    return (mb_sync_fail(e, "SYNC_NOMEM", "", "out of memory"), NULL);
+    return (mb_error_fail(e, MB_CODE_SYNC_NOMEM, "", "out of memory"), NULL);
   }
   /* pax, not restricted pax: every entry carries its nanosecond mtime (restricted pax would cut
    * it to the second; a build tool comparing times could then miss a change). */
   if (archive_write_set_format_pax(k->a) != ARCHIVE_OK || archive_write_add_filter_none(k->a) != ARCHIVE_OK ||
       archive_write_set_bytes_per_block(k->a, 0) != ARCHIVE_OK ||   /* unblocked: no copy into 10 KiB records */
       archive_write_open2(k->a, k, NULL, pack_write, NULL, NULL) != ARCHIVE_OK) {
-    mb_sync_fail(e, "SYNC_IO_ERROR", "", "cannot start the archive: %s", archive_error_string(k->a));
+    mb_error_fail(e, MB_CODE_SYNC_IO_ERROR, "", "cannot start the archive: %s", archive_error_string(k->a));
     mb_pack_free(k);
     return NULL;
   }
@@ -99,7 +99,7 @@ static int header(mb_pack *k, struct mb_sync_entry *en) {
   archive_entry_set_size(ae, en->type == MB_SYNC_FILE ? (la_int64_t)en->size : 0);
   int rc = archive_write_header(k->a, ae);
   /* WARN: a name that does not convert to UTF-8 is written as raw bytes (hdrcharset=BINARY). */
-  if (rc < ARCHIVE_WARN) return pack_fail(k, "SYNC_IO_ERROR", en->path, "cannot archive");
+  if (rc < ARCHIVE_WARN) return pack_fail(k, MB_CODE_SYNC_IO_ERROR, en->path, "cannot archive");
   return 0;
 }
 
@@ -108,16 +108,16 @@ static int finish_file(mb_pack *k) {
   struct stat st;
   if (fstat(k->fd, &st) < 0 || st.st_size != k->st0.st_size || st.st_mtim.tv_sec != k->st0.st_mtim.tv_sec ||
       st.st_mtim.tv_nsec != k->st0.st_mtim.tv_nsec)
-    return pack_fail(k, "SYNC_CHANGED", en->path, "changed while it was archived:");
+    return pack_fail(k, MB_CODE_SYNC_CHANGED, en->path, "changed while it was archived:");
   unsigned int dl = 0;
   if (EVP_DigestFinal_ex(k->md, en->sha256, &dl) != 1 || dl != 32)
-    return pack_fail(k, "SYNC_IO_ERROR", en->path, "SHA-256 failed for");
+    return pack_fail(k, MB_CODE_SYNC_IO_ERROR, en->path, "SHA-256 failed for");
   en->hashed = 1;
   close(k->fd);
   k->fd = -1;
   k->cur = NULL;
   k->pr.files_done++;
-  if (archive_write_finish_entry(k->a) < ARCHIVE_WARN) return pack_fail(k, "SYNC_IO_ERROR", en->path, "cannot archive");
+  if (archive_write_finish_entry(k->a) < ARCHIVE_WARN) return pack_fail(k, MB_CODE_SYNC_IO_ERROR, en->path, "cannot archive");
   return 0;
 }
 
@@ -138,9 +138,9 @@ static int open_file(mb_pack *k, struct mb_sync_entry *en) {
     }
   }
   if (pfd < 0) {
-    if (strcmp(k->err.code, "SYNC_UNSAFE_PATH") == 0 || strcmp(k->err.code, "SYNC_NOT_FOUND") == 0 ||
-        strcmp(k->err.code, "SYNC_NOT_DIRECTORY") == 0)
-      mb_sync_fail(&k->err, "SYNC_CHANGED", en->path, "'%s' changed while the tree was archived (%s)", en->path,
+    if (k->err.name == MB_CODE_SYNC_UNSAFE_PATH || k->err.name == MB_CODE_SYNC_NOT_FOUND ||
+        k->err.name == MB_CODE_SYNC_NOT_DIRECTORY)
+      mb_error_fail(&k->err, MB_CODE_SYNC_CHANGED, en->path, "'%s' changed while the tree was archived (%s)", en->path,
                    k->err.message);
     k->state = PACK_FAILED;
     return -1;
@@ -150,19 +150,19 @@ static int open_file(mb_pack *k, struct mb_sync_entry *en) {
   if (fd < 0) {
     k->state = PACK_FAILED;
     if (err == ENOENT || err == ELOOP)
-      return mb_sync_fail(&k->err, "SYNC_CHANGED", en->path, "'%s' changed while the tree was archived", en->path);
-    return mb_sync_fail(&k->err, err == EACCES || err == EPERM ? "SYNC_PERMISSION_DENIED" : "SYNC_IO_ERROR", en->path,
+      return mb_error_fail(&k->err, MB_CODE_SYNC_CHANGED, en->path, "'%s' changed while the tree was archived", en->path);
+    return mb_error_fail(&k->err, err == EACCES || err == EPERM ? MB_CODE_SYNC_PERMISSION_DENIED : MB_CODE_SYNC_IO_ERROR, en->path,
                         "cannot open '%s': %s", en->path, strerror(err));
   }
   if (fstat(fd, &k->st0) < 0 || !S_ISREG(k->st0.st_mode) || (uint64_t)k->st0.st_dev != en->dev ||
       (uint64_t)k->st0.st_ino != en->ino || (uint64_t)k->st0.st_size != en->size) {
     close(fd);
     k->state = PACK_FAILED;
-    return mb_sync_fail(&k->err, "SYNC_CHANGED", en->path, "'%s' changed while the tree was archived", en->path);
+    return mb_error_fail(&k->err, MB_CODE_SYNC_CHANGED, en->path, "'%s' changed while the tree was archived", en->path);
   }
   if (EVP_DigestInit_ex(k->md, EVP_sha256(), NULL) != 1) {
     close(fd);
-    return pack_fail(k, "SYNC_IO_ERROR", en->path, "SHA-256 failed for");
+    return pack_fail(k, MB_CODE_SYNC_IO_ERROR, en->path, "SHA-256 failed for");
   }
   k->fd = fd;
   k->cur = en;
@@ -177,11 +177,11 @@ static int pack_step(mb_pack *k) {
     size_t want = k->left < PACK_CHUNK ? (size_t)k->left : PACK_CHUNK;
     ssize_t n = read(k->fd, k->buf, want);
     if (n < 0 && errno == EINTR) return 0;
-    if (n < 0) return pack_fail(k, "SYNC_IO_ERROR", k->cur->path, "cannot read");
-    if (n == 0) return pack_fail(k, "SYNC_CHANGED", k->cur->path, "shrank while it was archived:");
+    if (n < 0) return pack_fail(k, MB_CODE_SYNC_IO_ERROR, k->cur->path, "cannot read");
+    if (n == 0) return pack_fail(k, MB_CODE_SYNC_CHANGED, k->cur->path, "shrank while it was archived:");
     EVP_DigestUpdate(k->md, k->buf, (size_t)n);
     la_ssize_t w = archive_write_data(k->a, k->buf, (size_t)n);
-    if (w != n) return pack_fail(k, "SYNC_IO_ERROR", k->cur->path, "cannot archive");
+    if (w != n) return pack_fail(k, MB_CODE_SYNC_IO_ERROR, k->cur->path, "cannot archive");
     k->left -= (uint64_t)n;
     k->pr.bytes_in += (uint64_t)n;
     return 0;
@@ -194,10 +194,10 @@ static int pack_step(mb_pack *k) {
     if (header(k, en) < 0) return -1;
     k->pr.entries_done++;
     if (en->type != MB_SYNC_FILE && archive_write_finish_entry(k->a) < ARCHIVE_WARN)
-      return pack_fail(k, "SYNC_IO_ERROR", en->path, "cannot archive");
+      return pack_fail(k, MB_CODE_SYNC_IO_ERROR, en->path, "cannot archive");
     return 0;
   }
-  if (archive_write_close(k->a) != ARCHIVE_OK) return pack_fail(k, "SYNC_IO_ERROR", "", "cannot finish the archive");
+  if (archive_write_close(k->a) != ARCHIVE_OK) return pack_fail(k, MB_CODE_SYNC_IO_ERROR, "", "cannot finish the archive");
   k->state = PACK_DONE;
   return 0;
 }
@@ -225,7 +225,7 @@ ssize_t mb_pack_read(mb_pack *k, char *buf, size_t cap) {
   return (ssize_t)got;
 }
 
-const struct mb_sync_error *mb_pack_error(const mb_pack *k) { return k->state == PACK_FAILED ? &k->err : NULL; }
+const struct mb_error *mb_pack_error(const mb_pack *k) { return k->state == PACK_FAILED ? &k->err : NULL; }
 void mb_pack_progress(const mb_pack *k, struct mb_pack_progress *out) { *out = k->pr; }
 
 void mb_pack_free(mb_pack *k) {
@@ -256,12 +256,12 @@ struct mb_unpack {
 };
 
 mb_unpack *mb_unpack_new(const mb_sync_root *r, const char *archive, const char *stage, const char *prefix,
-                         uint64_t max_entries, uint64_t max_bytes, struct mb_sync_error *e) {
+                         uint64_t max_entries, uint64_t max_bytes, struct mb_error *e) {
   if (!prefix) prefix = "";
   if (strlen(prefix) >= sizeof ((struct mb_unpack *)0)->prefix || strchr(prefix, '/'))
-    return (mb_sync_fail(e, "SYNC_INVALID", prefix, "a staging prefix is at most 15 bytes, without '/'"), NULL);
+    return (mb_error_fail(e, MB_CODE_SYNC_INVALID, prefix, "a staging prefix is at most 15 bytes, without '/'"), NULL);
   mb_unpack *u = calloc(1, sizeof *u);
-  if (!u) return (mb_sync_fail(e, "SYNC_NOMEM", "", "out of memory"), NULL);
+  if (!u) return (mb_error_fail(e, MB_CODE_SYNC_NOMEM, "", "out of memory"), NULL);
   memcpy(u->prefix, prefix, strlen(prefix) + 1);
   u->r = r;
   u->fd = -1;
@@ -279,60 +279,60 @@ mb_unpack *mb_unpack_new(const mb_sync_root *r, const char *archive, const char 
   close(pfd);
   if (u->sfd < 0) {
     mb_unpack_free(u);
-    return (mb_sync_fail(e, "SYNC_IO_ERROR", stage, "cannot open the staging directory '%s': %s", stage, strerror(err)), NULL);
+    return (mb_error_fail(e, MB_CODE_SYNC_IO_ERROR, stage, "cannot open the staging directory '%s': %s", stage, strerror(err)), NULL);
   }
   u->a = archive_read_new();
   u->md = EVP_MD_CTX_new();
   if (!u->a || !u->md) {
     mb_unpack_free(u);
-    return (mb_sync_fail(e, "SYNC_NOMEM", "", "out of memory"), NULL);
+    return (mb_error_fail(e, MB_CODE_SYNC_NOMEM, "", "out of memory"), NULL);
   }
   /* tar only (ustar, pax, GNU): no decompression filter, so no decompression bomb. */
   if (archive_read_support_format_tar(u->a) != ARCHIVE_OK || archive_read_open_filename(u->a, archive, 65536) != ARCHIVE_OK) {
-    mb_sync_fail(e, "SYNC_BAD_ARCHIVE", "", "cannot read the archive: %s", archive_error_string(u->a));
+    mb_error_fail(e, MB_CODE_SYNC_BAD_ARCHIVE, "", "cannot read the archive: %s", archive_error_string(u->a));
     mb_unpack_free(u);
     return NULL;
   }
   return u;
 }
 
-static int unpack_fail(mb_unpack *u, struct mb_sync_error *e, const char *code, const char *path, const char *fmt,
+static int unpack_fail(mb_unpack *u, struct mb_error *e, int code, const char *path, const char *fmt,
                        const char *a1) {
   u->failed = 1;
   char msg[MB_SYNC_PATH_MAX + 256];
   snprintf(msg, sizeof msg, fmt, path, a1 ? a1 : "");
-  return mb_sync_fail(e, code, path, "%s", msg);
+  return mb_error_fail(e, code, path, "%s", msg);
 }
 
-static int bad_archive(mb_unpack *u, struct mb_sync_error *e, const char *path) {
+static int bad_archive(mb_unpack *u, struct mb_error *e, const char *path) {
   u->failed = 1;
   const char *why = archive_error_string(u->a);
-  if (*path) return mb_sync_fail(e, "SYNC_BAD_ARCHIVE", path, "a malformed archive at '%s': %s", path, why ? why : "?");
-  return mb_sync_fail(e, "SYNC_BAD_ARCHIVE", path, "a malformed archive: %s", why ? why : "?");
+  if (*path) return mb_error_fail(e, MB_CODE_SYNC_BAD_ARCHIVE, path, "a malformed archive at '%s': %s", path, why ? why : "?");
+  return mb_error_fail(e, MB_CODE_SYNC_BAD_ARCHIVE, path, "a malformed archive: %s", why ? why : "?");
 }
 
-static int finish_staged(mb_unpack *u, struct mb_sync_error *e) {
+static int finish_staged(mb_unpack *u, struct mb_error *e) {
   struct mb_unpack_item *it = &u->v[u->n - 1];
   unsigned int dl = 0;
   if (EVP_DigestFinal_ex(u->md, it->sha256, &dl) != 1 || dl != 32)
-    return unpack_fail(u, e, "SYNC_IO_ERROR", it->path, "SHA-256 failed for '%s'%s", NULL);
+    return unpack_fail(u, e, MB_CODE_SYNC_IO_ERROR, it->path, "SHA-256 failed for '%s'%s", NULL);
   struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_sec = (time_t)it->mtime_s, .tv_nsec = it->mtime_ns}};
   if (fchmod(u->fd, it->mode) < 0 || futimens(u->fd, ts) < 0 || close(u->fd) < 0) {
     u->fd = -1;
-    return unpack_fail(u, e, "SYNC_IO_ERROR", it->path, "cannot stage '%s': %s", strerror(errno));
+    return unpack_fail(u, e, MB_CODE_SYNC_IO_ERROR, it->path, "cannot stage '%s': %s", strerror(errno));
   }
   u->fd = -1;
   return 0;
 }
 
-static int add_item(mb_unpack *u, struct mb_sync_error *e, const char *path, size_t plen, const char *link, int type,
+static int add_item(mb_unpack *u, struct mb_error *e, const char *path, size_t plen, const char *link, int type,
                     struct archive_entry *ae) {
   if (u->n >= u->max_entries)
-    return unpack_fail(u, e, "SYNC_TOO_MANY_FILES", path, "the archive has more than maxFiles entries at '%s'%s", NULL);
+    return unpack_fail(u, e, MB_CODE_SYNC_TOO_MANY_FILES, path, "the archive has more than maxFiles entries at '%s'%s", NULL);
   if (u->n == u->cap) {
     size_t nc = u->cap ? u->cap * 2 : 32;
     struct mb_unpack_item *nv = realloc(u->v, nc * sizeof *nv);
-    if (!nv) return unpack_fail(u, e, "SYNC_NOMEM", path, "out of memory at '%s'%s", NULL);
+    if (!nv) return unpack_fail(u, e, MB_CODE_SYNC_NOMEM, path, "out of memory at '%s'%s", NULL);
     u->v = nv;
     u->cap = nc;
   }
@@ -343,7 +343,7 @@ static int add_item(mb_unpack *u, struct mb_sync_error *e, const char *path, siz
   if (!it->path || (link && !it->link)) {
     free(it->path);
     free(it->link);
-    return unpack_fail(u, e, "SYNC_NOMEM", path, "out of memory at '%s'%s", NULL);
+    return unpack_fail(u, e, MB_CODE_SYNC_NOMEM, path, "out of memory at '%s'%s", NULL);
   }
   memcpy(it->path, path, plen);
   it->path[plen] = 0;
@@ -356,7 +356,7 @@ static int add_item(mb_unpack *u, struct mb_sync_error *e, const char *path, siz
   return 0;
 }
 
-static int next_entry(mb_unpack *u, struct mb_sync_error *e) {
+static int next_entry(mb_unpack *u, struct mb_error *e) {
   struct archive_entry *ae;
   int rc = archive_read_next_header(u->a, &ae);
   if (rc == ARCHIVE_EOF) {
@@ -381,47 +381,47 @@ static int next_entry(mb_unpack *u, struct mb_sync_error *e) {
   }
   const char *hard = archive_entry_hardlink(ae);
   if (!hard) hard = archive_entry_hardlink_utf8(ae);
-  if (hard) return unpack_fail(u, e, "SYNC_UNSAFE_ENTRY", path, "'%s' is a hard link (to '%s'): refused", hard);
+  if (hard) return unpack_fail(u, e, MB_CODE_SYNC_UNSAFE_ENTRY, path, "'%s' is a hard link (to '%s'): refused", hard);
   switch (archive_entry_filetype(ae)) {
   case AE_IFREG: {
     la_int64_t size = archive_entry_size_is_set(ae) ? archive_entry_size(ae) : 0;
     if (size < 0 || (uint64_t)size > u->max_bytes - u->bytes)
-      return unpack_fail(u, e, "SYNC_TOO_LARGE", path, "the archive's files are over maxBytes at '%s'%s", NULL);
+      return unpack_fail(u, e, MB_CODE_SYNC_TOO_LARGE, path, "the archive's files are over maxBytes at '%s'%s", NULL);
     if (add_item(u, e, path, strlen(path), NULL, MB_SYNC_FILE, ae) < 0) return -1;
     struct mb_unpack_item *it = &u->v[u->n - 1];
     it->size = (uint64_t)size;
     u->fd = openat(u->sfd, it->staged, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (u->fd < 0) return unpack_fail(u, e, "SYNC_IO_ERROR", path, "cannot stage '%s': %s", strerror(errno));
+    if (u->fd < 0) return unpack_fail(u, e, MB_CODE_SYNC_IO_ERROR, path, "cannot stage '%s': %s", strerror(errno));
     if (EVP_DigestInit_ex(u->md, EVP_sha256(), NULL) != 1)
-      return unpack_fail(u, e, "SYNC_IO_ERROR", path, "SHA-256 failed for '%s'%s", NULL);
+      return unpack_fail(u, e, MB_CODE_SYNC_IO_ERROR, path, "SHA-256 failed for '%s'%s", NULL);
     return 0;
   }
   case AE_IFLNK: {
     const char *target = archive_entry_symlink(ae);
     if (!target) target = archive_entry_symlink_utf8(ae);
     if (!target || !*target || strlen(target) > MB_SYNC_PATH_MAX)
-      return unpack_fail(u, e, "SYNC_UNSAFE_ENTRY", path, "link '%s' has an empty or over-long target%s", NULL);
+      return unpack_fail(u, e, MB_CODE_SYNC_UNSAFE_ENTRY, path, "link '%s' has an empty or over-long target%s", NULL);
     if (add_item(u, e, path, strlen(path), target, MB_SYNC_LINK, ae) < 0) return -1;
     if (symlinkat(target, u->sfd, u->v[u->n - 1].staged) < 0)
-      return unpack_fail(u, e, "SYNC_IO_ERROR", path, "cannot stage link '%s': %s", strerror(errno));
+      return unpack_fail(u, e, MB_CODE_SYNC_IO_ERROR, path, "cannot stage link '%s': %s", strerror(errno));
     return 0;
   }
   case AE_IFDIR:
     return add_item(u, e, path, strlen(path), NULL, MB_SYNC_DIR, ae);
   case AE_IFCHR:
   case AE_IFBLK:
-    return unpack_fail(u, e, "SYNC_UNSAFE_ENTRY", path, "'%s' is a device file: refused%s", NULL);
+    return unpack_fail(u, e, MB_CODE_SYNC_UNSAFE_ENTRY, path, "'%s' is a device file: refused%s", NULL);
   case AE_IFIFO:
-    return unpack_fail(u, e, "SYNC_UNSAFE_ENTRY", path, "'%s' is a FIFO: refused%s", NULL);
+    return unpack_fail(u, e, MB_CODE_SYNC_UNSAFE_ENTRY, path, "'%s' is a FIFO: refused%s", NULL);
   case AE_IFSOCK:
-    return unpack_fail(u, e, "SYNC_UNSAFE_ENTRY", path, "'%s' is a socket: refused%s", NULL);
+    return unpack_fail(u, e, MB_CODE_SYNC_UNSAFE_ENTRY, path, "'%s' is a socket: refused%s", NULL);
   default:
-    return unpack_fail(u, e, "SYNC_UNSAFE_ENTRY", path, "'%s' is of an unknown type: refused%s", NULL);
+    return unpack_fail(u, e, MB_CODE_SYNC_UNSAFE_ENTRY, path, "'%s' is of an unknown type: refused%s", NULL);
   }
 }
 
-int mb_unpack_step(mb_unpack *u, size_t budget, struct mb_sync_error *e) {
-  if (u->failed) return mb_sync_fail(e, "SYNC_IO_ERROR", "", "the unpack failed before");
+int mb_unpack_step(mb_unpack *u, size_t budget, struct mb_error *e) {
+  if (u->failed) return mb_error_fail(e, MB_CODE_SYNC_IO_ERROR, "", "the unpack failed before");
   size_t done = 0;
   while (!u->done && done < budget) {
     if (u->fd < 0) {
@@ -437,11 +437,11 @@ int mb_unpack_step(mb_unpack *u, size_t budget, struct mb_sync_error *e) {
       continue;
     }
     if ((uint64_t)k > u->max_bytes - u->bytes)
-      return unpack_fail(u, e, "SYNC_TOO_LARGE", it->path, "the archive's files are over maxBytes at '%s'%s", NULL);
+      return unpack_fail(u, e, MB_CODE_SYNC_TOO_LARGE, it->path, "the archive's files are over maxBytes at '%s'%s", NULL);
     for (la_ssize_t off = 0; off < k;) {
       ssize_t w = write(u->fd, u->buf + off, (size_t)(k - off));
       if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return unpack_fail(u, e, errno == ENOSPC ? "SYNC_NO_SPACE" : "SYNC_IO_ERROR", it->path, "cannot stage '%s': %s", strerror(errno));
+      if (w < 0) return unpack_fail(u, e, errno == ENOSPC ? MB_CODE_SYNC_NO_SPACE : MB_CODE_SYNC_IO_ERROR, it->path, "cannot stage '%s': %s", strerror(errno));
       off += w;
     }
     EVP_DigestUpdate(u->md, u->buf, (size_t)k);

@@ -26,7 +26,7 @@ struct mb_sync_hash {
   char rel[MB_SYNC_PATH_MAX + 1];
 };
 
-mb_sync_hash *mb_sync_hash_open(const mb_sync_root *r, const char *rel, struct mb_sync_error *e) {
+mb_sync_hash *mb_sync_hash_open(const mb_sync_root *r, const char *rel, struct mb_error *e) {
   const char *leaf;
   int pfd = mb_sync_open_parent(r, rel, 0, &leaf, e);
   if (pfd < 0) return NULL;
@@ -34,24 +34,24 @@ mb_sync_hash *mb_sync_hash_open(const mb_sync_root *r, const char *rel, struct m
   int err = errno;
   close(pfd);
   if (fd < 0) {
-    if (err == ELOOP) return (mb_sync_fail(e, "SYNC_CHANGED", rel, "'%s' is no longer a regular file", rel), NULL);
+    if (err == ELOOP) return (mb_error_fail(e, MB_CODE_SYNC_CHANGED, rel, "'%s' is no longer a regular file", rel), NULL);
     return (sys_fail(e, err, "open", rel), NULL);
   }
   mb_sync_hash *h = calloc(1, sizeof *h);
   if (!h) {
     close(fd);
-    return (mb_sync_fail(e, "SYNC_NOMEM", rel, "out of memory"), NULL);
+    return (mb_error_fail(e, MB_CODE_SYNC_NOMEM, rel, "out of memory"), NULL);
   }
   h->fd = fd;
   snprintf(h->rel, sizeof h->rel, "%s", rel);
   if (fstat(fd, &h->st0) < 0 || !S_ISREG(h->st0.st_mode)) {
     mb_sync_hash_free(h);
-    return (mb_sync_fail(e, "SYNC_CHANGED", rel, "'%s' is no longer a regular file", rel), NULL);
+    return (mb_error_fail(e, MB_CODE_SYNC_CHANGED, rel, "'%s' is no longer a regular file", rel), NULL);
   }
   h->md = EVP_MD_CTX_new();
   if (!h->md || EVP_DigestInit_ex(h->md, EVP_sha256(), NULL) != 1) {
     mb_sync_hash_free(h);
-    return (mb_sync_fail(e, "SYNC_NOMEM", rel, "cannot start a SHA-256 digest"), NULL);
+    return (mb_error_fail(e, MB_CODE_SYNC_NOMEM, rel, "cannot start a SHA-256 digest"), NULL);
   }
   return h;
 }
@@ -66,7 +66,7 @@ static void hex_of(const unsigned char *d, char *out) {
 }
 
 int mb_sync_hash_step(mb_sync_hash *h, size_t budget, char hex[65], uint64_t *size, char version[MB_SYNC_VERSION_MAX],
-                      struct mb_sync_error *e) {
+                      struct mb_error *e) {
   static char buf[65536];
   size_t done = 0;
   while (done < budget) {
@@ -78,17 +78,17 @@ int mb_sync_hash_step(mb_sync_hash *h, size_t budget, char hex[65], uint64_t *si
       if (fstat(h->fd, &st) < 0) return sys_fail(e, errno, "stat", h->rel);
       if (st.st_size != h->st0.st_size || (uint64_t)st.st_size != h->n || st.st_mtim.tv_sec != h->st0.st_mtim.tv_sec ||
           st.st_mtim.tv_nsec != h->st0.st_mtim.tv_nsec)
-        return mb_sync_fail(e, "SYNC_CHANGED", h->rel, "'%s' changed while it was read", h->rel);
+        return mb_error_fail(e, MB_CODE_SYNC_CHANGED, h->rel, "'%s' changed while it was read", h->rel);
       unsigned char d[32];
       unsigned int dl = 0;
       if (EVP_DigestFinal_ex(h->md, d, &dl) != 1 || dl != 32)
-        return mb_sync_fail(e, "SYNC_IO_ERROR", h->rel, "SHA-256 failed");
+        return mb_error_fail(e, MB_CODE_SYNC_IO_ERROR, h->rel, "SHA-256 failed");
       hex_of(d, hex);
       *size = h->n;
       mb_sync_version(&st, version);
       return 1;
     }
-    if (EVP_DigestUpdate(h->md, buf, (size_t)k) != 1) return mb_sync_fail(e, "SYNC_IO_ERROR", h->rel, "SHA-256 failed");
+    if (EVP_DigestUpdate(h->md, buf, (size_t)k) != 1) return mb_error_fail(e, MB_CODE_SYNC_IO_ERROR, h->rel, "SHA-256 failed");
     h->n += (uint64_t)k;
     done += (size_t)k;
   }
@@ -106,23 +106,23 @@ void mb_sync_hash_free(mb_sync_hash *h) {
 
 /* What is at (pfd, leaf) against expect. → 0 as expected, -1 (SYNC_CONFLICT or an I/O error). */
 static int check_expect(int pfd, const char *leaf, const char *rel, const char *expect, struct stat *st, int *exists,
-                        struct mb_sync_error *e) {
+                        struct mb_error *e) {
   *exists = fstatat(pfd, leaf, st, AT_SYMLINK_NOFOLLOW) == 0;
   if (!*exists && errno != ENOENT) return sys_fail(e, errno, "stat", rel);
   if (!expect) return 0;
   if (strcmp(expect, "absent") == 0) {
-    if (*exists) return mb_sync_fail(e, "SYNC_CONFLICT", rel, "'%s' appeared on the host meanwhile", rel);
+    if (*exists) return mb_error_fail(e, MB_CODE_SYNC_CONFLICT, rel, "'%s' appeared on the host meanwhile", rel);
     return 0;
   }
-  if (!*exists) return mb_sync_fail(e, "SYNC_CONFLICT", rel, "'%s' was removed on the host meanwhile", rel);
+  if (!*exists) return mb_error_fail(e, MB_CODE_SYNC_CONFLICT, rel, "'%s' was removed on the host meanwhile", rel);
   char v[MB_SYNC_VERSION_MAX];
   mb_sync_version(st, v);
-  if (strcmp(v, expect) != 0) return mb_sync_fail(e, "SYNC_CONFLICT", rel, "'%s' changed on the host meanwhile", rel);
+  if (strcmp(v, expect) != 0) return mb_error_fail(e, MB_CODE_SYNC_CONFLICT, rel, "'%s' changed on the host meanwhile", rel);
   return 0;
 }
 
 int mb_sync_place(const mb_sync_root *r, const char *staged, const char *rel, const char *expect,
-                  struct mb_sync_error *e) {
+                  struct mb_error *e) {
   const char *sleaf, *leaf;
   int sfd = mb_sync_open_parent(r, staged, 0, &sleaf, e);
   if (sfd < 0) return -1;
@@ -134,14 +134,14 @@ int mb_sync_place(const mb_sync_root *r, const char *staged, const char *rel, co
   struct stat st;
   int exists, rc = check_expect(pfd, leaf, rel, expect, &st, &exists, e);
   if (rc == 0 && exists && S_ISDIR(st.st_mode))
-    rc = mb_sync_fail(e, "SYNC_CONFLICT", rel, "'%s' is a directory on the host", rel);
+    rc = mb_error_fail(e, MB_CODE_SYNC_CONFLICT, rel, "'%s' is a directory on the host", rel);
   if (rc == 0 && renameat(sfd, sleaf, pfd, leaf) < 0) rc = sys_fail(e, errno, "rename into", rel);
   close(sfd);
   close(pfd);
   return rc;
 }
 
-int mb_sync_mkdir(const mb_sync_root *r, const char *rel, unsigned mode, struct mb_sync_error *e) {
+int mb_sync_mkdir(const mb_sync_root *r, const char *rel, unsigned mode, struct mb_error *e) {
   const char *leaf;
   int pfd = mb_sync_open_parent(r, rel, 0, &leaf, e);
   if (pfd < 0) return -1;
@@ -149,7 +149,7 @@ int mb_sync_mkdir(const mb_sync_root *r, const char *rel, unsigned mode, struct 
   if (mkdirat(pfd, leaf, 0700) < 0 && errno != EEXIST) rc = sys_fail(e, errno, "make directory", rel);
   if (rc == 0) {
     int fd = openat(pfd, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) rc = mb_sync_fail(e, "SYNC_CONFLICT", rel, "'%s' exists on the host and is not a directory", rel);
+    if (fd < 0) rc = mb_error_fail(e, MB_CODE_SYNC_CONFLICT, rel, "'%s' exists on the host and is not a directory", rel);
     else {
       if (fchmod(fd, mode & 0777) < 0) rc = sys_fail(e, errno, "chmod", rel);
       close(fd);
@@ -159,40 +159,40 @@ int mb_sync_mkdir(const mb_sync_root *r, const char *rel, unsigned mode, struct 
   return rc;
 }
 
-int mb_sync_chmod(const mb_sync_root *r, const char *rel, unsigned mode, const char *expect, struct mb_sync_error *e) {
+int mb_sync_chmod(const mb_sync_root *r, const char *rel, unsigned mode, const char *expect, struct mb_error *e) {
   const char *leaf;
   int pfd = mb_sync_open_parent(r, rel, 0, &leaf, e);
   if (pfd < 0) return -1;
   struct stat st;
   int exists, rc = check_expect(pfd, leaf, rel, expect, &st, &exists, e);
-  if (rc == 0 && !exists) rc = mb_sync_fail(e, "SYNC_CONFLICT", rel, "'%s' is not on the host", rel);
-  if (rc == 0 && S_ISLNK(st.st_mode)) rc = mb_sync_fail(e, "SYNC_CONFLICT", rel, "'%s' is a symbolic link on the host", rel);
+  if (rc == 0 && !exists) rc = mb_error_fail(e, MB_CODE_SYNC_CONFLICT, rel, "'%s' is not on the host", rel);
+  if (rc == 0 && S_ISLNK(st.st_mode)) rc = mb_error_fail(e, MB_CODE_SYNC_CONFLICT, rel, "'%s' is a symbolic link on the host", rel);
   if (rc == 0 && fchmodat(pfd, leaf, mode & 0777, AT_SYMLINK_NOFOLLOW) < 0) rc = sys_fail(e, errno, "chmod", rel);
   close(pfd);
   return rc;
 }
 
-int mb_sync_unlink(const mb_sync_root *r, const char *rel, const char *expect, struct mb_sync_error *e) {
+int mb_sync_unlink(const mb_sync_root *r, const char *rel, const char *expect, struct mb_error *e) {
   const char *leaf;
   int pfd = mb_sync_open_parent(r, rel, 0, &leaf, e);
   if (pfd < 0) return -1;
   struct stat st;
   int exists, rc = check_expect(pfd, leaf, rel, expect, &st, &exists, e);
   if (rc == 0 && exists && S_ISDIR(st.st_mode))
-    rc = mb_sync_fail(e, "SYNC_CONFLICT", rel, "'%s' is a directory on the host", rel);
+    rc = mb_error_fail(e, MB_CODE_SYNC_CONFLICT, rel, "'%s' is a directory on the host", rel);
   if (rc == 0 && exists && unlinkat(pfd, leaf, 0) < 0 && errno != ENOENT) rc = sys_fail(e, errno, "remove", rel);
   close(pfd);
   return rc;
 }
 
-int mb_sync_rmdir(const mb_sync_root *r, const char *rel, struct mb_sync_error *e) {
+int mb_sync_rmdir(const mb_sync_root *r, const char *rel, struct mb_error *e) {
   const char *leaf;
   int pfd = mb_sync_open_parent(r, rel, 0, &leaf, e);
   if (pfd < 0) return -1;
   int rc = 0;
   if (unlinkat(pfd, leaf, AT_REMOVEDIR) < 0 && errno != ENOENT) {
     if (errno == ENOTEMPTY || errno == EEXIST)
-      rc = mb_sync_fail(e, "SYNC_NOT_EMPTY", rel, "directory '%s' is not empty on the host", rel);
+      rc = mb_error_fail(e, MB_CODE_SYNC_NOT_EMPTY, rel, "directory '%s' is not empty on the host", rel);
     else rc = sys_fail(e, errno, "remove directory", rel);
   }
   close(pfd);

@@ -17,52 +17,37 @@
 #define STAGE_PREFIX ".moonbox-sync-"
 #define STAGE_SUFFIX ".tmp"
 
-int mb_sync_fail(struct mb_sync_error *e, const char *code, const char *path, const char *fmt, ...) {
-  if (!e) return -1;
-  e->code = code;
-  char tmp[MB_ERROR_MSG_MAX * 2];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (n < 0) n = 0;
-  mb_copy_text(e->message, sizeof e->message, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-  path = path ? path : "";
-  mb_copy_text(e->path, sizeof e->path, path, strlen(path));
-  return -1;
-}
-
-const char *mb_sync_errno_code(int err) {
+int mb_sync_errno_code(int err) {
   switch (err) {
-  case ENOENT: return "SYNC_NOT_FOUND";
-  case ENOTDIR: return "SYNC_NOT_DIRECTORY";
-  case ELOOP: return "SYNC_UNSAFE_PATH";
-  case EACCES: case EPERM: case EROFS: return "SYNC_PERMISSION_DENIED";
-  case ENOSPC: case EDQUOT: return "SYNC_NO_SPACE";
-  case ENOMEM: return "SYNC_NOMEM";
-  default: return "SYNC_IO_ERROR";
+  case ENOENT: return MB_CODE_SYNC_NOT_FOUND;
+  case ENOTDIR: return MB_CODE_SYNC_NOT_DIRECTORY;
+  case ELOOP: return MB_CODE_SYNC_UNSAFE_PATH;
+  case EACCES: case EPERM: case EROFS: return MB_CODE_SYNC_PERMISSION_DENIED;
+  case ENOSPC: case EDQUOT: return MB_CODE_SYNC_NO_SPACE;
+  case ENOMEM: return MB_CODE_SYNC_NOMEM;
+  default: return MB_CODE_SYNC_IO_ERROR;
   }
 }
 
-int mb_sync_sys_fail(struct mb_sync_error *e, int err, const char *what, const char *path) {
-  return mb_sync_fail(e, mb_sync_errno_code(err), path, "cannot %s '%s': %s", what, path, strerror(err));
+int mb_sync_sys_fail(struct mb_error *e, int err, const char *what, const char *path) {
+  return mb_error_fail(e, mb_sync_errno_code(err), path, "cannot %s '%s': %s", what, path, strerror(err));
 }
 
-int mb_sync_check_path(const char *p, size_t len, struct mb_sync_error *e) {
+int mb_sync_check_path(const char *p, size_t len, struct mb_error *e) {
   char shown[256];
   mb_copy_text(shown, sizeof shown, p, len);
-  if (len == 0) return mb_sync_fail(e, "SYNC_UNSAFE_ENTRY", "", "an entry with an empty name");
-  if (memchr(p, '\0', len)) return mb_sync_fail(e, "SYNC_UNSAFE_ENTRY", shown, "'%s': a NUL byte in the name", shown);
+  if (len == 0) return mb_error_fail(e, MB_CODE_SYNC_UNSAFE_ENTRY, "", "an entry with an empty name");
+  if (memchr(p, '\0', len)) return mb_error_fail(e, MB_CODE_SYNC_UNSAFE_ENTRY, shown, "'%s': a NUL byte in the name", shown);
   if (len > MB_SYNC_PATH_MAX)
-    return mb_sync_fail(e, "SYNC_UNSAFE_ENTRY", shown, "a name over %d bytes: '%s...'", MB_SYNC_PATH_MAX, shown);
-  if (p[0] == '/') return mb_sync_fail(e, "SYNC_UNSAFE_ENTRY", shown, "'%s': an absolute path", shown);
+    return mb_error_fail(e, MB_CODE_SYNC_UNSAFE_ENTRY, shown, "a name over %d bytes: '%s...'", MB_SYNC_PATH_MAX, shown);
+  if (p[0] == '/') return mb_error_fail(e, MB_CODE_SYNC_UNSAFE_ENTRY, shown, "'%s': an absolute path", shown);
   for (size_t i = 0; i <= len;) {
     const char *s = memchr(p + i, '/', len - i);
     size_t end = s ? (size_t)(s - p) : len, cl = end - i;
-    if (cl == 0) return mb_sync_fail(e, "SYNC_UNSAFE_ENTRY", shown, "'%s': an empty path component", shown);
+    if (cl == 0) return mb_error_fail(e, MB_CODE_SYNC_UNSAFE_ENTRY, shown, "'%s': an empty path component", shown);
     if (cl == 2 && p[i] == '.' && p[i + 1] == '.')
-      return mb_sync_fail(e, "SYNC_UNSAFE_ENTRY", shown, "'%s': a '..' component (outside the tree)", shown);
-    if (cl == 1 && p[i] == '.') return mb_sync_fail(e, "SYNC_UNSAFE_ENTRY", shown, "'%s': a '.' component", shown);
+      return mb_error_fail(e, MB_CODE_SYNC_UNSAFE_ENTRY, shown, "'%s': a '..' component (outside the tree)", shown);
+    if (cl == 1 && p[i] == '.') return mb_error_fail(e, MB_CODE_SYNC_UNSAFE_ENTRY, shown, "'%s': a '.' component", shown);
     i = end + 1;
   }
   return 0;
@@ -104,11 +89,11 @@ struct mb_sync_root {
   char *path;
 };
 
-mb_sync_root *mb_sync_root_open(const char *root, struct mb_sync_error *e) {
+mb_sync_root *mb_sync_root_open(const char *root, struct mb_error *e) {
   int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
-    if (err == ENOTDIR) return (mb_sync_fail(e, "SYNC_NOT_DIRECTORY", root, "'%s' is not a directory", root), NULL);
+    if (err == ENOTDIR) return (mb_error_fail(e, MB_CODE_SYNC_NOT_DIRECTORY, root, "'%s' is not a directory", root), NULL);
     return (mb_sync_sys_fail(e, err, "open", root), NULL);
   }
   mb_sync_root *r = malloc(sizeof *r);
@@ -117,7 +102,7 @@ mb_sync_root *mb_sync_root_open(const char *root, struct mb_sync_error *e) {
     free(r);
     free(p);
     close(fd);
-    return (mb_sync_fail(e, "SYNC_NOMEM", root, "out of memory"), NULL);
+    return (mb_error_fail(e, MB_CODE_SYNC_NOMEM, root, "out of memory"), NULL);
   }
   r->fd = fd;
   r->path = p;
@@ -136,7 +121,7 @@ const char *mb_sync_root_path(const mb_sync_root *r) { return r->path; }
 
 /* Opens directory `name` under dirfd without following a link; create: make it when missing. */
 static int open_dir_at(int dirfd, const char *name, int create, const char *rel, size_t upto,
-                       struct mb_sync_error *e) {
+                       struct mb_error *e) {
   char shown[MB_SYNC_PATH_MAX + 1];
   for (int tries = 0; tries < 2; tries++) {
     int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -148,20 +133,20 @@ static int open_dir_at(int dirfd, const char *name, int create, const char *rel,
       return mb_sync_sys_fail(e, errno, "make directory", shown);
     }
     if (err == ELOOP)
-      return mb_sync_fail(e, "SYNC_UNSAFE_PATH", rel, "'%s' (a parent of '%s') is a symbolic link: not followed", shown, rel);
+      return mb_error_fail(e, MB_CODE_SYNC_UNSAFE_PATH, rel, "'%s' (a parent of '%s') is a symbolic link: not followed", shown, rel);
     if (err == ENOTDIR) {
       struct stat st;
       if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
-        return mb_sync_fail(e, "SYNC_UNSAFE_PATH", rel, "'%s' (a parent of '%s') is a symbolic link: not followed", shown, rel);
-      return mb_sync_fail(e, "SYNC_NOT_DIRECTORY", rel, "'%s' (a parent of '%s') is not a directory", shown, rel);
+        return mb_error_fail(e, MB_CODE_SYNC_UNSAFE_PATH, rel, "'%s' (a parent of '%s') is a symbolic link: not followed", shown, rel);
+      return mb_error_fail(e, MB_CODE_SYNC_NOT_DIRECTORY, rel, "'%s' (a parent of '%s') is not a directory", shown, rel);
     }
     return mb_sync_sys_fail(e, err, "open directory", shown);
   }
-  return mb_sync_fail(e, "SYNC_IO_ERROR", rel, "cannot open directory '%s'", rel);
+  return mb_error_fail(e, MB_CODE_SYNC_IO_ERROR, rel, "cannot open directory '%s'", rel);
 }
 
 int mb_sync_open_parent(const mb_sync_root *r, const char *rel, int create, const char **leaf,
-                        struct mb_sync_error *e) {
+                        struct mb_error *e) {
   size_t len = strlen(rel);
   if (mb_sync_check_path(rel, len, e) < 0) return -1;
   char buf[MB_SYNC_PATH_MAX + 1];
@@ -184,13 +169,13 @@ int mb_sync_open_parent(const mb_sync_root *r, const char *rel, int create, cons
 }
 
 int mb_sync_lstat(const mb_sync_root *r, const char *rel, struct mb_sync_entry *out, char *link_buf,
-                  size_t link_cap, struct mb_sync_error *e) {
+                  size_t link_cap, struct mb_error *e) {
   memset(out, 0, sizeof *out);
   const char *leaf;
-  struct mb_sync_error pe;
+  struct mb_error pe;
   int pfd = mb_sync_open_parent(r, rel, 0, &leaf, &pe);
   if (pfd < 0) {
-    if (strcmp(pe.code, "SYNC_NOT_FOUND") == 0) return 0;
+    if (pe.name == MB_CODE_SYNC_NOT_FOUND) return 0;
     if (e) *e = pe;
     return -1;
   }
@@ -211,7 +196,7 @@ int mb_sync_lstat(const mb_sync_root *r, const char *rel, struct mb_sync_entry *
     }
     if ((size_t)n >= link_cap - 1) {
       close(pfd);
-      return mb_sync_fail(e, "SYNC_TOO_LARGE", rel, "the target of link '%s' is over %zu bytes", rel, link_cap - 2);
+      return mb_error_fail(e, MB_CODE_SYNC_TOO_LARGE, rel, "the target of link '%s' is over %zu bytes", rel, link_cap - 2);
     }
     link_buf[n] = 0;
     out->link = link_buf;
@@ -239,21 +224,21 @@ struct mb_sync_scan {
   int failed;
 };
 
-static int meta_add(mb_sync_scan *s, uint64_t n, const char *path, struct mb_sync_error *e) {
+static int meta_add(mb_sync_scan *s, uint64_t n, const char *path, struct mb_error *e) {
   if (s->meta + n > s->o.max_meta)
-    return mb_sync_fail(e, "SYNC_TOO_LARGE", path,
+    return mb_error_fail(e, MB_CODE_SYNC_TOO_LARGE, path,
                         "the tree's names and links are over maxMetaBytes (%llu bytes) at '%s'",
                         (unsigned long long)s->o.max_meta, path);
   s->meta += n;
   return 0;
 }
 
-static int push_entry(mb_sync_scan *s, struct mb_sync_error *e, const char *path) {
+static int push_entry(mb_sync_scan *s, struct mb_error *e, const char *path) {
   if (s->n == s->cap) {
     size_t nc = s->cap ? s->cap * 2 : 64;
     if (meta_add(s, (nc - s->cap) * sizeof *s->v, path, e) < 0) return -1;
     struct mb_sync_entry *nv = realloc(s->v, nc * sizeof *nv);
-    if (!nv) return mb_sync_fail(e, "SYNC_NOMEM", path, "out of memory");
+    if (!nv) return mb_error_fail(e, MB_CODE_SYNC_NOMEM, path, "out of memory");
     s->v = nv;
     s->cap = nc;
   }
@@ -261,12 +246,12 @@ static int push_entry(mb_sync_scan *s, struct mb_sync_error *e, const char *path
   return 0;
 }
 
-static int push_pending(mb_sync_scan *s, size_t entry, size_t depth, struct mb_sync_error *e) {
+static int push_pending(mb_sync_scan *s, size_t entry, size_t depth, struct mb_error *e) {
   if (s->depth == s->scap) {
     size_t nc = s->scap ? s->scap * 2 : 16;
     if (meta_add(s, (nc - s->scap) * sizeof *s->stack, s->v[entry].path, e) < 0) return -1;
     struct pending *ns = realloc(s->stack, nc * sizeof *ns);
-    if (!ns) return mb_sync_fail(e, "SYNC_NOMEM", s->v[entry].path, "out of memory");
+    if (!ns) return mb_error_fail(e, MB_CODE_SYNC_NOMEM, s->v[entry].path, "out of memory");
     s->stack = ns;
     s->scap = nc;
   }
@@ -274,22 +259,22 @@ static int push_pending(mb_sync_scan *s, size_t entry, size_t depth, struct mb_s
   return 0;
 }
 
-mb_sync_scan *mb_sync_scan_new(const mb_sync_root *r, const struct mb_sync_scan_opts *o, struct mb_sync_error *e) {
+mb_sync_scan *mb_sync_scan_new(const mb_sync_root *r, const struct mb_sync_scan_opts *o, struct mb_error *e) {
   mb_sync_scan *s = calloc(1, sizeof *s);
-  if (!s) return (mb_sync_fail(e, "SYNC_NOMEM", "", "out of memory"), NULL);
+  if (!s) return (mb_error_fail(e, MB_CODE_SYNC_NOMEM, "", "out of memory"), NULL);
   s->r = r;
   s->o = *o;
   s->o.exclude = NULL;
   s->ig = mb_ignore_new(o->max_meta > 4096 ? (size_t)(o->max_meta < SIZE_MAX ? o->max_meta : SIZE_MAX) : 4096);
   if (!s->ig) {
     free(s);
-    return (mb_sync_fail(e, "SYNC_NOMEM", "", "out of memory"), NULL);
+    return (mb_error_fail(e, MB_CODE_SYNC_NOMEM, "", "out of memory"), NULL);
   }
   int why;
   if (o->exclude && o->exclude_len &&
       mb_ignore_push(s->ig, "", 0, o->exclude, o->exclude_len, MB_IGNORE_CALLER, &why) < 0) {
     mb_sync_scan_free(s);
-    return (mb_sync_fail(e, why == 1 ? "SYNC_TOO_LARGE" : "SYNC_NOMEM", "", "the exclude patterns are over maxMetaBytes"), NULL);
+    return (mb_error_fail(e, why == 1 ? MB_CODE_SYNC_TOO_LARGE : MB_CODE_SYNC_NOMEM, "", "the exclude patterns are over maxMetaBytes"), NULL);
   }
   struct stat st;
   if (fstat(mb_sync_root_fd(r), &st) < 0) {
@@ -305,7 +290,7 @@ mb_sync_scan *mb_sync_scan_new(const mb_sync_root *r, const struct mb_sync_scan_
   root->path = strdup("");
   if (!root->path) {
     mb_sync_scan_free(s);
-    return (mb_sync_fail(e, "SYNC_NOMEM", "", "out of memory"), NULL);
+    return (mb_error_fail(e, MB_CODE_SYNC_NOMEM, "", "out of memory"), NULL);
   }
   fill(root, &st);
   s->n = 1;
@@ -324,7 +309,7 @@ int mb_sync_is_stage_name(const char *nm) {
 static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* Reads a .gitignore (a regular file, not a link) into a frame based at dir. */
-static int read_gitignore(mb_sync_scan *s, int dfd, const char *dir, struct mb_sync_error *e) {
+static int read_gitignore(mb_sync_scan *s, int dfd, const char *dir, struct mb_error *e) {
   int fd = openat(dfd, ".gitignore", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) return 0; /* absent, a link, unreadable: no rules */
   struct stat st;
@@ -336,13 +321,13 @@ static int read_gitignore(mb_sync_scan *s, int dfd, const char *dir, struct mb_s
   snprintf(shown, sizeof shown, "%s%s.gitignore", dir, *dir ? "/" : "");
   if ((uint64_t)st.st_size > s->o.max_meta - s->meta) {
     close(fd);
-    return mb_sync_fail(e, "SYNC_TOO_LARGE", shown, "'%s' is over maxMetaBytes", shown);
+    return mb_error_fail(e, MB_CODE_SYNC_TOO_LARGE, shown, "'%s' is over maxMetaBytes", shown);
   }
   size_t cap = (size_t)st.st_size, got = 0;
   char *buf = malloc(cap ? cap : 1);
   if (!buf) {
     close(fd);
-    return mb_sync_fail(e, "SYNC_NOMEM", shown, "out of memory");
+    return mb_error_fail(e, MB_CODE_SYNC_NOMEM, shown, "out of memory");
   }
   while (got < cap) {
     ssize_t k = read(fd, buf + got, cap - got);
@@ -353,12 +338,12 @@ static int read_gitignore(mb_sync_scan *s, int dfd, const char *dir, struct mb_s
   close(fd);
   int why, rc = mb_ignore_push(s->ig, dir, strlen(dir), buf, got, MB_IGNORE_FILE, &why);
   free(buf);
-  if (rc < 0) return mb_sync_fail(e, why == 1 ? "SYNC_TOO_LARGE" : "SYNC_NOMEM", shown, "the rules of '%s' are over maxMetaBytes", shown);
+  if (rc < 0) return mb_error_fail(e, why == 1 ? MB_CODE_SYNC_TOO_LARGE : MB_CODE_SYNC_NOMEM, shown, "the rules of '%s' are over maxMetaBytes", shown);
   return 0;
 }
 
 /* Lists one directory (every name, sorted) and records what is not excluded. → names visited | -1 */
-static long scan_dir(mb_sync_scan *s, struct pending pd, struct mb_sync_error *e) {
+static long scan_dir(mb_sync_scan *s, struct pending pd, struct mb_error *e) {
   mb_ignore_pop_to(s->ig, pd.ig_depth);
   char dpath[MB_SYNC_PATH_MAX + 1];
   snprintf(dpath, sizeof dpath, "%s", s->v[pd.entry].path);
@@ -376,14 +361,14 @@ static long scan_dir(mb_sync_scan *s, struct pending pd, struct mb_sync_error *e
     close(pfd);
     if (dfd < 0) {
       if (err == ELOOP || err == ENOTDIR || err == ENOENT)
-        return mb_sync_fail(e, "SYNC_CHANGED", dpath, "directory '%s' changed while the tree was scanned", dpath);
+        return mb_error_fail(e, MB_CODE_SYNC_CHANGED, dpath, "directory '%s' changed while the tree was scanned", dpath);
       return mb_sync_sys_fail(e, err, "open directory", dpath);
     }
   }
   struct stat dst;
   if (fstat(dfd, &dst) < 0 || (uint64_t)dst.st_dev != want_dev || (uint64_t)dst.st_ino != want_ino) {
     close(dfd);
-    return mb_sync_fail(e, "SYNC_CHANGED", dpath, "directory '%s' changed while the tree was scanned", dpath);
+    return mb_error_fail(e, MB_CODE_SYNC_CHANGED, dpath, "directory '%s' changed while the tree was scanned", dpath);
   }
   if (s->o.gitignore && read_gitignore(s, dfd, dpath, e) < 0) {
     close(dfd);
@@ -410,17 +395,17 @@ static long scan_dir(mb_sync_scan *s, struct pending pd, struct mb_sync_error *e
     size_t l = strlen(nm);
     listed += l + 1 + sizeof(char *);
     if (listed > s->o.max_meta - s->meta) {
-      rc = mb_sync_fail(e, "SYNC_TOO_LARGE", dpath, "directory '%s' lists more names than maxMetaBytes allows", dpath);
+      rc = mb_error_fail(e, MB_CODE_SYNC_TOO_LARGE, dpath, "directory '%s' lists more names than maxMetaBytes allows", dpath);
       break;
     }
     if (nn == ncap) {
       size_t nc = ncap ? ncap * 2 : 64;
       char **nv = realloc(names, nc * sizeof *nv);
-      if (!nv) { rc = mb_sync_fail(e, "SYNC_NOMEM", dpath, "out of memory"); break; }
+      if (!nv) { rc = mb_error_fail(e, MB_CODE_SYNC_NOMEM, dpath, "out of memory"); break; }
       names = nv;
       ncap = nc;
     }
-    if (!(names[nn] = strdup(nm))) { rc = mb_sync_fail(e, "SYNC_NOMEM", dpath, "out of memory"); break; }
+    if (!(names[nn] = strdup(nm))) { rc = mb_error_fail(e, MB_CODE_SYNC_NOMEM, dpath, "out of memory"); break; }
     nn++;
   }
   if (rc == 0 && errno) rc = mb_sync_sys_fail(e, errno, "list", dpath);
@@ -431,7 +416,7 @@ static long scan_dir(mb_sync_scan *s, struct pending pd, struct mb_sync_error *e
     char path[MB_SYNC_PATH_MAX + 2];
     int pl = snprintf(path, sizeof path, "%s%s%s", dpath, dpath[0] ? "/" : "", names[i]);
     if (pl < 0 || pl > MB_SYNC_PATH_MAX) {
-      rc = mb_sync_fail(e, "SYNC_UNSAFE_ENTRY", dpath, "a name in '%s' makes a path over %d bytes", dpath, MB_SYNC_PATH_MAX);
+      rc = mb_error_fail(e, MB_CODE_SYNC_UNSAFE_ENTRY, dpath, "a name in '%s' makes a path over %d bytes", dpath, MB_SYNC_PATH_MAX);
       break;
     }
     struct stat st;
@@ -449,23 +434,23 @@ static long scan_dir(mb_sync_scan *s, struct pending pd, struct mb_sync_error *e
       struct mb_sync_entry *en = &s->v[s->n];
       fill(en, &st);
       en->excluded = 1;
-      if (!(en->path = malloc((size_t)pl + 1))) { rc = mb_sync_fail(e, "SYNC_NOMEM", path, "out of memory"); break; }
+      if (!(en->path = malloc((size_t)pl + 1))) { rc = mb_error_fail(e, MB_CODE_SYNC_NOMEM, path, "out of memory"); break; }
       memcpy(en->path, path, (size_t)pl + 1);
       en->plen = (size_t)pl;
       s->n++;
       continue;
     }
     if (t == 'o') {
-      rc = mb_sync_fail(e, "SYNC_UNSUPPORTED_TYPE", path, "'%s' is %s: not synced (exclude it)", path, other_kind(st.st_mode));
+      rc = mb_error_fail(e, MB_CODE_SYNC_UNSUPPORTED_TYPE, path, "'%s' is %s: not synced (exclude it)", path, other_kind(st.st_mode));
       break;
     }
     if (++s->entries > s->o.max_entries) {
-      rc = mb_sync_fail(e, "SYNC_TOO_MANY_FILES", path, "the tree has more than maxFiles (%llu) entries at '%s'",
+      rc = mb_error_fail(e, MB_CODE_SYNC_TOO_MANY_FILES, path, "the tree has more than maxFiles (%llu) entries at '%s'",
                         (unsigned long long)s->o.max_entries, path);
       break;
     }
     if (t == MB_SYNC_FILE && (uint64_t)st.st_size > s->o.max_bytes - s->bytes) {
-      rc = mb_sync_fail(e, "SYNC_TOO_LARGE", path, "the tree's files are over maxBytes (%llu bytes) at '%s'",
+      rc = mb_error_fail(e, MB_CODE_SYNC_TOO_LARGE, path, "the tree's files are over maxBytes (%llu bytes) at '%s'",
                         (unsigned long long)s->o.max_bytes, path);
       break;
     }
@@ -475,7 +460,7 @@ static long scan_dir(mb_sync_scan *s, struct pending pd, struct mb_sync_error *e
       ll = readlinkat(dfd, names[i], lbuf, sizeof lbuf - 1);
       if (ll < 0) { rc = mb_sync_sys_fail(e, errno, "read link", path); break; }
       if (ll > MB_SYNC_PATH_MAX) {
-        rc = mb_sync_fail(e, "SYNC_UNSAFE_ENTRY", path, "the target of link '%s' is over %d bytes", path, MB_SYNC_PATH_MAX);
+        rc = mb_error_fail(e, MB_CODE_SYNC_UNSAFE_ENTRY, path, "the target of link '%s' is over %d bytes", path, MB_SYNC_PATH_MAX);
         break;
       }
       lbuf[ll] = 0;
@@ -489,7 +474,7 @@ static long scan_dir(mb_sync_scan *s, struct pending pd, struct mb_sync_error *e
     if (!en->path || (t == MB_SYNC_LINK && !en->link)) {
       free(en->path);
       free(en->link);
-      rc = mb_sync_fail(e, "SYNC_NOMEM", path, "out of memory");
+      rc = mb_error_fail(e, MB_CODE_SYNC_NOMEM, path, "out of memory");
       break;
     }
     memcpy(en->path, path, (size_t)pl + 1);
@@ -511,8 +496,8 @@ static long scan_dir(mb_sync_scan *s, struct pending pd, struct mb_sync_error *e
   return rc < 0 ? -1 : (long)(nn ? nn : 1);
 }
 
-int mb_sync_scan_step(mb_sync_scan *s, size_t budget, struct mb_sync_error *e) {
-  if (s->failed) return mb_sync_fail(e, "SYNC_IO_ERROR", "", "the scan failed before");
+int mb_sync_scan_step(mb_sync_scan *s, size_t budget, struct mb_error *e) {
+  if (s->failed) return mb_error_fail(e, MB_CODE_SYNC_IO_ERROR, "", "the scan failed before");
   size_t done = 0;
   while (s->depth > 0 && done < budget) {
     struct pending pd = s->stack[--s->depth];
@@ -548,10 +533,10 @@ void mb_sync_scan_free(mb_sync_scan *s) {
 
 #define RMTREE_DEPTH_MAX 512
 
-static int rmtree_at(int pfd, const char *name, int depth, const char *rel, struct mb_sync_error *e) {
+static int rmtree_at(int pfd, const char *name, int depth, const char *rel, struct mb_error *e) {
   if (unlinkat(pfd, name, 0) == 0 || errno == ENOENT) return 0;
   if (errno != EISDIR && errno != EPERM) return mb_sync_sys_fail(e, errno, "remove", rel);
-  if (depth > RMTREE_DEPTH_MAX) return mb_sync_fail(e, "SYNC_IO_ERROR", rel, "'%s' is nested too deeply to remove", rel);
+  if (depth > RMTREE_DEPTH_MAX) return mb_error_fail(e, MB_CODE_SYNC_IO_ERROR, rel, "'%s' is nested too deeply to remove", rel);
   int fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return mb_sync_sys_fail(e, errno, "open directory", rel);
   DIR *d = fdopendir(fd);
@@ -571,12 +556,12 @@ static int rmtree_at(int pfd, const char *name, int depth, const char *rel, stru
   return rc;
 }
 
-int mb_sync_rmtree(const mb_sync_root *r, const char *rel, struct mb_sync_error *e) {
+int mb_sync_rmtree(const mb_sync_root *r, const char *rel, struct mb_error *e) {
   const char *leaf;
-  struct mb_sync_error pe;
+  struct mb_error pe;
   int pfd = mb_sync_open_parent(r, rel, 0, &leaf, &pe);
   if (pfd < 0) {
-    if (strcmp(pe.code, "SYNC_NOT_FOUND") == 0) return 0;
+    if (pe.name == MB_CODE_SYNC_NOT_FOUND) return 0;
     if (e) *e = pe;
     return -1;
   }

@@ -324,7 +324,7 @@ describe("scheduler", function()
 
       local bad, berr = mb.proc.spawn{ argv = { "/nonexistent/binary" } }
       assert.is_nil(bad)
-      assert.equal("E2B_IO", berr.code)
+      assert.equal("SPAWN_FAILED", berr.code)
       assert.matches("no such file", berr.message:lower())
     end)
   end)

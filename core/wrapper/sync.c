@@ -232,8 +232,8 @@ static int make_parents(const char *path) {
 
 /* A sync error from the walker as a tool failure (unpack: stdout; streaming tools: stderr, then
  * the entry's path as "path <n> <bytes>\n" when there is one). */
-static int walk_fail(const struct mb_sync_error *e, int streaming) {
-  const char *code = e->code ? e->code : "SYNC_IO_ERROR";
+static int walk_fail(const struct mb_error *e, int streaming) {
+  const char *code = e->name ? mb_error_code(e) : "SYNC_IO_ERROR";
   if (!streaming) return tool_fail(code, "%s", e->message);
   if (e->path[0]) {
     char head[64];
@@ -251,7 +251,7 @@ static int walk_fail(const struct mb_sync_error *e, int streaming) {
   return stream_fail(code, "%s", e->message);
 }
 
-static mb_sync_scan *scan_all(mb_sync_root *r, const struct mb_sync_scan_opts *so, struct mb_sync_error *e) {
+static mb_sync_scan *scan_all(mb_sync_root *r, const struct mb_sync_scan_opts *so, struct mb_error *e) {
   mb_sync_scan *s = mb_sync_scan_new(r, so, e);
   if (!s) return NULL;
   int rc;
@@ -307,7 +307,7 @@ int tool_unpack(int argc, char **argv) {
   unlink(archive);
 
   /* What tar made must be a plain tree within the limits: no device, FIFO, socket or hard link. */
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   mb_sync_root *r = mb_sync_root_open(tree, &e);
   struct mb_sync_scan_opts so = {.max_entries = o.max_files, .max_bytes = o.max_bytes, .max_meta = o.max_meta};
   mb_sync_scan *s = r ? scan_all(r, &so, &e) : NULL;
@@ -315,7 +315,7 @@ int tool_unpack(int argc, char **argv) {
   for (size_t k = 1; s && k < mb_sync_scan_count(s); k++) {
     const struct mb_sync_entry *en = mb_sync_scan_entry(s, k);
     if (en->type == MB_SYNC_FILE && en->nlink > 1) {
-      mb_sync_fail(&e, "SYNC_UNSAFE_ENTRY", en->path, "'%s' is a hard link: refused", en->path);
+      mb_error_fail(&e, MB_CODE_SYNC_UNSAFE_ENTRY, en->path, "'%s' is a hard link: refused", en->path);
       mb_sync_scan_free(s);
       s = NULL;
       break;
@@ -575,7 +575,7 @@ int tool_manifest(int argc, char **argv) {
       return usage(U);
     }
   }
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   mb_sync_root *r = mb_sync_root_open(dir, &e);
   if (!r) {
     free(exclude);
@@ -661,7 +661,7 @@ int tool_pack(int argc, char **argv) {
   /* Every name is checked here as it will be by the host: relative, inside DIR. */
   for (long p = 0; p < ln;) {
     size_t n = strlen(list + p);
-    struct mb_sync_error e = {0};
+    struct mb_error e = {0};
     if (mb_sync_check_path(list + p, n, &e) < 0) {
       free(list);
       return stream_fail("SYNC_UNSAFE_ENTRY", "%s", e.message);

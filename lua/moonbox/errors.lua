@@ -4,7 +4,10 @@
 -- metatable is the registry's "moonbox.error" (the C core registers the same one under the
 -- same name: whoever is loaded first makes it). tostring(err) is "CODE: message". Every
 -- operational failure in moonbox is `nil, err` of this type; programming mistakes raise.
--- The codes are listed in lua/README.md ("Error codes").
+-- The codes are listed once, in core/error_codes.def (errors.codes()); lua/README.md ("Error
+-- codes") shows that list.
+local core = require "moonbox.core"
+
 local M = {}
 
 local REGISTRY_NAME = "moonbox.error"
@@ -32,10 +35,24 @@ function M.is(x, code)
   return getmetatable(x) == mt and (code == nil or x.code == code)
 end
 
+-- Every code moonbox has (core/error_codes.def, the one list): { name =, meaning =, modules = }
+-- each, in the list's order; codes made at run time are a family: { name = "TOOL_*", prefix =
+-- "TOOL_", family = true }.
+function M.codes() return core.error_codes end
+
+-- true when `code` is in the list (or of one of its families).
+function M.known(code)
+  if type(code) ~= "string" then return false end
+  for _, c in ipairs(M.codes()) do
+    if c.name == code or (c.family and code:sub(1, #c.prefix) == c.prefix and #code > #c.prefix) then return true end
+  end
+  return false
+end
+
 -- The seam's filesystem codes.
 M.FS = {
   "FS_NOT_FOUND", "FS_NOT_DIRECTORY", "FS_NOT_TEXT", "FS_NOT_REGULAR_FILE", "FS_PERMISSION_DENIED",
-  "FS_SANDBOX_DENIED", "FS_IO_ERROR", "FS_STALE_VERSION", "FS_NOT_OBSERVED", "FS_AMBIGUOUS_EDIT",
+  "FS_IO_ERROR", "FS_STALE_VERSION", "FS_NOT_OBSERVED", "FS_AMBIGUOUS_EDIT",
   "FS_EDIT_NOT_FOUND", "FS_ABORTED", "FS_TOO_LARGE", "FS_NOT_EMPTY", "FS_ALREADY_EXISTS", "FS_CROSS_DEVICE",
   "FS_INVALID_TARGET",
 }

@@ -49,6 +49,39 @@ static void test_error_set(void) {
   CHECK_STR(e.message, "");
 }
 
+/* The list (error_codes.def): enum mb_err's codes first, with the same numbers and names. */
+static void test_the_list(void) {
+  for (int i = 0; i < MB_E__COUNT; i++) CHECK_STR(mb_code_name(i), mb_errcode(i));
+  CHECK_STR(mb_code_name(MB_CODE_SYNC_CHANGED), "SYNC_CHANGED");
+  CHECK_STR(mb_code_name(MB_CODE_MB_IO), "MB_IO");
+  CHECK_STR(mb_code_name(MB_CODE__COUNT), "E2B_UNKNOWN");
+  CHECK(strlen(mb_code_meaning(MB_CODE_SPAWN_FAILED)) > 0 && strlen(mb_code_modules(MB_CODE_SPAWN_FAILED)) > 0);
+  for (int i = 1; i < MB_CODE__COUNT; i++)
+    for (int j = i + 1; j < MB_CODE__COUNT; j++) CHECK(strcmp(mb_code_name(i), mb_code_name(j)) != 0);
+}
+
+/* One error type: a named code keeps the function's return value; a failure names a path. */
+static void test_named_errors(void) {
+  struct mb_error e = {0};
+  CHECK_STR(mb_error_code(&e), "OK");
+  CHECK_INT(mb_error_set_named(&e, MB_E_IO, MB_CODE_MB_IO, "kill: %s", "gone"), MB_E_IO);
+  CHECK_INT(e.code, MB_E_IO);
+  CHECK_STR(mb_error_code(&e), "MB_IO");
+  CHECK_STR(e.message, "kill: gone");
+  mb_error_set(&e, MB_E_IO, "plain");
+  CHECK_STR(mb_error_code(&e), "E2B_IO");
+  CHECK_INT(mb_error_fail(&e, MB_CODE_SYNC_CONFLICT, "a/b", "'%s' changed", "a/b"), -1);
+  CHECK_INT(e.code, MB_E_FAILED);
+  CHECK_STR(mb_error_code(&e), "SYNC_CONFLICT");
+  CHECK_STR(e.path, "a/b");
+  mb_error_fail(&e, MB_CODE_E2B_NOMEM, NULL, "out of memory");
+  CHECK_INT(e.code, MB_E_NOMEM);
+  CHECK_STR(e.path, "");
+  CHECK_INT(mb_error_fail(NULL, MB_CODE_SYNC_NOMEM, "x", "dropped"), -1);
+  mb_error_clear(&e);
+  CHECK_STR(mb_error_code(&e), "OK");
+}
+
 static void test_long_message_is_bounded(void) {
   struct mb_error e;
   char big[1000];
@@ -76,6 +109,8 @@ int main(void) {
   MBT_RUN(test_every_code_distinct);
   MBT_RUN(test_out_of_range);
   MBT_RUN(test_error_set);
+  MBT_RUN(test_the_list);
+  MBT_RUN(test_named_errors);
   MBT_RUN(test_long_message_is_bounded);
   MBT_RUN(test_utf8_cut_on_boundary);
   return mbt_report();

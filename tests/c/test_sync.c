@@ -152,7 +152,7 @@ static void test_ignore_frames(void) {
 /* ---- paths ---- */
 
 static void test_check_path(void) {
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   CHECK(mb_sync_check_path("a/b.c", 5, &e) == 0);
   CHECK(mb_sync_check_path("...", 3, &e) == 0);
   static const char *bad[][2] = {{"", "empty"}, {"/etc/passwd", "absolute"}, {"a/../../x", "'..'"},
@@ -161,7 +161,7 @@ static void test_check_path(void) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     memset(&e, 0, sizeof e);
     CHECK(mb_sync_check_path(bad[i][0], strlen(bad[i][0]), &e) == -1);
-    CHECK_STR(e.code, "SYNC_UNSAFE_ENTRY");
+    CHECK_STR(mb_error_code(&e), "SYNC_UNSAFE_ENTRY");
     CHECK_HAS(e.message, bad[i][1]);
   }
   CHECK(mb_sync_check_path("a\0b", 3, &e) == -1);
@@ -174,15 +174,15 @@ static void test_check_path(void) {
 
 static void test_roots(void) {
   fresh();
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   char p[1024];
   path_of(p, sizeof p, "missing");
   CHECK(mb_sync_root_open(p, &e) == NULL);
-  CHECK_STR(e.code, "SYNC_NOT_FOUND");
+  CHECK_STR(mb_error_code(&e), "SYNC_NOT_FOUND");
   put("file", "x");
   path_of(p, sizeof p, "file");
   CHECK(mb_sync_root_open(p, &e) == NULL);
-  CHECK_STR(e.code, "SYNC_NOT_DIRECTORY");
+  CHECK_STR(mb_error_code(&e), "SYNC_NOT_DIRECTORY");
   mb_sync_root *r = mb_sync_root_open(tmp_root, &e);
   CHECK(r != NULL);
   CHECK_STR(mb_sync_root_path(r), tmp_root);
@@ -196,21 +196,21 @@ static void test_roots(void) {
   CHECK(mb_sync_lstat(r, "ln", &en, link, sizeof link, &e) == 1 && en.type == MB_SYNC_LINK);
   CHECK_STR(en.link, "/tmp");
   CHECK(mb_sync_lstat(r, "ln/x", &en, link, sizeof link, &e) == -1);
-  CHECK_STR(e.code, "SYNC_UNSAFE_PATH");
+  CHECK_STR(mb_error_code(&e), "SYNC_UNSAFE_PATH");
   CHECK_HAS(e.message, "symbolic link");
   CHECK(mb_sync_lstat(r, "file/x", &en, link, sizeof link, &e) == -1);
-  CHECK_STR(e.code, "SYNC_NOT_DIRECTORY");
+  CHECK_STR(mb_error_code(&e), "SYNC_NOT_DIRECTORY");
   CHECK(mb_sync_lstat(r, "../x", &en, link, sizeof link, &e) == -1);
-  CHECK_STR(e.code, "SYNC_UNSAFE_ENTRY");
+  CHECK_STR(mb_error_code(&e), "SYNC_UNSAFE_ENTRY");
   CHECK(mb_sync_lstat(r, "ln", &en, link, 3, &e) == -1);
-  CHECK_STR(e.code, "SYNC_TOO_LARGE");
+  CHECK_STR(mb_error_code(&e), "SYNC_TOO_LARGE");
   mb_sync_root_close(r);
   mb_sync_root_close(NULL);
 }
 
 /* ---- scans ---- */
 
-static mb_sync_scan *scan_all(mb_sync_root *r, struct mb_sync_scan_opts *o, struct mb_sync_error *e, size_t budget) {
+static mb_sync_scan *scan_all(mb_sync_root *r, struct mb_sync_scan_opts *o, struct mb_error *e, size_t budget) {
   mb_sync_scan *s = mb_sync_scan_new(r, o, e);
   if (!s) return NULL;
   int rc;
@@ -256,7 +256,7 @@ static void make_tree(void) {
 
 static void test_scan(void) {
   make_tree();
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   mb_sync_root *r = mb_sync_root_open(tmp_root, &e);
   struct mb_sync_scan_opts o = big_opts();
   mb_sync_scan *s = scan_all(r, &o, &e, 1);   /* one directory per step */
@@ -311,18 +311,18 @@ static void test_scan(void) {
   o = big_opts();
   o.max_entries = 3;
   CHECK(scan_all(r, &o, &e, 100) == NULL);
-  CHECK_STR(e.code, "SYNC_TOO_MANY_FILES");
+  CHECK_STR(mb_error_code(&e), "SYNC_TOO_MANY_FILES");
   CHECK_HAS(e.message, "maxFiles");
   CHECK(e.path[0] != 0);
   o = big_opts();
   o.max_bytes = 4;
   CHECK(scan_all(r, &o, &e, 100) == NULL);
-  CHECK_STR(e.code, "SYNC_TOO_LARGE");
+  CHECK_STR(mb_error_code(&e), "SYNC_TOO_LARGE");
   CHECK_HAS(e.message, "maxBytes");
   o = big_opts();
   o.max_meta = 200;
   CHECK(scan_all(r, &o, &e, 100) == NULL);
-  CHECK_STR(e.code, "SYNC_TOO_LARGE");
+  CHECK_STR(mb_error_code(&e), "SYNC_TOO_LARGE");
   CHECK_HAS(e.message, "maxMetaBytes");
   o = big_opts();
   o.max_meta = 1 << 20;
@@ -340,7 +340,7 @@ static void test_scan(void) {
   big[sizeof big - 1] = 0;
   put("empty/.gitignore", big);
   CHECK(scan_all(r, &o, &e, 100) == NULL);
-  CHECK_STR(e.code, "SYNC_TOO_LARGE");
+  CHECK_STR(mb_error_code(&e), "SYNC_TOO_LARGE");
   CHECK_HAS(e.path, ".gitignore");
   char p[1024];
   path_of(p, sizeof p, "empty/.gitignore");
@@ -351,7 +351,7 @@ static void test_scan(void) {
   CHECK(mkfifo(p, 0644) == 0);
   o = big_opts();
   CHECK(scan_all(r, &o, &e, 100) == NULL);
-  CHECK_STR(e.code, "SYNC_UNSUPPORTED_TYPE");
+  CHECK_STR(mb_error_code(&e), "SYNC_UNSUPPORTED_TYPE");
   CHECK_STR(e.path, "a/fifo");
   CHECK_HAS(e.message, "FIFO");
   unlink(p);
@@ -362,7 +362,7 @@ static void test_scan(void) {
   memcpy(sa.sun_path, p, strlen(p) + 1);
   CHECK(bind(sfd, (struct sockaddr *)&sa, sizeof sa) == 0);
   CHECK(scan_all(r, &o, &e, 100) == NULL);
-  CHECK_STR(e.code, "SYNC_UNSUPPORTED_TYPE");
+  CHECK_STR(mb_error_code(&e), "SYNC_UNSUPPORTED_TYPE");
   CHECK_HAS(e.message, "socket");
   close(sfd);
   unlink(p);
@@ -384,7 +384,7 @@ static void test_scan(void) {
   while ((rc = mb_sync_scan_step(s, 1, &e)) == 0) {
   }
   CHECK(rc == -1);
-  CHECK_STR(e.code, "SYNC_CHANGED");
+  CHECK_STR(mb_error_code(&e), "SYNC_CHANGED");
   CHECK(mb_sync_scan_step(s, 1, &e) == -1); /* unusable after a failure */
   mb_sync_scan_free(s);
   mb_sync_root_close(r);
@@ -392,7 +392,7 @@ static void test_scan(void) {
 
 /* ---- packs and unpacks ---- */
 
-static size_t drain(mb_pack *k, const char *file, struct mb_sync_error *e) {
+static size_t drain(mb_pack *k, const char *file, struct mb_error *e) {
   FILE *f = fopen(file, "wb");
   char buf[7000];
   size_t total = 0;
@@ -407,7 +407,7 @@ static size_t drain(mb_pack *k, const char *file, struct mb_sync_error *e) {
 }
 
 static mb_unpack *unpack_all(mb_sync_root *r, const char *archive, const char *stage, uint64_t max_entries,
-                             uint64_t max_bytes, struct mb_sync_error *e) {
+                             uint64_t max_bytes, struct mb_error *e) {
   mb_unpack *u = mb_unpack_new(r, archive, stage, "p", max_entries, max_bytes, e);
   if (!u) return NULL;
   int rc;
@@ -422,7 +422,7 @@ static mb_unpack *unpack_all(mb_sync_root *r, const char *archive, const char *s
 
 static void test_pack_roundtrip(void) {
   make_tree();
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   mb_sync_root *r = mb_sync_root_open(tmp_root, &e);
   static char big[300000];
   for (size_t i = 0; i < sizeof big - 1; i++) big[i] = (char)('a' + i % 26);
@@ -504,7 +504,7 @@ static void craft_close(struct craft *c) {
 
 static void test_unpack(void) {
   fresh();
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   mb_sync_root *r = mb_sync_root_open(tmp_root, &e);
   mkd("stage");
   char archive[512];
@@ -562,7 +562,7 @@ static void test_unpack(void) {
     memset(&e, 0, sizeof e);
     u = unpack_all(r, archive, "stage", 10, 100, &e);
     if (!CHECK(u == NULL)) { fprintf(stderr, "     entry %s\n", bad[i].name); mb_unpack_free(u); continue; }
-    CHECK_STR(e.code, bad[i].code);
+    CHECK_STR(mb_error_code(&e), bad[i].code);
     CHECK_HAS(e.message, bad[i].what);
     CHECK(e.path[0] != 0);
   }
@@ -578,30 +578,30 @@ static void test_unpack(void) {
   craft_close(&c);
   sh("rm -rf '%s/stage' && mkdir '%s/stage'", tmp_root, tmp_root);
   CHECK(unpack_all(r, archive, "stage", 1, 100, &e) == NULL);
-  CHECK_STR(e.code, "SYNC_TOO_MANY_FILES");
+  CHECK_STR(mb_error_code(&e), "SYNC_TOO_MANY_FILES");
   CHECK_STR(e.path, "b");
   sh("rm -rf '%s/stage' && mkdir '%s/stage'", tmp_root, tmp_root);
   CHECK(unpack_all(r, archive, "stage", 10, 8, &e) == NULL);
-  CHECK_STR(e.code, "SYNC_TOO_LARGE");
+  CHECK_STR(mb_error_code(&e), "SYNC_TOO_LARGE");
   CHECK_STR(e.path, "b");
   /* malformed: truncated, garbage, compressed (no decompression filter) */
   sh("rm -rf '%s/stage' && mkdir '%s/stage' && head -c 700 '%s' > '%s.cut'", tmp_root, tmp_root, archive, archive);
   char cut[600];
   snprintf(cut, sizeof cut, "%s.cut", archive);
   CHECK(unpack_all(r, cut, "stage", 10, 100, &e) == NULL);
-  CHECK_STR(e.code, "SYNC_BAD_ARCHIVE");
+  CHECK_STR(mb_error_code(&e), "SYNC_BAD_ARCHIVE");
   sh("head -c 3000 /dev/urandom > '%s'", cut);
   CHECK(unpack_all(r, cut, "stage", 10, 100, &e) == NULL);
-  CHECK_STR(e.code, "SYNC_BAD_ARCHIVE");
+  CHECK_STR(mb_error_code(&e), "SYNC_BAD_ARCHIVE");
   sh("gzip -c '%s' > '%s'", archive, cut);
   CHECK(unpack_all(r, cut, "stage", 10, 100, &e) == NULL);
-  CHECK_STR(e.code, "SYNC_BAD_ARCHIVE");
+  CHECK_STR(mb_error_code(&e), "SYNC_BAD_ARCHIVE");
   unlink(cut);
   /* bad arguments */
   CHECK(mb_unpack_new(r, archive, "stage", "a/b", 10, 10, &e) == NULL);
   CHECK(mb_unpack_new(r, archive, "nostage", "", 10, 10, &e) == NULL);
   CHECK(mb_unpack_new(r, "/nonexistent.tar", "stage", "", 10, 10, &e) == NULL);
-  CHECK_STR(e.code, "SYNC_BAD_ARCHIVE");
+  CHECK_STR(mb_error_code(&e), "SYNC_BAD_ARCHIVE");
   mb_sync_root_close(r);
   unlink(archive);
 }
@@ -610,7 +610,7 @@ static void test_unpack(void) {
 static void test_pack_changes(void) {
   fresh();
   put("f", "0123456789");
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   mb_sync_root *r = mb_sync_root_open(tmp_root, &e);
   struct mb_sync_scan_opts o = big_opts();
   char archive[512];
@@ -626,7 +626,7 @@ static void test_pack_changes(void) {
     mb_pack *k = mb_pack_new(r, s, &e);
     memset(&e, 0, sizeof e);
     CHECK(drain(k, archive, &e) == 0);
-    if (!CHECK(e.code && strcmp(e.code, "SYNC_CHANGED") == 0)) fprintf(stderr, "     %s: %s\n", how[i], e.message);
+    if (!CHECK(mb_error_code(&e) && strcmp(mb_error_code(&e), "SYNC_CHANGED") == 0)) fprintf(stderr, "     %s: %s\n", how[i], e.message);
     CHECK(mb_pack_read(k, archive, 1) == -1); /* stays failed */
     mb_pack_free(k);
     mb_sync_scan_free(s);
@@ -644,7 +644,7 @@ static void test_hash(void) {
   for (size_t i = 0; i < sizeof data - 1; i++) data[i] = (char)(i % 251 + 1);
   data[sizeof data - 1] = 0;
   put("h", data);
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   mb_sync_root *r = mb_sync_root_open(tmp_root, &e);
   mb_sync_hash *h = mb_sync_hash_open(r, "h", &e);
   CHECK(h != NULL);
@@ -663,19 +663,19 @@ static void test_hash(void) {
   while ((rc = mb_sync_hash_step(h, 65536, hex, &size, ver, &e)) == 0) {
   }
   CHECK(rc == -1);
-  CHECK_STR(e.code, "SYNC_CHANGED");
+  CHECK_STR(mb_error_code(&e), "SYNC_CHANGED");
   mb_sync_hash_free(h);
   /* not a regular file; missing */
   mkd("dir");
   CHECK(mb_sync_hash_open(r, "dir", &e) == NULL);
-  CHECK_STR(e.code, "SYNC_CHANGED");
+  CHECK_STR(mb_error_code(&e), "SYNC_CHANGED");
   char p[1024];
   path_of(p, sizeof p, "ln");
   CHECK(symlink("h", p) == 0);
   CHECK(mb_sync_hash_open(r, "ln", &e) == NULL);
-  CHECK_STR(e.code, "SYNC_CHANGED");
+  CHECK_STR(mb_error_code(&e), "SYNC_CHANGED");
   CHECK(mb_sync_hash_open(r, "missing", &e) == NULL);
-  CHECK_STR(e.code, "SYNC_NOT_FOUND");
+  CHECK_STR(mb_error_code(&e), "SYNC_NOT_FOUND");
   mb_sync_hash_free(NULL);
   mb_sync_root_close(r);
 }
@@ -697,23 +697,23 @@ static void test_place(void) {
   put("stage/f1", "new");
   put("stage/f2", "new2");
   put("d/old", "old");
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   mb_sync_root *r = mb_sync_root_open(tmp_root, &e);
   char v[MB_SYNC_VERSION_MAX];
   /* expect absent */
   CHECK(mb_sync_place(r, "stage/f1", "d/new", "absent", &e) == 0);
   CHECK(mb_sync_place(r, "stage/f2", "d/new", "absent", &e) == -1);
-  CHECK_STR(e.code, "SYNC_CONFLICT");
+  CHECK_STR(mb_error_code(&e), "SYNC_CONFLICT");
   /* expect a version: the right one, then a stale one */
   version_of("d/old", v);
   CHECK(mb_sync_place(r, "stage/f2", "d/old", v, &e) == 0);
   put("stage/f3", "x");
   CHECK(mb_sync_place(r, "stage/f3", "d/old", v, &e) == -1); /* the rename gave it a new inode */
-  CHECK_STR(e.code, "SYNC_CONFLICT");
+  CHECK_STR(mb_error_code(&e), "SYNC_CONFLICT");
   CHECK(mb_sync_place(r, "stage/f3", "d/gone", "1:2:3:4:5", &e) == -1);
-  CHECK_STR(e.code, "SYNC_CONFLICT");
+  CHECK_STR(mb_error_code(&e), "SYNC_CONFLICT");
   CHECK(mb_sync_place(r, "stage/f3", "d", NULL, &e) == -1); /* never over a directory */
-  CHECK_STR(e.code, "SYNC_CONFLICT");
+  CHECK_STR(mb_error_code(&e), "SYNC_CONFLICT");
   /* never through a symlinked parent, never into a missing one */
   char p[1024];
   char outside[512];
@@ -722,11 +722,11 @@ static void test_place(void) {
   path_of(p, sizeof p, "ln");
   CHECK(symlink(outside, p) == 0);
   CHECK(mb_sync_place(r, "stage/f3", "ln/x", NULL, &e) == -1);
-  CHECK_STR(e.code, "SYNC_UNSAFE_PATH");
+  CHECK_STR(mb_error_code(&e), "SYNC_UNSAFE_PATH");
   CHECK(mb_sync_place(r, "stage/f3", "no/x", NULL, &e) == -1);
-  CHECK_STR(e.code, "SYNC_NOT_FOUND");
+  CHECK_STR(mb_error_code(&e), "SYNC_NOT_FOUND");
   CHECK(mb_sync_mkdir(r, "ln/sub", 0755, &e) == -1);
-  CHECK_STR(e.code, "SYNC_UNSAFE_PATH");
+  CHECK_STR(mb_error_code(&e), "SYNC_UNSAFE_PATH");
   CHECK(mb_sync_unlink(r, "ln/x", NULL, &e) == -1);
   CHECK(mb_sync_rmdir(r, "ln/x", &e) == -1);
   CHECK(mb_sync_chmod(r, "ln/x", 0600, NULL, &e) == -1);
@@ -741,24 +741,24 @@ static void test_place(void) {
   CHECK(mb_sync_mkdir(r, "d/sub", 0755, &e) == 0);
   CHECK(stat(p, &st) == 0 && (st.st_mode & 0777) == 0755);
   CHECK(mb_sync_mkdir(r, "d/new", 0755, &e) == -1);
-  CHECK_STR(e.code, "SYNC_CONFLICT");
+  CHECK_STR(mb_error_code(&e), "SYNC_CONFLICT");
   /* chmod: checked, never a link */
   version_of("d/new", v);
   CHECK(mb_sync_chmod(r, "d/new", 0604, v, &e) == 0);
   CHECK(mb_sync_chmod(r, "d/new", 0600, "absent", &e) == -1);
   CHECK(mb_sync_chmod(r, "d/none", 0600, NULL, &e) == -1);
-  CHECK_STR(e.code, "SYNC_CONFLICT");
+  CHECK_STR(mb_error_code(&e), "SYNC_CONFLICT");
   CHECK(mb_sync_chmod(r, "ln", 0600, NULL, &e) == -1);
-  CHECK_STR(e.code, "SYNC_CONFLICT");
+  CHECK_STR(mb_error_code(&e), "SYNC_CONFLICT");
   /* unlink: checked; a directory is a conflict; an absent file is fine */
   CHECK(mb_sync_unlink(r, "d/new", "1:1:1:1:1", &e) == -1);
-  CHECK_STR(e.code, "SYNC_CONFLICT");
+  CHECK_STR(mb_error_code(&e), "SYNC_CONFLICT");
   CHECK(mb_sync_unlink(r, "d/sub", NULL, &e) == -1);
   CHECK(mb_sync_unlink(r, "d/new", NULL, &e) == 0);
   CHECK(mb_sync_unlink(r, "d/new", NULL, &e) == 0);
   /* rmdir: not empty */
   CHECK(mb_sync_rmdir(r, "d", &e) == -1);
-  CHECK_STR(e.code, "SYNC_NOT_EMPTY");
+  CHECK_STR(mb_error_code(&e), "SYNC_NOT_EMPTY");
   CHECK(mb_sync_rmdir(r, "d/sub", &e) == 0);
   /* rmtree never follows a link out of the tree */
   put("keep-outside", "x");
@@ -797,7 +797,7 @@ static void test_sweep(void) {
   mkd(mine);
   mkd(".moonbox-sync-1-cc.tmp"); /* init: alive */
   mkd("other");
-  struct mb_sync_error e = {0};
+  struct mb_error e = {0};
   mb_sync_root *r = mb_sync_root_open(tmp_root, &e);
   CHECK_INT(mb_sync_sweep(r), 1);
   char p[1024];

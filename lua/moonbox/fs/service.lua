@@ -65,9 +65,9 @@ local BY_CODE = {
   E2B_TOO_LARGE = "FS_TOO_LARGE",
 }
 -- The connection to the sandbox failed, or the sandbox is gone: not a filesystem condition,
--- said as it is (the E2B_* code of the transport).
+-- said as it is (the E2B_* code of the transport; MB_IO: a pipe to a host helper failed).
 for _, c in ipairs({ "E2B_SANDBOX_GONE", "E2B_CONNECT_FAILED", "E2B_IO", "E2B_TIMEOUT", "E2B_TRUNCATED",
-  "E2B_PROTOCOL", "E2B_TLS", "E2B_DNS", "E2B_UNAVAILABLE", "E2B_NOMEM", "E2B_UNAUTHENTICATED" }) do
+  "E2B_PROTOCOL", "E2B_TLS", "E2B_DNS", "E2B_UNAVAILABLE", "E2B_NOMEM", "E2B_UNAUTHENTICATED", "MB_IO" }) do
   PASS[c] = true
 end
 local function map_err(op, path, err)

@@ -38,11 +38,11 @@ function M.new(opts)
   local core = require "moonbox.core"
   local wrapper = endpoints.find_binary("MOONBOX_MBWRAP", "mbwrap")
   if not wrapper then
-    return nil, errors.new("E2B_SETUP", "mbwrap binary not found (MOONBOX_MBWRAP / MB_BUILD_DIR)")
+    return nil, errors.new("MB_SETUP", "mbwrap binary not found (MOONBOX_MBWRAP / MB_BUILD_DIR)")
   end
   if wrapper:sub(1, 1) ~= "/" then
     local pwd = os.getenv("PWD")
-    if not pwd then return nil, errors.new("E2B_SETUP", "mbwrap path must be absolute: " .. wrapper) end
+    if not pwd then return nil, errors.new("MB_SETUP", "mbwrap path must be absolute: " .. wrapper) end
     wrapper = pwd .. "/" .. wrapper
   end
   local ambient = core.environ()
@@ -51,7 +51,7 @@ function M.new(opts)
     root = ("/tmp/moonbox-local.%d.%s"):format(core.getpid(), ids.hex(6)) }, World)
   local r, err = w:exec({ "/bin/mkdir", "-m", "700", "--", w.root })
   if not r then return nil, err end
-  if r.exit_code ~= 0 then return nil, errors.new("E2B_SETUP", "cannot make " .. w.root .. ": " .. r.stderr) end
+  if r.exit_code ~= 0 then return nil, errors.new("MB_SETUP", "cannot make " .. w.root .. ": " .. r.stderr) end
   return w
 end
 
@@ -77,9 +77,10 @@ end
 function World:explain(err) return err end
 function World:stream_error(_, err) return err end
 
--- A start that failed: a missing cwd or program is the caller's, named.
+-- A start that failed (core: SPAWN_FAILED, or E2B_INVALID for a spawn it refused): a missing
+-- cwd or program is the caller's, named.
 local function start_error(err, what, cwd)
-  if errors.is(err) and err.code == "E2B_INVALID" then
+  if errors.is(err) and (err.code == "SPAWN_FAILED" or err.code == "E2B_INVALID") then
     return errors.new("SPAWN_FAILED", ("cannot start %s in cwd %q: %s"):format(what, tostring(cwd), err.message),
       { cause = err, cwd = cwd })
   end
@@ -177,7 +178,7 @@ end
 function World:put_stream(path, source, opts)
   opts = opts or {}
   local dir = path:match("^(.*)/[^/]+$")
-  if not dir or dir == "" then return nil, errors.new("E2B_INVALID", "put_stream: " .. path .. " has no directory") end
+  if not dir or dir == "" then return nil, errors.new("MB_INVALID", "put_stream: " .. path .. " has no directory") end
   local r, err = self:exec({ "/bin/mkdir", "-p", "-m", "700", "--", dir })
   if not r then return nil, err end
   if r.exit_code ~= 0 then return nil, errors.new("FS_IO_ERROR", "mkdir " .. dir .. ": " .. r.stderr) end
