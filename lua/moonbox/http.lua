@@ -50,6 +50,7 @@ end
 
 local Stream = {}
 Stream.__index = Stream
+M.OPTIONS, M.Stream = OPTIONS, Stream
 
 -- Streaming request: returns once the response headers are in (timeout_ms bounds that wait).
 function M.stream(opts)

@@ -220,5 +220,5 @@ function M.new(ctx, config)
   return setmetatable({ sp = ctx.subprocess, config = config, jobs = {}, seq = 0 }, Bash)
 end
 
-M.Bash = Bash
+M.Bash, M.Job, M.REQUEST_FIELDS = Bash, Job, REQUEST_FIELDS
 return M

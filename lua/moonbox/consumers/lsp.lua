@@ -119,14 +119,19 @@ local LSP = {}
 LSP.__index = LSP
 local Client = {}
 Client.__index = Client
+M.LSP, M.Client = LSP, Client
+
+-- The options of start (strict: anything else raises).
+local START_FIELDS = { "root", "command", "args", "env", "initializationOptions", "languageIds", "maxDocumentBytes",
+  "requestTimeoutMs", "startTimeoutMs" }
+M.START_FIELDS = START_FIELDS
 
 local function opt(o, c, k) if o[k] ~= nil then return o[k] end return c[k] end
 
 function LSP:start(o)
   o = o or {}
   if type(o) ~= "table" then error("lsp:start: options must be a table", 2) end
-  fields.only(o, { "root", "command", "args", "env", "initializationOptions", "languageIds", "maxDocumentBytes",
-    "requestTimeoutMs", "startTimeoutMs" }, "lsp:start", 2)
+  fields.only(o, START_FIELDS, "lsp:start", 2)
   local cfg = self.config
   local root_path = opt(o, cfg, "root")
   if type(root_path) ~= "string" or root_path == "" then

@@ -40,6 +40,11 @@ local Terminal = {}
 Terminal.__index = Terminal
 local Session = {}
 Session.__index = Session
+M.Terminal, M.Session = Terminal, Session
+
+-- The option fields of open, send and interrupt (strict: anything else raises).
+local OPTIONS = { open = { "cwd", "env", "rows", "cols" }, send = { "timeoutMs", "cancel" }, interrupt = { "timeoutMs" } }
+M.OPTIONS = OPTIONS
 
 -- What a terminal adds to output that is not the program's: CR before LF, bracketed-paste
 -- toggles, title sequences.
@@ -51,7 +56,7 @@ end
 function Terminal:open(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error("terminal:open: opts must be a table", 2) end
-  fields.only(opts, { "cwd", "env", "rows", "cols" }, "terminal:open", 2)
+  fields.only(opts, OPTIONS.open, "terminal:open", 2)
   local m = mb()
   local nonce = ids.hex(8)
   local env = { TERM = "dumb", PAGER = "cat", GIT_PAGER = "cat", PS1 = "", PS2 = "", HISTFILE = "/dev/null",
@@ -128,7 +133,7 @@ end
 
 function Session:send(line, opts)
   opts = opts or {}
-  fields.only(opts, { "timeoutMs", "cancel" }, "terminal:send", 2)
+  fields.only(opts, OPTIONS.send, "terminal:send", 2)
   if type(line) ~= "string" then error("terminal:send: text must be a string", 2) end
   if line:find("[\r\n]") then error("terminal:send: one command line (no CR or LF)", 2) end
   if self.closed then return nil, errors.new("TERMINAL_CLOSED", "the session is closed") end
@@ -179,7 +184,7 @@ end
 -- mark. → { output, exitCode } | nil, err
 function Session:interrupt(opts)
   opts = opts or {}
-  fields.only(opts, { "timeoutMs" }, "terminal:interrupt", 2)
+  fields.only(opts, OPTIONS.interrupt, "terminal:interrupt", 2)
   if self.closed then return nil, errors.new("TERMINAL_CLOSED", "the session is closed") end
   local ok, err = self.t:signalForeground("SIGINT")
   if not ok then return nil, err end

@@ -84,6 +84,8 @@ end
 -- opts.env: whether `fromEnv` may appear in rules (an owner's call). → nil | err
 -- (E2B_INVALID_ARGUMENT naming the entry or the rule)
 local NETWORK_KEYS = { "allowOut", "denyOut", "allowInternetAccess", "rules" }
+local CREATE_NETWORK_KEYS = { "allowOut", "denyOut", "rules", "allowPublicTraffic" }
+M.NETWORK_KEYS, M.CREATE_NETWORK_KEYS = NETWORK_KEYS, CREATE_NETWORK_KEYS
 local function check_network(o, what, keys, level, opts)
   level = level + 1
   if type(o) ~= "table" then error(("e2b: %s: expects a table { %s }"):format(what, table.concat(keys, ", ")), level) end
@@ -202,7 +204,7 @@ function Client:create(o)
   end
   local network
   if o.network ~= nil then
-    local bad = check_network(o.network, "create: network", { "allowOut", "denyOut", "rules", "allowPublicTraffic" }, 2)
+    local bad = check_network(o.network, "create: network", CREATE_NETWORK_KEYS, 2)
     if bad then return nil, bad end
     network = { allowOut = o.network.allowOut, denyOut = o.network.denyOut, rules = M.wire_rules(o.network.rules),
       allowPublicTraffic = o.network.allowPublicTraffic }
@@ -307,6 +309,7 @@ function Client:metrics(id, o)
 end
 
 local LOGS_FIELDS = { "cursor", "limit", "direction" }
+M.LOGS_FIELDS = LOGS_FIELDS
 function Client:logs(id, o)
   check_id(id, "logs")
   o = o or {}

@@ -387,7 +387,7 @@ end)
 -- when the sandbox ends).
 function Owner:updateNetwork(o)
   local client_mod = require "moonbox.e2b.client"
-  local bad = client_mod.check_network(o, "updateNetwork", { "allowOut", "denyOut", "allowInternetAccess", "rules" }, 2,
+  local bad = client_mod.check_network(o, "updateNetwork", client_mod.NETWORK_KEYS, 2,
     { env = true })
   if bad then return nil, bad end
   local c, err = self:client()

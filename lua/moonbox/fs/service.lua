@@ -47,6 +47,21 @@ M.schema = {
 local FS = {}
 FS.__index = FS
 
+-- The option and argument fields each call takes (strict: anything else raises), for the
+-- calls below and the reference's spec (docs/reference/fs.md).
+local OPTIONS = {
+  resolve = { "cwd" },
+  lstat = { "cwd" },
+  expected = { "kind", "version" },            -- writeText / writeBytes: version with replaceIfVersion only
+  edit = { "oldString", "newString", "replaceAll", "old", "new", "replace_all" },
+  editExpected = { "version" },
+  remove = { { "recursive", "boolean" } },
+  mkdir = { { "parents", "boolean" } },
+  rename = { { "noReplace", "boolean" } },
+}
+M.OPTIONS = OPTIONS
+local EXPECTED_KIND = { "kind" }
+
 local function mb() return require "moonbox" end
 
 local function fs_err(code, message, cause)
@@ -66,8 +81,9 @@ local BY_CODE = {
 }
 -- The connection to the sandbox failed, or the sandbox is gone: not a filesystem condition,
 -- said as it is (the E2B_* code of the transport; MB_IO: a pipe to a host helper failed).
-for _, c in ipairs({ "E2B_SANDBOX_GONE", "E2B_CONNECT_FAILED", "E2B_IO", "E2B_TIMEOUT", "E2B_TRUNCATED",
-  "E2B_PROTOCOL", "E2B_TLS", "E2B_DNS", "E2B_UNAVAILABLE", "E2B_NOMEM", "E2B_UNAUTHENTICATED", "MB_IO" }) do
+M.TRANSPORT_CODES = { "E2B_SANDBOX_GONE", "E2B_CONNECT_FAILED", "E2B_IO", "E2B_TIMEOUT", "E2B_TRUNCATED",
+  "E2B_PROTOCOL", "E2B_TLS", "E2B_DNS", "E2B_UNAVAILABLE", "E2B_NOMEM", "E2B_UNAUTHENTICATED", "MB_IO" }
+for _, c in ipairs(M.TRANSPORT_CODES) do
   PASS[c] = true
 end
 local function map_err(op, path, err)
@@ -198,7 +214,7 @@ end
 
 function FS:resolve(path, opts)
   opts = opts or {}
-  fields.only(opts, { "cwd" }, "fs:resolve: opts", 2)
+  fields.only(opts, OPTIONS.resolve, "fs:resolve: opts", 2)
   if type(path) ~= "string" or path:match("^%s*$") then
     return nil, fs_err("FS_NOT_FOUND", "file_path must be a non-empty string")
   end
@@ -240,7 +256,7 @@ end
 
 function FS:lstat(path, opts)
   opts = opts or {}
-  fields.only(opts, { "cwd" }, "fs:lstat: opts", 2)
+  fields.only(opts, OPTIONS.lstat, "fs:lstat: opts", 2)
   if type(path) ~= "string" or path == "" then return nil, fs_err("FS_NOT_FOUND", "file_path must be a non-empty string") end
   local sb, err = self:_sandbox("lstat", path)
   if not sb then return nil, err end
@@ -470,7 +486,7 @@ local function guard_args(expected, what, level)
   if type(expected) ~= "table" then
     error(("%s: expected must be a table or nil, got %s"):format(what, type(expected)), level + 1)
   end
-  fields.only(expected, expected.kind == "replaceIfVersion" and { "kind", "version" } or { "kind" }, what .. ": expected", level + 1)
+  fields.only(expected, expected.kind == "replaceIfVersion" and OPTIONS.expected or EXPECTED_KIND, what .. ": expected", level + 1)
   if expected.kind == "createIfAbsent" then args[#args + 1] = "--create-only"
   elseif expected.kind == "replaceIfVersion" then
     if type(expected.version) ~= "string" then error(what .. ": replaceIfVersion needs a version", level + 1) end
@@ -565,7 +581,7 @@ local function malformed(tool) return fs_err("FS_IO_ERROR", "mbwrap " .. tool ..
 -- FS_INVALID_TARGET (the root, a mount point), FS_NOT_DIRECTORY (a parent is not one).
 function FS:remove(target, opts)
   paths.check_target(target, "fs:remove")
-  opts = check_opts(opts, { { "recursive", "boolean" } }, "fs:remove: opts", 2)
+  opts = check_opts(opts, OPTIONS.remove, "fs:remove: opts", 2)
   local display = target.displayPath
   local sb, err = self:_sandbox("remove", display)
   if not sb then return nil, err end
@@ -588,7 +604,7 @@ end
 -- parent is missing, without parents), FS_NOT_DIRECTORY (a parent is not one), FS_PERMISSION_DENIED.
 function FS:mkdir(target, opts)
   paths.check_target(target, "fs:mkdir")
-  opts = check_opts(opts, { { "parents", "boolean" } }, "fs:mkdir: opts", 2)
+  opts = check_opts(opts, OPTIONS.mkdir, "fs:mkdir: opts", 2)
   local display = target.displayPath
   local sb, err = self:_sandbox("mkdir", display)
   if not sb then return nil, err end
@@ -615,7 +631,7 @@ end
 function FS:rename(from, to, opts)
   paths.check_target(from, "fs:rename (from)")
   paths.check_target(to, "fs:rename (to)")
-  opts = check_opts(opts, { { "noReplace", "boolean" } }, "fs:rename: opts", 2)
+  opts = check_opts(opts, OPTIONS.rename, "fs:rename: opts", 2)
   local sb, err = self:_sandbox("rename", from.displayPath)
   if not sb then return nil, err end
   local args = { "rename" }
@@ -674,8 +690,8 @@ end
 function FS:editText(target, edit, expected)
   paths.check_target(target, "fs:editText")
   if type(edit) ~= "table" then error("editText: edit must be a table", 2) end
-  fields.only(edit, { "oldString", "newString", "replaceAll", "old", "new", "replace_all" }, "editText: edit", 2)
-  if expected ~= nil then fields.only(expected, { "version" }, "editText: expected", 2) end
+  fields.only(edit, OPTIONS.edit, "editText: edit", 2)
+  if expected ~= nil then fields.only(expected, OPTIONS.editExpected, "editText: expected", 2) end
   local sb, err = self:_sandbox("edit", target.displayPath)
   if not sb then return nil, err end
   return self:_locked(target.targetKey, function()

@@ -29,6 +29,8 @@ local function only(t, list, what, level) fields.only(t, list, what, level + 1) 
 local SPAWN_FIELDS = { "argv", "cwd", "stdio", "env", "graceMs", "cancel", "detached" }
 local STDIO_FIELDS = { "stdin", "stdout", "stderr" }
 local TERMINAL_FIELDS = { "argv", "cwd", "env", "rows", "cols", "graceMs", "cancel", "detached" }
+local OUTPUT_FIELDS = { "maxBytes", "spill" }      -- a collect-mode stdout / stderr
+M.SPAWN_FIELDS, M.STDIO_FIELDS, M.TERMINAL_FIELDS, M.OUTPUT_FIELDS = SPAWN_FIELDS, STDIO_FIELDS, TERMINAL_FIELDS, OUTPUT_FIELDS
 
 local function byte_count(v, field, level)
   if type(v) ~= "number" or v ~= v or v < 0 or v > MAX_BYTES or v ~= math.floor(v) then
@@ -50,7 +52,9 @@ local function check_output(mode, name, level)
     byte_count(mode.spill.maxBytes, "stdio." .. name .. ".spill.maxBytes", level + 1)
   end
   for k in pairs(mode) do
-    if k ~= "maxBytes" and k ~= "spill" then bad(level + 1, "stdio.%s: unknown field %s", name, tostring(k)) end
+    local known = false
+    for _, f in ipairs(OUTPUT_FIELDS) do if k == f then known = true end end
+    if not known then bad(level + 1, "stdio.%s: unknown field %s", name, tostring(k)) end
   end
 end
 

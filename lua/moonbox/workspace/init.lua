@@ -104,6 +104,7 @@ end
 local function bad(what, fmt, ...) error(("workspace:%s: " .. fmt):format(what, ...), 4) end
 
 local OPTIONS = { "from", "to", "exclude", "gitignore", "maxFiles", "maxBytes", "maxMetaBytes", "prefer", "onProgress" }
+M.OPTIONS = OPTIONS
 
 local function check_opts(opts, what)
   if type(opts) ~= "table" then bad(what, "expects a table { from = ..., to = ... }") end
