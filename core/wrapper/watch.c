@@ -11,8 +11,10 @@
  *
  * The mapping follows fsnotify (what E2B's watchDir reports): IN_CREATE and IN_MOVED_TO are
  * create, IN_MODIFY write, IN_DELETE remove, IN_MOVED_FROM rename, IN_ATTRIB chmod. With -r, a
- * directory that appears is watched at once and what it already holds when its watch is in
- * place is reported as create (an entry made in that instant may be reported twice).
+ * directory that appears (made, or moved in or within) is watched at once and what it holds when
+ * its watch is in place is reported as create under its new names, at any depth (so nothing made
+ * in it before its watch was in place is missed; an entry made in that instant may be reported
+ * twice).
  * Symbolic links are never followed below DIR; proc, sysfs and the like are not entered.
  *
  * It runs until SIGTERM, until its reader goes away (stdout's pipe reports an error), or until
@@ -244,7 +246,9 @@ static int handle(const char *buf, size_t len, int *done) {
     if (ev->mask & (IN_CREATE | IN_MOVED_TO)) {
       emit("create", name);
       if (W.recursive && isdir) {
-        int e = add_tree(name, (ev->mask & IN_CREATE) != 0); /* what a moved-in one holds was not made now */
+        /* What it holds appears under new names (created in it before its watch was in place, or
+         * moved in with it): reported as create. */
+        int e = add_tree(name, 1);
         if (e) {
           *done = 1;
           return tree_error(e, name);
