@@ -28,14 +28,21 @@ M.Watcher = Watcher
 local function mb() return require "moonbox" end
 
 local TYPES = { create = true, write = true, remove = true, rename = true, chmod = true }
+local WORDS = { "ready", "overflow", "gone", "ev", "err" }
 
 -- The next record of buf from pos → record, next pos | nil (incomplete) | false (malformed).
 -- record: { kind = "ready"|"overflow"|"gone" } | { kind = "ev", type, name } | { kind = "err", code, detail }
 function M.parse_record(buf, pos)
   local word, after = buf:match("^(%a+)()", pos)
   if not word then
-    if #buf - pos + 1 >= 2 then return false end
-    return nil
+    if pos > #buf then return nil end
+    return false                             -- every record starts with a word
+  end
+  if after > #buf then                       -- the word may go on in the next bytes
+    for _, w in ipairs(WORDS) do
+      if w:sub(1, #word) == word then return nil end
+    end
+    return false
   end
   if word == "ready" or word == "overflow" or word == "gone" then
     local c = buf:sub(after, after)
