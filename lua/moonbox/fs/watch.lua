@@ -163,7 +163,8 @@ function Watcher:_ended(rerr)
   if self.gone then
     return errors.new("FS_NOT_FOUND", ("watched directory %q was removed or moved"):format(self.target.displayPath))
   end
-  local err = rerr or ferr
+  -- finished's error is explained (the sandbox may be what is gone); a read's is raw
+  local err = ferr or (rerr and self.sb:explain(rerr, "watch " .. self.target.displayPath))
   if err then return require("moonbox.fs.service").map_err("watch", self.target.displayPath, err) end
   return errors.new("FS_IO_ERROR", ("the watch of %q ended"):format(self.target.displayPath))
 end
