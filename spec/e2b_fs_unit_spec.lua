@@ -451,7 +451,7 @@ describe("moonbox.fs (unit, scripted sandbox)", function()
   it("raises for a path string where a target belongs, naming it", function()
     local fs, _, log = make{}
     for _, op in ipairs({ "stat", "readText", "readBytes", "streamText", "listDir", "writeText", "editText", "fileUrl", "processPath",
-      "writeBytes", "remove", "mkdir", "rename" }) do
+      "writeBytes", "remove", "mkdir", "rename", "watch" }) do
       local ok, err = pcall(mb.run, function() return fs[op](fs, "/etc/passwd", 10, {}) end)
       assert.is_false(ok, op)
       assert.truthy(tostring(err):find((op == "rename" and "fs:rename (from)" or ("fs:" .. op)) .. ': expected a target from fs:resolve(path), got string "/etc/passwd"', 1, true), tostring(err))

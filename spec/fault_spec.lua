@@ -174,6 +174,34 @@ describe("faults #sandboxd #fault", function()
       assert.truthy(err.message:find(sb.id, 1, true))
     end)
 
+    it("a watcher reports E2B_SANDBOX_GONE and leaves no watch process", function()
+      -- live `mbwrap watch -r <dir>` processes (sandboxd's sandboxes are this host's processes)
+      local function watch_procs(dir)
+        local found = {}
+        for pid in io.popen("ls /proc"):lines() do
+          local f = pid:match("^%d+$") and io.open("/proc/" .. pid .. "/cmdline", "rb")
+          local cmd = f and f:read("a") or ""
+          if f then f:close() end
+          if cmd:find("watch\0-r\0" .. dir .. "\0", 1, true) and alive(pid) then found[#found + 1] = pid end
+        end
+        return found
+      end
+      local err, dir, before = H.run(function()
+        local t = assert(ctx.fs:resolve("watched-" .. sb.id))
+        assert(ctx.fs:mkdir(t))
+        local w = assert(ctx.fs:watch(t, { recursive = true }))
+        local n = #watch_procs(t.targetKey)
+        assert(api:delete(sb.id))
+        local ev, e
+        repeat ev, e = w:next(60000) until not ev
+        w:close()
+        return e, t.targetKey, n
+      end, 90000)
+      assert.are.equal("E2B_SANDBOX_GONE", err and err.code, tostring(err))
+      assert.are.equal(1, before)
+      assert.are.same({}, watch_procs(dir))
+    end)
+
     it("a write in flight reports E2B_SANDBOX_GONE", function()
       local err = H.run(function()
         local t = assert(ctx.fs:resolve("big.txt"))

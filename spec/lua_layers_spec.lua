@@ -10,7 +10,7 @@ local LAYERS = {
   { "policy", { "moonbox.policy.*", "moonbox.policies", "moonbox.policies.*" } },
   { "neutral world", { "moonbox.world.common", "moonbox.subprocess.spec", "moonbox.subprocess.collector",
     "moonbox.subprocess.handle", "moonbox.subprocess.terminal", "moonbox.fs.paths", "moonbox.fs.lock",
-    "moonbox.fs.service", "moonbox.subprocess.service" } },
+    "moonbox.fs.watch", "moonbox.fs.service", "moonbox.subprocess.service" } },
   { "families", { "moonbox.e2b", "moonbox.e2b.*", "moonbox.world.local", "moonbox.fs.e2b", "moonbox.fs.local",
     "moonbox.subprocess.e2b", "moonbox.subprocess.local" } },
   { "facade", { "moonbox" } },

@@ -151,17 +151,18 @@ local function sp_spec() return require "moonbox.subprocess.spec" end
 local SURFACES = {
   {
     doc = "fs.md",
-    receivers = { ["fs:"] = function() return fs_mod().FS end },
+    receivers = { ["fs:"] = function() return fs_mod().FS end,
+      ["watcher:"] = function() return require("moonbox.fs.watch").Watcher end },
     options = function()
       local O = fs_mod().OPTIONS
       return {
         ["fs:resolve"] = set(O.resolve), ["fs:lstat"] = set(O.lstat),
         ["fs:writeText"] = set(O.expected, "expected."), ["fs:writeBytes"] = set(O.expected, "expected."),
         ["fs:editText"] = union(set(O.edit, "edit."), set(O.editExpected, "expected.")),
-        ["fs:remove"] = set(O.remove), ["fs:mkdir"] = set(O.mkdir), ["fs:rename"] = set(O.rename),
+        ["fs:remove"] = set(O.remove), ["fs:mkdir"] = set(O.mkdir), ["fs:rename"] = set(O.rename), ["fs:watch"] = set(O.watch),
       }
     end,
-    sources = { "lua/moonbox/fs/service.lua", "lua/moonbox/fs/paths.lua", "lua/moonbox/text.lua" },
+    sources = { "lua/moonbox/fs/service.lua", "lua/moonbox/fs/paths.lua", "lua/moonbox/text.lua", "lua/moonbox/fs/watch.lua" },
     -- mapped from mbwrap's TOOL_FS_* (errors.FS) and the transport codes passed as they are
     extra_codes = function() return union(set(require("moonbox.errors").FS), set(fs_mod().TRANSPORT_CODES)) end,
   },

@@ -20,6 +20,7 @@ static const char HELP[] =
     "  mbwrap remove [-r] PATH\n"
     "  mbwrap mkdir [-p] PATH\n"
     "  mbwrap rename [--no-replace] FROM TO\n"
+    "  mbwrap watch [-r] DIR\n"
     "  mbwrap which NAME PATHLIST\n"
     "  mbwrap fg PID\n"
     "  mbwrap killsession SID GRACE_MS\n"
@@ -56,6 +57,7 @@ int main(int argc, char **argv) {
       {"remove", tool_remove},  {"mkdir", tool_mkdir},       {"rename", tool_rename},
       {"killsession", tool_killsession}, {"signal", tool_signal},
       {"unpack", tool_unpack},  {"manifest", tool_manifest},  {"pack", tool_pack},
+      {"watch", tool_watch},
   };
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
     if (strcmp(argv[1], cmds[i].name) == 0) {

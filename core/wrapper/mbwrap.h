@@ -36,6 +36,7 @@ void tool_init(void);
 void tool_data(const void *data, size_t n);
 void tool_error_data(const void *data, size_t n); /* stderr (e) frames: cat's failure line */
 void tool_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void tool_flush(void);      /* everything buffered out now (a long-running tool: watch) */
 int tool_finish(int code); /* emits !exit code, !empty, !done; returns the process exit status */
 int tool_fail(const char *code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -74,5 +75,6 @@ int tool_signal(int argc, char **argv);
 int tool_unpack(int argc, char **argv);   /* sync.c */
 int tool_manifest(int argc, char **argv);
 int tool_pack(int argc, char **argv);
+int tool_watch(int argc, char **argv);    /* watch.c */
 
 #endif

@@ -215,6 +215,10 @@ void tool_printf(const char *fmt, ...) {
   tool_data(line, (size_t)n);
 }
 
+void tool_flush(void) {
+  if (ob_flush_all(&tool_ob, 1) < 0) tool_die_output();
+}
+
 int tool_finish(int code) {
   if (ob_space(&tool_ob) < 64 && ob_flush_all(&tool_ob, 1) < 0) tool_die_output();
   if (ob_ctl(&tool_ob, "!exit %d", code) < 0 || ob_ctl(&tool_ob, "!empty") < 0 ||

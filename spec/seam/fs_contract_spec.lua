@@ -662,6 +662,188 @@ int main(int argc, char **argv) {
     end)
   end)
 
+  describe("watch", function()
+    local WAIT = 20000   -- generous: how long an expected event may take to come
+    -- Reads events until one matches; → that event, the ones before it.
+    local function expect(w, ty, name, what)
+      local before = {}
+      while true do
+        local ev, err = w:next(WAIT)
+        assert(ev, ("%s: waiting for %s %s: %s"):format(what or "watch", ty, name, tostring(err)))
+        if ev.type == ty and ev.name == name then return ev, before end
+        before[#before + 1] = ev
+      end
+    end
+    local function watch_procs(key) return P.survivors("watch*" .. key) end
+
+    it("reports create, write, chmod, rename and remove made through ctx.fs and a shell, in order", function()
+      P.run(function()
+        local d = T("watch-kinds")
+        assert(fs:mkdir(d))
+        local w = assert(fs:watch(d))
+        assert.are.equal("MB_TIMEOUT", select(2, w:next(50)).code)   -- nothing happened yet
+        assert(fs:writeText(T("watch-kinds/a.txt"), "one\n"))
+        local ev = expect(w, "create", "a.txt")
+        assert.are.equal(d.displayPath .. "/a.txt", ev.path)
+        assert.are.equal(0, select(2, P.sh("echo two >> a.txt && chmod 600 a.txt", { cwd = dir .. "/watch-kinds" })))
+        expect(w, "write", "a.txt"); expect(w, "chmod", "a.txt")
+        assert(fs:rename(T("watch-kinds/a.txt"), T("watch-kinds/b.txt")))
+        expect(w, "rename", "a.txt"); expect(w, "create", "b.txt")
+        assert(fs:remove(T("watch-kinds/b.txt")))
+        expect(w, "remove", "b.txt")
+        assert.are.equal(0, select(2, P.sh("mkdir sub && touch c && mv c e && rm e", { cwd = dir .. "/watch-kinds" })))
+        expect(w, "create", "sub"); expect(w, "create", "c"); expect(w, "rename", "c"); expect(w, "create", "e")
+        ev = expect(w, "remove", "e")
+        assert.are.equal(d.displayPath .. "/e", ev.path)
+        w:close()
+      end)
+    end)
+
+    it("watches subdirectories only when recursive, those made after the watch began included", function()
+      P.run(function()
+        local base = dir .. "/watch-rec"
+        assert.are.equal(0, select(2, P.sh("mkdir -p '" .. base .. "/sub'")))
+        local d = T("watch-rec")
+        local flat = assert(fs:watch(d))
+        local rec = assert(fs:watch(d, { recursive = true, maxEvents = 64 }))
+        assert.are.equal(0, select(2, P.sh("echo x > sub/inner && mkdir -p later/deep && echo y > later/deep/f && echo z > top",
+          { cwd = base })))
+        local ev = expect(rec, "create", "sub/inner", "recursive")
+        assert.are.equal(base .. "/sub/inner", ev.path)
+        expect(rec, "create", "later/deep/f", "recursive")
+        expect(rec, "create", "top", "recursive")
+        -- the flat watch sees the same changes in the directory itself, nothing below it
+        local _, before = expect(flat, "create", "top", "flat")
+        local later = false
+        for _, e in ipairs(before) do
+          assert.is_nil(e.name:find("/", 1, true), "flat watch reported " .. e.name)
+          if e.type == "create" and e.name == "later" then later = true end
+        end
+        assert.is_true(later)
+        flat:close(); rec:close()
+      end)
+    end)
+
+    it("signals dropped events in order when its queue overflows", function()
+      P.run(function()
+        local d = T("watch-over")
+        assert(fs:mkdir(d))
+        local w = assert(fs:watch(d, { maxEvents = 4 }))
+        -- 301 creations (a directory each: one event), not read while they happen
+        assert.are.equal(0, select(2, P.sh("for i in $(seq 1 300); do mkdir d$i; done; mkdir last",
+          { cwd = dir .. "/watch-over" })))
+        local events, dropped, overflows, first_overflow = 0, 0, 0, nil
+        while events + dropped < 301 do
+          local ev, err = w:next(WAIT)
+          assert(ev, tostring(err))
+          if ev.type == "overflow" then
+            overflows = overflows + 1
+            dropped = dropped + ev.dropped
+            assert.is_true(ev.dropped >= 1)
+            first_overflow = first_overflow or events
+          else
+            assert.are.equal("create", ev.type)
+            events = events + 1
+          end
+        end
+        assert.are.equal(301, events + dropped)
+        assert.is_true(overflows >= 1, "no overflow signal")
+        assert.are.equal(4, first_overflow)          -- after the queue's 4 events, before later ones
+        assert.are.equal("MB_TIMEOUT", select(2, w:next(50)).code)
+        w:close()
+      end, 120000)
+    end)
+
+    it("close ends the watch process; next then returns MB_CLOSED", function()
+      P.run(function()
+        local d = T("watch-close")
+        assert(fs:mkdir(d))
+        local w = assert(fs:watch(d, { recursive = true }))
+        assert.are.equal(1, #watch_procs(d.targetKey))
+        assert.is_true(w:close())
+        assert.are.same({}, watch_procs(d.targetKey))
+        assert.are.equal("MB_CLOSED", select(2, w:next(10)).code)
+        assert.is_true(w:close())                      -- idempotent
+      end)
+    end)
+
+    it("ends with the service's disposal and when the task that started it is canceled", function()
+      P.run(function()
+        local m = require "moonbox"
+        local d = T("watch-end")
+        assert(fs:mkdir(d))
+        -- a second service over the same world: its disposal leaves ours alone
+        local fs2 = require("moonbox.fs.service").new(fs.world, fs.config, nil, nil)
+        local w2 = assert(fs2:watch(d))
+        assert.are.equal(1, #watch_procs(d.targetKey))
+        assert(fs2:dispose())
+        assert.are.same({}, watch_procs(d.targetKey))
+        assert.are.equal("MB_CLOSED", select(2, w2:next(10)).code)
+        -- a task blocked in next() is canceled: its watcher is closed
+        local started, got = m.event(), nil
+        local t = m.spawn(function()
+          got = assert(fs:watch(d))
+          started:set(true)
+          return got:next()
+        end)
+        assert(started:wait(WAIT))
+        assert.are.equal(1, #watch_procs(d.targetKey))
+        t:cancel()
+        t:join(WAIT)
+        local gone = false
+        for _ = 1, 200 do                              -- the close runs in a task of its own
+          if #watch_procs(d.targetKey) == 0 then gone = true break end
+          m.sleep(100)
+        end
+        assert.is_true(gone, "the watch process outlived its canceled task")
+        assert.are.equal("MB_CLOSED", select(2, got:next(10)).code)
+      end, 60000)
+    end)
+
+    it("ends with FS_NOT_FOUND when the watched directory goes", function()
+      P.run(function()
+        local d = T("watch-gone")
+        assert(fs:mkdir(d))
+        local w = assert(fs:watch(d))
+        assert(fs:remove(d))
+        local ev, err
+        repeat ev, err = w:next(WAIT) until not ev
+        assert.are.equal("FS_NOT_FOUND", err.code)
+        assert.are.equal("FS_NOT_FOUND", select(2, w:next(10)).code)   -- it stays
+        assert.are.same({}, watch_procs(d.targetKey))
+        w:close()
+      end)
+    end)
+
+    it("refuses a missing directory, a file and bad options", function()
+      P.run(function()
+        assert.are.equal("FS_NOT_FOUND", select(2, fs:watch(T("watch-missing"))).code)
+        assert(fs:writeText(T("watch-file"), "x"))
+        local _, err = fs:watch(T("watch-file"))
+        assert.are.equal("FS_NOT_DIRECTORY", err.code)
+        assert.truthy(err.message:find("watch-file", 1, true), err.message)
+        local d = T(".")
+        local cases = {
+          { function() fs:watch(d, { recursiv = true }) end,
+            "fs:watch: opts: unknown field recursiv (expected recursive, maxEvents; the nearest is recursive)" },
+          { function() fs:watch(d, { maxevent = 3 }) end, "the nearest is maxEvents" },
+          { function() fs:watch(d, { recursive = 1 }) end, "fs:watch: opts: recursive must be a boolean, got number" },
+          { function() fs:watch(d, { maxEvents = 0 }) end, "fs:watch: opts: maxEvents must be a whole number from 1 to" },
+          { function() fs:watch(d, { maxEvents = 2.5 }) end, "fs:watch: opts: maxEvents must be a whole number" },
+          { function() fs:watch("/tmp") end, "fs:watch: expected a target from fs:resolve(path), got string" },
+        }
+        for _, c in ipairs(cases) do
+          local ok, e = pcall(c[1])
+          assert.is_false(ok)
+          e = tostring(e)
+          assert.truthy(e:find(c[2], 1, true), e)
+          assert.truthy(e:find("fs_contract_spec.lua:", 1, true), "at the caller's line: " .. e)
+        end
+        assert.are.same({}, watch_procs(dir))
+      end)
+    end)
+  end)
+
   it("refuses unknown option fields, naming them and the nearest valid one", function()
     P.run(function()
       local function raised(fn)

@@ -1155,6 +1155,183 @@ class SyncTools(unittest.TestCase):
             self.assertEqual((p.returncode, p.stdout), (2, b""))
 
 
+def watch_records(out):
+    """Parses mbwrap watch's records (PROTOCOL.md, "watch") of a complete prefix → (records, rest)."""
+    recs, pos = [], 0
+    while pos < len(out):
+        m = re.match(rb"(ready|overflow|gone)\n", out[pos:])
+        if m:
+            recs.append((m.group(1).decode(),))
+            pos += m.end()
+            continue
+        m = re.match(rb"ev (create|write|remove|rename|chmod) ([1-9][0-9]*) ", out[pos:])
+        if m:
+            n = int(m.group(2))
+            start = pos + m.end()
+            if len(out) < start + n + 1:
+                break
+            assert out[start + n:start + n + 1] == b"\n", out[pos:start + n + 1]
+            recs.append(("ev", m.group(1).decode(), out[start:start + n]))
+            pos = start + n + 1
+            continue
+        m = re.match(rb"err (\S+) [^\n]*\n", out[pos:])
+        if m:
+            recs.append(("err", m.group(1).decode()))
+            pos += m.end()
+            continue
+        assert b"\n" not in out[pos:] and len(out) - pos < 64, "malformed record: %r" % out[pos:pos + 80]
+        break
+    return recs, out[pos:]
+
+
+class Watch(unittest.TestCase):
+    """mbwrap watch [-r] DIR: a long-running tool (PROTOCOL.md, "watch")."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = os.path.realpath(self.tmp.name)
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            p.stdout.close()
+        self.tmp.cleanup()
+
+    def p(self, *names):
+        return os.path.join(self.d, *names)
+
+    def start(self, *args):
+        p = subprocess.Popen([MBWRAP, "watch", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+        self.procs.append(p)
+        p.buf, p.out, p.recs, p.frames = bytearray(), bytearray(), [], bytearray()
+        self.until(p, lambda r: ("ready",) in r)
+        return p
+
+    def until(self, p, pred):
+        """Reads records until pred(records so far) holds; → them. Frames and records are decoded
+        as they come (complete lines only; a record may span frames)."""
+        fd = p.stdout.fileno()
+        while True:
+            cut = p.buf.rfind(b"\n") + 1
+            for line in bytes(p.buf[:cut]).split(b"\n")[:-1]:
+                if line[:1] == b"o":
+                    p.out.extend(base64.b64decode(line[1:]))
+            del p.buf[:cut]
+            recs, rest = watch_records(bytes(p.out))
+            p.recs.extend(recs)
+            p.out = bytearray(rest)
+            if pred(p.recs):
+                return p.recs
+            r, _, _ = select.select([fd], [], [], LIVENESS_CAP_S)
+            assert r, "no progress from mbwrap watch; records so far: %r" % p.recs[-20:]
+            chunk = os.read(fd, 65536)
+            assert chunk, "mbwrap watch ended; records: %r" % p.recs[-20:]
+            p.buf.extend(chunk)
+            p.frames.extend(chunk)
+
+    def finish(self, p):
+        p.frames.extend(p.stdout.read())
+        self.assertEqual(p.wait(timeout=LIVENESS_CAP_S), 0)
+        return decode(bytes(p.frames), tool=True)
+
+    def test_events_of_each_kind_in_order(self):
+        w = self.start(self.d)
+        with open(self.p("a"), "w") as fh:
+            fh.write("x")
+        os.chmod(self.p("a"), 0o600)
+        os.rename(self.p("a"), self.p("b"))
+        os.unlink(self.p("b"))
+        os.mkdir(self.p("sub"))
+        with open(self.p("sub", "inner"), "w") as fh:   # below DIR: not without -r
+            fh.write("y")
+        os.mkdir(self.p("z"))
+        want = [("ev", "create", b"a"), ("ev", "write", b"a"), ("ev", "chmod", b"a"), ("ev", "rename", b"a"),
+                ("ev", "create", b"b"), ("ev", "remove", b"b"), ("ev", "create", b"sub"), ("ev", "create", b"z")]
+        recs = self.until(w, lambda r: ("ev", "create", b"z") in r)
+        evs = [r for r in recs if r[0] == "ev"]
+        self.assertEqual([r for i, r in enumerate(evs) if i == 0 or evs[i - 1] != r], want)   # writes may repeat
+        w.terminate()
+        self.assertEqual(w.wait(timeout=LIVENESS_CAP_S), -signal.SIGTERM)
+
+    def test_recursive_watches_new_directories_and_what_they_hold(self):
+        os.makedirs(self.p("old", "deeper"))
+        w = self.start("-r", self.d)
+        with open(self.p("old", "deeper", "f"), "w") as fh:
+            fh.write("1")
+        os.makedirs(self.p("new", "a", "b"))
+        with open(self.p("new", "a", "b", "g"), "w") as fh:
+            fh.write("2")
+        os.rename(self.p("new"), self.p("moved"))
+        with open(self.p("moved", "a", "h"), "w") as fh:
+            fh.write("3")
+        os.symlink(self.d, self.p("loop"))                 # never followed
+        with open(self.p("last"), "w") as fh:
+            fh.write("4")
+        recs = self.until(w, lambda r: ("ev", "create", b"last") in r)
+        evs = [r for r in recs if r[0] == "ev"]
+        # what a directory holds is reported under its new name when it appears (new/a/b/g only
+        # if its watch came before the rename)
+        for want in [("create", b"old/deeper/f"), ("create", b"new"), ("rename", b"new"), ("create", b"moved"),
+                     ("create", b"moved/a"), ("create", b"moved/a/b/g"), ("create", b"moved/a/h"), ("create", b"loop")]:
+            self.assertIn(("ev",) + want, evs)
+        self.assertFalse([r for r in evs if r[2].startswith(b"loop/")])
+        self.assertLess(evs.index(("ev", "rename", b"new")), evs.index(("ev", "create", b"moved/a/h")))
+        w.terminate()
+        w.wait(timeout=LIVENESS_CAP_S)
+
+    def test_gone_ends_the_watch(self):
+        os.mkdir(self.p("w"))
+        w = self.start(self.p("w"))
+        os.rmdir(self.p("w"))
+        f = self.finish(w)
+        self.assertEqual(f.exit, 0)
+        recs, rest = watch_records(bytes(f.out))
+        self.assertEqual((recs[0], recs[-1], rest), (("ready",), ("gone",), b""))
+
+    def test_a_vanished_reader_ends_the_watch(self):
+        w = self.start(self.d)
+        w.stdout.close()
+        self.assertEqual(w.wait(timeout=LIVENESS_CAP_S), 0)
+        self.procs.remove(w)
+
+    def test_kernel_queue_overflow_is_reported(self):
+        with open("/proc/sys/fs/inotify/max_queued_events") as fh:
+            limit = int(fh.read())
+        if limit > 100000:
+            self.skipTest("max_queued_events is %d" % limit)
+        for n in ("a", "b"):
+            open(self.p(n), "w").close()
+        w = self.start(self.d)
+        # nothing is read meanwhile: the pipe fills, mbwrap blocks, the kernel's queue overflows
+        # (chmod events of two files in turn: the kernel merges only repeats of the last event)
+        n = limit // 2 + 2000
+        for _ in range(n):
+            os.utime(self.p("a"))
+            os.utime(self.p("b"))
+        recs = self.until(w, lambda r: ("overflow",) in r)
+        self.assertLess(len([r for r in recs if r[0] == "ev"]), 2 * n)
+        self.assertEqual({r for r in recs if r[0] == "ev"}, {("ev", "chmod", b"a"), ("ev", "chmod", b"b")})
+        w.terminate()
+        w.wait(timeout=LIVENESS_CAP_S)
+
+    def test_errors(self):
+        with open(self.p("file"), "w") as fh:
+            fh.write("x")
+        for args, code in ((["missing"], "ENOENT"), (["file"], "FS_NOT_DIRECTORY"), (["-r", "file"], "FS_NOT_DIRECTORY")):
+            p = subprocess.run([MBWRAP, "watch", *args[:-1], self.p(args[-1])], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            f = decode(p.stdout, tool=True)
+            self.assertEqual(f.exit, 1)
+            self.assertEqual(watch_records(bytes(f.out))[0], [("err", code)])
+        for args in ([], ["-r"], ["a", "b"], [""]):
+            p = subprocess.run([MBWRAP, "watch", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self.assertEqual((p.returncode, p.stdout), (2, b""))
+
+
 if __name__ == "__main__":
     MBWRAP = os.path.abspath(sys.argv.pop(1))
     unittest.main(verbosity=2)

@@ -31,6 +31,8 @@ local text = require "moonbox.text"
 local ids = require "moonbox.ids"
 local paths = require "moonbox.fs.paths"
 local locks = require "moonbox.fs.lock"
+local sched = require "moonbox.sched"
+local watch = require "moonbox.fs.watch"
 
 local M = {}
 
@@ -58,6 +60,7 @@ local OPTIONS = {
   remove = { { "recursive", "boolean" } },
   mkdir = { { "parents", "boolean" } },
   rename = { { "noReplace", "boolean" } },
+  watch = { { "recursive", "boolean" }, { "maxEvents", "number" } },
 }
 M.OPTIONS = OPTIONS
 local EXPECTED_KIND = { "kind" }
@@ -727,8 +730,51 @@ function FS:editText(target, edit, expected)
   end)
 end
 
+-- Watches the directory target names (E2B's watchDir): one `mbwrap watch` in the world
+-- (moonbox.fs.watch). opts: { recursive = bool (the directories below it too, those made later
+-- included), maxEvents = the queue's size (default 1024, 1 .. 2^20) }. Returns once the watch is
+-- in place: every later change is reported. → watcher | nil, err: FS_NOT_FOUND,
+-- FS_NOT_DIRECTORY, FS_PERMISSION_DENIED, FS_TOO_LARGE (over 16384 directories to watch).
+-- watcher:next(timeout_ms) → { type = "create"|"write"|"remove"|"rename"|"chmod", path, name }
+-- | { type = "overflow", dropped = n, kernel = true|nil } | nil, err (MB_TIMEOUT; once the watch
+-- ended its error: MB_CLOSED after close, FS_NOT_FOUND when the directory went). watcher:close()
+-- ends the process; so do the service's dispose and the cancellation (or failure) of the task
+-- that started it.
+function FS:watch(target, opts)
+  paths.check_target(target, "fs:watch")
+  opts = check_opts(opts, OPTIONS.watch, "fs:watch: opts", 2)
+  local max = opts.maxEvents or watch.DEFAULT_MAX_EVENTS
+  if max ~= math.floor(max) or max < 1 or max > watch.MAX_EVENTS_LIMIT then
+    error(("fs:watch: opts: maxEvents must be a whole number from 1 to %d"):format(watch.MAX_EVENTS_LIMIT), 2)
+  end
+  local display = target.displayPath
+  if self.disposed then return nil, errors.new("MB_CLOSED", "fs service is disposed") end
+  local sb, err = self:_sandbox("watch", display)
+  if not sb then return nil, err end
+  local args = { "watch" }
+  if opts.recursive then args[#args + 1] = "-r" end
+  args[#args + 1] = target.targetKey
+  local s, serr = sb:tool_stream(args, { stdout = "pipe", stderr = "discard" }, { lasting = true })
+  if not s then return nil, map_err("watch", display, serr) end
+  local w = watch.new{ fs = self, sb = sb, s = s, target = target, recursive = opts.recursive == true,
+    max = math.tointeger(max), timeouts = self.timeouts, map_err = map_err, shielded = shielded }
+  local ok, werr = w:_start()
+  if not ok then return nil, werr end
+  self.watchers[w] = true
+  local owner = mb().current()
+  if owner then
+    w.owner = owner
+    sched.on_abandon(owner, w, function() w:close() end)
+  end
+  mb().spawn(function() w:_pump() end)
+  return w
+end
+
 function FS:dispose()
   self.disposed = true
+  local open = {}
+  for w in pairs(self.watchers) do open[#open + 1] = w end
+  for _, w in ipairs(open) do w:close() end
   if self.on_dispose then return self.on_dispose() end
   return true
 end
@@ -736,7 +782,7 @@ end
 -- world(): → the execution world | nil, err (it may wait for it: an E2B owner's setup).
 function M.new(world, config, policies, on_dispose)
   policies = policies or {}
-  return setmetatable({ world = world, config = config, locks = locks.new(), on_dispose = on_dispose,
+  return setmetatable({ world = world, config = config, locks = locks.new(), on_dispose = on_dispose, watchers = {},
     timeouts = policies.timeouts or require("moonbox.policies").default("timeouts") }, FS)
 end
 

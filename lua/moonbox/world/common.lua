@@ -7,7 +7,8 @@
 --   fields   cwd, home, ambient (environment table), wrapper (mbwrap's path), root (a private
 --            runtime directory: spills), core, timeouts, kind ("e2b" | "local")
 --   w:tool(args, opts)            an mbwrap tool's answer → text | nil, err (TOOL_<CODE> ...)
---   w:tool_stream(args, cfg)      a tool's process stream with the caller's sinks (cat)
+--   w:tool_stream(args, cfg, opts) a tool's process stream with the caller's sinks (cat; watch
+--                                 with opts.lasting: it runs until it is stopped)
 --   w:exec(argv, opts)            a program without the wrapper → { stdout, stderr, exit_code }
 --   w:run_process(args, envs, cwd, stdin_pipe, cfg)   `mbwrap <args>` → process stream
 --   w:run_terminal(args, envs, cwd, rows, cols, cfg)  `mbwrap <args>` on a new PTY → stream

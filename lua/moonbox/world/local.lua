@@ -87,11 +87,15 @@ local function start_error(err, what, cwd)
   return err
 end
 
+-- opts: cwd, lasting (a long-running tool, watch: it takes no helper slot, which it would
+-- hold for as long as it runs).
 function World:tool_stream(args, cfg, opts)
   opts = opts or {}
   local argv = { self.wrapper }
   for _, a in ipairs(args) do argv[#argv + 1] = a end
-  local s, err = self:_helper({ argv = argv, cwd = opts.cwd }, cfg)
+  local spawn = { argv = argv, cwd = opts.cwd }
+  local s, err
+  if opts.lasting then s, err = mb().procstream.spawn(spawn, cfg) else s, err = self:_helper(spawn, cfg) end
   if not s then return nil, start_error(err, "mbwrap " .. tostring(args[1]), opts.cwd) end
   return s
 end
