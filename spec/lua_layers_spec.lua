@@ -36,14 +36,16 @@ local function requires()
   local out, p = {}, assert(io.popen("find lua/moonbox -name '*.lua' | sort"))
   for f in p:lines() do
     local from = f:gsub("^lua/", ""):gsub("%.lua$", ""):gsub("/init$", ""):gsub("/", ".")
-    local n = 0
+    local n, code_began = 0, false
     for line in io.lines(f) do
       n = n + 1
+      -- the header ends at the first function: a require below it is not at the top
+      if line:match("^local function ") or line:match("^function ") then code_began = true end
       if not line:match("^%s*%-%-") then
         for to in line:gmatch("require%s*%(?%s*[\"']([%w_.]+)[\"']") do
           if to == "moonbox" or to:match("^moonbox%.") then
             local top = (line:match("^local [%w_, ]+ = require") or line:match("^[%w_.]+ = require"))
-              and not line:find("function", 1, true)
+              and not line:find("function", 1, true) and not code_began
             out[#out + 1] = { file = f, line = n, from = from, to = to, top = top and true or false }
           end
         end

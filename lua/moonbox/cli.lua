@@ -5,6 +5,18 @@
 local errors = require "moonbox.errors"
 local policies = require "moonbox.policies"
 local S = require "moonbox.policy.schema"
+local cjson = require "cjson"
+local mb = require "moonbox"
+local net = require "moonbox.cli.network"
+local sandbox_cli = require "moonbox.cli.sandbox"
+local sandboxd_cli = require "moonbox.cli.sandboxd"
+local secret_cli = require "moonbox.cli.secret"
+local compose = require "moonbox.compose"
+local core = require "moonbox.core"
+local background = require "moonbox.e2b.background"
+local endpoints = require "moonbox.e2b.endpoints"
+local fields = require "moonbox.fields"
+local workspace = require "moonbox.workspace"
 
 local M = {}
 
@@ -52,7 +64,7 @@ function M.delete_each(refs, delete, what, done)
   for _, ref in ipairs(refs) do
     local ok, err = delete(ref)
     if ok == nil then return nil, err end
-    if not ok then return nil, require("moonbox.errors").new("E2B_NOT_FOUND", ("%s %s not found"):format(what, ref)) end
+    if not ok then return nil, errors.new("E2B_NOT_FOUND", ("%s %s not found"):format(what, ref)) end
     io.stdout:write(done(ref), "\n")
   end
   return 0
@@ -125,7 +137,7 @@ M.is_help = is_help
 -- An unknown subcommand of group `path` (names: the valid ones): the nearest one when it looks
 -- like a typo, else the list.
 function M.unknown_subcommand(path, sub, names)
-  local near = require("moonbox.fields").nearest(sub, names)
+  local near = fields.nearest(sub, names)
   if near then usage_error("%s: unknown subcommand %s (did you mean %s?)", path, sub, near) end
   local list = table.concat(names, ", ", 1, #names - 1) .. " or " .. names[#names]
   usage_error("%s: unknown subcommand %s (expected %s)", path, sub, list)
@@ -166,7 +178,7 @@ local function parse(argv, i, spec, command)
     name = name or a
     local kind = spec[name]
     if not kind then
-      local near = name:sub(1, 2) == "--" and require("moonbox.fields").nearest(name, option_names(spec))
+      local near = name:sub(1, 2) == "--" and fields.nearest(name, option_names(spec))
       usage_error("%s: unknown option %s%s", command, name, near and (" (did you mean " .. near .. "?)") or "")
     end
     if kind == "flag" then
@@ -244,8 +256,8 @@ M.HELP["sync diff"] = { usage = { "moonbox sync diff --compose C [--prefer sandb
 
 -- Every command of a module (sandbox, secret, policy network): its help, its overview lines.
 local MODULE_PATHS = {}
-for _, mod in ipairs({ "moonbox.cli.network", "moonbox.cli.sandbox", "moonbox.cli.secret", "moonbox.cli.sandboxd" }) do
-  for _, e in ipairs(require(mod).COMMAND_HELP) do
+for _, cmds in ipairs({ net, sandbox_cli, secret_cli, sandboxd_cli }) do
+  for _, e in ipairs(cmds.COMMAND_HELP) do
     M.HELP[e.path] = e
     if e.usage then MODULE_PATHS[#MODULE_PATHS + 1] = e.path end
   end
@@ -261,7 +273,7 @@ function M.overview()
   end
   local lines = M.overview_lines(paths):gsub("^%s+", "")
   local text = OVERVIEW:gsub("COMMANDS", "       " .. lines:gsub("%%", "%%%%"))
-  return (text:gsub("NETWORK_HELP\n", (require("moonbox.cli.network").HELP:gsub("%%", "%%%%"))))
+  return (text:gsub("NETWORK_HELP\n", (net.HELP:gsub("%%", "%%%%"))))
 end
 
 -- --policy CONCERN=FILE... → { concern → path } (a concern given twice: the last wins)
@@ -291,7 +303,7 @@ local function policy_set(opts)
   if opts["--compose"] then
     local ok, err = readable(opts["--compose"], "composition")
     if not ok then return nil, err end
-    local comp, cerr = require("moonbox.compose").load(opts["--compose"], { policy_files = files })
+    local comp, cerr = compose.load(opts["--compose"], { policy_files = files })
     if not comp then return nil, cerr end
     return comp.policies, comp
   end
@@ -304,7 +316,7 @@ end
 
 M.policy_set = policy_set
 
-local function json() return require("cjson").new() end
+local function json() return cjson.new() end
 
 -- "--set NAME=VALUE" ... → explicit table, where(name)
 local function explicit_entries(opts)
@@ -505,7 +517,6 @@ local function dump_config(argv, i)
   local files = policy_files(opts["--policy"])
   local ok, err = readable(file, "composition")
   if not ok then return nil, err end
-  local compose = require "moonbox.compose"
   local comp, cerr = compose.load(file, { policy_files = files })
   if not comp then return nil, cerr end
   out(compose.describe(comp))
@@ -515,7 +526,7 @@ end
 -- `arg` as a stock lua5.4 gives it: the script at 0, its arguments from 1, and what came before
 -- the script (the program, then moonbox's own words) at negative indices.
 local function set_arg(argv, at)
-  local argt = { [-at] = require("moonbox.core").exe_path() or "moonbox" }
+  local argt = { [-at] = core.exe_path() or "moonbox" }
   for k = 1, #argv do argt[k - at] = argv[k] end
   _G.arg = argt
 end
@@ -529,9 +540,9 @@ local function background_endpoints(comp)
   for _, rec in ipairs(comp.plugins) do
     if rec.name == "e2b" and rec.config.apiKey == nil then uses_e2b = true end
   end
-  if not uses_e2b or not require("moonbox.e2b.endpoints").resolve({}).local_sandboxd then return true end
-  local res = table.pack(require("moonbox").run(function()
-    return require("moonbox.e2b.background").ensure_endpoints{ timeouts = comp.policies.timeouts }
+  if not uses_e2b or not endpoints.resolve({}).local_sandboxd then return true end
+  local res = table.pack(mb.run(function()
+    return background.ensure_endpoints{ timeouts = comp.policies.timeouts }
   end))
   if not res[1] then return nil, res[2] end
   comp.e2b_endpoints = res[1]
@@ -548,7 +559,6 @@ local function run_composition(argv, i, ctl)
   if not ok then return nil, err end
   ok, err = readable(script, "script")
   if not ok then return nil, err end
-  local compose = require "moonbox.compose"
   local comp, cerr = compose.load(file, { policy_files = files })
   if not comp then return nil, cerr end
   local chunk, lerr = loadfile(script, "t")
@@ -573,7 +583,7 @@ local function run_script(argv, i)
   if not chunk then return nil, errors.new("MB_SCRIPT", lerr) end
   local args = table.move(argv, i + 1, #argv, 1, {})
   set_arg(argv, i)
-  local res = table.pack(require("moonbox").run(chunk, table.unpack(args)))
+  local res = table.pack(mb.run(chunk, table.unpack(args)))
   if math.type(res[1]) == "integer" then return res[1] end
   return 0
 end
@@ -593,7 +603,7 @@ local function progress_printer(verb, tty, quiet)
   function p.update(e)
     if e.phase == "done" then return end
     if tty then
-      local now = require("moonbox").now()
+      local now = mb.now()
       if e.phase == last_phase and now - last_draw < 80 then return end
       last_phase, last_draw = e.phase, now
       local frac = e.totalBytes and e.totalBytes > 0 and (e.bytes or 0) / e.totalBytes
@@ -643,12 +653,10 @@ local function sync_command(argv, i)
   end
   local ok, err = readable(opts["--compose"], "composition")
   if not ok then return nil, err end
-  local compose = require "moonbox.compose"
   local comp, cerr = compose.load(opts["--compose"], { policy_files = policy_files(opts["--policy"]) })
   if not comp then return nil, cerr end
   ok, err = background_endpoints(comp)
   if not ok then return nil, err end
-  local core = require "moonbox.core"
   local json = opts["--json"]
   local tty = core.isatty(2)
   local pr = progress_printer(sub, tty, json)
@@ -661,27 +669,26 @@ local function sync_command(argv, i)
       if not ctx.fs then
         return nil, errors.new("COMPOSE_INVALID", opts["--compose"] .. ": sync needs an fs provider (plugin fs or fs-local)")
       end
-      local mod = require "moonbox.workspace"
       local config = {}
-      for k, f in pairs(mod.schema) do
+      for k, f in pairs(workspace.schema) do
         local d = f.default
         if type(d) == "function" then d = d() end
         config[k] = d
       end
-      ws = mod.new(ctx, config)
+      ws = workspace.new(ctx, config)
     end
-    t0 = require("moonbox").now()
+    t0 = mb.now()
     local r, e = ws[sub](ws, req)
     pr.finish()
     if not r then return nil, e end
-    return r, require("moonbox").now() - t0
+    return r, mb.now() - t0
   end))
   if math.type(res[1]) == "integer" then return res[1] end     -- a signal ended it
   if res[1] == nil then return nil, res[2] end
   local r, ms = res[1], res[2]
   if json then
     -- lua-cjson writes an empty table as {}: the report's lists are written as arrays here
-    local cj = require("cjson").new()
+    local cj = cjson.new()
     local keys = {}
     for k in pairs(r) do keys[#keys + 1] = k end
     table.sort(keys)
@@ -769,7 +776,7 @@ function M.main(argv, opts)
       return 0
     end
     if cmd == "--version" then
-      out(("moonbox %s\n"):format(require("moonbox.core").version or "?"))
+      out(("moonbox %s\n"):format(core.version or "?"))
       return 0
     end
     if cmd == "run" or cmd == "sync" or cmd == "dump-config" then M.in_command(cmd) end
@@ -781,11 +788,11 @@ function M.main(argv, opts)
       if sub == "env" then return policy_env(argv, i + 2) end
       if sub == "timeouts" then return policy_timeouts(argv, i + 2) end
       if sub == "check" then return policy_check(argv, i + 2) end
-      return require("moonbox.cli.network").main(M, argv, i + 2)
+      return net.main(M, argv, i + 2)
     end
-    if cmd == "sandbox" then return require("moonbox.cli.sandbox").main(M, argv, i + 1) end
-    if cmd == "secret" then return require("moonbox.cli.secret").main(M, argv, i + 1) end
-    if cmd == "sandboxd" then return require("moonbox.cli.sandboxd").main(M, argv, i + 1) end
+    if cmd == "sandbox" then return sandbox_cli.main(M, argv, i + 1) end
+    if cmd == "secret" then return secret_cli.main(M, argv, i + 1) end
+    if cmd == "sandboxd" then return sandboxd_cli.main(M, argv, i + 1) end
     if cmd:sub(1, 1) == "-" then usage_error("unknown option %s", cmd) end
     return run_script(argv, i)
   end, handler)

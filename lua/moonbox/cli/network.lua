@@ -6,6 +6,10 @@
 -- Exit status: 0 when every check is allowed (for every address its name resolves to), 1 when
 -- one is denied or cannot be decided here, 2 for a usage mistake.
 local policies = require "moonbox.policies"
+local R = require "moonbox.policy.rules"
+local cj = require "cjson"
+local mb = require "moonbox"
+local core = require "moonbox.core"
 
 local M = {}
 
@@ -34,13 +38,12 @@ its addresses), 2 for a usage mistake.
 
 local SCHEMES = { http = 80, https = 443, ws = 80, wss = 443, ssh = 22, tcp = false, udp = false }
 
-local function egress() return require("moonbox.core").egress end
+local function egress() return core.egress end
 
 -- JSON with arrays that stay arrays when empty (lua-cjson writes {} for an empty table).
 local ARRAY = {}
 local function array(t) return setmetatable(t or {}, ARRAY) end
 local function encode(v)
-  local cj = require("cjson")
   if type(v) ~= "table" then return cj.encode(v) end
   if getmetatable(v) == ARRAY or #v > 0 then
     local parts = {}
@@ -120,9 +123,8 @@ end
 
 -- The host's resolver, from inside a task. → list | nil, err
 local function resolve(name)
-  local mb = require "moonbox"
   local ev = mb.event()
-  local req, rerr = require("moonbox.core").getaddrinfo(name, function() ev:set(true) end)
+  local req, rerr = core.getaddrinfo(name, function() ev:set(true) end)
   if not req then return nil, rerr end
   local ok, err = ev:wait(10000)
   if not ok then req:cancel() return nil, err end
@@ -186,7 +188,6 @@ local function explain(p, rules, c, resolved_by)
   return r
 end
 
-local R = require "moonbox.policy.rules"
 
 -- Which headers a checked request gets from the policy's rules (names and where each value comes
 -- from, never a value). → { rule, where, headers = { { name, secret | fromEnv, format, text } },
@@ -266,7 +267,6 @@ function M.main(cli, argv, i)
     return resolve(name)
   end
   local results = {}
-  local mb = require "moonbox"
   mb.run(function()
     for k, c in ipairs(checks) do
       results[k] = explain(p, rules, c, resolved_by)

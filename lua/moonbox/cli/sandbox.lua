@@ -4,6 +4,16 @@
 -- of them the per-user background sandboxd (moonbox.e2b.background, started if needed). One request
 -- per command (list follows its pages); `--json` prints the API's objects for scripts. Exit
 -- status: 0 done, 1 the API refused (one line naming the id), 2 a usage mistake.
+local cjson = require "cjson"
+local mb = require "moonbox"
+local net = require "moonbox.cli.network"
+local core = require "moonbox.core"
+local background = require "moonbox.e2b.background"
+local client_mod = require "moonbox.e2b.client"
+local envd_mod = require "moonbox.e2b.envd"
+local errors = require "moonbox.errors"
+local sched = require "moonbox.sched"
+local specs = require "moonbox.subprocess.spec"
 local M = {}
 
 local D_NOTE = "D (a lease): seconds as E2B's CLI counts them (300), or with a unit: 500ms, 90s, 5m, 1h."
@@ -90,7 +100,6 @@ local function line(s) io.stdout:write(s, "\n") end
 
 -- JSON; an item's network lists stay arrays when empty (lua-cjson writes {} for empty tables).
 local function encode(v)
-  local net = require "moonbox.cli.network"
   local items = type(v) == "table" and (v.sandboxId and { v } or v) or {}
   local patched = false
   for _, it in ipairs(items) do
@@ -100,7 +109,7 @@ local function encode(v)
     end
   end
   if patched then return net.encode(v) end
-  local cjson = require("cjson").new()
+  local cjson = cjson.new()
   return cjson.encode(v)
 end
 
@@ -110,7 +119,7 @@ local function entries_opt(cli, list, cmd, flag)
   if not list then return nil end
   local key = flag == "--allow-out" and "allowOut" or "denyOut"
   for _, v in ipairs(list) do
-    local _, err = require("moonbox.core").egress.parse{ [key] = { v } }
+    local _, err = core.egress.parse{ [key] = { v } }
     if err then
       local why = err.reason or err.message
       if why:sub(1, 1) == '"' then cli.usage_error("sandbox %s: %s %s", cmd, flag, why) end
@@ -389,7 +398,6 @@ function snapshot_sub.list(cli, argv, i)
       token = nt
     until not token
     if opts["--json"] then
-      local net = require "moonbox.cli.network"
       for _, x in ipairs(all) do x.names = net.array(x.names) end
       line(net.encode(net.array(all)))
       return 0
@@ -468,7 +476,6 @@ function commands.logs(cli, argv, i)
   local opts, id = one_id(cli, argv, i, "logs", { ["--follow"] = "flag", ["-f"] = "flag" })
   local follow = opts["--follow"] or opts["-f"]
   return function(c)
-    local sched = require "moonbox.sched"
     local cursor, at_cursor = 0, 0             -- entries of the cursor's millisecond already shown
     repeat
       local l, err = c:logs(id, { cursor = cursor })
@@ -544,7 +551,7 @@ local EXEC_SPEC = { ["-b"] = "flag", ["--background"] = "flag", ["-c"] = "value"
 local EXEC_ALIAS = { ["--background"] = "-b", ["--cwd"] = "-c", ["--user"] = "-u", ["--env"] = "-e" }
 local EXEC_NAME = { ["-b"] = "-b/--background", ["-c"] = "-c/--cwd", ["-u"] = "-u/--user" }
 local SIGNUM = {}
-for n, name in pairs(require("moonbox.subprocess.spec").SIGNALS) do SIGNUM[name] = n end
+for n, name in pairs(specs.SIGNALS) do SIGNUM[name] = n end
 
 -- The exit status of an outcome ({ exitCode } | { signal }): 128 + N for signal N, as a shell.
 function M.exit_status(outcome)
@@ -556,10 +563,9 @@ end
 -- (to its PTY when `pty`) as it comes. A local `cat` reads it (the loop goes on meanwhile) into a
 -- stream a task reads. → stop()
 local function pump_stdin(sb, s, pid, pty)
-  local m = require "moonbox"
-  local reader = m.procstream.spawn({ argv = { "/bin/cat" }, stdin_inherit = true },
+  local reader = mb.procstream.spawn({ argv = { "/bin/cat" }, stdin_inherit = true },
     { raw = true, stdout = "pipe", stderr = "discard" })
-  local task = m.spawn(function()
+  local task = mb.spawn(function()
     while reader do
       local data = reader:read("stdout")
       if data == nil then break end                 -- EOF (or cat could not read)
@@ -602,7 +608,6 @@ function commands.exec(cli, argv, i)
     if opts[k] == "" then cli.usage_error("sandbox exec: %s must not be empty", EXEC_NAME[k]) end
   end
   local o = { envs = pairs_opt(cli, opts["-e"], name, "-e"), cwd = opts["-c"], user = opts["-u"] }
-  local envd_mod = require "moonbox.e2b.envd"
   -- The stream's facts until it closes: → pid, outcome, err (on_start(pid) when it starts)
   local function follow(sb, s, on_start, stop_at_start)
     local pid, outcome, err
@@ -614,7 +619,7 @@ function commands.exec(cli, argv, i)
           pid = math.tointeger(f.pid)
           if on_start then on_start(pid) end
         elseif f.kind == "end" then
-          outcome = require("moonbox.subprocess.spec").outcome_from_end{ exitCode = f.exit_code, status = f.status }
+          outcome = specs.outcome_from_end{ exitCode = f.exit_code, status = f.status }
         elseif f.kind == "stream_error" then
           err = err or envd_mod.rpc_error("process.Process/Start", f.code, f.message, 200)
         end
@@ -637,7 +642,7 @@ function commands.exec(cli, argv, i)
       if not s then return nil, serr end
       local pid, _, ferr = follow(sb, s, nil, true)
       s:close()                                     -- sandboxd: the client is gone, the process goes on
-      if not pid then return nil, ferr or require("moonbox.errors").new("E2B_PROTOCOL", command[1] .. ": did not start") end
+      if not pid then return nil, ferr or errors.new("E2B_PROTOCOL", command[1] .. ": did not start") end
       line(tostring(pid))
       return 0
     end
@@ -646,16 +651,15 @@ function commands.exec(cli, argv, i)
     if not s then return nil, serr end
     local stop_pump
     local watches, signalled = {}, 0
-    local m = require "moonbox"
     local pid, outcome, ferr = follow(sb, s, function(p)
       stop_pump = pump_stdin(sb, s, p)
       -- SIGINT, SIGTERM, SIGHUP here: SIGTERM to the command (envd sends only TERM and KILL),
       -- SIGKILL at the second one
       for _, sig in ipairs({ "SIGINT", "SIGTERM", "SIGHUP" }) do
-        watches[#watches + 1] = require("moonbox.core").signal(sig, function()
+        watches[#watches + 1] = core.signal(sig, function()
           signalled = signalled + 1
           local to = signalled > 1 and "SIGKILL" or "SIGTERM"
-          m.spawn(function() sb:signal_process(s, p, to) end)
+          mb.spawn(function() sb:signal_process(s, p, to) end)
         end)
       end
     end)
@@ -665,7 +669,7 @@ function commands.exec(cli, argv, i)
     io.stdout:flush()
     if ferr then return nil, ferr end
     if not outcome then
-      return nil, require("moonbox.errors").new("E2B_PROTOCOL", ("%s: the stream ended without its exit status%s"):format(
+      return nil, errors.new("E2B_PROTOCOL", ("%s: the stream ended without its exit status%s"):format(
         command[1], pid and "" or " (it did not start)"))
     end
     return M.exit_status(outcome)
@@ -684,8 +688,7 @@ M.CONNECT_KILL_MS = 3000       -- after a signal: how long the remote shell's SI
 
 -- → exit status | nil, err, began (the remote shell had had the terminal)
 local function session(sb, s)
-  local m, core, errors = require "moonbox", require "moonbox.core", require "moonbox.errors"
-  local done = m.event()
+  local done = mb.event()
   local tty, pid, outcome, err, stop_pump, by_signal, raw_err
   local watches = {}
   local resizing, again = false, false
@@ -705,25 +708,25 @@ local function session(sb, s)
     tty, terr = core.tty_raw(0)
     if not tty then raw_err, err = terr, terr return end
     stop_pump = pump_stdin(sb, s, pid, true)
-    watches[#watches + 1] = core.signal("SIGWINCH", function() m.spawn(resize) end)
+    watches[#watches + 1] = core.signal("SIGWINCH", function() mb.spawn(resize) end)
     for _, sig in ipairs({ "SIGINT", "SIGTERM", "SIGHUP" }) do
       watches[#watches + 1] = core.signal(sig, function()
         by_signal = by_signal or sig
         done:set(true)
       end)
     end
-    m.spawn(resize)                              -- it may have changed since the request
+    mb.spawn(resize)                              -- it may have changed since the request
   end
-  local follower = m.spawn(function()
+  local follower = mb.spawn(function()
     while not err do
       local facts, ferr = s:next_facts()
       if not facts then err = ferr break end
       for _, f in ipairs(facts) do
         if f.kind == "start" and not pid then started(math.tointeger(f.pid))
         elseif f.kind == "end" then
-          outcome = require("moonbox.subprocess.spec").outcome_from_end{ exitCode = f.exit_code, status = f.status }
+          outcome = specs.outcome_from_end{ exitCode = f.exit_code, status = f.status }
         elseif f.kind == "stream_error" then
-          err = err or require("moonbox.e2b.envd").rpc_error("process.Process/Start", f.code, f.message, 200)
+          err = err or envd_mod.rpc_error("process.Process/Start", f.code, f.message, 200)
         end
       end
     end
@@ -743,7 +746,7 @@ local function session(sb, s)
   if by_signal or (err and pid and not outcome) then
     follower:cancel()
     if pid and not outcome then                  -- an interactive bash ignores SIGTERM
-      local killer = m.spawn(function() return sb:signal_process(s, pid, "SIGKILL") end)
+      local killer = mb.spawn(function() return sb:signal_process(s, pid, "SIGKILL") end)
       killer:join(M.CONNECT_KILL_MS)
     end
   end
@@ -768,7 +771,6 @@ function commands.connect(cli, argv, i)
   local _, args = parse_all(cli, argv, i, {}, "sandbox connect")
   local id = id_arg(cli, args, 1, "connect")
   no_more(cli, args, 2, "connect")
-  local core = require "moonbox.core"
   if not core.isatty(0) then cli.usage_error("sandbox connect: stdin is not a terminal") end
   return function(c)
     local sb, err = c:attach(id)
@@ -789,11 +791,11 @@ end
 function M.main(cli, argv, i)
   local sub = cli.subcommand("sandbox", argv, i, M.COMMAND_HELP[1].commands)
   local act = commands[sub](cli, argv, i + 1)     -- usage is checked before any request
-  local res = table.pack(require("moonbox").run(function()
+  local res = table.pack(mb.run(function()
     -- E2B's variables, else the background sandboxd (started now when it does not run)
-    local ep, eerr = require("moonbox.e2b.background").ensure_endpoints()
+    local ep, eerr = background.ensure_endpoints()
     if not ep then return nil, eerr end
-    local c, cerr = require("moonbox.e2b.client").new{ endpoints = ep }
+    local c, cerr = client_mod.new{ endpoints = ep }
     if not c then return nil, cerr end
     return act(c)
   end))

@@ -4,6 +4,9 @@
 -- foreground: core/main.c execs it without Lua. Exit status: 0 done (also: start when it runs
 -- already, stop when it does not), 1 an error, 2 a usage mistake; status: 0 running, 3 not
 -- running (as systemctl's).
+local cjson = require "cjson"
+local mb = require "moonbox"
+local bg = require "moonbox.e2b.background"
 local M = {}
 
 M.COMMAND_HELP = {
@@ -77,7 +80,7 @@ function commands.status(cli, argv, i)
     local st, err = bg.status()
     if not st then return nil, err end
     if opts["--json"] then
-      local cj = require("cjson").new()
+      local cj = cjson.new()
       local t = { running = st.running, dir = st.paths.dir }
       if st.running then t.pid, t.url, t.sandboxes = st.pid, st.url, st.sandboxes end
       if st.stale then t.stale = st.stale end
@@ -101,8 +104,7 @@ end
 function M.main(cli, argv, i)
   local sub = cli.subcommand("sandboxd", argv, i, M.COMMAND_HELP[1].commands)
   local act = commands[sub](cli, argv, i + 1)
-  local bg = require "moonbox.e2b.background"
-  local res = table.pack(require("moonbox").run(function() return act(bg) end))
+  local res = table.pack(mb.run(function() return act(bg) end))
   return table.unpack(res, 1, res.n)
 end
 

@@ -6,6 +6,13 @@
 -- (which every local user can read), and is never printed: no answer of the store carries one.
 -- Exit status: 0 done, 1 the store refused (one line naming the secret), 2 a usage mistake.
 local R = require "moonbox.policy.rules"
+local mb = require "moonbox"
+local net = require "moonbox.cli.network"
+local sandbox_cli = require "moonbox.cli.sandbox"
+local core = require "moonbox.core"
+local background = require "moonbox.e2b.background"
+local client_mod = require "moonbox.e2b.client"
+local errors = require "moonbox.errors"
 
 local M = {}
 
@@ -26,7 +33,6 @@ M.COMMAND_HELP = {
 }
 
 local function line(s) io.stdout:write(s, "\n") end
-local function client_mod() return require "moonbox.e2b.client" end
 
 local function name_arg(cli, name, cmd)
   if not name then cli.usage_error("secret %s: which secret? (moonbox secret %s NAME)", cmd, cmd) end
@@ -38,9 +44,9 @@ end
 -- A value as read: one trailing line break dropped (`echo "$TOKEN" |`), then checked as a header
 -- value (never quoted). → value | nil, err
 local function finish(cli, raw, from)
-  if raw == nil then return nil, require("moonbox.errors").new("MB_NOT_FOUND", ("cannot read the value from %s"):format(from)) end
+  if raw == nil then return nil, errors.new("MB_NOT_FOUND", ("cannot read the value from %s"):format(from)) end
   local v = raw:gsub("\r?\n$", "", 1)
-  local why = client_mod().secret_value_error(v)
+  local why = client_mod.secret_value_error(v)
   if why then cli.usage_error("secret set: %s (from %s)", why, from) end
   return v
 end
@@ -48,12 +54,12 @@ end
 -- The value: --from-file F, the terminal with --prompt (not echoed), or stdin (a pipe or a file;
 -- a terminal without --prompt is refused: what is typed there would be echoed).
 local function read_value(cli, opts)
-  local max = client_mod().MAX_SECRET
+  local max = client_mod.MAX_SECRET
   if opts["--from-file"] then
     local path = opts["--from-file"]
     local f, err = io.open(path, "rb")
     if not f then
-      return nil, require("moonbox.errors").new("MB_NOT_FOUND", ("--from-file %s: %s"):format(path, (tostring(err):gsub("^[^:]*: ", ""))))
+      return nil, errors.new("MB_NOT_FOUND", ("--from-file %s: %s"):format(path, (tostring(err):gsub("^[^:]*: ", ""))))
     end
     local raw = f:read(max + 3)
     local more = raw and f:read(0)
@@ -61,7 +67,6 @@ local function read_value(cli, opts)
     if more then cli.usage_error("secret set: the value is longer than %d bytes (from %s)", max, path) end
     return finish(cli, raw or "", path)
   end
-  local core = require "moonbox.core"
   if opts["--prompt"] then
     if not core.isatty(0) then cli.usage_error("secret set: --prompt reads from a terminal, and stdin is not one") end
     os.execute("stty -echo 2>/dev/null")                -- before the prompt: nothing typed after it is echoed
@@ -89,12 +94,12 @@ local function metadata_text(md)
   return table.concat(keys, ",")
 end
 
-local function encode(v) return require("moonbox.cli.network").encode(v) end
+local function encode(v) return net.encode(v) end
 
 local commands = {}
 
 -- Options anywhere among the arguments. → opts, positionals
-local function parse_all(cli, argv, i, spec, cmd) return require("moonbox.cli.sandbox").parse_all(cli, argv, i, spec, cmd) end
+local function parse_all(cli, argv, i, spec, cmd) return sandbox_cli.parse_all(cli, argv, i, spec, cmd) end
 
 function commands.set(cli, argv, i)
   local opts, args = parse_all(cli, argv, i, { ["--from-file"] = "value", ["--prompt"] = "flag", ["--metadata"] = "list",
@@ -173,16 +178,16 @@ function M.main(cli, argv, i)
   local sub = cli.subcommand("secret", argv, i, M.COMMAND_HELP[1].commands)
   local cmd = commands[sub]
   local act = cmd(cli, argv, i + 1)              -- usage is checked (and the value read) before any request
-  local res = table.pack(require("moonbox").run(function()
+  local res = table.pack(mb.run(function()
     -- E2B's variables, else the background sandboxd (started now when it does not run)
-    local ep, eerr = require("moonbox.e2b.background").ensure_endpoints()
+    local ep, eerr = background.ensure_endpoints()
     if not ep then
       if eerr.code == "E2B_CONFIG" then
         eerr.message = eerr.message .. "; the embedded sandboxd of `moonbox run` lives for one run and keeps no secrets across runs"
       end
       return nil, eerr
     end
-    local c, cerr = client_mod().new{ endpoints = ep }
+    local c, cerr = client_mod.new{ endpoints = ep }
     if not c then return nil, cerr end
     return act(c)
   end))
