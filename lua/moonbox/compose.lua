@@ -14,6 +14,8 @@
 local errors = require "moonbox.errors"
 local policies_mod = require "moonbox.policies"
 local fields_mod = require "moonbox.fields"
+local mb = require "moonbox"
+local core = require "moonbox.core"
 
 local compose = {}
 
@@ -295,8 +297,6 @@ local SIGNALS = { SIGHUP = 1, SIGINT = 2, SIGTERM = 15 }
 -- sandbox deleted, a local sandboxd stopped with its state directory). The result is then
 -- 128 + the signal's number. A second signal while disposing exits at once.
 local function run_in_task(comp, script_file, ...)
-  local mb = require "moonbox"
-  local core = require "moonbox.core"
   local env = setmetatable({}, { __index = _G })
   local sfn, serr
   if type(script_file) == "function" then sfn = script_file          -- a caller's own (moonbox sync)
@@ -354,7 +354,6 @@ function compose.run(composition, script_file, ...)
     comp, err = compose.load(composition)
     if not comp then error(err, 0) end
   end
-  local mb = require "moonbox"
   if mb.current() then return run_in_task(comp, script_file, ...) end
   return mb.run(run_in_task, comp, script_file, ...)
 end

@@ -19,12 +19,18 @@
 local errors = require "moonbox.errors"
 local S = require "moonbox.policy.schema"
 local source = require "moonbox.policy.source"
+local policy_env = require "moonbox.policy.env"
+local policy_lifecycle = require "moonbox.policy.lifecycle"
+local policy_timeouts = require "moonbox.policy.timeouts"
+local policy_composition = require "moonbox.policy.composition"
+local policy_network = require "moonbox.policy.network"
 
 local M = {}
 
 M.CONCERNS = { "env", "lifecycle", "timeouts", "composition", "network" }
 local KINDS = {}
-for _, c in ipairs(M.CONCERNS) do KINDS[c] = require("moonbox.policy." .. c) end
+KINDS.env, KINDS.lifecycle, KINDS.timeouts = policy_env, policy_lifecycle, policy_timeouts
+KINDS.composition, KINDS.network = policy_composition, policy_network
 M.kinds = KINDS
 
 local function fail(message) return nil, errors.new("POLICY_INVALID", message) end

@@ -20,6 +20,7 @@
 local errors = require "moonbox.errors"
 local fields = require "moonbox.fields"
 local text = require "moonbox.text"
+local mb = require "moonbox"
 
 local M = { name = "bash", provides = "bash", inject = { "subprocess" } }
 
@@ -40,7 +41,6 @@ local BASE_ENV = { NO_COLOR = "1", TERM = "dumb", PAGER = "cat", GIT_PAGER = "ca
 local Bash = {}
 Bash.__index = Bash
 
-local function mb() return require "moonbox" end
 
 local function bad(fmt, ...) error(("bash: " .. fmt):format(...), 3) end
 
@@ -102,7 +102,7 @@ function Bash:run(req)
   if req.cancel ~= nil and (type(req.cancel) ~= "table" or type(req.cancel.wait) ~= "function") then
     bad("run: cancel must be an mb.event()")
   end
-  local m = mb()
+  local m = mb
   local h, err = self:_spawn(req, cwd)
   if not h then return nil, err end
   local timed_out, aborted = false, false
@@ -139,7 +139,7 @@ function Bash:start(req)
   self.seq = self.seq + 1
   local job = setmetatable({ id = self.seq, command = req.command, h = h, status = "running" }, Job)
   self.jobs[job.id] = job
-  mb().spawn(function()
+  mb.spawn(function()
     local o, werr = h:exited()
     -- canceled (the service or the run ending): the exit may still be known to the handle
     if not o and errors.is(werr) and werr.code == "MB_CANCELED" then return job:_refresh() end

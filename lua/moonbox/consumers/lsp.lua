@@ -20,6 +20,7 @@
 local cjson = require "cjson"
 local errors = require "moonbox.errors"
 local fields = require "moonbox.fields"
+local mb = require "moonbox"
 
 local M = { name = "lsp", provides = "lsp", inject = { "fs", "subprocess" } }
 
@@ -48,7 +49,6 @@ M.language_ids = {
 
 local HEADER_MAX = 8192 -- a header block longer than this is not LSP
 
-local function mb() return require "moonbox" end
 local function lsp_err(code, msg, fields) return errors.new(code, msg, fields) end
 
 ------------------------------------------------------------------------ framing
@@ -175,7 +175,7 @@ function LSP:start(o)
     command = command, seq = 0, pending = {}, docs = {}, names = {}, languageIds = o.languageIds or {},
     timeout = req_timeout, max_doc = max_doc }, Client)
   self.clients[c] = true
-  c.reader = mb().spawn(function() c:_read() end)
+  c.reader = mb.spawn(function() c:_read() end)
   local caps = {
     general = { positionEncodings = { "utf-16" } },
     textDocument = {
@@ -276,7 +276,7 @@ function Client:_dispatch(body)
       local v = math.tointeger(msg.params.version)
       d.diagnostics, d.diag_version = msg.params.diagnostics, v or d.version
       local ev = d.ev
-      d.ev = mb().event()
+      d.ev = mb.event()
       ev:set(true)
     end
   end
@@ -322,7 +322,7 @@ function Client:request(method, params, o)
   if self.ended then return nil, self:_gone_error() end
   self.seq = self.seq + 1
   local id = self.seq
-  local w = { id = id, method = method, ev = mb().event() }
+  local w = { id = id, method = method, ev = mb.event() }
   self.pending[id] = w
   local ok, err = self:_send({ jsonrpc = "2.0", id = id, method = method, params = params })
   if not ok then self.pending[id] = nil return nil, err end
@@ -380,7 +380,7 @@ function Client:open(path)
   local key = self.fs:processPath(t)
   local d = self.docs[key]
   if d then return self:change(path) end
-  d = { key = key, uri = self.fs:fileUrl(t), version = 1, ev = mb().event() }
+  d = { key = key, uri = self.fs:fileUrl(t), version = 1, ev = mb.event() }
   self.docs[key] = d
   self.names[path] = d
   local ok, err = self:notify("textDocument/didOpen", { textDocument = { uri = d.uri,
@@ -427,7 +427,7 @@ function Client:diagnostics(path, o)
   o = o or {}
   local d, err = self:_doc(path)
   if not d then return nil, err end
-  local m = mb()
+  local m = mb
   local deadline = m.now() + (o.timeoutMs or self.timeout)
   while not (d.diagnostics and d.diag_version and d.diag_version >= d.version) do
     if self.ended then return nil, self:_gone_error() end

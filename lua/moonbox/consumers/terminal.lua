@@ -18,6 +18,7 @@
 local errors = require "moonbox.errors"
 local fields = require "moonbox.fields"
 local ids = require "moonbox.ids"
+local mb = require "moonbox"
 
 local M = { name = "terminal", provides = "terminal", inject = { "subprocess" } }
 
@@ -34,7 +35,6 @@ M.schema = {
   maxOutputBytes = { type = "number", default = 1024 * 1024, check = positive },
 }
 
-local function mb() return require "moonbox" end
 
 local Terminal = {}
 Terminal.__index = Terminal
@@ -57,7 +57,7 @@ function Terminal:open(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error("terminal:open: opts must be a table", 2) end
   fields.only(opts, OPTIONS.open, "terminal:open", 2)
-  local m = mb()
+  local m = mb
   local nonce = ids.hex(8)
   local env = { TERM = "dumb", PAGER = "cat", GIT_PAGER = "cat", PS1 = "", PS2 = "", HISTFILE = "/dev/null",
     BASH_SILENCE_DEPRECATION_WARNING = "1", INPUTRC = "/dev/null",
@@ -96,13 +96,13 @@ end
 
 function Session:_changed()
   local ev = self.changed
-  self.changed = mb().event()
+  self.changed = mb.event()
   ev:set(true)
 end
 
 -- Waits for the next mark in buf. → status, output before it | nil, err | false, "silent"
 function Session:_until_mark(timeout_ms, silence_ms)
-  local m = mb()
+  local m = mb
   local deadline = m.now() + timeout_ms
   local pattern = "\27%]133;D;(%d+);" .. self.nonce .. "\7"
   while true do
@@ -137,7 +137,7 @@ function Session:send(line, opts)
   if type(line) ~= "string" then error("terminal:send: text must be a string", 2) end
   if line:find("[\r\n]") then error("terminal:send: one command line (no CR or LF)", 2) end
   if self.closed then return nil, errors.new("TERMINAL_CLOSED", "the session is closed") end
-  local m = mb()
+  local m = mb
   local timeout = opts.timeoutMs or self.owner.config.sendTimeoutMs
   local silence = self.owner.config.silenceMs
   local ok, werr = self.t:write(line .. "\r")

@@ -18,10 +18,11 @@
 -- its host) is refused.
 local S = require "moonbox.policy.schema"
 local R = require "moonbox.policy.rules"
+local core = require "moonbox.core"
 
 local M = { name = "network" }
 
-local function egress() return require("moonbox.core").egress end
+local function egress() return core.egress end
 
 M.MAX_ENTRIES = 512          -- per list, as sandboxd (EGRESS_MAX_ENTRIES)
 

@@ -19,6 +19,7 @@
 -- Which rule applies to a request: the host's exact rule, else the wildcard with the longest
 -- suffix that matches (E2B's precedence; rule sets are not merged).
 local S = require "moonbox.policy.schema"
+local core = require "moonbox.core"
 
 local M = {}
 
@@ -29,7 +30,7 @@ M.MAX_FORMAT = 1024
 M.REFUSED = { host = true, ["content-length"] = true, ["transfer-encoding"] = true, connection = true,
   ["keep-alive"] = true, ["proxy-connection"] = true, te = true, trailer = true, upgrade = true }
 
-local function egress() return require("moonbox.core").egress end
+local function egress() return core.egress end
 
 local function sorted_keys(t)
   local out = {}

@@ -4,6 +4,7 @@
 -- what the field takes (it is what every error message quotes), and `check(spec, v)` returns
 -- nil when v is acceptable, else a message and, for a list item or a map key, where in the
 -- value the problem is (an index or a key). Values are data only: no functions, no userdata.
+local fields = require "moonbox.fields"
 local M = {}
 
 local function show(v)
@@ -243,7 +244,7 @@ function M.format(v)
 end
 
 -- The name of `names` nearest to `name` (moonbox.fields): unknown fields and options name it.
-M.nearest = require("moonbox.fields").nearest
+M.nearest = fields.nearest
 
 -- Structural equality of plain values.
 function M.equal(a, b)

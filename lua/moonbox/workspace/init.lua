@@ -36,6 +36,10 @@ local paths = require "moonbox.fs.paths"
 local locks = require "moonbox.fs.lock"
 local manifest = require "moonbox.workspace.manifest"
 local plan = require "moonbox.workspace.plan"
+local mb = require "moonbox"
+local core = require "moonbox.core"
+local fs_service = require "moonbox.fs.service"
+local common = require "moonbox.world.common"
 
 local M = { name = "workspace", provides = "workspace", inject = { "fs" } }
 
@@ -67,8 +71,6 @@ local W = {}
 W.__index = W
 M.Workspace = W
 
-local function mb() return require "moonbox" end
-local function core() return require "moonbox.core" end
 
 local function fail(code, msg, fields) return nil, errors.new(code, msg, fields) end
 local function aborted(op) return fail("SYNC_ABORTED", op .. " aborted") end
@@ -76,17 +78,17 @@ local function is_cancel(err) return errors.is(err) and (err.code == "MB_CANCELE
 
 -- A pause between steps of host work: the loop runs meanwhile. → true | nil (canceled)
 local function yield()
-  local _, err = mb().sleep(0)
+  local _, err = mb.sleep(0)
   return err == nil
 end
 
 -- a cancellation asked while not blocked, consumed and given back (as the fs service does)
-local function cancel_requested() return require("moonbox.fs.service").cancel_requested() end
-local function rearm(canceled) return require("moonbox.fs.service").rearm(canceled) end
+local function cancel_requested() return fs_service.cancel_requested() end
+local function rearm(canceled) return fs_service.rearm(canceled) end
 
 -- fn in a task of its own (the caller's cancel cannot interrupt it). → value, err, canceled
 local function shielded_call(fn)
-  local r, canceled = require("moonbox.fs.service").shielded(fn)
+  local r, canceled = fs_service.shielded(fn)
   if not r[1] then return nil, errors.new("SYNC_IO_ERROR", "raised: " .. tostring(r[2])), canceled end
   return r[2], r[3], canceled
 end
@@ -144,7 +146,7 @@ local function report(fn, p) if fn then fn(p) end end
 -- Calls fn every `ms` until the returned stop() (a raise in fn is kept for the caller).
 local function ticker(fn, ms)
   if not fn then return function() end end
-  local m = mb()
+  local m = mb
   local stop, raised = false, nil
   local t = m.spawn(function()
     while not stop do
@@ -182,7 +184,7 @@ function W:_push(world, from, to, key, opts)
   local gitignore = opts.gitignore
   if gitignore == nil then gitignore = self.config.gitignore end
   local progress = opts.onProgress
-  local root, rerr = core().sync_root(from)
+  local root, rerr = core.sync_root(from)
   if not root then return nil, rerr end
   local scan, serr = root:scan{ exclude = table.concat(exclude, "\n"), gitignore = gitignore,
     maxFiles = limits.maxFiles, maxBytes = limits.maxBytes, maxMetaBytes = limits.maxMetaBytes }
@@ -288,7 +290,7 @@ function W:_remote_manifest(world, dir, base, opts, limits)
   if gitignore then args[#args + 1] = "--gitignore" end
   if #exclude > 0 then
     args[#args + 1] = "--exclude"
-    args[#args + 1] = core().b64encode(table.concat(exclude, "\n"))
+    args[#args + 1] = core.b64encode(table.concat(exclude, "\n"))
   end
   args[#args + 1] = dir
   local s, serr = world:tool_stream(args, { stdout = "pipe", stderr = { tail = 8192 } })
@@ -304,7 +306,7 @@ function W:_remote_manifest(world, dir, base, opts, limits)
     local ok, perr = parser:feed(chunk)
     if not ok then s:close() return nil, perr end
   end
-  local facts, ferr = require("moonbox.world.common").finished(world, s, idle)
+  local facts, ferr = common.finished(world, s, idle)
   local errtext = s:read_from("stderr", 0)
   s:close()
   if ferr then return nil, ferr end
@@ -360,7 +362,7 @@ function W:_pull(world, from, to, key, opts, dry)
     return fail("SYNC_NO_BASE", ("nothing was pushed from %s to %s in this world (%s): push first"):format(to, from,
       world:identity()), { path = from })
   end
-  local root, rerr = core().sync_root(to)
+  local root, rerr = core.sync_root(to)
   if not root then return nil, rerr end
   report(progress, { phase = "manifest" })
   local S, X = self:_remote_manifest(world, from, base, opts, limits)
@@ -428,7 +430,7 @@ function W:_pull(world, from, to, key, opts, dry)
   local function cleanup() if stage then root:rmtree(stage) end end
   if #need > 0 then
     root:sweep()
-    stage = (".moonbox-sync-%d-%s.tmp"):format(core().getpid(), ids.hex(6))
+    stage = (".moonbox-sync-%d-%s.tmp"):format(core.getpid(), ids.hex(6))
     local ok, merr = root:mkstage(stage)
     if not ok then return nil, merr end
     local ok2, ferr = self:_fetch(world, root, stage, from, need, limits, progress)
@@ -500,7 +502,7 @@ function W:_fetch(world, root, stage, from, need, limits, progress)
     if not f then return fail("SYNC_IO_ERROR", "cannot write " .. archive .. ": " .. tostring(oerr)) end
     local cap = budget + TAR_SLACK + 1024 * #batch
     local s, serr = world:tool_stream({ "pack", "--max-bytes", tostring(math.tointeger(cap)), "--tar", self.config.tar, from,
-      core().b64encode(table.concat(names, "\0") .. "\0") }, { stdout = "pipe", stderr = { tail = 8192 } })
+      core.b64encode(table.concat(names, "\0") .. "\0") }, { stdout = "pipe", stderr = { tail = 8192 } })
     if not s then f:close() return nil, tool_err(serr) end
     local idle = world.timeouts and world.timeouts.stream_idle_ms or 150000
     local n = 0
@@ -524,7 +526,7 @@ function W:_fetch(world, root, stage, from, need, limits, progress)
       end
     end
     streamed = streamed + n
-    local facts, ferr = require("moonbox.world.common").finished(world, s, idle)
+    local facts, ferr = common.finished(world, s, idle)
     local errtext = s:read_from("stderr", 0)
     s:close()
     f:close()

@@ -11,6 +11,9 @@
 -- excluded paths (rules matched: not descended, so what is below them is unknown, not gone).
 local cjson = require("cjson").new()
 local errors = require "moonbox.errors"
+local mb = require "moonbox"
+local core = require "moonbox.core"
+local ids = require "moonbox.ids"
 
 local M = { FORMAT = 1 }
 
@@ -101,7 +104,6 @@ function M.state_dir(config, getenv)
 end
 
 function M.key(world_id, sandbox_dir, host_dir)
-  local core = require "moonbox.core"
   return core.sha256_hex(table.concat({ world_id, sandbox_dir, host_dir }, "\0")):sub(1, 32)
 end
 
@@ -110,7 +112,6 @@ local made = {}
 -- mkdir -p (a host process, once per directory and process).
 local function ensure_dir(dir)
   if made[dir] then return true end
-  local mb = require "moonbox"
   local p, err = mb.proc.spawn{ argv = { "/bin/mkdir", "-p", "-m", "700", "--", dir }, max_buffer = 4096 }
   if not p then return nil, err end
   local code, werr = p:wait(30000)
@@ -141,7 +142,7 @@ function M.save(dir, key, base)
   local ok, err = ensure_dir(dir)
   if not ok then return nil, err end
   local path = dir .. "/" .. key .. ".json"
-  local tmp = ("%s.%s.tmp"):format(path, require("moonbox.ids").hex(6))
+  local tmp = ("%s.%s.tmp"):format(path, ids.hex(6))
   local f, ferr = io.open(tmp, "wb")
   if not f then return fail("SYNC_IO_ERROR", "cannot write the sync record %s: %s", tmp, tostring(ferr)) end
   base.format = M.FORMAT
