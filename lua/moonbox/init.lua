@@ -5,6 +5,9 @@ local core = require "moonbox.core"
 local errors = require "moonbox.errors"
 local sched = require "moonbox.sched"
 local sync = require "moonbox.sync"
+local http = require "moonbox.http"
+local proc = require "moonbox.proc"
+local procstream = require "moonbox.procstream"
 
 local M = { core = core }
 
@@ -14,12 +17,5 @@ M.tasks, M.stats = sched.tasks, sched.stats
 M.event, M.queue = sync.event, sync.queue
 M.error, M.is_error = errors.new, errors.is
 
--- Loaded on first use: a script that never touches them does not pay for them.
-local lazy = { http = "moonbox.http", proc = "moonbox.proc", procstream = "moonbox.procstream" }
-return setmetatable(M, { __index = function(t, k)
-  local name = lazy[k]
-  if not name then return nil end
-  local v = require(name)
-  rawset(t, k, v)
-  return v
-end })
+M.http, M.proc, M.procstream = http, proc, procstream
+return M
