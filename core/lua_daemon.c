@@ -37,7 +37,7 @@
 extern char **environ;
 
 static int push_errno(lua_State *L, const char *what, const char *path, int e) {
-  const char *code = e == ENOENT || e == ESRCH ? "MB_NOT_FOUND" : e == EEXIST ? "MB_EXISTS" : "E2B_IO";
+  const char *code = e == ENOENT || e == ESRCH ? "MB_NOT_FOUND" : e == EEXIST ? "MB_EXISTS" : "MB_IO";
   return mb_lua_push_error(L, code, lua_pushfstring(L, "%s %s: %s", what, path, strerror(e)));
 }
 
@@ -261,7 +261,7 @@ static int l_kill(lua_State *L) {
   int s = luaL_checkoption(L, 2, NULL, names);
   if (kill((pid_t)pid, nums[s]) != 0) {
     int e = errno;
-    return mb_lua_push_error(L, e == ESRCH ? "MB_NOT_FOUND" : "E2B_IO",
+    return mb_lua_push_error(L, e == ESRCH ? "MB_NOT_FOUND" : "MB_IO",
                              lua_pushfstring(L, "kill %d: %s", (int)pid, strerror(e)));
   }
   lua_pushboolean(L, 1);

@@ -35,8 +35,8 @@ static int check_fd(lua_State *L, int idx) {
 /* nil, err for errno e of operation `what` on fd */
 static int push_errno(lua_State *L, const char *what, int fd, int e) {
   if (e == ENOTTY || e == EINVAL)
-    return mb_lua_push_error(L, "E2B_INVALID", lua_pushfstring(L, "%s: descriptor %d is not a terminal", what, fd));
-  return mb_lua_push_error(L, "E2B_IO", lua_pushfstring(L, "%s: descriptor %d: %s", what, fd, strerror(e)));
+    return mb_lua_push_error(L, "MB_INVALID", lua_pushfstring(L, "%s: descriptor %d is not a terminal", what, fd));
+  return mb_lua_push_error(L, "MB_IO", lua_pushfstring(L, "%s: descriptor %d: %s", what, fd, strerror(e)));
 }
 
 static int get_attr(int fd, struct termios *t) {

@@ -138,7 +138,7 @@ describe("moonbox sandbox connect #sandboxd", function()
 end)
 
 describe("core.tty_raw, tty_size, tty_modes", function()
-  it("raw mode and back (restore, to-be-closed, once), the size; not a terminal is E2B_INVALID, a bad descriptor E2B_IO", function()
+  it("raw mode and back (restore, to-be-closed, once), the size; not a terminal is MB_INVALID, a closed descriptor MB_IO", function()
     local script = os.tmpname()
     cli.write(script, [[
 local core = require "moonbox.core"
@@ -158,8 +158,9 @@ local p = assert(core.secret_pipe("x"))
 local _, e1 = core.tty_raw(p:fd())
 local _, e2 = core.tty_size(p:fd())
 local _, e3 = core.tty_modes(p:fd())
+local closed = p:fd()                 -- a descriptor number that is closed once p is
 p:close()
-local _, e4 = core.tty_raw(99)
+local _, e4 = core.tty_raw(closed)
 out[#out + 1] = "errors " .. e1.code .. " " .. e2.code .. " " .. e3.code .. " " .. e4.code
 out[#out + 1] = e1.message:gsub("%d+", "N")
 out[#out + 1] = "arg " .. tostring((pcall(core.tty_raw, -1)))
@@ -170,7 +171,7 @@ io.write(table.concat(out, "\n"), "\n")
     assert.are.equal(0, r.status, r.output)
     assert.are.equal(table.concat({
       "size 25 81", "before true true true true", "raw false false false false fd 0 false", "closed true true true true",
-      "restore true true true", "after true true true true", "errors E2B_INVALID E2B_INVALID E2B_INVALID E2B_IO",
+      "restore true true true", "after true true true true", "errors MB_INVALID MB_INVALID MB_INVALID MB_IO",
       "tty_raw: descriptor N is not a terminal", "arg false" }, "\r\n") .. "\r\n", r.output)
   end)
 end)
