@@ -546,6 +546,17 @@ end
 
 -- `exec ID [options] [--] CMD [ARGS...]`: options before and after ID; the command is what follows
 -- `--`, or the first argument after ID that is not an option.
+-- One batch of an envd process stream's facts (exec, connect): on_start(pid), on_end(outcome),
+-- on_error(err) as they come.
+local function take_facts(facts, on_start, on_end, on_error)
+  for _, f in ipairs(facts) do
+    if f.kind == "start" then on_start(math.tointeger(f.pid))
+    elseif f.kind == "end" then on_end(specs.outcome_from_end{ exitCode = f.exit_code, status = f.status })
+    elseif f.kind == "stream_error" then on_error(envd_mod.rpc_error("process.Process/Start", f.code, f.message, 200))
+    end
+  end
+end
+
 local EXEC_SPEC = { ["-b"] = "flag", ["--background"] = "flag", ["-c"] = "value", ["--cwd"] = "value",
   ["-u"] = "value", ["--user"] = "value", ["-e"] = "list", ["--env"] = "list" }
 local EXEC_ALIAS = { ["--background"] = "-b", ["--cwd"] = "-c", ["--user"] = "-u", ["--env"] = "-e" }
@@ -614,16 +625,8 @@ function commands.exec(cli, argv, i)
     while true do
       local facts, ferr = s:next_facts()
       if not facts then err = ferr break end
-      for _, f in ipairs(facts) do
-        if f.kind == "start" then
-          pid = math.tointeger(f.pid)
-          if on_start then on_start(pid) end
-        elseif f.kind == "end" then
-          outcome = specs.outcome_from_end{ exitCode = f.exit_code, status = f.status }
-        elseif f.kind == "stream_error" then
-          err = err or envd_mod.rpc_error("process.Process/Start", f.code, f.message, 200)
-        end
-      end
+      take_facts(facts, function(p) pid = p if on_start then on_start(p) end end,
+        function(o) outcome = o end, function(e) err = err or e end)
       if (stop_at_start and pid) or err then break end
     end
     if not err and not (stop_at_start and pid) then
@@ -721,14 +724,8 @@ local function session(sb, s)
     while not err do
       local facts, ferr = s:next_facts()
       if not facts then err = ferr break end
-      for _, f in ipairs(facts) do
-        if f.kind == "start" and not pid then started(math.tointeger(f.pid))
-        elseif f.kind == "end" then
-          outcome = specs.outcome_from_end{ exitCode = f.exit_code, status = f.status }
-        elseif f.kind == "stream_error" then
-          err = err or envd_mod.rpc_error("process.Process/Start", f.code, f.message, 200)
-        end
-      end
+      take_facts(facts, function(p) if not pid then started(p) end end,
+        function(o) outcome = o end, function(e) err = err or e end)
     end
     if not err then
       local ok, rerr = s:result()
