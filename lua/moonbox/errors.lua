@@ -49,6 +49,13 @@ function M.known(code)
   return false
 end
 
+-- A Connect RPC's failure (an envd call, a process stream's stream_error fact) as a moonbox
+-- error: E2B_<CODE> ("E2B_NOT_FOUND" for not_found), with connect_code, status and method.
+function M.from_connect(method, ccode, message, status)
+  return M.new("E2B_" .. string.upper(ccode or "unknown"), ("%s: [%s] %s"):format(method, ccode or "unknown", message or ""),
+    { connect_code = ccode, status = status, method = method })
+end
+
 -- The seam's filesystem codes.
 M.FS = {
   "FS_NOT_FOUND", "FS_NOT_DIRECTORY", "FS_NOT_TEXT", "FS_NOT_REGULAR_FILE", "FS_PERMISSION_DENIED",

@@ -162,14 +162,51 @@ local function new()
   return mb
 end
 
+-- The modules below the facade take their scheduler, events and transport from moonbox.sched,
+-- moonbox.sync, moonbox.http, moonbox.procstream and moonbox.proc (not from the facade), calling
+-- through the module tables: install() puts the fake clock's functions into those tables (and
+-- the fake facade into package.loaded), and an assignment `mb.http = fake` (procstream, proc)
+-- puts fake's functions into the real module's table; uninstall() restores every one.
+local PATCHED = { sched = { "spawn", "sleep", "now", "current", "run" }, sync = { "event", "queue" } }
+local MODULES = { http = "moonbox.http", procstream = "moonbox.procstream", proc = "moonbox.proc" }
+
+local saved = {}           -- { t = module table, k = key, v = original } in patch order
+local function patch(t, k, v)
+  saved[#saved + 1] = { t = t, k = k, v = rawget(t, k) }
+  t[k] = v
+end
+
 function M.install()
   M.saved = package.loaded["moonbox"]
   local mb = new()
+  for name, keys in pairs(PATCHED) do
+    local t = require("moonbox." .. name)
+    for _, k in ipairs(keys) do patch(t, k, mb[k]) end
+  end
+  local overrides = {}
+  setmetatable(mb, {
+    __index = function(_, k) return overrides[k] end,
+    __newindex = function(t, k, v)
+      local name = MODULES[k]
+      if not name then rawset(t, k, v) return end
+      local real = require(name)
+      local old = overrides[k]
+      if old then for f in pairs(old) do                       -- what an earlier assignment put
+        for i = #saved, 1, -1 do
+          local e = saved[i]
+          if e.t == real and e.k == f then real[f] = e.v table.remove(saved, i) break end
+        end
+      end end
+      overrides[k] = v
+      if v ~= nil then for f, fn in pairs(v) do patch(real, f, fn) end end
+    end })
   package.loaded["moonbox"] = mb
   return mb
 end
 
 function M.uninstall()
+  for i = #saved, 1, -1 do saved[i].t[saved[i].k] = saved[i].v end
+  saved = {}
   package.loaded["moonbox"] = M.saved
 end
 

@@ -10,7 +10,6 @@ local net = require "moonbox.cli.network"
 local core = require "moonbox.core"
 local background = require "moonbox.e2b.background"
 local client_mod = require "moonbox.e2b.client"
-local envd_mod = require "moonbox.e2b.envd"
 local errors = require "moonbox.errors"
 local sched = require "moonbox.sched"
 local specs = require "moonbox.subprocess.spec"
@@ -552,7 +551,7 @@ local function take_facts(facts, on_start, on_end, on_error)
   for _, f in ipairs(facts) do
     if f.kind == "start" then on_start(math.tointeger(f.pid))
     elseif f.kind == "end" then on_end(specs.outcome_from_end{ exitCode = f.exit_code, status = f.status })
-    elseif f.kind == "stream_error" then on_error(envd_mod.rpc_error("process.Process/Start", f.code, f.message, 200))
+    elseif f.kind == "stream_error" then on_error(errors.from_connect("process.Process/Start", f.code, f.message, 200))
     end
   end
 end

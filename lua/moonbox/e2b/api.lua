@@ -5,6 +5,7 @@
 -- else E2B_HTTP with `status`. Transport errors pass through unchanged.
 local cjson = require("cjson").new()
 local errors = require "moonbox.errors"
+local http = require "moonbox.http"
 
 
 local api = {}
@@ -26,7 +27,7 @@ function api.new(cfg)
   self.url = cfg.url:gsub("/+$", "")
   self.api_key = cfg.api_key
   self.access_token = cfg.access_token
-  self.http = cfg.http or require("moonbox").http
+  self.http = cfg.http or http
   self.timeout_ms = cfg.timeout_ms or 60000
   self.create_timeout_ms = cfg.create_timeout_ms or self.timeout_ms
   self.transport = cfg.transport or {}

@@ -21,13 +21,15 @@ local core = require "moonbox.core"
 local errors = require "moonbox.errors"
 local ids = require "moonbox.ids"
 local endpoints = require "moonbox.e2b.endpoints"
+local sched = require "moonbox.sched"
+local client_mod = require "moonbox.e2b.client"
+local policy_set = require "moonbox.policies"
 
 local M = {}
 
 M.STOP_GRACE_MS = 30000       -- SIGTERM → SIGKILL: sandboxd destroys every sandbox first
 M.MIN_START_MS = 30000        -- the first start may prepare the base layer
 
-local function mb() return require "moonbox" end
 local function err(msg, fields) return errors.new("E2B_SANDBOXD", msg, fields) end
 
 local function read_file(path)
@@ -208,12 +210,11 @@ end
 -- info: { pid, url, key, paths, already (it was running), stale (the record replaced, why) }
 function M.start(opts)
   opts = opts or {}
-  local m = mb()
   local p, perr = M.prepare(opts.getenv)
   if not p then return nil, perr end
-  local timeouts = opts.timeouts or require("moonbox.policies").default("timeouts")
+  local timeouts = opts.timeouts or policy_set.default("timeouts")
   local start_ms = math.max(timeouts.sandboxd_start_ms or 0, M.MIN_START_MS)
-  local deadline = m.now() + start_ms
+  local deadline = sched.now() + start_ms
   local lock
   while true do
     local st = M.probe(p)
@@ -226,11 +227,11 @@ function M.start(opts)
     if l then lock = l break end
     if lerr.code ~= "MB_BUSY" then return nil, err("cannot take " .. p.lock .. ": " .. lerr.message) end
     -- another command is starting it (or a daemon runs without a record: it says so below)
-    if m.now() > deadline then
+    if sched.now() > deadline then
       return nil, err(("%s is held by another process, but no running sandboxd is recorded in %s (is one starting?)"):format(
         p.lock, p.dir))
     end
-    m.sleep(100)
+    sched.sleep(100)
   end
   -- Ours to start: what the record says is stale (a live daemon would hold the lock).
   local before = M.read_record(p)
@@ -257,7 +258,7 @@ function M.start(opts)
   if not ok then core.kill(pid, "SIGKILL") return fail(werr) end
   local rec = { pid = pid, start = pstart }
   local url
-  local until_ms = m.now() + start_ms
+  local until_ms = sched.now() + start_ms
   while true do
     url = (read_file(p.log) or ""):match("sandboxd listening on (http://[%d%.]+:%d+)")
     if url then break end
@@ -265,12 +266,12 @@ function M.start(opts)
       clear_record(p)
       return fail(err(("sandboxd exited before it listened:\n%s"):format(log_tail(p))))
     end
-    if m.now() > until_ms then
+    if sched.now() > until_ms then
       core.kill(pid, "SIGKILL")
       clear_record(p)
       return fail(err(("sandboxd did not report listening within %d ms:\n%s"):format(start_ms, log_tail(p))))
     end
-    m.sleep(50)
+    sched.sleep(50)
   end
   ok, werr = write_atomic(p.url, url .. "\n")
   if not ok then core.kill(pid, "SIGTERM") clear_record(p) return fail(werr) end
@@ -292,7 +293,7 @@ end
 
 -- Its sandboxes (for status and stop). → count | nil, err
 function M.sandbox_count(url, key)
-  local c, cerr = require("moonbox.e2b.client").new{ endpoints = M.endpoints(url, key) }
+  local c, cerr = client_mod.new{ endpoints = M.endpoints(url, key) }
   if not c then return nil, cerr end
   local all, lerr = c:listAll{}
   if not all then return nil, lerr end
@@ -317,7 +318,6 @@ end
 -- → { was_running, pid, sandboxes (how many it had), killed (needed SIGKILL), stale } | nil, err
 function M.stop(opts)
   opts = opts or {}
-  local m = mb()
   local p, perr = M.prepare(opts.getenv)
   if not p then return nil, perr end
   local st = M.probe(p)
@@ -331,20 +331,20 @@ function M.stop(opts)
   if key and rec.url then res.sandboxes = M.sandbox_count(rec.url, key) end
   core.kill(rec.pid, "SIGTERM")
   local grace = opts.grace_ms or M.STOP_GRACE_MS
-  local t0 = m.now()
-  while M.alive(rec) and m.now() - t0 < grace do m.sleep(50) end
+  local t0 = sched.now()
+  while M.alive(rec) and sched.now() - t0 < grace do sched.sleep(50) end
   if M.alive(rec) then
     res.killed = true
     core.kill(rec.pid, "SIGKILL")
-    local t1 = m.now()
-    while M.alive(rec) and m.now() - t1 < 5000 do m.sleep(50) end
+    local t1 = sched.now()
+    while M.alive(rec) and sched.now() - t1 < 5000 do sched.sleep(50) end
   end
   if M.alive(rec) then return nil, err(("sandboxd (pid %d) did not exit"):format(rec.pid)) end
   -- the lock goes with its last holder (sandboxd; a moment later for what it started)
-  local t2 = m.now()
-  while lock_held(p) and m.now() - t2 < 5000 do m.sleep(50) end
+  local t2 = sched.now()
+  while lock_held(p) and sched.now() - t2 < 5000 do sched.sleep(50) end
   clear_record(p)
-  res.ms = m.now() - t0
+  res.ms = sched.now() - t0
   return res
 end
 

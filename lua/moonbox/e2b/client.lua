@@ -42,6 +42,12 @@ local S = require "moonbox.policy.schema"
 local R = require "moonbox.policy.rules"
 local api_mod = require "moonbox.e2b.api"
 local endpoints = require "moonbox.e2b.endpoints"
+local http = require "moonbox.http"
+local procstream = require "moonbox.procstream"
+local core = require "moonbox.core"
+local envd = require "moonbox.e2b.envd"
+local sandbox_mod = require "moonbox.e2b.sandbox"
+local policy_set = require "moonbox.policies"
 
 local M = {}
 local Client = {}
@@ -71,7 +77,7 @@ function M.new(opts)
         .. "E2B, or E2B_API_URL and E2B_SANDBOX_URL for a sandboxd)")
     end
     if not ep.api_key then return nil, errors.new("E2B_CONFIG", "configure apiKey or set E2B_API_KEY") end
-    local timeouts = opts.timeouts or require("moonbox.policies").default("timeouts")
+    local timeouts = opts.timeouts or policy_set.default("timeouts")
     a = api_mod.new{ url = ep.api_url, api_key = ep.api_key, timeout_ms = timeouts.request_ms,
       create_timeout_ms = timeouts.create_ms, transport = ep.transport }
   end
@@ -112,7 +118,7 @@ local function check_network(o, what, keys, level, opts)
   for _, k in ipairs({ "allowInternetAccess", "allowPublicTraffic" }) do
     if o[k] ~= nil and type(o[k]) ~= "boolean" then error(("e2b: %s: %s must be a boolean"):format(what, k), level) end
   end
-  local _, err = require("moonbox.core").egress.parse{ allowOut = o.allowOut, denyOut = o.denyOut }
+  local _, err = core.egress.parse{ allowOut = o.allowOut, denyOut = o.denyOut }
   if err then return errors.new("E2B_INVALID_ARGUMENT", ("%s: %s"):format(what, err.message),
     { list = err.list, index = err.index, entry = err.entry }) end
   if o.rules ~= nil then
@@ -277,11 +283,10 @@ function Client:attach(id)
   if i.public.state == "paused" then
     return nil, errors.new("E2B_PAUSED", ("sandbox %s is paused: resume it first (moonbox sandbox resume %s)"):format(id, id))
   end
-  local m, core = require "moonbox", require "moonbox.core"
-  local t = require("moonbox.policies").default("timeouts")
-  local sb = require("moonbox.e2b.sandbox").new{ id = id, info = i, api = self.api, core = core, timeouts = t }
-  sb.envd = require("moonbox.e2b.envd").new{ url = endpoints.sandbox_url(self.endpoints, id, i.domain), sandbox_id = id,
-    access_token = i.access_token, http = m.http, procstream = m.procstream, core = core,
+  local t = policy_set.default("timeouts")
+  local sb = sandbox_mod.new{ id = id, info = i, api = self.api, core = core, timeouts = t }
+  sb.envd = envd.new{ url = endpoints.sandbox_url(self.endpoints, id, i.domain), sandbox_id = id,
+    access_token = i.access_token, http = http, procstream = procstream, core = core,
     transport = self.endpoints.transport, codec = self.endpoints.codec, timeout_ms = t.request_ms,
     stream_open_ms = t.stream_open_ms, stream_idle_ms = t.stream_idle_ms, keepalive_s = t.keepalive_interval_s }
   return sb

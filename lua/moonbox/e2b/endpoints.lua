@@ -4,6 +4,7 @@
 -- its own sandboxd (local_sandboxd = true). MOONBOX_CA_FILE and MOONBOX_CONNECT_TO (or the
 -- plugin's caFile / connectTo) say how to reach them; MOONBOX_ENVD_CODEC (envdCodec) how to
 -- speak to envd ("proto", the default, or "json").
+local core = require "moonbox.core"
 local M = {}
 
 M.ENVD_PORT = 49983
@@ -74,7 +75,7 @@ end
 
 -- The running program when it is the moonbox executable (not a Lua interpreter): its path.
 function M.moonbox_exe()
-  local exe = require("moonbox.core").exe_path()
+  local exe = core.exe_path()
   if exe and exe:match("/moonbox$") then return exe end
   return nil
 end

@@ -10,6 +10,9 @@
 local cjson = require("cjson").new()
 local errors = require "moonbox.errors"
 local endpoints = require "moonbox.e2b.endpoints"
+local core = require "moonbox.core"
+local http = require "moonbox.http"
+local procstream = require "moonbox.procstream"
 
 local envd = {}
 envd.__index = envd
@@ -41,8 +44,8 @@ function envd.new(cfg)
   self.sandbox_id = cfg.sandbox_id
   self.access_token = cfg.access_token
   self.user = cfg.user
-  self.http = cfg.http or require("moonbox.http")
-  self.procstream = cfg.procstream or require("moonbox.procstream")
+  self.http = cfg.http or http
+  self.procstream = cfg.procstream or procstream
   self.core = cfg.core
   self.timeout_ms = cfg.timeout_ms or 60000
   self.stream_open_ms = cfg.stream_open_ms or 30000
@@ -61,7 +64,7 @@ function envd:_req(r)
 end
 
 function envd:_core()
-  self.core = self.core or require("moonbox.core")
+  self.core = self.core or core
   return self.core
 end
 
@@ -83,12 +86,7 @@ function envd:_auth(h, user)
   return h
 end
 
-local function rpc_error(method, ccode, message, status)
-  local code = "E2B_" .. string.upper(ccode or "unknown")
-  return errors.new(code, ("%s: [%s] %s"):format(method, ccode or "unknown", message or ""),
-    { connect_code = ccode, status = status, method = method })
-end
-envd.rpc_error = rpc_error
+local rpc_error = errors.from_connect
 
 -- An error known only by its HTTP status.
 local function status_error(method, status, message)

@@ -19,11 +19,14 @@ local endpoints = require "moonbox.e2b.endpoints"
 
 local M = { name = "e2b", provides = "e2b", inject = {} }
 M.client = require("moonbox.e2b.client").new    -- the API on any sandbox, without an owner
+local policy_set = require "moonbox.policies"
+local net = require "moonbox.policy.network"
+local R = require "moonbox.policy.rules"
 
 -- Defaults come from the composition's merged lifecycle policy (compose passes its set).
 local function lifecycle_default(field)
   return function(policies)
-    return (policies or require("moonbox.policies").defaults()).lifecycle[field]
+    return (policies or policy_set.defaults()).lifecycle[field]
   end
 end
 
@@ -74,13 +77,12 @@ function M.validate(config, policies, where)
   local o = policies.origins and policies.origins.network and policies.origins.network.internet
   if config.allowInternetAccess ~= nil and o and o.kind ~= "default" and config.allowInternetAccess ~= p.internet then
     return ("allowInternetAccess = %s disagrees with the network policy's internet = %s (%s): set it in one place")
-      :format(tostring(config.allowInternetAccess), tostring(p.internet), require("moonbox.policies").origin_text(o))
+      :format(tostring(config.allowInternetAccess), tostring(p.internet), policy_set.origin_text(o))
   end
   -- the policy's check saw its own `internet`; the plugin's allowInternetAccess = false closes it here
   if config.allowInternetAccess == false and not config.sandboxId then
-    local u = require("moonbox.policy.rules").unused(p.rules, false, p.allow_out, p.deny_out)[1]
+    local u = R.unused(p.rules, false, p.allow_out, p.deny_out)[1]
     if u then
-      local net = require "moonbox.policy.network"
       u.why = "allowInternetAccess is false"
       return ("the network policy's rules[%q] (%s) is %s"):format(u.key, tostring(p.rule_where(u.key)), net.unused_text(u))
     end

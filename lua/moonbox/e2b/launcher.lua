@@ -13,11 +13,13 @@ local core = require "moonbox.core"
 local errors = require "moonbox.errors"
 local ids = require "moonbox.ids"
 local endpoints = require "moonbox.e2b.endpoints"
+local proc = require "moonbox.proc"
+local sched = require "moonbox.sched"
+local sync = require "moonbox.sync"
 
 local M = {}
 M.STATE_PREFIX = "/tmp/moonbox-sandboxd."
 
-local function mb() return require "moonbox" end
 
 local function quote(s) return "'" .. s:gsub("'", "'\"'\"'") .. "'" end
 
@@ -48,7 +50,6 @@ end
 
 -- → handle { url, api_key, pid, state, proc, lock } | nil, err
 function M.start(timeouts)
-  local m = mb()
   local bin = endpoints.find_binary("MOONBOX_SANDBOXD", "sandboxd")
   if not bin then
     return nil, errors.new("E2B_SANDBOXD", "no E2B endpoint configured and no local sandboxd found "
@@ -72,7 +73,7 @@ function M.start(timeouts)
     return nil, errors.new("E2B_SANDBOXD", "cannot hand sandboxd its key: " .. tostring(kerr))
   end
   -- inherit_fds: the lock becomes sandboxd's fd 3, the key's pipe its fd 4
-  local proc, err = m.proc.spawn{ argv = { bin, "--listen", "127.0.0.1:0", "--api-key-fd", "4",
+  local proc, err = proc.spawn{ argv = { bin, "--listen", "127.0.0.1:0", "--api-key-fd", "4",
     "--state-dir", state .. "/state", "--exit-with-parent" }, inherit_fds = { lock:fd(), keypipe:fd() } }
   keypipe:close()
   if not proc then
@@ -81,10 +82,10 @@ function M.start(timeouts)
     return nil, err
   end
   local d = { proc = proc, pid = proc.pid, state = state, api_key = key, log = {}, lock = lock }
-  local found = m.event()
+  local found = sync.event()
   -- Drain both pipes for the daemon's whole life (a full pipe would block it).
   for _, which in ipairs({ "stdout", "stderr" }) do
-    m.spawn(function()
+    sched.spawn(function()
       local buf = ""
       while true do
         local chunk = proc:read(which)

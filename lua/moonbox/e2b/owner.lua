@@ -16,9 +16,15 @@ local endpoints = require "moonbox.e2b.endpoints"
 local launcher = require "moonbox.e2b.launcher"
 local sandbox = require "moonbox.e2b.sandbox"
 local R = require "moonbox.policy.rules"
+local http = require "moonbox.http"
+local procstream = require "moonbox.procstream"
+local sched = require "moonbox.sched"
+local sync = require "moonbox.sync"
+local core = require "moonbox.core"
+local client_mod = require "moonbox.e2b.client"
+local policy_set = require "moonbox.policies"
 
 local M = {}
-local function mb() return require "moonbox" end
 
 -- The create request's network options: the composition's network policy, with the plugin's
 -- allowInternetAccess when it sets one (compose refuses the two disagreeing, e2b.validate), its
@@ -26,7 +32,7 @@ local function mb() return require "moonbox" end
 -- and the plugin's allowPublicTraffic. → allow_internet_access, network ({ allowOut, denyOut,
 -- rules, allowPublicTraffic } | nil: nothing, the request older servers know)
 function M.network_request(config, policies, env_secret)
-  local p = (policies and policies.network) or require("moonbox.policies").default("network")
+  local p = (policies and policies.network) or policy_set.default("network")
   local internet = config.allowInternetAccess
   if internet == nil then internet = p.internet end
   local rules = next(p.rules) and R.wire(p.rules, env_secret or function(v)
@@ -61,7 +67,7 @@ function M.read_env(p, getenv, what)
         return nil, errors.new("E2B_CONFIG", ("%s: fromEnv %s is not set on this host (or empty): set it, or remove the rule")
           :format(rule_text(p, h, what), h.fromEnv), { variable = h.fromEnv })
       end
-      local why = require("moonbox.e2b.client").secret_value_error(v)
+      local why = client_mod.secret_value_error(v)
       if why then
         return nil, errors.new("E2B_CONFIG", ("%s: fromEnv %s: %s"):format(rule_text(p, h, what), h.fromEnv,
           (why:gsub("^the value", "its value"))), { variable = h.fromEnv })
@@ -130,7 +136,6 @@ end
 M.parse_prepare = parse_prepare
 
 function Owner:_setup()
-  local m = mb()
   local ep = self.endpoints
   if ep.local_sandboxd then
     local d, err = launcher.start(self.timeouts)
@@ -141,7 +146,7 @@ function Owner:_setup()
   if not ep.api_key then
     return nil, errors.new("E2B_CONFIG", "configure apiKey or set E2B_API_KEY")
   end
-  self.api = api_mod.new{ url = ep.api_url, api_key = ep.api_key, http = m.http, transport = ep.transport,
+  self.api = api_mod.new{ url = ep.api_url, api_key = ep.api_key, http = http, transport = ep.transport,
     timeout_ms = self.timeouts.request_ms, create_timeout_ms = self.timeouts.create_ms }
   local info, err
   if self.config.sandboxId then
@@ -173,7 +178,7 @@ function Owner:_setup()
   end
   if not info then return nil, err end
   self.created, self.id = info, info.id      -- the create/connect answer
-  self.lease_granted_at = m.now()
+  self.lease_granted_at = sched.now()
   local ok, serr = self:_prepare(info)
   if not ok then
     if not self.config.sandboxId then self:_rollback(info.id) end   -- never delete a sandbox we did not create
@@ -250,15 +255,13 @@ function Owner:_delete_env_secrets(keep)
 end
 
 function Owner:_prepare(info)
-  local m = mb()
   local ep = self.endpoints
-  local core = require "moonbox.core"
   local sb = sandbox.new{
     id = info.id, info = info, api = self.api, core = core, timeouts = self.timeouts,
     cwd = self.config.cwd, policies = self.policies,
   }
   sb.envd = envd_mod.new{ url = endpoints.sandbox_url(ep, info.id, info.domain), sandbox_id = info.id,
-    access_token = info.access_token, http = m.http, procstream = m.procstream, core = core, transport = ep.transport,
+    access_token = info.access_token, http = http, procstream = procstream, core = core, transport = ep.transport,
     codec = ep.codec,
     timeout_ms = self.timeouts.request_ms, stream_open_ms = self.timeouts.stream_open_ms,
     stream_idle_ms = self.timeouts.stream_idle_ms, keepalive_s = self.timeouts.keepalive_interval_s }
@@ -288,15 +291,14 @@ function Owner:_prepare(info)
 end
 
 function Owner:_renew_loop()
-  local m = mb()
   while not self.disposing do
     local delay = self.lifecycle.renewal_delay(self.config.timeoutMs)
     if not delay then return end
-    local _, err = m.sleep(delay)
+    local _, err = sched.sleep(delay)
     if err or self.disposing then return end
     if not self.paused then                      -- a paused sandbox has no lease to renew
       local ok, rerr = self.api:set_timeout(self.id, self.config.timeoutMs)
-      if ok then self.lease_granted_at = m.now()
+      if ok then self.lease_granted_at = sched.now()
       elseif rerr.code == "E2B_NOT_FOUND" then self.gone = true return
       else self.renew_error = rerr end
     end
@@ -321,7 +323,7 @@ function Owner:client()
   local _, err = self:sandbox()
   if err and not self.api then return nil, err end
   if not self.api then return nil, self.setup_error or errors.new("E2B_SETUP", "no control plane") end
-  self.cl = self.cl or require("moonbox.e2b.client").new{ api = self.api, endpoints = self.endpoints }
+  self.cl = self.cl or client_mod.new{ api = self.api, endpoints = self.endpoints }
   return self.cl
 end
 
@@ -355,7 +357,7 @@ end)
 own("setTimeout", function(self, c, ms)
   local ok, err = c:setTimeout(self.id, ms)
   if not ok then return nil, err end
-  self.config.timeoutMs, self.lease_granted_at = ms, mb().now()
+  self.config.timeoutMs, self.lease_granted_at = ms, sched.now()
   return true
 end)
 -- Paused, the sandbox's lease is not renewed (E2B keeps a paused sandbox until it is resumed
@@ -371,7 +373,7 @@ own("resume", function(self, c, o)
   local info, err = c:connect(self.id, { timeoutMs = o.timeoutMs or self.config.timeoutMs })
   if not info then return nil, err end
   self.paused = false
-  self.lease_granted_at = mb().now()
+  self.lease_granted_at = sched.now()
   -- a resumed sandbox may come back with a new envd token
   if info.envdAccessToken and self.handle then self.handle.envd.access_token = info.envdAccessToken end
   info.envdAccessToken = nil
@@ -386,7 +388,6 @@ end)
 -- deleted once the new rules are in force (all of them at disposal; sandboxd deletes them too
 -- when the sandbox ends).
 function Owner:updateNetwork(o)
-  local client_mod = require "moonbox.e2b.client"
   local bad = client_mod.check_network(o, "updateNetwork", client_mod.NETWORK_KEYS, 2,
     { env = true })
   if bad then return nil, bad end
@@ -473,12 +474,11 @@ function Owner:dispose()
 end
 
 function M.new(ctx, config)
-  local m = mb()
   local policies = ctx.policies or {}
   local self = setmetatable({
     config = config, policies = policies,
-    lifecycle = policies.lifecycle or require("moonbox.policies").default("lifecycle"),
-    timeouts = policies.timeouts or require("moonbox.policies").default("timeouts"),
+    lifecycle = policies.lifecycle or policy_set.default("lifecycle"),
+    timeouts = policies.timeouts or policy_set.default("timeouts"),
   }, Owner)
   self.endpoints = endpoints.resolve(config, ctx.getenv)
   -- nothing configured, and the caller chose the background sandboxd over an embedded one
@@ -504,9 +504,9 @@ function M.new(ctx, config)
       end
     end
   end
-  self.ready = m.event()
+  self.ready = sync.event()
   -- Creation starts now; the providers wait on `ready` through owner:sandbox().
-  m.spawn(function()
+  sched.spawn(function()
     local pok, ok, err = pcall(self._setup, self)
     if not pok then ok, err = nil, errors.new("E2B_SETUP", "setup raised: " .. tostring(ok)) end
     if not ok then
@@ -515,7 +515,7 @@ function M.new(ctx, config)
       if self.sandboxd then launcher.stop(self.sandboxd, self.timeouts) end
     end
     if ok and self.lifecycle.renewal_delay(config.timeoutMs) then
-      self.renewer = m.spawn(function() self:_renew_loop() end)
+      self.renewer = sched.spawn(function() self:_renew_loop() end)
     end
     self.ready:set(true)
   end)

@@ -4,6 +4,7 @@
 -- user moonbox runs as). Config: cwd (where relative paths resolve; default: the process's).
 local service = require "moonbox.fs.service"
 local world_local = require "moonbox.world.local"
+local policy_set = require "moonbox.policies"
 
 local M = { name = "fs-local", provides = "fs", inject = {}, schema = {} }
 for k, v in pairs(service.schema) do M.schema[k] = v end
@@ -12,7 +13,7 @@ M.schema.cwd = { type = "string",
 
 function M.new(ctx, config)
   local policies = ctx.policies or {}
-  local world, dispose = world_local.lazy{ cwd = config.cwd, timeouts = policies.timeouts or require("moonbox.policies").default("timeouts") }
+  local world, dispose = world_local.lazy{ cwd = config.cwd, timeouts = policies.timeouts or policy_set.default("timeouts") }
   return service.new(world, config, policies, dispose)
 end
 

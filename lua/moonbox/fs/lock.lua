@@ -1,5 +1,8 @@
 -- moonbox.fs.lock — per-target critical sections on the host: callers run fn one at a time per
 -- key, in arrival order. Mutations of the filesystem providers run inside them.
+local sched = require "moonbox.sched"
+local sync = require "moonbox.sync"
+
 local M = {}
 local Locks = {}
 Locks.__index = Locks
@@ -9,15 +12,14 @@ function M.new() return setmetatable({ chains = {} }, Locks) end
 -- Runs fn() once every earlier caller for `key` finished. → fn's results | nil, err when the
 -- wait itself was canceled (fn did not run). fn's raise is re-raised after the lock is passed on.
 function Locks:run(key, fn)
-  local mb = require "moonbox"
   local prev = self.chains[key]
-  local mine = mb.event()
+  local mine = sync.event()
   self.chains[key] = mine
   if prev then
     local ok, err = prev:wait()
     if not ok then
       -- canceled: keep the chain intact, the next waiter still waits for `prev` through us
-      mb.spawn(function() prev:wait() mine:set(true) end)
+      sched.spawn(function() prev:wait() mine:set(true) end)
       return nil, err
     end
   end

@@ -31,8 +31,12 @@ local text = require "moonbox.text"
 local ids = require "moonbox.ids"
 local paths = require "moonbox.fs.paths"
 local locks = require "moonbox.fs.lock"
+local cancellation = require "moonbox.cancellation"
 local sched = require "moonbox.sched"
 local watch = require "moonbox.fs.watch"
+local sync = require "moonbox.sync"
+local policy_set = require "moonbox.policies"
+local common = require "moonbox.world.common"
 
 local M = {}
 
@@ -65,7 +69,6 @@ local OPTIONS = {
 M.OPTIONS = OPTIONS
 local EXPECTED_KIND = { "kind" }
 
-local function mb() return require "moonbox" end
 
 local function fs_err(code, message, cause)
   return errors.new(code, message, { cause = cause })
@@ -108,31 +111,7 @@ local function text_err(op, path, err)
   return fs_err(err.code, ("cannot %s %q: %s"):format(op, path, err.message), err)
 end
 
--- True (once) when the running task was asked to cancel while it was not blocked; the
--- cancellation is consumed (rearm() gives it back).
-local function cancel_requested()
-  local t = mb().current()
-  return t ~= nil and t:take_cancel()
-end
-local function rearm(canceled)
-  local t = canceled and mb().current()
-  if t then t:cancel() end
-end
-
--- Runs fn in a task of its own, so cancelling the caller cannot interrupt it, and waits for it.
--- → table.pack(pcall(fn)), canceled (the caller was cancelled meanwhile)
-local function shielded(fn)
-  local m = mb()
-  local done = m.event()
-  m.spawn(function() done:set(table.pack(pcall(fn))) end)
-  local canceled = false
-  while true do
-    local r, err = done:wait()
-    if type(r) == "table" then return r, canceled end
-    if err and err.code == "MB_CANCELED" then canceled = true end
-  end
-end
-M.shielded, M.cancel_requested, M.rearm = shielded, cancel_requested, rearm
+local cancel_requested, rearm, shielded = cancellation.requested, cancellation.rearm, cancellation.shielded
 
 -- shielded() for a call returning `value | nil, err`: → value, err, canceled; a raise becomes
 -- E2B_PROTOCOL "<what> raised: …".
@@ -334,7 +313,7 @@ function FS:streamText(target)
   local dec, finished = text.decoder(text.NUL_SAMPLE), false
   -- cat's failure is one "err CODE detail" line in its stderr frames, then exit status 1
   local function outcome()
-    local facts, ferr = require("moonbox.world.common").finished(sb, s, self.timeouts.request_ms)
+    local facts, ferr = common.finished(sb, s, self.timeouts.request_ms)
     if ferr then return map_err("read", target.displayPath, ferr) end
     for _, f in ipairs(facts) do
       if f.kind == "exit" and f.value ~= 0 then
@@ -761,12 +740,12 @@ function FS:watch(target, opts)
   local ok, werr = w:_start()
   if not ok then return nil, werr end
   self.watchers[w] = true
-  local owner = mb().current()
+  local owner = sched.current()
   if owner then
     w.owner = owner
     sched.on_abandon(owner, w, function() w:close() end)
   end
-  mb().spawn(function() w:_pump() end)
+  sched.spawn(function() w:_pump() end)
   return w
 end
 
@@ -783,7 +762,7 @@ end
 function M.new(world, config, policies, on_dispose)
   policies = policies or {}
   return setmetatable({ world = world, config = config, locks = locks.new(), on_dispose = on_dispose, watchers = {},
-    timeouts = policies.timeouts or require("moonbox.policies").default("timeouts") }, FS)
+    timeouts = policies.timeouts or policy_set.default("timeouts") }, FS)
 end
 
 M.FS = FS

@@ -11,6 +11,7 @@
 local errors = require "moonbox.errors"
 local sched = require "moonbox.sched"
 local specs = require "moonbox.subprocess.spec"
+local sync = require "moonbox.sync"
 
 local M = {}
 local Handle = {}
@@ -19,7 +20,6 @@ M.Handle = Handle
 
 local METHOD = "process.Process/Start"
 
-local function mb() return require "moonbox" end
 
 -- The sandbox itself is gone (deleted or expired): nothing in it can still run.
 function M.sandbox_gone(err)
@@ -33,11 +33,10 @@ end
 
 -- fields: sp (service), sb (sandbox), spec, s (the process stream), stdin_pipe
 function M.new(fields)
-  local m = mb()
   local h = setmetatable(fields, Handle)
   h.pid, h.collected = -1, {}
-  h.done_ev, h.pid_ev, h.empty_ev, h.stdin_ready = m.event(), m.event(), m.event(), m.event()
-  h.exit_ev = m.event()
+  h.done_ev, h.pid_ev, h.empty_ev, h.stdin_ready = sync.event(), sync.event(), sync.event(), sync.event()
+  h.exit_ev = sync.event()
   return h
 end
 
@@ -67,7 +66,7 @@ function Handle:_fact(f)
     if self.stdin_pipe then self.stdin_ready:set(true) end
     if self.terminating then                  -- terminate() came before the start event
       self.terminating = false
-      mb().spawn(function() self:terminate() end)
+      sched.spawn(function() self:terminate() end)
     end
   elseif k == "pgid" then
     self.wrapper_said_anything = true
@@ -84,9 +83,8 @@ function Handle:_fact(f)
     self.exit_ev:set(true)
     -- Drain grace: a descendant holding the pipes cannot hold `done` (canceled when the
     -- stream ends first, as it normally does).
-    local m = mb()
-    self.grace_task = m.spawn(function()
-      if not m.sleep(self.spec.graceMs) then return end
+    self.grace_task = sched.spawn(function()
+      if not sched.sleep(self.spec.graceMs) then return end
       if not self.stream_ended then self:_drop_pipes(false) end
       self:_settle(fact)
     end)
@@ -98,7 +96,7 @@ function Handle:_fact(f)
   elseif k == "end" then
     self.end_fact = f
   elseif k == "stream_error" then
-    return require("moonbox.e2b.envd").rpc_error(METHOD, f.code, f.message, 200)
+    return errors.from_connect(METHOD, f.code, f.message, 200)
   elseif k == "sink_error" then
     self.sink_error = self.sink_error or errors.new("SUBPROCESS_OUTPUT",
       ("%s: cannot write inherited output: %s"):format(f.stream, f.message), { errno = f.errno })

@@ -6,17 +6,18 @@
 -- scrubbed by the same policy (scrubbedParentEnv).
 local service = require "moonbox.subprocess.service"
 local world_local = require "moonbox.world.local"
+local policy_set = require "moonbox.policies"
 
 local M = { name = "subprocess-local", provides = "subprocess", inject = {}, schema = service.schema }
 
 function M.new(ctx, config)
   local policies = ctx.policies or {}
-  local world, dispose = world_local.lazy{ timeouts = policies.timeouts or require("moonbox.policies").default("timeouts") }
+  local world, dispose = world_local.lazy{ timeouts = policies.timeouts or policy_set.default("timeouts") }
   local sp = service.new(world, config, policies, dispose)
   -- The host environment scrubbed by the env policy (the seam's scrubbedParentEnv).
   function sp.scrubbedParentEnv()
     local pw = world()
-    return (policies.env or require("moonbox.policies").default("env")).scrub(pw and pw.ambient or {})
+    return (policies.env or policy_set.default("env")).scrub(pw and pw.ambient or {})
   end
   return sp
 end

@@ -27,10 +27,12 @@ local specs = require "moonbox.subprocess.spec"
 local handle = require "moonbox.subprocess.handle"
 local terminal = require "moonbox.subprocess.terminal"
 local collector = require "moonbox.subprocess.collector"
+local core = require "moonbox.core"
+local policy_set = require "moonbox.policies"
 
 local M = {}
 
-local function limits() return require("moonbox.core").limits end
+local function limits() return core.limits end
 
 -- The configuration both providers take.
 M.schema = {
@@ -44,7 +46,6 @@ M.schema = {
 }
 
 
-local function mb() return require "moonbox" end
 
 M.SIGNALS, M.signal_name = specs.SIGNALS, specs.signal_name
 M.sandbox_gone, M.outcome_from_end = handle.sandbox_gone, specs.outcome_from_end
@@ -124,7 +125,6 @@ function SP:spawn(spec)
   local sb, err = self:_sandbox()
   if not sb then return nil, err end
   local env = self:_env(sb, spec.env)           -- raises on invalid entries (before launch)
-  local m = mb()
   self.seq = self.seq + 1
   local args = { "run", "-g", tostring(specs.whole_ms(spec.graceMs)) }
   local sinks, spills = {}, {}
@@ -174,7 +174,7 @@ function SP:spawn(spec)
     end
   end
   self.live[h] = true
-  h.reader = m.spawn(function()
+  h.reader = sched.spawn(function()
     h:_run()
     -- auto-release once the tree is gone; a broken stream leaves it tracked (dispose kills it)
     if h.tree_empty then h:_untrack() end
@@ -229,13 +229,12 @@ function SP:spawnTerminal(spec)
   local envs = self:_envs(env, args)
   args[#args + 1] = "--"
   for _, a in ipairs(spec.argv) do args[#args + 1] = a end
-  local m = mb()
   local cwd = spec.cwd or sb.cwd
   local s, serr = sb:run_terminal(args, envs, cwd, rows, cols,
     { raw = true, stdout = "pipe", stderr = "discard", high_water = self.config.pipeBufferBytes })
   if not s then return nil, M.start_error(serr, { argv = spec.argv, cwd = cwd }) end
   local t = terminal.new{ sp = self, sb = sb, graceMs = grace, s = s }
-  t.reader = m.spawn(function() t:_run() end)
+  t.reader = sched.spawn(function() t:_run() end)
   local watcher = specs.watch_cancel(spec.cancel, function() t.started:set(false, canceled) end)
   local limit = self.timeouts.stream_open_ms + self.timeouts.request_ms
   local ok, werr = t.started:wait(limit)
@@ -243,7 +242,7 @@ function SP:spawnTerminal(spec)
   if not ok then
     if werr ~= nil and not t.exited then
       -- canceled or timed out: a PTY that starts anyway is killed in the background
-      m.spawn(function()
+      sched.spawn(function()
         s:discard("stdout")
         t.start_seen:wait(limit)
         if t.pid and not t.exited then self:_killsession(t.sb, t.pid, grace) end
@@ -311,8 +310,8 @@ function M.new(world, config, policies, on_dispose)
   policies = policies or {}
   return setmetatable({ world = world, config = config, live = {}, terminals = {}, seq = 0, spill_sandboxes = {},
     id = ids.hex(4), on_dispose = on_dispose,
-    policies_env = policies.env or require("moonbox.policies").default("env"),
-    timeouts = policies.timeouts or require("moonbox.policies").default("timeouts") }, SP)
+    policies_env = policies.env or policy_set.default("env"),
+    timeouts = policies.timeouts or policy_set.default("timeouts") }, SP)
 end
 
 M.SP = SP

@@ -2,6 +2,7 @@
 -- terminal specs (bad input raises before anything is launched, naming the field and what was
 -- expected), signal names, cancel tokens, outcomes.
 local fields = require "moonbox.fields"
+local sched = require "moonbox.sched"
 
 local M = {}
 
@@ -125,7 +126,7 @@ end
 -- Watches a cancel token → the watching task (cancel it when done).
 function M.watch_cancel(token, fn)
   if token == nil then return nil end
-  return require("moonbox").spawn(function()
+  return sched.spawn(function()
     local a, e = token:wait()
     if a == nil and e ~= nil then return end   -- the watcher itself was canceled
     fn()

@@ -9,6 +9,8 @@
 local errors = require "moonbox.errors"
 local sched = require "moonbox.sched"
 local specs = require "moonbox.subprocess.spec"
+local sync = require "moonbox.sync"
+local handle_mod = require "moonbox.subprocess.handle"
 
 local M = {}
 local Term = {}
@@ -17,14 +19,12 @@ M.Term = Term
 
 local METHOD = "process.Process/Start"
 
-local function mb() return require "moonbox" end
 
 -- fields: sp, sb, graceMs, s (the raw process stream)
 function M.new(fields)
-  local m = mb()
   local t = setmetatable(fields, Term)
   t.inflight = 0
-  t.done_ev, t.started, t.start_seen, t.term_ev = m.event(), m.event(), m.event(), m.event()
+  t.done_ev, t.started, t.start_seen, t.term_ev = sync.event(), sync.event(), sync.event(), sync.event()
   return t
 end
 
@@ -102,7 +102,7 @@ Term.done = Term.wait
 function Term:_terminate_failed(err)
   self.terminating, self.closing = false, false
   self.term_error = err
-  self.term_ev:set(true); self.term_ev = mb().event()
+  self.term_ev:set(true); self.term_ev = sync.event()
   return nil, err
 end
 
@@ -119,11 +119,11 @@ function Term:terminate()
   self.closing = true
   self.s:discard("stdout")           -- unread output must not keep the facts from the exit
   if self.inflight > 0 then
-    self.idle_ev = mb().event()
+    self.idle_ev = sync.event()
     self.idle_ev:wait()
   end
   local _, err = self.sp:_killsession(self.sb, self.pid, self.graceMs)
-  if err and not require("moonbox.subprocess.handle").sandbox_gone(err) then return self:_terminate_failed(err) end
+  if err and not handle_mod.sandbox_gone(err) then return self:_terminate_failed(err) end
   -- quiescence includes the top level: its exit must be observed on the stream
   local seen, werr = self.done_ev:wait(self.sp.timeouts.request_ms)
   if seen == nil and not self.exited then
@@ -154,7 +154,7 @@ function Term:_run()
       elseif f.kind == "end" then
         self.outcome = specs.outcome_from_end{ exitCode = f.exit_code, status = f.status }
       elseif f.kind == "stream_error" then
-        self.error = self.error or require("moonbox.e2b.envd").rpc_error(METHOD, f.code, f.message, 200)
+        self.error = self.error or errors.from_connect(METHOD, f.code, f.message, 200)
       end
     end
   end
@@ -172,7 +172,7 @@ function Term:_run()
   -- The top level exited by itself: what it left in its session goes the way a closed
   -- terminal's does (HUP, TERM, KILL), and the service stops tracking it.
   if self.pid and not self.terminating and not self.terminated then
-    mb().spawn(function() self:terminate() end)
+    sched.spawn(function() self:terminate() end)
   end
 end
 

@@ -38,7 +38,7 @@ local manifest = require "moonbox.workspace.manifest"
 local plan = require "moonbox.workspace.plan"
 local mb = require "moonbox"
 local core = require "moonbox.core"
-local fs_service = require "moonbox.fs.service"
+local cancellation = require "moonbox.cancellation"
 local common = require "moonbox.world.common"
 
 local M = { name = "workspace", provides = "workspace", inject = { "fs" } }
@@ -83,12 +83,11 @@ local function yield()
 end
 
 -- a cancellation asked while not blocked, consumed and given back (as the fs service does)
-local function cancel_requested() return fs_service.cancel_requested() end
-local function rearm(canceled) return fs_service.rearm(canceled) end
+local cancel_requested, rearm = cancellation.requested, cancellation.rearm
 
 -- fn in a task of its own (the caller's cancel cannot interrupt it). → value, err, canceled
 local function shielded_call(fn)
-  local r, canceled = fs_service.shielded(fn)
+  local r, canceled = cancellation.shielded(fn)
   if not r[1] then return nil, errors.new("SYNC_IO_ERROR", "raised: " .. tostring(r[2])), canceled end
   return r[2], r[3], canceled
 end

@@ -37,7 +37,7 @@ function M.finished(w, s, timeout_ms)
     for _, x in ipairs(f) do
       facts[#facts + 1] = x
       if x.kind == "stream_error" and not err then
-        err = require("moonbox.e2b.envd").rpc_error("process.Process/Start", x.code, x.message, 200)
+        err = errors.from_connect("process.Process/Start", x.code, x.message, 200)
       end
     end
   end

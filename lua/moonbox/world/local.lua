@@ -8,13 +8,16 @@ local errors = require "moonbox.errors"
 local ids = require "moonbox.ids"
 local common = require "moonbox.world.common"
 local endpoints = require "moonbox.e2b.endpoints"
+local procstream = require "moonbox.procstream"
+local sched = require "moonbox.sched"
+local sync = require "moonbox.sync"
+local core = require "moonbox.core"
 
 local M = {}
 local World = {}
 World.__index = World
 M.World = World
 
-local function mb() return require "moonbox" end
 
 -- Helper processes (mbwrap tools, plain programs) running at once: a thousand concurrent fs
 -- calls queue here instead of failing with EMFILE (each holds 3-4 descriptors). A user's own
@@ -23,19 +26,17 @@ M.HELPER_SLOTS = 32
 
 -- spawn, once a helper slot is free; the slot is released when the stream has closed.
 function World:_helper(spawn, cfg)
-  local m = mb()
-  self.slots = self.slots or m.queue(M.HELPER_SLOTS)
+  self.slots = self.slots or sync.queue(M.HELPER_SLOTS)
   local ok, err = self.slots:push(true)
   if not ok then return nil, err end
-  local s, serr = m.procstream.spawn(spawn, cfg)
+  local s, serr = procstream.spawn(spawn, cfg)
   if not s then self.slots:pop() return nil, serr end
-  m.spawn(function() s:wait_closed() self.slots:pop() end)
+  sched.spawn(function() s:wait_closed() self.slots:pop() end)
   return s
 end
 
 -- opts: { cwd = default working directory (default: ours), timeouts } → world | nil, err
 function M.new(opts)
-  local core = require "moonbox.core"
   local wrapper = endpoints.find_binary("MOONBOX_MBWRAP", "mbwrap")
   if not wrapper then
     return nil, errors.new("MB_SETUP", "mbwrap binary not found (MOONBOX_MBWRAP / MB_BUILD_DIR)")
@@ -63,7 +64,7 @@ function M.lazy(opts)
   local function get()
     if w then return w end
     if making then return making:wait() end
-    local ev = mb().event()
+    local ev = sync.event()
     making = ev
     local nw, err = M.new(opts)
     making, w = nil, nw
@@ -95,7 +96,7 @@ function World:tool_stream(args, cfg, opts)
   for _, a in ipairs(args) do argv[#argv + 1] = a end
   local spawn = { argv = argv, cwd = opts.cwd }
   local s, err
-  if opts.lasting then s, err = mb().procstream.spawn(spawn, cfg) else s, err = self:_helper(spawn, cfg) end
+  if opts.lasting then s, err = procstream.spawn(spawn, cfg) else s, err = self:_helper(spawn, cfg) end
   if not s then return nil, start_error(err, "mbwrap " .. tostring(args[1]), opts.cwd) end
   return s
 end
@@ -122,7 +123,7 @@ end
 function World:run_process(args, envs, cwd, stdin_pipe, cfg)
   local argv = { self.wrapper }
   for _, a in ipairs(args) do argv[#argv + 1] = a end
-  local s, err = mb().procstream.spawn({ argv = argv, env = envs, cwd = cwd, stdin_pipe = stdin_pipe }, cfg)
+  local s, err = procstream.spawn({ argv = argv, env = envs, cwd = cwd, stdin_pipe = stdin_pipe }, cfg)
   if not s then return nil, start_error(err, "the wrapper", cwd) end
   return s
 end
@@ -132,7 +133,7 @@ end
 function World:run_terminal(args, envs, cwd, rows, cols, cfg)
   local argv = { self.wrapper, args[1], "--ctty" }
   for i = 2, #args do argv[#argv + 1] = args[i] end
-  local s, err = mb().procstream.spawn({ argv = argv, env = envs, cwd = cwd, pty = true, rows = rows, cols = cols }, cfg)
+  local s, err = procstream.spawn({ argv = argv, env = envs, cwd = cwd, pty = true, rows = rows, cols = cols }, cfg)
   if not s then return nil, start_error(err, "the terminal", cwd) end
   return s
 end
@@ -188,7 +189,6 @@ function World:put_stream(path, source, opts)
   if r.exit_code ~= 0 then return nil, errors.new("FS_IO_ERROR", "mkdir " .. dir .. ": " .. r.stderr) end
   local f, ferr = io.open(path, "wb")
   if not f then return nil, errors.new("FS_IO_ERROR", "cannot create " .. path .. ": " .. tostring(ferr)) end
-  local m = mb()
   while true do
     local chunk, perr = source:read(opts.piece or PIECE)
     if not chunk then
@@ -198,7 +198,7 @@ function World:put_stream(path, source, opts)
     end
     local ok, werr = f:write(chunk)
     if not ok then f:close() return nil, errors.new("FS_IO_ERROR", "cannot write " .. path .. ": " .. tostring(werr)) end
-    local _, serr = m.sleep(0)
+    local _, serr = sched.sleep(0)
     if serr then f:close() return nil, serr end
   end
 end
