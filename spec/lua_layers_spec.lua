@@ -3,14 +3,14 @@
 -- below; no cycle; every require at the top of its file (so a file's header shows what it
 -- depends on); no require built at run time.
 local LAYERS = {
-  { "base", { "moonbox.errors", "moonbox.fields", "moonbox.ids", "moonbox.text", "moonbox.sched", "moonbox.sync", "moonbox.cancellation",
+  { "base", { "moonbox.errors", "moonbox.fields", "moonbox.ids", "moonbox.text", "moonbox.sched", "moonbox.sync", "moonbox.cancellation", "moonbox.binaries",
     "moonbox.core" } },
   { "transport", { "moonbox.http", "moonbox.proc", "moonbox.procstream" } },
   { "policy", { "moonbox.policy.*", "moonbox.policies", "moonbox.policies.*" } },
   { "neutral world", { "moonbox.world.common", "moonbox.subprocess.spec", "moonbox.subprocess.collector",
     "moonbox.subprocess.handle", "moonbox.subprocess.terminal", "moonbox.fs.paths", "moonbox.fs.lock",
     "moonbox.fs.watch", "moonbox.fs.service", "moonbox.subprocess.service" } },
-  { "families", { "moonbox.e2b", "moonbox.e2b.*", "moonbox.world.local", "moonbox.fs.e2b", "moonbox.fs.local",
+  { "families", { "moonbox.e2b", "moonbox.e2b.*", "moonbox.world.e2b", "moonbox.world.local", "moonbox.fs.e2b", "moonbox.fs.local",
     "moonbox.subprocess.e2b", "moonbox.subprocess.local" } },
   { "facade", { "moonbox" } },
   { "consumers", { "moonbox.consumers.*", "moonbox.workspace", "moonbox.workspace.*" } },

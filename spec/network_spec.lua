@@ -287,11 +287,11 @@ describe("the owner's create request and ctx.e2b:updateNetwork (scripted transpo
     saved_core = package.loaded["moonbox.core"]
     package.loaded["moonbox.core"] = saved_core or core
     local endpoints = require "moonbox.e2b.endpoints"
-    saved_find = endpoints.find_binary
-    endpoints.find_binary = function() return "/host/mbwrap" end
+    saved_find = require("moonbox.binaries").find
+    require("moonbox.binaries").find = function() return "/host/mbwrap" end
   end)
   after_each(function()
-    require("moonbox.e2b.endpoints").find_binary = saved_find
+    require("moonbox.binaries").find = saved_find
     package.loaded["moonbox.core"] = saved_core
     fake_mb.uninstall()
   end)

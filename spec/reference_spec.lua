@@ -243,7 +243,7 @@ local SURFACES = {
     -- client:create's other options are not a strict list: its table holds network.* and those
     partial_options = { ["client:create"] = true },
     sources = { "lua/moonbox/e2b/init.lua", "lua/moonbox/e2b/owner.lua", "lua/moonbox/e2b/client.lua",
-      "lua/moonbox/e2b/api.lua", "lua/moonbox/e2b/launcher.lua", "lua/moonbox/e2b/sandbox.lua" },
+      "lua/moonbox/e2b/api.lua", "lua/moonbox/e2b/launcher.lua", "lua/moonbox/world/e2b.lua" },
   },
   {
     doc = "moonbox.md",

@@ -1,5 +1,5 @@
 -- A scripted sandbox handle (what owner:sandbox() returns) for unit specs of fs/subprocess:
--- the real E2B world (moonbox.e2b.sandbox) over a scripted envd and scripted mbwrap tools;
+-- the real E2B world (moonbox.world.e2b) over a scripted envd and scripted mbwrap tools;
 -- every tool call and envd request is logged; answers come from handler functions.
 local fake_http = require "support.fake_http"
 local fake_pstream = require "support.fake_pstream"
@@ -9,7 +9,7 @@ local M = {}
 function M.new(handlers)
   local core = fake_http.core()
   local log = {}
-  local sb = require("moonbox.e2b.sandbox").new{ id = "isbx", cwd = "/home/user/workspace", root = "/tmp/.moonbox-x",
+  local sb = require("moonbox.world.e2b").new{ id = "isbx", cwd = "/home/user/workspace", root = "/tmp/.moonbox-x",
     wrapper = "/tmp/.moonbox-x/mbwrap", home = "/home/user", core = core, log = log,
     timeouts = require("moonbox.policies").default("timeouts"),
     ambient = { PATH = "/usr/bin:/bin", HOME = "/home/user", LANG = "C.UTF-8", SANDBOX_API_TOKEN = "t", DSH_X = "1" } }

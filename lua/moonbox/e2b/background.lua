@@ -24,6 +24,7 @@ local endpoints = require "moonbox.e2b.endpoints"
 local sched = require "moonbox.sched"
 local client_mod = require "moonbox.e2b.client"
 local policy_set = require "moonbox.policies"
+local binaries = require "moonbox.binaries"
 
 local M = {}
 
@@ -244,7 +245,7 @@ function M.start(opts)
   local function fail(e) lock:release() return nil, e end
   local key, kerr = api_key(p)
   if not key then return fail(kerr) end
-  local bin = endpoints.find_binary("MOONBOX_SANDBOXD", "sandboxd")
+  local bin = binaries.find("MOONBOX_SANDBOXD", "sandboxd")
   if not bin then
     return fail(err("no sandboxd found (next to moonbox, in $MB_BUILD_DIR/bin, or set MOONBOX_SANDBOXD)"))
   end

@@ -20,7 +20,7 @@
 --             was made with allowPublicTraffic = false and token is its trafficAccessToken; else {})
 --   c:snapshot(id, { name }) → { snapshotId, names };  c:snapshots{ sandboxId, limit, nextToken }
 --   c:deleteSnapshot(id) → true | false;  c:connect(id, { timeoutMs }) → item (with the envd token)
---   c:attach(id) → a handle on its envd (moonbox.e2b.sandbox: sb:command) without setup or a lease change
+--   c:attach(id) → a handle on its envd (moonbox.world.e2b: sb:command) without setup or a lease change
 --
 --   c:createSecret(name, value, { metadata }) → secret;  c:updateSecret(name, value, { metadata })
 --             → secret (a new version);  c:setSecret(name, value, o) → secret, "created"|"updated"
@@ -46,7 +46,7 @@ local http = require "moonbox.http"
 local procstream = require "moonbox.procstream"
 local core = require "moonbox.core"
 local envd = require "moonbox.e2b.envd"
-local sandbox_mod = require "moonbox.e2b.sandbox"
+local sandbox_mod = require "moonbox.world.e2b"
 local policy_set = require "moonbox.policies"
 
 local M = {}
@@ -272,7 +272,7 @@ function Client:connect(id, o)
   return p
 end
 
--- A handle on a running sandbox's envd (moonbox.e2b.sandbox) for commands run in it directly:
+-- A handle on a running sandbox's envd (moonbox.world.e2b) for commands run in it directly:
 -- no setup inside it (no mbwrap, no runtime root) and no change to its lease (one GET, which
 -- carries the envd token). A paused sandbox is not resumed: E2B_PAUSED says so.
 -- → sandbox handle | nil, err (E2B_NOT_FOUND naming the id)

@@ -1,10 +1,9 @@
--- moonbox.e2b.endpoints — where the E2B endpoints are, and where this build's helper binaries
--- (sandboxd, mbwrap) are. Configuration follows E2B's own variables: E2B_API_KEY,
+-- moonbox.e2b.endpoints — where the E2B endpoints are (this build's programs are found by
+-- moonbox.binaries). Configuration follows E2B's own variables: E2B_API_KEY,
 -- E2B_API_URL, E2B_SANDBOX_URL, E2B_DOMAIN. With none of them (and no apiKey), moonbox starts
 -- its own sandboxd (local_sandboxd = true). MOONBOX_CA_FILE and MOONBOX_CONNECT_TO (or the
 -- plugin's caFile / connectTo) say how to reach them; MOONBOX_ENVD_CODEC (envdCodec) how to
 -- speak to envd ("proto", the default, or "json").
-local core = require "moonbox.core"
 local M = {}
 
 M.ENVD_PORT = 49983
@@ -73,49 +72,5 @@ function M.sandbox_url(ep, id, domain)
   return ("https://%d-%s.%s"):format(M.ENVD_PORT, id, d)
 end
 
--- The running program when it is the moonbox executable (not a Lua interpreter): its path.
-function M.moonbox_exe()
-  local exe = core.exe_path()
-  if exe and exe:match("/moonbox$") then return exe end
-  return nil
-end
-
-local function exists(p)
-  local f = io.open(p, "rb")
-  if f then f:close() return true end
-  return false
-end
-
--- A helper binary of this build: $<env_name>, else next to the running moonbox executable,
--- else $MB_BUILD_DIR/bin, else the installed tree these modules belong to (<prefix>/bin,
--- <prefix>/libexec/moonbox), else the build dir of the loaded C core
--- (<build>/lib/moonbox/core.so), else <source>/build/bin. `getenv` and `exe` (the moonbox executable, or false) are for specs.
-function M.find_binary(env_name, name, getenv, exe)
-  getenv = getenv or os.getenv
-  local v = env_value(getenv, env_name)
-  if v then return v end
-  local dirs = {}
-  if exe == nil then exe = M.moonbox_exe() end
-  if exe then dirs[#dirs + 1] = exe:match("^(.*)/[^/]*$") end
-  local build = env_value(getenv, "MB_BUILD_DIR")
-  if build then dirs[#dirs + 1] = build .. "/bin" end
-  local source = debug.getinfo(1, "S").source
-  local prefix = source:match("^@(.*)/share/lua/5%.4/moonbox/e2b/endpoints%.lua$")
-  if prefix then
-    dirs[#dirs + 1] = prefix .. "/bin"
-    dirs[#dirs + 1] = prefix .. "/libexec/moonbox"
-  end
-  local so = package.searchpath and package.searchpath("moonbox.core", package.cpath)
-  local sobuild = so and so:match("^(.*)/lib/moonbox/core%.so$")
-  if sobuild then dirs[#dirs + 1] = sobuild .. "/bin" end
-  -- next to the Lua tree: <root>/lua/moonbox/e2b/endpoints.lua → <root>/build/bin/<name>
-  local here = source:match("^@(.*)/lua/moonbox/e2b/endpoints%.lua$")
-  if here then dirs[#dirs + 1] = here .. "/build/bin" end
-  for _, d in ipairs(dirs) do
-    local p = d .. "/" .. name
-    if exists(p) then return p end
-  end
-  return nil
-end
 
 return M

@@ -22,6 +22,7 @@ M.client = require("moonbox.e2b.client").new    -- the API on any sandbox, witho
 local policy_set = require "moonbox.policies"
 local net = require "moonbox.policy.network"
 local R = require "moonbox.policy.rules"
+local binaries = require "moonbox.binaries"
 
 -- Defaults come from the composition's merged lifecycle policy (compose passes its set).
 local function lifecycle_default(field)
@@ -100,6 +101,6 @@ M.Owner = owner.Owner
 M.WRAPPER_DIR = owner.WRAPPER_DIR
 M.PREPARE, M.parse_prepare = owner.PREPARE, owner.parse_prepare
 M.endpoints, M.sandbox_url = endpoints.resolve, endpoints.sandbox_url
-M.find_binary, M.moonbox_exe = endpoints.find_binary, endpoints.moonbox_exe
+M.find_binary, M.moonbox_exe = binaries.find, binaries.moonbox_exe
 
 return M

@@ -16,6 +16,7 @@ local endpoints = require "moonbox.e2b.endpoints"
 local proc = require "moonbox.proc"
 local sched = require "moonbox.sched"
 local sync = require "moonbox.sync"
+local binaries = require "moonbox.binaries"
 
 local M = {}
 M.STATE_PREFIX = "/tmp/moonbox-sandboxd."
@@ -50,7 +51,7 @@ end
 
 -- → handle { url, api_key, pid, state, proc, lock } | nil, err
 function M.start(timeouts)
-  local bin = endpoints.find_binary("MOONBOX_SANDBOXD", "sandboxd")
+  local bin = binaries.find("MOONBOX_SANDBOXD", "sandboxd")
   if not bin then
     return nil, errors.new("E2B_SANDBOXD", "no E2B endpoint configured and no local sandboxd found "
       .. "(set E2B_API_KEY for the cloud, or MOONBOX_SANDBOXD / MB_BUILD_DIR)")

@@ -14,7 +14,7 @@ local api_mod = require "moonbox.e2b.api"
 local envd_mod = require "moonbox.e2b.envd"
 local endpoints = require "moonbox.e2b.endpoints"
 local launcher = require "moonbox.e2b.launcher"
-local sandbox = require "moonbox.e2b.sandbox"
+local sandbox = require "moonbox.world.e2b"
 local R = require "moonbox.policy.rules"
 local http = require "moonbox.http"
 local procstream = require "moonbox.procstream"
@@ -23,6 +23,7 @@ local sync = require "moonbox.sync"
 local core = require "moonbox.core"
 local client_mod = require "moonbox.e2b.client"
 local policy_set = require "moonbox.policies"
+local binaries = require "moonbox.binaries"
 
 local M = {}
 
@@ -269,7 +270,7 @@ function Owner:_prepare(info)
   sb.root = self.lifecycle.runtime_root:format(hex)
   sb.wrapper_dir = (self.lifecycle.wrapper_dir or M.WRAPPER_DIR):format(hex)
   sb.wrapper = sb.wrapper_dir .. "/mbwrap"
-  local wrapper_file = endpoints.find_binary("MOONBOX_MBWRAP", "mbwrap")
+  local wrapper_file = binaries.find("MOONBOX_MBWRAP", "mbwrap")
   if not wrapper_file then return nil, errors.new("E2B_SETUP", "mbwrap binary not found (MOONBOX_MBWRAP / MB_BUILD_DIR)") end
   local up, uerr = sb.envd:upload(sb.wrapper, nil, { file = wrapper_file, user = "root" })
   if not up then return nil, uerr end

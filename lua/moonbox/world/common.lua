@@ -1,5 +1,5 @@
 -- moonbox.world.common — what every execution world shares. A world is where programs run and
--- files live: an E2B sandbox (moonbox.e2b.sandbox) or this host (moonbox.world.local). Both
+-- files live: an E2B sandbox (moonbox.world.e2b) or this host (moonbox.world.local). Both
 -- run the same mbwrap for every process and every filesystem question, so the providers above
 -- them (fs, subprocess) are one implementation with one semantics.
 --

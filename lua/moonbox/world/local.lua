@@ -12,6 +12,7 @@ local procstream = require "moonbox.procstream"
 local sched = require "moonbox.sched"
 local sync = require "moonbox.sync"
 local core = require "moonbox.core"
+local binaries = require "moonbox.binaries"
 
 local M = {}
 local World = {}
@@ -37,7 +38,7 @@ end
 
 -- opts: { cwd = default working directory (default: ours), timeouts } → world | nil, err
 function M.new(opts)
-  local wrapper = endpoints.find_binary("MOONBOX_MBWRAP", "mbwrap")
+  local wrapper = binaries.find("MOONBOX_MBWRAP", "mbwrap")
   if not wrapper then
     return nil, errors.new("MB_SETUP", "mbwrap binary not found (MOONBOX_MBWRAP / MB_BUILD_DIR)")
   end

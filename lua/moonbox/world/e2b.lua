@@ -1,4 +1,4 @@
--- moonbox.e2b.sandbox — an E2B sandbox as an execution world (moonbox.world.common): the
+-- moonbox.world.e2b — an E2B sandbox as an execution world (moonbox.world.common): the
 -- handle owner:sandbox() hands the providers. Every process, tool and filesystem question is
 -- ONE envd request: a process.Process/Start decoded in C (moonbox.procstream), or a unary RPC;
 -- file contents go up with POST /files. A failure caused by the sandbox being gone (deleted,
