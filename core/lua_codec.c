@@ -14,10 +14,9 @@
 /* ---- envelopes ---- */
 
 static int l_envelope(lua_State *L) {
-  lua_Integer flags = luaL_checkinteger(L, 1);
+  lua_Integer flags = mb_lua_check_int(L, 1, "envelope", "flags", 0, 255);
   size_t len;
   const char *payload = luaL_checklstring(L, 2, &len);
-  luaL_argcheck(L, flags >= 0 && flags <= 255, 1, "flags must be 0..255");
   unsigned char hdr[MB_ENVELOPE_HDR];
   if (mb_envelope_header(hdr, (uint8_t)flags, len))
     return mb_lua_push_error(L, mb_errcode(MB_E_TOO_LARGE), "envelope payload exceeds 4 GiB");
@@ -37,15 +36,8 @@ static struct mb_envelope_decoder *mb_check_envdec(lua_State *L) {
   return u->d;
 }
 
-static lua_Integer mb_check_limit(lua_State *L, int arg) {
-  lua_Integer n = luaL_checkinteger(L, arg);
-  luaL_argcheck(L, n >= 1 && (lua_Unsigned)n <= SIZE_MAX, arg, "limit must be a positive integer");
-  return n;
-}
-
 static int l_envelope_decoder(lua_State *L) {
-  lua_Integer max = mb_check_limit(L, 1);
-  luaL_argcheck(L, max <= (lua_Integer)UINT32_MAX, 1, "max_message must be <= 4294967295");
+  lua_Integer max = mb_lua_check_int(L, 1, "envelope_decoder", "max_message", 1, UINT32_MAX);
   struct mb_lua_envdec *u = lua_newuserdatauv(L, sizeof *u, 0);
   u->d = NULL;
   luaL_setmetatable(L, MB_ENVDEC_MT);
@@ -134,7 +126,7 @@ static struct mb_frame_decoder *mb_check_framedec(lua_State *L) {
 }
 
 static int l_frame_decoder(lua_State *L) {
-  lua_Integer max = mb_check_limit(L, 1);
+  lua_Integer max = mb_lua_check_int(L, 1, "frame_decoder", "max_line", 1, LUA_MAXINTEGER);
   struct mb_lua_framedec *u = lua_newuserdatauv(L, sizeof *u, 0);
   u->d = NULL;
   luaL_setmetatable(L, MB_FRAMEDEC_MT);

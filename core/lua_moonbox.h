@@ -45,6 +45,40 @@ int mb_lua_push_mberror(lua_State *L, const struct mb_error *e); /* nil, err (mb
  * set on it directly. Leaves the stack as it found it. */
 void mb_lua_new_class(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta);
 
+/* lua_args.c: the argument readers every binding uses. `fn` names the binding's function in the
+ * errors, which raise ("spawn: argv[2] must be a string", "procstream: max_line must be an
+ * integer from 1 to 67108864"). Counts are checked before anything is allocated; arrays live in
+ * userdata on the Lua stack, so a raise leaks nothing. */
+#define MB_LUA_MAX_ARGS 4096   /* argv entries, for every binding that starts a program */
+#define MB_LUA_MAX_ENV 65536   /* environment entries */
+#define MB_LUA_MAX_FDS 8       /* descriptors handed to a child (inherit_fds, fds) */
+/* An integer in min..max: field of table t (def when absent), positional argument idx
+ * (required), or positional argument idx (def when none or nil). def is not range-checked. */
+lua_Integer mb_lua_opt_int(lua_State *L, int t, const char *fn, const char *field, lua_Integer def,
+                           lua_Integer min, lua_Integer max);
+lua_Integer mb_lua_check_int(lua_State *L, int idx, const char *fn, const char *what, lua_Integer min, lua_Integer max);
+lua_Integer mb_lua_opt_arg_int(lua_State *L, int idx, const char *fn, const char *what, lua_Integer def,
+                               lua_Integer min, lua_Integer max);
+/* Field of table t: a boolean (strictly), def when absent. */
+int mb_lua_opt_bool(lua_State *L, int t, const char *fn, const char *field, int def);
+/* Field of table t: a string or absent. Pushes one value (the string, or nil) that keeps the
+ * string alive; → the string (*len its length when len) or NULL. */
+const char *mb_lua_opt_str(lua_State *L, int t, const char *fn, const char *field, size_t *len);
+/* The list of strings at idx (`what` in errors), min..max entries: out[0..n-1] (and lens[i] when
+ * lens), out[n] = NULL, so out has room for max + 1. The strings live as long as the list. → n */
+size_t mb_lua_check_strings(lua_State *L, int idx, const char *fn, const char *what, size_t min, size_t max,
+                            char **out, size_t *lens);
+/* Field argv of table t: 1..MB_LUA_MAX_ARGS strings. Pushes one value, a userdata that holds the
+ * NULL-terminated array and keeps its strings alive; → the array. */
+char **mb_lua_argv(lua_State *L, int t, const char *fn);
+/* Field env of table t: absent (→ NULL; pushes nil) or a table NAME = value of strings, at most
+ * MB_LUA_MAX_ENV. Pushes one value, a userdata that holds the NULL-terminated "NAME=VALUE"
+ * array and keeps its strings alive; → the array. */
+char **mb_lua_env(lua_State *L, int t, const char *fn);
+/* Field of table t: absent or a list of at most MB_LUA_MAX_FDS descriptors (0..INT_MAX) into
+ * out. → how many. Leaves the stack as it found it. */
+size_t mb_lua_opt_fds(lua_State *L, int t, const char *fn, const char *field, int *out);
+
 /* lua_http.c: an HTTP options table (url, method, headers, body, body_file, body_fd, stream,
  * max_bytes, buffer_bytes, timeout_ms, connect_timeout_ms, idle_timeout_ms, ca_file, connect_to) read into *o. Strings stay
  * on the Lua stack (the caller keeps them there until the request has started; `body` as a
@@ -56,7 +90,7 @@ void mb_lua_new_class(lua_State *L, const char *name, const luaL_Reg *methods, c
 struct mb_lua_http_bufs {
   const char *lines[MB_HTTP_MAX_REQ_HEADERS];
   struct mb_http_part parts[MB_LUA_HTTP_MAX_PARTS];
-  const char *connect_to[MB_HTTP_MAX_CONNECT_TO];
+  char *connect_to[MB_HTTP_MAX_CONNECT_TO + 1];
   int body_table;
   int source_ok;                /* set by the caller: body_source accepted (it anchors it) */
   struct mb_http_source source; /* body_source's, when given */

@@ -53,30 +53,9 @@ static int mb_check_stream(lua_State *L, int arg) {
   return luaL_checkoption(L, arg, NULL, names);
 }
 
-static size_t mb_opt_limit(lua_State *L, int t, const char *field, lua_Integer def, lua_Integer max) {
-  lua_getfield(L, t, field);
-  lua_Integer v = def;
-  if (!lua_isnil(L, -1)) {
-    int ok;
-    v = lua_tointegerx(L, -1, &ok);
-    if (!ok) luaL_error(L, "procstream: %s must be an integer", field);
-  }
-  lua_pop(L, 1);
-  if (v < 1 || v > max) luaL_error(L, "procstream: %s must be between 1 and %I", field, max);
-  return (size_t)v;
-}
-
-static int mb_opt_bool(lua_State *L, int t, const char *field) {
-  lua_getfield(L, t, field);
-  if (!lua_isnil(L, -1) && !lua_isboolean(L, -1)) luaL_error(L, "procstream: %s must be a boolean", field);
-  int v = lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  return v;
-}
-
 /* A sink spec in field `name` of table t: "discard" | queue_name | {tail=n} | {fd=n} (fd only
  * when fd_ok). → kind: 0 discard, 1 queue, 2 tail (*max), 3 fd (*fd). */
-static int mb_sink_spec(lua_State *L, int t, const char *name, const char *queue_name, int fd_ok,
+static int mb_sink_spec(lua_State *L, int t, const char *fn, const char *name, const char *queue_name, int fd_ok,
                         size_t *max, int *fd) {
   int kind = 0;
   lua_getfield(L, t, name);
@@ -85,7 +64,7 @@ static int mb_sink_spec(lua_State *L, int t, const char *name, const char *queue
     const char *v = lua_tostring(L, -1);
     if (strcmp(v, queue_name) == 0) kind = 1;
     else if (strcmp(v, "discard") != 0)
-      luaL_error(L, "procstream: %s must be 'discard', '%s', {tail=n}%s", name, queue_name, fd_ok ? " or {fd=n}" : "");
+      luaL_error(L, "%s: %s must be 'discard', '%s', {tail=n}%s", fn, name, queue_name, fd_ok ? " or {fd=n}" : "");
   } else if (lua_istable(L, -1)) {
     lua_getfield(L, -1, "tail");
     lua_getfield(L, -2, "fd");
@@ -94,21 +73,21 @@ static int mb_sink_spec(lua_State *L, int t, const char *name, const char *queue
       int ok;
       lua_Integer m = lua_tointegerx(L, -2, &ok);
       if (!ok || m < 0 || (lua_Unsigned)m > SIZE_MAX / 2)
-        luaL_error(L, "procstream: %s.tail must be a non-negative integer", name);
+        luaL_error(L, "%s: %s.tail must be a non-negative integer", fn, name);
       kind = 2;
       *max = (size_t)m;
     } else if (has_fd && !has_tail && fd_ok) {
       int ok;
       lua_Integer f = lua_tointegerx(L, -1, &ok);
-      if (!ok || f < 0 || f > INT32_MAX) luaL_error(L, "procstream: %s.fd must be a descriptor", name);
+      if (!ok || f < 0 || f > INT32_MAX) luaL_error(L, "%s: %s.fd must be a descriptor", fn, name);
       kind = 3;
       *fd = (int)f;
     } else {
-      luaL_error(L, "procstream: %s must have exactly one of tail=%s", name, fd_ok ? " or fd=" : "");
+      luaL_error(L, "%s: %s must have exactly one of tail=%s", fn, name, fd_ok ? " or fd=" : "");
     }
     lua_pop(L, 2);
   } else {
-    luaL_error(L, "procstream: %s must be a string or a table", name);
+    luaL_error(L, "%s: %s must be a string or a table", fn, name);
   }
   lua_pop(L, 1);
   return kind;
@@ -202,17 +181,17 @@ static void mb_pst_changed(struct mb_pstream *s, void *ud) {
 }
 
 /* cfg (argument 2 of core.pstream / pstream_spawn): limits, codec and the two sinks. */
-static void pst_config(lua_State *L, struct mb_pst_config *cfg) {
+static void pst_config(lua_State *L, const char *fn, struct mb_pst_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
-  cfg->max_message = mb_opt_limit(L, 2, "max_message", MB_PROC_MAX_MESSAGE, UINT32_MAX);
-  cfg->max_line = mb_opt_limit(L, 2, "max_line", MB_FRAME_LINE_DEFAULT, 64 * 1024 * 1024);
-  cfg->high_water = mb_opt_limit(L, 2, "high_water", 256 * 1024, 1 << 30);
-  cfg->raw = mb_opt_bool(L, 2, "raw");
-  cfg->proto = mb_opt_bool(L, 2, "proto");
+  cfg->max_message = (size_t)mb_lua_opt_int(L, 2, fn, "max_message", MB_PROC_MAX_MESSAGE, 1, UINT32_MAX);
+  cfg->max_line = (size_t)mb_lua_opt_int(L, 2, fn, "max_line", MB_FRAME_LINE_DEFAULT, 1, 64 * 1024 * 1024);
+  cfg->high_water = (size_t)mb_lua_opt_int(L, 2, fn, "high_water", 256 * 1024, 1, 1 << 30);
+  cfg->raw = mb_lua_opt_bool(L, 2, fn, "raw", 0);
+  cfg->proto = mb_lua_opt_bool(L, 2, fn, "proto", 0);
   static const int kinds[] = {MB_PST_DISCARD, MB_PST_PIPE, MB_PST_TAIL, MB_PST_FD};
   for (int i = 0; i < 2; i++) {
     cfg->sink[i].fd = -1;
-    cfg->sink[i].kind = kinds[mb_sink_spec(L, 2, i ? "stderr" : "stdout", "pipe", 1, &cfg->sink[i].max, &cfg->sink[i].fd)];
+    cfg->sink[i].kind = kinds[mb_sink_spec(L, 2, fn, i ? "stderr" : "stdout", "pipe", 1, &cfg->sink[i].max, &cfg->sink[i].fd)];
   }
 }
 
@@ -245,7 +224,7 @@ static int l_pstream(lua_State *L) {
   luaL_checktype(L, 2, LUA_TTABLE);
   luaL_checktype(L, 3, LUA_TFUNCTION);
   struct mb_pst_config cfg;
-  pst_config(L, &cfg);
+  pst_config(L, "pstream", &cfg);
   struct mb_lua_pst *u = pst_new(L, &cfg);
   int ui = lua_gettop(L);
   mb_http_opts o;
@@ -263,60 +242,23 @@ static int l_pstream(lua_State *L) {
 
 /* core.pstream_spawn({argv=, env=, cwd=, stdin_pipe=, stdin_inherit=, pty=, rows=, cols=}, cfg, on_change):
  * a local source (pstream.h, mb_pstream_spawn). env: NAME → value (nil inherits ours). */
-#define MB_SPAWN_MAX_ARGS 4096
 static int l_pstream_spawn(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
   luaL_checktype(L, 3, LUA_TFUNCTION);
   struct mb_pst_config cfg;
-  pst_config(L, &cfg);
+  pst_config(L, "pstream_spawn", &cfg);
   cfg.proto = 0; /* a local process writes frames, never envd messages */
   struct mb_pst_spawn sp;
   memset(&sp, 0, sizeof sp);
-  lua_getfield(L, 1, "argv");
-  if (!lua_istable(L, -1)) return luaL_error(L, "pstream_spawn: argv must be a list of strings");
-  int argt = lua_gettop(L);
-  lua_Integer argc = luaL_len(L, argt);
-  if (argc < 1 || argc > MB_SPAWN_MAX_ARGS) return luaL_error(L, "pstream_spawn: argv needs 1..%d entries", MB_SPAWN_MAX_ARGS);
-  const char **args = lua_newuserdatauv(L, sizeof(char *) * (size_t)(argc + 1), 0);
-  for (lua_Integer i = 1; i <= argc; i++) {
-    lua_rawgeti(L, argt, i);
-    if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "pstream_spawn: argv[%d] must be a string", (int)i);
-    args[i - 1] = lua_tostring(L, -1); /* the argv table keeps it alive */
-    lua_pop(L, 1);
-  }
-  args[argc] = NULL;
-  sp.argv = args;
-  lua_getfield(L, 1, "env");
-  if (!lua_isnil(L, -1)) {
-    if (!lua_istable(L, -1)) return luaL_error(L, "pstream_spawn: env must be a table name → value");
-    int et = lua_gettop(L);
-    size_t n = 0;
-    lua_pushnil(L);
-    while (lua_next(L, et)) { n++; lua_pop(L, 1); }
-    if (n > 65536) return luaL_error(L, "pstream_spawn: env too large");
-    const char **env = lua_newuserdatauv(L, sizeof(char *) * (n + 1), 0);
-    lua_newtable(L); /* anchors the "K=V" strings */
-    int anchor = lua_gettop(L);
-    size_t i = 0;
-    lua_pushnil(L);
-    while (lua_next(L, et)) {
-      if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
-        return luaL_error(L, "pstream_spawn: env entries must be strings");
-      env[i++] = lua_pushfstring(L, "%s=%s", lua_tostring(L, -2), lua_tostring(L, -1));
-      lua_rawseti(L, anchor, (lua_Integer)i);
-      lua_pop(L, 1);
-    }
-    env[i] = NULL;
-    sp.env = env;
-  }
-  lua_getfield(L, 1, "cwd");
-  sp.cwd = lua_isnil(L, -1) ? NULL : luaL_checkstring(L, -1);
-  sp.stdin_pipe = mb_opt_bool(L, 1, "stdin_pipe");
-  sp.stdin_inherit = mb_opt_bool(L, 1, "stdin_inherit");
-  sp.pty = mb_opt_bool(L, 1, "pty");
-  sp.rows = (unsigned short)mb_opt_limit(L, 1, "rows", 24, 65535);
-  sp.cols = (unsigned short)mb_opt_limit(L, 1, "cols", 80, 65535);
+  sp.argv = (const char *const *)mb_lua_argv(L, 1, "pstream_spawn");
+  sp.env = (const char *const *)mb_lua_env(L, 1, "pstream_spawn");
+  sp.cwd = mb_lua_opt_str(L, 1, "pstream_spawn", "cwd", NULL);
+  sp.stdin_pipe = mb_lua_opt_bool(L, 1, "pstream_spawn", "stdin_pipe", 0);
+  sp.stdin_inherit = mb_lua_opt_bool(L, 1, "pstream_spawn", "stdin_inherit", 0);
+  sp.pty = mb_lua_opt_bool(L, 1, "pstream_spawn", "pty", 0);
+  sp.rows = (unsigned short)mb_lua_opt_int(L, 1, "pstream_spawn", "rows", 24, 1, 65535);
+  sp.cols = (unsigned short)mb_lua_opt_int(L, 1, "pstream_spawn", "cols", 80, 1, 65535);
   struct mb_lua_pst *u = pst_new(L, &cfg);
   int ui = lua_gettop(L);
   struct mb_error err;
@@ -352,8 +294,7 @@ static int pst_write(lua_State *L) {
   struct mb_lua_pst *u = mb_check_pst(L);
   size_t n;
   const char *p = luaL_checklstring(L, 2, &n);
-  lua_Integer max = luaL_optinteger(L, 3, 1 << 20);
-  if (max < 1) return luaL_argerror(L, 3, "must be >= 1");
+  lua_Integer max = mb_lua_opt_arg_int(L, 3, "write", "max_pending", 1 << 20, 1, LUA_MAXINTEGER);
   struct mb_error err;
   if (mb_pstream_write(u->s, p, n, (size_t)max, &err)) return mb_lua_push_mberror(L, &err);
   lua_pushboolean(L, 1);
@@ -379,8 +320,8 @@ static int pst_close_input(lua_State *L) {
 
 static int pst_resize(lua_State *L) {
   struct mb_lua_pst *u = mb_check_pst(L);
-  lua_Integer rows = luaL_checkinteger(L, 2), cols = luaL_checkinteger(L, 3);
-  if (rows < 1 || rows > 65535 || cols < 1 || cols > 65535) return luaL_error(L, "resize: rows and cols must be 1..65535");
+  lua_Integer rows = mb_lua_check_int(L, 2, "resize", "rows", 1, 65535);
+  lua_Integer cols = mb_lua_check_int(L, 3, "resize", "cols", 1, 65535);
   struct mb_error err;
   if (mb_pstream_resize(u->s, (unsigned)rows, (unsigned)cols, &err)) return mb_lua_push_mberror(L, &err);
   lua_pushboolean(L, 1);
@@ -421,8 +362,7 @@ static int pst_error_body(lua_State *L) {
 static int pst_read(lua_State *L) {
   struct mb_lua_pst *u = mb_check_pst(L);
   int k = mb_check_stream(L, 2);
-  lua_Integer max = luaL_optinteger(L, 3, MB_READ_MAX_DEFAULT);
-  if (max < 1) return luaL_argerror(L, 3, "must be >= 1");
+  lua_Integer max = mb_lua_opt_arg_int(L, 3, "read", "max", MB_READ_MAX_DEFAULT, 1, LUA_MAXINTEGER);
   size_t n;
   const unsigned char *p = mb_pstream_peek(u->s, k, &n);
   if (n == 0) {
@@ -496,15 +436,15 @@ static int l_procstream(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   struct mb_ps_config cfg;
   memset(&cfg, 0, sizeof cfg);
-  cfg.max_message = mb_opt_limit(L, 1, "max_message", MB_PROC_MAX_MESSAGE, UINT32_MAX);
-  cfg.max_line = mb_opt_limit(L, 1, "max_line", MB_FRAME_LINE_DEFAULT, 64 * 1024 * 1024);
-  size_t qmax = mb_opt_limit(L, 1, "queue_max", 64 * 1024 * 1024, 1 << 30);
-  cfg.raw = mb_opt_bool(L, 1, "raw");
-  cfg.proto = mb_opt_bool(L, 1, "proto");
+  cfg.max_message = (size_t)mb_lua_opt_int(L, 1, "procstream", "max_message", MB_PROC_MAX_MESSAGE, 1, UINT32_MAX);
+  cfg.max_line = (size_t)mb_lua_opt_int(L, 1, "procstream", "max_line", MB_FRAME_LINE_DEFAULT, 1, 64 * 1024 * 1024);
+  size_t qmax = (size_t)mb_lua_opt_int(L, 1, "procstream", "queue_max", 64 * 1024 * 1024, 1, 1 << 30);
+  cfg.raw = mb_lua_opt_bool(L, 1, "procstream", "raw", 0);
+  cfg.proto = mb_lua_opt_bool(L, 1, "procstream", "proto", 0);
   for (int i = 0; i < 2; i++) {
     size_t max = 0;
     int fd = -1;
-    int kind = mb_sink_spec(L, 1, i ? "stderr" : "stdout", "queue", 0, &max, &fd);
+    int kind = mb_sink_spec(L, 1, "procstream", i ? "stderr" : "stdout", "queue", 0, &max, &fd);
     cfg.sink[i].kind = kind == 1 ? MB_PS_QUEUE : kind == 2 ? MB_PS_TAIL : MB_PS_DISCARD;
     cfg.sink[i].max = kind == 1 ? qmax : max;
   }

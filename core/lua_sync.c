@@ -65,22 +65,9 @@ static mb_sync_root *root_of(lua_State *L, int i) {
   return r->r;
 }
 
-static lua_Integer opt_count(lua_State *L, int t, const char *k, lua_Integer def) {
-  lua_getfield(L, t, k);
-  lua_Integer v = def;
-  if (!lua_isnil(L, -1)) {
-    int ok;
-    v = lua_tointegerx(L, -1, &ok);
-    if (!ok || v < 0) luaL_error(L, "sync: %s must be a non-negative integer", k);
-  }
-  lua_pop(L, 1);
-  return v;
-}
-
+/* A count (budget, mode, limit): a non-negative integer argument. */
 static uint64_t arg_count(lua_State *L, int i, const char *what) {
-  lua_Integer v = luaL_checkinteger(L, i);
-  if (v < 0) luaL_error(L, "sync: %s must be a non-negative integer", what);
-  return (uint64_t)v;
+  return (uint64_t)mb_lua_check_int(L, i, "sync", what, 0, LUA_MAXINTEGER);
 }
 
 static void set_int(lua_State *L, const char *k, lua_Integer v) {
@@ -291,14 +278,11 @@ static int root_scan(lua_State *L) {
   lroot *r = check_root(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
   struct mb_sync_scan_opts o = {0};
-  o.max_entries = (uint64_t)opt_count(L, 2, "maxFiles", 100000);
-  o.max_bytes = (uint64_t)opt_count(L, 2, "maxBytes", (lua_Integer)4 << 30);
-  o.max_meta = (uint64_t)opt_count(L, 2, "maxMetaBytes", 64 << 20);
-  lua_getfield(L, 2, "gitignore");
-  o.gitignore = lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  lua_getfield(L, 2, "exclude");
-  if (!lua_isnil(L, -1)) o.exclude = luaL_checklstring(L, -1, &o.exclude_len); /* stays on the stack */
+  o.max_entries = (uint64_t)mb_lua_opt_int(L, 2, "sync", "maxFiles", 100000, 0, LUA_MAXINTEGER);
+  o.max_bytes = (uint64_t)mb_lua_opt_int(L, 2, "sync", "maxBytes", (lua_Integer)4 << 30, 0, LUA_MAXINTEGER);
+  o.max_meta = (uint64_t)mb_lua_opt_int(L, 2, "sync", "maxMetaBytes", 64 << 20, 0, LUA_MAXINTEGER);
+  o.gitignore = mb_lua_opt_bool(L, 2, "sync", "gitignore", 0);
+  o.exclude = mb_lua_opt_str(L, 2, "sync", "exclude", &o.exclude_len); /* stays on the stack */
   lscan *s = lua_newuserdatauv(L, sizeof *s, 1);
   s->s = NULL;
   luaL_setmetatable(L, SCAN_MT);
@@ -382,10 +366,9 @@ static int root_pack(lua_State *L) {
 
 static int pack_read(lua_State *L) {
   lpack *k = luaL_checkudata(L, 1, PACK_MT);
-  size_t max = (size_t)arg_count(L, 2, "max");
+  size_t max = (size_t)mb_lua_check_int(L, 2, "sync: pack:read", "max", 1, 16 << 20);
   if (!k->k) return luaL_error(L, "sync pack is closed");
   root_of(L, 1);
-  if (max == 0 || max > (16u << 20)) return luaL_error(L, "sync: pack:read max must be 1..16 MiB");
   luaL_Buffer b;
   char *p = luaL_buffinitsize(L, &b, max);
   size_t got = 0;
@@ -516,8 +499,7 @@ static int unpack_close(lua_State *L) {
 /* ---- rule sets (the same matcher mbwrap runs in the sandbox) ---- */
 
 static int l_ignore_new(lua_State *L) {
-  lua_Integer max = luaL_optinteger(L, 1, 1 << 20);
-  if (max < 1) return luaL_error(L, "ignore_new: max_bytes must be positive");
+  lua_Integer max = mb_lua_opt_arg_int(L, 1, "ignore_new", "max_bytes", 1 << 20, 1, LUA_MAXINTEGER);
   lignore *g = lua_newuserdatauv(L, sizeof *g, 0);
   g->ig = NULL;
   luaL_setmetatable(L, IGNORE_MT);

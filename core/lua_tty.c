@@ -27,9 +27,7 @@ typedef struct {
 } ltty;
 
 static int check_fd(lua_State *L, int idx) {
-  lua_Integer fd = luaL_checkinteger(L, idx);
-  luaL_argcheck(L, fd >= 0 && fd <= INT_MAX, idx, "not a descriptor");
-  return (int)fd;
+  return (int)mb_lua_check_int(L, idx, "tty", "fd", 0, INT_MAX);
 }
 
 /* nil, err for errno e of operation `what` on fd */
