@@ -28,7 +28,8 @@ void mb_lua_open_rpc(lua_State *L);     /* lua_rpc.c: envd's messages in the bin
 void mb_lua_open_loop(lua_State *L);    /* lua_loop.c: now, timers, run */
 void mb_lua_open_http(lua_State *L);    /* lua_http.c: requests and streams */
 void mb_lua_open_proc(lua_State *L);    /* lua_proc.c: host child processes (uv_spawn) */
-void mb_lua_open_procstream(lua_State *L); /* lua_procstream.c: process streams decoded in C */
+void mb_lua_open_pstream(lua_State *L);    /* lua_pstream.c: a process's stream, loop-driven, decoded in C */
+void mb_lua_open_procstream(lua_State *L); /* lua_procstream.c: the bare process-stream decoder */
 void mb_lua_open_host(lua_State *L);    /* lua_host.c: pid, executable, memory, signals, locks */
 void mb_lua_open_daemon(lua_State *L);  /* lua_daemon.c: a detached background program, its files and pid */
 void mb_lua_open_egress(lua_State *L);  /* lua_egress.c: sandboxd's egress decision (core.egress) */
@@ -44,6 +45,9 @@ int mb_lua_push_mberror(lua_State *L, const struct mb_error *e); /* nil, err (mb
 /* Registers metatable `name` once: a table of `methods` as its __index, `meta` (__gc, __close...)
  * set on it directly. Leaves the stack as it found it. */
 void mb_lua_new_class(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta);
+/* t[k] = v for the table at the top of the stack. */
+void mb_lua_set_int(lua_State *L, const char *k, lua_Integer v);
+void mb_lua_set_str(lua_State *L, const char *k, const char *v);
 
 /* lua_args.c: the argument readers every binding uses. `fn` names the binding's function in the
  * errors, which raise ("spawn: argv[2] must be a string", "procstream: max_line must be an
@@ -96,6 +100,26 @@ struct mb_lua_http_bufs {
   struct mb_http_source source; /* body_source's, when given */
 };
 int mb_lua_http_opts(lua_State *L, int t, mb_http_opts *o, struct mb_lua_http_bufs *b);
+
+/* lua_procstream.c: what the two process-stream classes share (moonbox.procstream, the bare
+ * decoder, and moonbox.pstream of lua_pstream.c, whose decoder is a procstream). */
+struct mb_ps_fact;
+struct mb_procstream;
+/* Argument arg: "stdout" (0) or "stderr" (1). */
+int mb_lua_check_stream(lua_State *L, int arg);
+/* A sink spec in field `name` of table t: "discard" | queue_name | {tail=n} | {fd=n} (fd only
+ * when fd_ok). → kind: 0 discard, 1 queue, 2 tail (*max), 3 fd (*fd). Bad specs raise. */
+int mb_lua_sink_spec(lua_State *L, int t, const char *fn, const char *name, const char *queue_name, int fd_ok,
+                     size_t *max, int *fd);
+/* The facts a take function handed out, pushed as one Lua list. → 1 */
+int mb_lua_push_facts(lua_State *L, const struct mb_ps_fact *f, size_t n);
+/* The decoder methods of both classes (argument 1 either object): read_from, total, diag. */
+int mb_lua_dec_read_from(lua_State *L);
+int mb_lua_dec_total(lua_State *L);
+int mb_lua_dec_diag(lua_State *L);
+/* lua_pstream.c: the decoder of the process stream at idx (raises when it is closed), or NULL
+ * when idx holds no process stream. */
+const struct mb_procstream *mb_lua_pstream_decoder(lua_State *L, int idx);
 
 /* lua_sync.c: the host side of workspace sync (core.sync_root, core.ignore_new). A pack at idx
  * as an HTTP body source (the caller anchors the pack for the request's life). → 0, or -1 when

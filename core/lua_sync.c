@@ -70,16 +70,6 @@ static uint64_t arg_count(lua_State *L, int i, const char *what) {
   return (uint64_t)mb_lua_check_int(L, i, "sync", what, 0, LUA_MAXINTEGER);
 }
 
-static void set_int(lua_State *L, const char *k, lua_Integer v) {
-  lua_pushinteger(L, v);
-  lua_setfield(L, -2, k);
-}
-
-static void set_str(lua_State *L, const char *k, const char *v) {
-  lua_pushstring(L, v);
-  lua_setfield(L, -2, k);
-}
-
 static const char *type_name(int t) {
   return t == MB_SYNC_FILE ? "file" : t == MB_SYNC_DIR ? "directory" : t == MB_SYNC_LINK ? "symlink" : "other";
 }
@@ -132,17 +122,17 @@ static void push_entry(lua_State *L, const struct mb_sync_entry *en) {
   lua_createtable(L, 0, 9);
   lua_pushlstring(L, en->path ? en->path : "", en->path ? strlen(en->path) : 0);
   lua_setfield(L, -2, "path");
-  set_str(L, "type", type_name(en->type));
-  set_int(L, "mode", en->mode);
-  set_int(L, "size", (lua_Integer)en->size);
-  set_int(L, "mtime_s", en->mtime_s);
-  set_int(L, "mtime_ns", en->mtime_ns);
-  set_str(L, "version", en->version);
-  if (en->link) set_str(L, "link", en->link);
+  mb_lua_set_str(L, "type", type_name(en->type));
+  mb_lua_set_int(L, "mode", en->mode);
+  mb_lua_set_int(L, "size", (lua_Integer)en->size);
+  mb_lua_set_int(L, "mtime_s", en->mtime_s);
+  mb_lua_set_int(L, "mtime_ns", en->mtime_ns);
+  mb_lua_set_str(L, "version", en->version);
+  if (en->link) mb_lua_set_str(L, "link", en->link);
   if (en->hashed) {
     char hx[65];
     hex32(en->sha256, hx);
-    set_str(L, "sha256", hx);
+    mb_lua_set_str(L, "sha256", hx);
   }
 }
 
@@ -400,10 +390,10 @@ static int pack_progress(lua_State *L) {
   struct mb_pack_progress p = {0};
   if (k->k) mb_pack_progress(k->k, &p);
   lua_createtable(L, 0, 4);
-  set_int(L, "bytes_in", (lua_Integer)p.bytes_in);
-  set_int(L, "bytes_out", (lua_Integer)p.bytes_out);
-  set_int(L, "files", (lua_Integer)p.files_done);
-  set_int(L, "entries", (lua_Integer)p.entries_done);
+  mb_lua_set_int(L, "bytes_in", (lua_Integer)p.bytes_in);
+  mb_lua_set_int(L, "bytes_out", (lua_Integer)p.bytes_out);
+  mb_lua_set_int(L, "files", (lua_Integer)p.files_done);
+  mb_lua_set_int(L, "entries", (lua_Integer)p.entries_done);
   return 1;
 }
 
@@ -471,19 +461,19 @@ static int unpack_items(lua_State *L) {
   for (lua_Integer i = first; i <= n; i++) {
     const struct mb_unpack_item *it = mb_unpack_item(u->u, (size_t)(i - 1));
     lua_createtable(L, 0, 9);
-    set_str(L, "path", it->path);
-    set_str(L, "type", type_name(it->type));
-    set_int(L, "mode", it->mode);
-    set_int(L, "size", (lua_Integer)it->size);
-    set_int(L, "mtime_s", it->mtime_s);
-    set_int(L, "mtime_ns", it->mtime_ns);
+    mb_lua_set_str(L, "path", it->path);
+    mb_lua_set_str(L, "type", type_name(it->type));
+    mb_lua_set_int(L, "mode", it->mode);
+    mb_lua_set_int(L, "size", (lua_Integer)it->size);
+    mb_lua_set_int(L, "mtime_s", it->mtime_s);
+    mb_lua_set_int(L, "mtime_ns", it->mtime_ns);
     if (it->type == MB_SYNC_FILE) {
       char hx[65];
       hex32(it->sha256, hx);
-      set_str(L, "sha256", hx);
+      mb_lua_set_str(L, "sha256", hx);
     }
-    if (it->type != MB_SYNC_DIR) set_str(L, "staged", it->staged);
-    if (it->link) set_str(L, "link", it->link);
+    if (it->type != MB_SYNC_DIR) mb_lua_set_str(L, "staged", it->staged);
+    if (it->link) mb_lua_set_str(L, "link", it->link);
     lua_rawseti(L, -2, i - first + 1);
   }
   return 1;

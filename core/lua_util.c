@@ -1,5 +1,5 @@
 /* lua_util.c — helpers shared by the binding files (declared in lua_moonbox.h): the one error
- * type and class metatables. */
+ * type, class metatables and table fields. */
 #include "lua_moonbox.h"
 
 #define MB_ERROR_MT "moonbox.error"
@@ -44,4 +44,14 @@ void mb_lua_new_class(lua_State *L, const char *name, const luaL_Reg *methods, c
     luaL_setfuncs(L, meta, 0);
   }
   lua_pop(L, 1);
+}
+
+void mb_lua_set_int(lua_State *L, const char *k, lua_Integer v) {
+  lua_pushinteger(L, v);
+  lua_setfield(L, -2, k);
+}
+
+void mb_lua_set_str(lua_State *L, const char *k, const char *v) {
+  lua_pushstring(L, v);
+  lua_setfield(L, -2, k);
 }
