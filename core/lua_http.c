@@ -141,11 +141,9 @@ static int l_request(lua_State *L) {
   luaL_checktype(L, 2, LUA_TFUNCTION);
   int stream_arg = lua_isnoneornil(L, 3) ? -1 : lua_toboolean(L, 3);   /* before anything is pushed */
   mb_lua_host *h = mb_lua_host_of(L);
-  lreq *q = lua_newuserdatauv(L, sizeof *q, 1);
-  memset(q, 0, sizeof *q);
+  lreq *q = mb_lua_new_object(L, sizeof *q, 1, MB_HTTP_MT);
   q->h = h;
   q->cb_ref = LUA_NOREF;
-  luaL_setmetatable(L, MB_HTTP_MT);
   int qi = lua_gettop(L);
   mb_http_opts o;
   q->bufs.source_ok = 1;

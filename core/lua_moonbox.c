@@ -47,6 +47,8 @@ int luaopen_moonbox_core(lua_State *L) {
   if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
   lua_newtable(L);
   mb_lua_open_codec(L);
+  mb_lua_open_envdec(L);
+  mb_lua_open_framedec(L);
   mb_lua_open_rpc(L);
   mb_lua_open_loop(L);
   mb_lua_open_http(L);
@@ -54,10 +56,14 @@ int luaopen_moonbox_core(lua_State *L) {
   mb_lua_open_pstream(L);
   mb_lua_open_procstream(L);
   mb_lua_open_host(L);
+  mb_lua_open_fd(L);
+  mb_lua_open_signal(L);
+  mb_lua_open_resolve(L);
   mb_lua_open_daemon(L);
   mb_lua_open_egress(L);
   mb_lua_open_tty(L);
   mb_lua_open_sync(L);
+  mb_lua_open_ignore(L);
   lua_pushliteral(L, MOONBOX_VERSION);
   lua_setfield(L, -2, "version");
   push_limits(L);

@@ -23,14 +23,19 @@ mb_loop *mb_lua_host_loop(mb_lua_host *h);
 void mb_lua_host_call(mb_lua_host *h, int ref);
 void mb_lua_host_set_external(lua_State *L, int on);
 
-void mb_lua_open_codec(lua_State *L);   /* lua_codec.c: envelopes, frames, base64, sha256 */
+void mb_lua_open_codec(lua_State *L);   /* lua_codec.c: envelopes, base64, sha256, signatures, codes */
+void mb_lua_open_envdec(lua_State *L);  /* lua_envdec.c: the envelope decoder */
+void mb_lua_open_framedec(lua_State *L); /* lua_framedec.c: the frame decoder */
 void mb_lua_open_rpc(lua_State *L);     /* lua_rpc.c: envd's messages in the binary codec */
 void mb_lua_open_loop(lua_State *L);    /* lua_loop.c: now, timers, run */
 void mb_lua_open_http(lua_State *L);    /* lua_http.c: requests and streams */
 void mb_lua_open_proc(lua_State *L);    /* lua_proc.c: host child processes (uv_spawn) */
 void mb_lua_open_pstream(lua_State *L);    /* lua_pstream.c: a process's stream, loop-driven, decoded in C */
 void mb_lua_open_procstream(lua_State *L); /* lua_procstream.c: the bare process-stream decoder */
-void mb_lua_open_host(lua_State *L);    /* lua_host.c: pid, executable, memory, signals, locks */
+void mb_lua_open_host(lua_State *L);    /* lua_host.c: pid, executable, environment, memory, loop */
+void mb_lua_open_fd(lua_State *L);      /* lua_fd.c: owned descriptors: lock files, secret pipes */
+void mb_lua_open_signal(lua_State *L);  /* lua_signal.c: signal watches */
+void mb_lua_open_resolve(lua_State *L); /* lua_resolve.c: the host's resolver */
 void mb_lua_open_daemon(lua_State *L);  /* lua_daemon.c: a detached background program, its files and pid */
 void mb_lua_open_egress(lua_State *L);  /* lua_egress.c: sandboxd's egress decision (core.egress) */
 void mb_lua_open_tty(lua_State *L);     /* lua_tty.c: the host terminal: raw mode and back, its size */
@@ -45,6 +50,10 @@ int mb_lua_push_mberror(lua_State *L, const struct mb_error *e); /* nil, err (mb
 /* Registers metatable `name` once: a table of `methods` as its __index, `meta` (__gc, __close...)
  * set on it directly. Leaves the stack as it found it. */
 void mb_lua_new_class(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta);
+/* A new object of class `mt` pushed: a userdata of `size` bytes, all zero, with nuv user values. */
+void *mb_lua_new_object(lua_State *L, size_t size, int nuv, const char *mt);
+/* What a call that fails with *e (failed != 0) returns to Lua: true, or nil, err. */
+int mb_lua_push_result(lua_State *L, int failed, const struct mb_error *e);
 /* t[k] = v for the table at the top of the stack. */
 void mb_lua_set_int(lua_State *L, const char *k, lua_Integer v);
 void mb_lua_set_str(lua_State *L, const char *k, const char *v);
@@ -121,9 +130,10 @@ int mb_lua_dec_diag(lua_State *L);
  * when idx holds no process stream. */
 const struct mb_procstream *mb_lua_pstream_decoder(lua_State *L, int idx);
 
-/* lua_sync.c: the host side of workspace sync (core.sync_root, core.ignore_new). A pack at idx
+/* lua_sync.c: the host side of workspace sync (core.sync_root). A pack at idx
  * as an HTTP body source (the caller anchors the pack for the request's life). → 0, or -1 when
  * idx is not an open pack. */
 void mb_lua_open_sync(lua_State *L);
+void mb_lua_open_ignore(lua_State *L); /* lua_ignore.c: rule sets (core.ignore_new) */
 int mb_lua_pack_source(lua_State *L, int idx, struct mb_http_source *out);
 #endif

@@ -120,12 +120,10 @@ static int l_spawn(lua_State *L) {
   int fds[MB_LUA_MAX_FDS];
   size_t nfds = mb_lua_opt_fds(L, 1, "spawn", "inherit_fds", fds);
 
-  lproc *p = lua_newuserdatauv(L, sizeof *p, 0);
-  memset(p, 0, sizeof *p);
+  lproc *p = mb_lua_new_object(L, sizeof *p, 0, MB_PROC_MT);
   p->h = h;
   p->cb_ref = LUA_NOREF;
   p->pend.fire = fire;
-  luaL_setmetatable(L, MB_PROC_MT);
   int pidx = lua_gettop(L);
 
   /* inherit_fds = {fd, ...}: the child gets them as its descriptors 3, 4, ... */

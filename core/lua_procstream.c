@@ -148,9 +148,7 @@ static int l_procstream(lua_State *L) {
     cfg.sink[i].kind = kind == 1 ? MB_PS_QUEUE : kind == 2 ? MB_PS_TAIL : MB_PS_DISCARD;
     cfg.sink[i].max = kind == 1 ? qmax : max;
   }
-  struct mb_lua_ps *u = lua_newuserdatauv(L, sizeof *u, 0);
-  u->ps = NULL;
-  luaL_setmetatable(L, MB_PS_MT);
+  struct mb_lua_ps *u = mb_lua_new_object(L, sizeof *u, 0, MB_PS_MT);
   u->ps = mb_procstream_new(&cfg);
   if (!u->ps) return luaL_error(L, "out of memory");
   return 1;
@@ -161,17 +159,13 @@ static int ps_push(lua_State *L) {
   size_t len;
   const char *s = luaL_checklstring(L, 2, &len);
   struct mb_error err;
-  if (mb_procstream_push(u->ps, s, len, &err)) return mb_lua_push_mberror(L, &err);
-  lua_pushboolean(L, 1);
-  return 1;
+  return mb_lua_push_result(L, mb_procstream_push(u->ps, s, len, &err), &err);
 }
 
 static int ps_finish(lua_State *L) {
   struct mb_lua_ps *u = mb_check_ps(L);
   struct mb_error err;
-  if (mb_procstream_finish(u->ps, &err)) return mb_lua_push_mberror(L, &err);
-  lua_pushboolean(L, 1);
-  return 1;
+  return mb_lua_push_result(L, mb_procstream_finish(u->ps, &err), &err);
 }
 
 static int ps_facts(lua_State *L) {

@@ -88,11 +88,10 @@ static void pst_config(lua_State *L, const char *fn, struct mb_pst_config *cfg) 
 
 /* A new stream object (on the stack) for cfg; what Lua's io wrote to a sink's fd comes first. */
 static struct mb_lua_pst *pst_new(lua_State *L, const struct mb_pst_config *cfg) {
-  struct mb_lua_pst *u = lua_newuserdatauv(L, sizeof *u, 1);
-  memset(u, 0, sizeof *u);
-  u->h = mb_lua_host_of(L);
+  mb_lua_host *h = mb_lua_host_of(L);
+  struct mb_lua_pst *u = mb_lua_new_object(L, sizeof *u, 1, MB_PST_MT);
+  u->h = h;
   u->cb_ref = LUA_NOREF;
-  luaL_setmetatable(L, MB_PST_MT);
   for (int i = 0; i < 2; i++) {
     u->fds[i] = cfg->sink[i].kind == MB_PST_FD ? cfg->sink[i].fd : -1;
     if (u->fds[i] == 1) fflush(stdout);
@@ -169,9 +168,7 @@ static int signum_of(lua_State *L, int idx) {
 static int pst_kill(lua_State *L) {
   struct mb_lua_pst *u = mb_check_pst(L);
   struct mb_error err;
-  if (mb_pstream_kill(u->s, signum_of(L, 2), &err)) return mb_lua_push_mberror(L, &err);
-  lua_pushboolean(L, 1);
-  return 1;
+  return mb_lua_push_result(L, mb_pstream_kill(u->s, signum_of(L, 2), &err), &err);
 }
 
 /* s:write(data, max_pending) → true | nil, err: queued for the process's stdin or PTY */
@@ -181,9 +178,7 @@ static int pst_write(lua_State *L) {
   const char *p = luaL_checklstring(L, 2, &n);
   lua_Integer max = mb_lua_opt_arg_int(L, 3, "write", "max_pending", 1 << 20, 1, LUA_MAXINTEGER);
   struct mb_error err;
-  if (mb_pstream_write(u->s, p, n, (size_t)max, &err)) return mb_lua_push_mberror(L, &err);
-  lua_pushboolean(L, 1);
-  return 1;
+  return mb_lua_push_result(L, mb_pstream_write(u->s, p, n, (size_t)max, &err), &err);
 }
 
 static int pst_write_pending(lua_State *L) {
@@ -198,9 +193,7 @@ static int pst_want_write(lua_State *L) {
 
 static int pst_close_input(lua_State *L) {
   struct mb_error err;
-  if (mb_pstream_close_input(mb_check_pst(L)->s, &err)) return mb_lua_push_mberror(L, &err);
-  lua_pushboolean(L, 1);
-  return 1;
+  return mb_lua_push_result(L, mb_pstream_close_input(mb_check_pst(L)->s, &err), &err);
 }
 
 static int pst_resize(lua_State *L) {
@@ -208,9 +201,7 @@ static int pst_resize(lua_State *L) {
   lua_Integer rows = mb_lua_check_int(L, 2, "resize", "rows", 1, 65535);
   lua_Integer cols = mb_lua_check_int(L, 3, "resize", "cols", 1, 65535);
   struct mb_error err;
-  if (mb_pstream_resize(u->s, (unsigned)rows, (unsigned)cols, &err)) return mb_lua_push_mberror(L, &err);
-  lua_pushboolean(L, 1);
-  return 1;
+  return mb_lua_push_result(L, mb_pstream_resize(u->s, (unsigned)rows, (unsigned)cols, &err), &err);
 }
 
 static int pst_facts(lua_State *L) {

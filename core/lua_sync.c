@@ -12,15 +12,13 @@
  *   unpack:items(first) → { { path, type, mode, size, mtime_s, mtime_ns, sha256, staged, link } }
  *   root:place(staged, rel, expect) / mkdir(rel, mode) / chmod(rel, mode, expect) / unlink(rel, expect)
  *     / rmdir(rel) / rmtree(rel) / mkstage(name) → true | nil, err;  root:sweep() → n;  root:close()
- *   core.ignore_new(max_bytes) → rules;  rules:push(base, text, "caller" | "file") → true | nil, err;
- *     rules:match(path, is_dir) → bool;  rules:depth(); rules:pop_to(n)
+ *   (core.ignore_new, the rule sets scans use, is lua_ignore.c's)
  *
  * Errors are moonbox errors with a SYNC_* code and `path`. A pack can be an HTTP body source
  * (core.http_request{ body_source = pack }); every object keeps what it uses (its root, its scan)
  * alive through its user values, so nothing C still points to is collected while a task waits. */
 #include "lua_moonbox.h"
 #include "sync.h"
-#include "ignore.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,14 +32,12 @@
 #define PACK_MT "moonbox.sync_pack"
 #define HASH_MT "moonbox.sync_hash"
 #define UNPACK_MT "moonbox.sync_unpack"
-#define IGNORE_MT "moonbox.ignore"
 
 typedef struct { mb_sync_root *r; int closed; } lroot;
 typedef struct { mb_sync_scan *s; } lscan;
 typedef struct { mb_pack *k; } lpack;
 typedef struct { mb_sync_hash *h; } lhash;
 typedef struct { mb_unpack *u; } lunpack;
-typedef struct { mb_ignore *ig; } lignore;
 
 static int push_sync_error(lua_State *L, const struct mb_error *e) {
   mb_lua_push_error(L, e->name ? mb_error_code(e) : mb_code_name(MB_CODE_SYNC_IO_ERROR), e->message);
@@ -87,10 +83,8 @@ static void hex32(const unsigned char *d, char out[65]) {
 
 static int l_root(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
-  lroot *r = lua_newuserdatauv(L, sizeof *r, 0);
-  r->r = NULL;
+  lroot *r = mb_lua_new_object(L, sizeof *r, 0, ROOT_MT);
   r->closed = 1;
-  luaL_setmetatable(L, ROOT_MT);
   struct mb_error e = {0};
   r->r = mb_sync_root_open(path, &e);
   if (!r->r) return push_sync_error(L, &e);
@@ -222,9 +216,7 @@ static int root_sweep(lua_State *L) {
 static int root_hash(lua_State *L) {
   lroot *r = check_root(L, 1);
   const char *rel = luaL_checkstring(L, 2);
-  lhash *h = lua_newuserdatauv(L, sizeof *h, 1);
-  h->h = NULL;
-  luaL_setmetatable(L, HASH_MT);
+  lhash *h = mb_lua_new_object(L, sizeof *h, 1, HASH_MT);
   lua_pushvalue(L, 1);
   lua_setiuservalue(L, -2, 1);
   struct mb_error e = {0};
@@ -273,9 +265,7 @@ static int root_scan(lua_State *L) {
   o.max_meta = (uint64_t)mb_lua_opt_int(L, 2, "sync", "maxMetaBytes", 64 << 20, 0, LUA_MAXINTEGER);
   o.gitignore = mb_lua_opt_bool(L, 2, "sync", "gitignore", 0);
   o.exclude = mb_lua_opt_str(L, 2, "sync", "exclude", &o.exclude_len); /* stays on the stack */
-  lscan *s = lua_newuserdatauv(L, sizeof *s, 1);
-  s->s = NULL;
-  luaL_setmetatable(L, SCAN_MT);
+  lscan *s = mb_lua_new_object(L, sizeof *s, 1, SCAN_MT);
   lua_pushvalue(L, 1);
   lua_setiuservalue(L, -2, 1);
   struct mb_error e = {0};
@@ -341,9 +331,7 @@ static int scan_gc(lua_State *L) {
 static int root_pack(lua_State *L) {
   lroot *r = check_root(L, 1);
   lscan *s = check_scan(L, 2);
-  lpack *k = lua_newuserdatauv(L, sizeof *k, 2);
-  k->k = NULL;
-  luaL_setmetatable(L, PACK_MT);
+  lpack *k = mb_lua_new_object(L, sizeof *k, 2, PACK_MT);
   lua_pushvalue(L, 1);
   lua_setiuservalue(L, -2, 1);
   lua_pushvalue(L, 2);
@@ -426,9 +414,7 @@ static int root_unpack(lua_State *L) {
   const char *archive = luaL_checkstring(L, 2), *stage = luaL_checkstring(L, 3);
   uint64_t max_entries = arg_count(L, 4, "maxFiles"), max_bytes = arg_count(L, 5, "maxBytes");
   const char *prefix = luaL_optstring(L, 6, "");
-  lunpack *u = lua_newuserdatauv(L, sizeof *u, 1);
-  u->u = NULL;
-  luaL_setmetatable(L, UNPACK_MT);
+  lunpack *u = mb_lua_new_object(L, sizeof *u, 1, UNPACK_MT);
   lua_pushvalue(L, 1);
   lua_setiuservalue(L, -2, 1);
   struct mb_error e = {0};
@@ -486,63 +472,6 @@ static int unpack_close(lua_State *L) {
   return 0;
 }
 
-/* ---- rule sets (the same matcher mbwrap runs in the sandbox) ---- */
-
-static int l_ignore_new(lua_State *L) {
-  lua_Integer max = mb_lua_opt_arg_int(L, 1, "ignore_new", "max_bytes", 1 << 20, 1, LUA_MAXINTEGER);
-  lignore *g = lua_newuserdatauv(L, sizeof *g, 0);
-  g->ig = NULL;
-  luaL_setmetatable(L, IGNORE_MT);
-  g->ig = mb_ignore_new((size_t)max);
-  if (!g->ig) return mb_lua_push_error(L, mb_code_name(MB_CODE_SYNC_TOO_LARGE), "the rule set's limit is too small (or out of memory)");
-  return 1;
-}
-
-static lignore *check_ignore(lua_State *L) {
-  lignore *g = luaL_checkudata(L, 1, IGNORE_MT);
-  if (!g->ig) luaL_error(L, "rule set is closed");
-  return g;
-}
-
-static int ignore_push(lua_State *L) {
-  lignore *g = check_ignore(L);
-  size_t bl, tl;
-  const char *base = luaL_checklstring(L, 2, &bl), *text = luaL_checklstring(L, 3, &tl);
-  static const char *const kinds[] = {"caller", "file", NULL};
-  int kind = luaL_checkoption(L, 4, "file", kinds) == 0 ? MB_IGNORE_CALLER : MB_IGNORE_FILE;
-  int why = 0;
-  if (mb_ignore_push(g->ig, base, bl, text, tl, kind, &why) < 0)
-    return mb_lua_push_error(L, mb_code_name(why == 1 ? MB_CODE_SYNC_TOO_LARGE : MB_CODE_SYNC_NOMEM), why == 1 ? "rules over the limit" : "out of memory");
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-static int ignore_match(lua_State *L) {
-  lignore *g = check_ignore(L);
-  size_t n;
-  const char *p = luaL_checklstring(L, 2, &n);
-  lua_pushboolean(L, mb_ignore_match(g->ig, p, n, lua_toboolean(L, 3)));
-  return 1;
-}
-
-static int ignore_depth(lua_State *L) {
-  lua_pushinteger(L, (lua_Integer)mb_ignore_depth(check_ignore(L)->ig));
-  return 1;
-}
-
-static int ignore_pop_to(lua_State *L) {
-  lignore *g = check_ignore(L);
-  mb_ignore_pop_to(g->ig, (size_t)arg_count(L, 2, "depth"));
-  return 0;
-}
-
-static int ignore_gc(lua_State *L) {
-  lignore *g = luaL_checkudata(L, 1, IGNORE_MT);
-  mb_ignore_free(g->ig);
-  g->ig = NULL;
-  return 0;
-}
-
 void mb_lua_open_sync(lua_State *L) {
   static const luaL_Reg root_m[] = {
     {"path", root_path}, {"lstat", root_lstat}, {"hash", root_hash}, {"scan", root_scan}, {"pack", root_pack},
@@ -565,10 +494,6 @@ void mb_lua_open_sync(lua_State *L) {
   static const luaL_Reg unpack_m[] = {{"step", unpack_step}, {"items", unpack_items}, {"close", unpack_close}, {NULL, NULL}};
   static const luaL_Reg unpack_meta[] = {{"__gc", unpack_close}, {NULL, NULL}};
   mb_lua_new_class(L, UNPACK_MT, unpack_m, unpack_meta);
-  static const luaL_Reg ig_m[] = {{"push", ignore_push}, {"match", ignore_match}, {"depth", ignore_depth},
-                                  {"pop_to", ignore_pop_to}, {NULL, NULL}};
-  static const luaL_Reg ig_meta[] = {{"__gc", ignore_gc}, {NULL, NULL}};
-  mb_lua_new_class(L, IGNORE_MT, ig_m, ig_meta);
-  static const luaL_Reg f[] = {{"sync_root", l_root}, {"ignore_new", l_ignore_new}, {NULL, NULL}};
-  luaL_setfuncs(L, f, 0);
+  lua_pushcfunction(L, l_root);
+  lua_setfield(L, -2, "sync_root");
 }

@@ -1,6 +1,7 @@
 /* lua_util.c — helpers shared by the binding files (declared in lua_moonbox.h): the one error
  * type, class metatables and table fields. */
 #include "lua_moonbox.h"
+#include <string.h>
 
 #define MB_ERROR_MT "moonbox.error"
 
@@ -54,4 +55,17 @@ void mb_lua_set_int(lua_State *L, const char *k, lua_Integer v) {
 void mb_lua_set_str(lua_State *L, const char *k, const char *v) {
   lua_pushstring(L, v);
   lua_setfield(L, -2, k);
+}
+
+void *mb_lua_new_object(lua_State *L, size_t size, int nuv, const char *mt) {
+  void *u = lua_newuserdatauv(L, size, nuv);
+  memset(u, 0, size);
+  luaL_setmetatable(L, mt);
+  return u;
+}
+
+int mb_lua_push_result(lua_State *L, int failed, const struct mb_error *e) {
+  if (failed) return mb_lua_push_mberror(L, e);
+  lua_pushboolean(L, 1);
+  return 1;
 }
