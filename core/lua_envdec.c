@@ -9,19 +9,13 @@
 
 #define MB_ENVDEC_MT "moonbox.envelope_decoder"
 
-struct mb_lua_envdec { struct mb_envelope_decoder *d; };
-
-static struct mb_envelope_decoder *mb_check_envdec(lua_State *L) {
-  struct mb_lua_envdec *u = luaL_checkudata(L, 1, MB_ENVDEC_MT);
-  if (!u->d) luaL_error(L, "envelope decoder is closed");
-  return u->d;
-}
+static struct mb_envelope_decoder *mb_check_envdec(lua_State *L) { return mb_lua_check_handle(L, 1, MB_ENVDEC_MT, "envelope decoder"); }
 
 static int l_envelope_decoder(lua_State *L) {
   lua_Integer max = mb_lua_check_int(L, 1, "envelope_decoder", "max_message", 1, UINT32_MAX);
-  struct mb_lua_envdec *u = mb_lua_new_object(L, sizeof *u, 0, MB_ENVDEC_MT);
-  u->d = mb_envelope_decoder_new((size_t)max);
-  if (!u->d) return luaL_error(L, "out of memory");
+  void **u = mb_lua_new_handle(L, 0, MB_ENVDEC_MT);
+  *u = mb_envelope_decoder_new((size_t)max);
+  if (!*u) return luaL_error(L, "out of memory");
   return 1;
 }
 
@@ -86,9 +80,7 @@ static int l_envdec_finish(lua_State *L) {
 }
 
 static int l_envdec_gc(lua_State *L) {
-  struct mb_lua_envdec *u = luaL_checkudata(L, 1, MB_ENVDEC_MT);
-  mb_envelope_decoder_free(u->d);
-  u->d = NULL;
+  mb_envelope_decoder_free(mb_lua_take_handle(L, 1, MB_ENVDEC_MT));
   return 0;
 }
 

@@ -8,19 +8,13 @@
 
 #define MB_FRAMEDEC_MT "moonbox.frame_decoder"
 
-struct mb_lua_framedec { struct mb_frame_decoder *d; };
-
-static struct mb_frame_decoder *mb_check_framedec(lua_State *L) {
-  struct mb_lua_framedec *u = luaL_checkudata(L, 1, MB_FRAMEDEC_MT);
-  if (!u->d) luaL_error(L, "frame decoder is closed");
-  return u->d;
-}
+static struct mb_frame_decoder *mb_check_framedec(lua_State *L) { return mb_lua_check_handle(L, 1, MB_FRAMEDEC_MT, "frame decoder"); }
 
 static int l_frame_decoder(lua_State *L) {
   lua_Integer max = mb_lua_check_int(L, 1, "frame_decoder", "max_line", 1, LUA_MAXINTEGER);
-  struct mb_lua_framedec *u = mb_lua_new_object(L, sizeof *u, 0, MB_FRAMEDEC_MT);
-  u->d = mb_frame_decoder_new((size_t)max);
-  if (!u->d) return luaL_error(L, "out of memory");
+  void **u = mb_lua_new_handle(L, 0, MB_FRAMEDEC_MT);
+  *u = mb_frame_decoder_new((size_t)max);
+  if (!*u) return luaL_error(L, "out of memory");
   return 1;
 }
 
@@ -67,9 +61,7 @@ static int l_framedec_finish(lua_State *L) {
 }
 
 static int l_framedec_gc(lua_State *L) {
-  struct mb_lua_framedec *u = luaL_checkudata(L, 1, MB_FRAMEDEC_MT);
-  mb_frame_decoder_free(u->d);
-  u->d = NULL;
+  mb_frame_decoder_free(mb_lua_take_handle(L, 1, MB_FRAMEDEC_MT));
   return 0;
 }
 

@@ -7,58 +7,50 @@
 
 #define IGNORE_MT "moonbox.ignore"
 
-typedef struct { mb_ignore *ig; } lignore;
-
 static int l_ignore_new(lua_State *L) {
   lua_Integer max = mb_lua_opt_arg_int(L, 1, "ignore_new", "max_bytes", 1 << 20, 1, LUA_MAXINTEGER);
-  lignore *g = mb_lua_new_object(L, sizeof *g, 0, IGNORE_MT);
-  g->ig = mb_ignore_new((size_t)max);
-  if (!g->ig) return mb_lua_push_error(L, mb_code_name(MB_CODE_SYNC_TOO_LARGE), "the rule set's limit is too small (or out of memory)");
+  void **g = mb_lua_new_handle(L, 0, IGNORE_MT);
+  *g = mb_ignore_new((size_t)max);
+  if (!*g) return mb_lua_push_error(L, mb_code_name(MB_CODE_SYNC_TOO_LARGE), "the rule set's limit is too small (or out of memory)");
   return 1;
 }
 
-static lignore *check_ignore(lua_State *L) {
-  lignore *g = luaL_checkudata(L, 1, IGNORE_MT);
-  if (!g->ig) luaL_error(L, "rule set is closed");
-  return g;
-}
+static mb_ignore *check_ignore(lua_State *L) { return mb_lua_check_handle(L, 1, IGNORE_MT, "rule set"); }
 
 static int ignore_push(lua_State *L) {
-  lignore *g = check_ignore(L);
+  mb_ignore *g = check_ignore(L);
   size_t bl, tl;
   const char *base = luaL_checklstring(L, 2, &bl), *text = luaL_checklstring(L, 3, &tl);
   static const char *const kinds[] = {"caller", "file", NULL};
   int kind = luaL_checkoption(L, 4, "file", kinds) == 0 ? MB_IGNORE_CALLER : MB_IGNORE_FILE;
   int why = 0;
-  if (mb_ignore_push(g->ig, base, bl, text, tl, kind, &why) < 0)
+  if (mb_ignore_push(g, base, bl, text, tl, kind, &why) < 0)
     return mb_lua_push_error(L, mb_code_name(why == 1 ? MB_CODE_SYNC_TOO_LARGE : MB_CODE_SYNC_NOMEM), why == 1 ? "rules over the limit" : "out of memory");
   lua_pushboolean(L, 1);
   return 1;
 }
 
 static int ignore_match(lua_State *L) {
-  lignore *g = check_ignore(L);
+  mb_ignore *g = check_ignore(L);
   size_t n;
   const char *p = luaL_checklstring(L, 2, &n);
-  lua_pushboolean(L, mb_ignore_match(g->ig, p, n, lua_toboolean(L, 3)));
+  lua_pushboolean(L, mb_ignore_match(g, p, n, lua_toboolean(L, 3)));
   return 1;
 }
 
 static int ignore_depth(lua_State *L) {
-  lua_pushinteger(L, (lua_Integer)mb_ignore_depth(check_ignore(L)->ig));
+  lua_pushinteger(L, (lua_Integer)mb_ignore_depth(check_ignore(L)));
   return 1;
 }
 
 static int ignore_pop_to(lua_State *L) {
-  lignore *g = check_ignore(L);
-  mb_ignore_pop_to(g->ig, (size_t)mb_lua_check_int(L, 2, "ignore", "depth", 0, LUA_MAXINTEGER));
+  mb_ignore *g = check_ignore(L);
+  mb_ignore_pop_to(g, (size_t)mb_lua_check_int(L, 2, "ignore", "depth", 0, LUA_MAXINTEGER));
   return 0;
 }
 
 static int ignore_gc(lua_State *L) {
-  lignore *g = luaL_checkudata(L, 1, IGNORE_MT);
-  mb_ignore_free(g->ig);
-  g->ig = NULL;
+  mb_ignore_free(mb_lua_take_handle(L, 1, IGNORE_MT));
   return 0;
 }
 

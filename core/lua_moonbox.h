@@ -52,6 +52,12 @@ int mb_lua_push_mberror(lua_State *L, const struct mb_error *e); /* nil, err (mb
 void mb_lua_new_class(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta);
 /* A new object of class `mt` pushed: a userdata of `size` bytes, all zero, with nuv user values. */
 void *mb_lua_new_object(lua_State *L, size_t size, int nuv, const char *mt);
+/* A handle: an object of class mt whose userdata is one pointer to what it binds, NULL once
+ * closed. new pushes one (its pointer NULL: the caller sets *slot); check → the pointer of the
+ * one at idx, or raises "<what> is closed"; take → the pointer, the object closed (__gc, close). */
+void **mb_lua_new_handle(lua_State *L, int nuv, const char *mt);
+void *mb_lua_check_handle(lua_State *L, int idx, const char *mt, const char *what);
+void *mb_lua_take_handle(lua_State *L, int idx, const char *mt);
 /* What a call that fails with *e (failed != 0) returns to Lua: true, or nil, err. */
 int mb_lua_push_result(lua_State *L, int failed, const struct mb_error *e);
 /* t[k] = v for the table at the top of the stack. */

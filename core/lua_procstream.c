@@ -122,15 +122,7 @@ static int push_tail(lua_State *L, const unsigned char *a, size_t al, const unsi
 
 /* ---- core.procstream ---- */
 
-struct mb_lua_ps {
-  struct mb_procstream *ps;
-};
-
-static struct mb_lua_ps *mb_check_ps(lua_State *L) {
-  struct mb_lua_ps *u = luaL_checkudata(L, 1, MB_PS_MT);
-  if (!u->ps) luaL_error(L, "procstream is closed");
-  return u;
-}
+static struct mb_procstream *mb_check_ps(lua_State *L) { return mb_lua_check_handle(L, 1, MB_PS_MT, "procstream"); }
 
 static int l_procstream(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
@@ -148,53 +140,51 @@ static int l_procstream(lua_State *L) {
     cfg.sink[i].kind = kind == 1 ? MB_PS_QUEUE : kind == 2 ? MB_PS_TAIL : MB_PS_DISCARD;
     cfg.sink[i].max = kind == 1 ? qmax : max;
   }
-  struct mb_lua_ps *u = mb_lua_new_object(L, sizeof *u, 0, MB_PS_MT);
-  u->ps = mb_procstream_new(&cfg);
-  if (!u->ps) return luaL_error(L, "out of memory");
+  void **u = mb_lua_new_handle(L, 0, MB_PS_MT);
+  *u = mb_procstream_new(&cfg);
+  if (!*u) return luaL_error(L, "out of memory");
   return 1;
 }
 
 static int ps_push(lua_State *L) {
-  struct mb_lua_ps *u = mb_check_ps(L);
+  struct mb_procstream *u = mb_check_ps(L);
   size_t len;
   const char *s = luaL_checklstring(L, 2, &len);
   struct mb_error err;
-  return mb_lua_push_result(L, mb_procstream_push(u->ps, s, len, &err), &err);
+  return mb_lua_push_result(L, mb_procstream_push(u, s, len, &err), &err);
 }
 
 static int ps_finish(lua_State *L) {
-  struct mb_lua_ps *u = mb_check_ps(L);
+  struct mb_procstream *u = mb_check_ps(L);
   struct mb_error err;
-  return mb_lua_push_result(L, mb_procstream_finish(u->ps, &err), &err);
+  return mb_lua_push_result(L, mb_procstream_finish(u, &err), &err);
 }
 
 static int ps_facts(lua_State *L) {
-  struct mb_lua_ps *u = mb_check_ps(L);
+  struct mb_procstream *u = mb_check_ps(L);
   struct mb_ps_fact f[MB_PS_FACTS_MAX];
-  return mb_lua_push_facts(L, f, mb_procstream_take_facts(u->ps, f, MB_PS_FACTS_MAX));
+  return mb_lua_push_facts(L, f, mb_procstream_take_facts(u, f, MB_PS_FACTS_MAX));
 }
 
 static int ps_read(lua_State *L) {
-  struct mb_lua_ps *u = mb_check_ps(L);
+  struct mb_procstream *u = mb_check_ps(L);
   int k = mb_lua_check_stream(L, 2);
   size_t n;
-  const unsigned char *p = mb_procstream_peek(u->ps, k, &n);
+  const unsigned char *p = mb_procstream_peek(u, k, &n);
   if (n == 0) { lua_pushboolean(L, 0); return 1; }
   lua_pushlstring(L, (const char *)p, n);
-  mb_procstream_consume(u->ps, k, n);
+  mb_procstream_consume(u, k, n);
   return 1;
 }
 
 static int ps_discard(lua_State *L) {
-  struct mb_lua_ps *u = mb_check_ps(L);
-  mb_procstream_discard(u->ps, mb_lua_check_stream(L, 2));
+  struct mb_procstream *u = mb_check_ps(L);
+  mb_procstream_discard(u, mb_lua_check_stream(L, 2));
   return 0;
 }
 
 static int ps_gc(lua_State *L) {
-  struct mb_lua_ps *u = luaL_checkudata(L, 1, MB_PS_MT);
-  mb_procstream_free(u->ps);
-  u->ps = NULL;
+  mb_procstream_free(mb_lua_take_handle(L, 1, MB_PS_MT));
   return 0;
 }
 
@@ -203,7 +193,7 @@ static int ps_gc(lua_State *L) {
 /* The decoder of either object: a process stream's is its procstream. */
 static const struct mb_procstream *decoder_arg(lua_State *L) {
   const struct mb_procstream *d = mb_lua_pstream_decoder(L, 1);
-  return d ? d : mb_check_ps(L)->ps;
+  return d ? d : mb_check_ps(L);
 }
 
 int mb_lua_dec_read_from(lua_State *L) {

@@ -49,11 +49,17 @@ mb_sync_root *mb_lua_sync_root_of(lua_State *L, int i) {
   return r->r;
 }
 
-void *mb_lua_sync_child(lua_State *L, size_t size, int nuv, const char *mt) {
-  void *u = mb_lua_new_object(L, size, nuv, mt);
+void **mb_lua_sync_child(lua_State *L, int nuv, const char *mt) {
+  void **slot = mb_lua_new_handle(L, nuv, mt);
   lua_pushvalue(L, 1);
   lua_setiuservalue(L, -2, 1);
-  return u;
+  return slot;
+}
+
+void *mb_lua_sync_check(lua_State *L, int i, const char *mt, const char *what) {
+  void *p = mb_lua_check_handle(L, i, mt, what);
+  mb_lua_sync_root_of(L, i);
+  return p;
 }
 
 uint64_t mb_lua_sync_count(lua_State *L, int i, const char *what) {

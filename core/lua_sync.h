@@ -15,8 +15,10 @@ int mb_lua_sync_error(lua_State *L, const struct mb_error *e);
 mb_lua_sync_root *mb_lua_sync_check_root(lua_State *L, int i);
 /* The root the object at i keeps (user value 1), checked open. */
 mb_sync_root *mb_lua_sync_root_of(lua_State *L, int i);
-/* A new object of class mt (mb_lua_new_object) made by the root at argument 1, which it keeps. */
-void *mb_lua_sync_child(lua_State *L, size_t size, int nuv, const char *mt);
+/* A new handle of class mt (mb_lua_new_handle) made by the root at argument 1, which it keeps;
+ * check: the open handle at i (its pointer), its root checked open too. */
+void **mb_lua_sync_child(lua_State *L, int nuv, const char *mt);
+void *mb_lua_sync_check(lua_State *L, int i, const char *mt, const char *what);
 /* A count (budget, mode, limit): argument i, a non-negative integer. */
 uint64_t mb_lua_sync_count(lua_State *L, int i, const char *what);
 const char *mb_lua_sync_type_name(int t);                      /* "file", "directory", ... */

@@ -6,8 +6,6 @@
 
 #define SCAN_MT "moonbox.sync_scan"
 
-typedef struct { mb_sync_scan *s; } lscan;
-
 int mb_lua_sync_scan(lua_State *L) {
   mb_lua_sync_root *r = mb_lua_sync_check_root(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -17,64 +15,55 @@ int mb_lua_sync_scan(lua_State *L) {
   o.max_meta = (uint64_t)mb_lua_opt_int(L, 2, "sync", "maxMetaBytes", 64 << 20, 0, LUA_MAXINTEGER);
   o.gitignore = mb_lua_opt_bool(L, 2, "sync", "gitignore", 0);
   o.exclude = mb_lua_opt_str(L, 2, "sync", "exclude", &o.exclude_len); /* stays on the stack */
-  lscan *s = mb_lua_sync_child(L, sizeof *s, 1, SCAN_MT);
+  void **s = mb_lua_sync_child(L, 1, SCAN_MT);
   struct mb_error e = {0};
-  s->s = mb_sync_scan_new(r->r, &o, &e);
-  if (!s->s) return mb_lua_sync_error(L, &e);
+  *s = mb_sync_scan_new(r->r, &o, &e);
+  if (!*s) return mb_lua_sync_error(L, &e);
   return 1;
 }
 
-static lscan *check_scan(lua_State *L, int i) {
-  lscan *s = luaL_checkudata(L, i, SCAN_MT);
-  if (!s->s) luaL_error(L, "sync scan is closed");
-  mb_lua_sync_root_of(L, i);
-  return s;
-}
-
-mb_sync_scan *mb_lua_sync_check_scan(lua_State *L, int i) { return check_scan(L, i)->s; }
+mb_sync_scan *mb_lua_sync_check_scan(lua_State *L, int i) { return mb_lua_sync_check(L, i, SCAN_MT, "sync scan"); }
 
 static int scan_step(lua_State *L) {
-  lscan *s = check_scan(L, 1);
+  mb_sync_scan *s = mb_lua_sync_check_scan(L, 1);
   struct mb_error e = {0};
-  int rc = mb_sync_scan_step(s->s, (size_t)mb_lua_sync_count(L, 2, "budget"), &e);
+  int rc = mb_sync_scan_step(s, (size_t)mb_lua_sync_count(L, 2, "budget"), &e);
   if (rc < 0) return mb_lua_sync_error(L, &e);
   lua_pushboolean(L, rc == 1);
   return 1;
 }
 
 static int scan_count(lua_State *L) {
-  lua_pushinteger(L, (lua_Integer)mb_sync_scan_count(check_scan(L, 1)->s));
+  lua_pushinteger(L, (lua_Integer)mb_sync_scan_count(mb_lua_sync_check_scan(L, 1)));
   return 1;
 }
 
 static int scan_bytes(lua_State *L) {
-  lua_pushinteger(L, (lua_Integer)mb_sync_scan_bytes(check_scan(L, 1)->s));
+  lua_pushinteger(L, (lua_Integer)mb_sync_scan_bytes(mb_lua_sync_check_scan(L, 1)));
   return 1;
 }
 
 static int scan_excluded(lua_State *L) {
-  lua_pushinteger(L, (lua_Integer)mb_sync_scan_excluded(check_scan(L, 1)->s));
+  lua_pushinteger(L, (lua_Integer)mb_sync_scan_excluded(mb_lua_sync_check_scan(L, 1)));
   return 1;
 }
 
 static int scan_entries(lua_State *L) {
-  lscan *s = check_scan(L, 1);
-  lua_Integer n = (lua_Integer)mb_sync_scan_count(s->s);
+  mb_sync_scan *s = mb_lua_sync_check_scan(L, 1);
+  lua_Integer n = (lua_Integer)mb_sync_scan_count(s);
   lua_Integer first = luaL_optinteger(L, 2, 1), last = luaL_optinteger(L, 3, n);
   if (first < 1) first = 1;
   if (last > n) last = n;
   lua_createtable(L, last >= first ? (int)(last - first + 1) : 0, 0);
   for (lua_Integer i = first; i <= last; i++) {
-    mb_lua_sync_push_entry(L, mb_sync_scan_entry(s->s, (size_t)(i - 1)));
+    mb_lua_sync_push_entry(L, mb_sync_scan_entry(s, (size_t)(i - 1)));
     lua_rawseti(L, -2, i - first + 1);
   }
   return 1;
 }
 
 static int scan_gc(lua_State *L) {
-  lscan *s = luaL_checkudata(L, 1, SCAN_MT);
-  mb_sync_scan_free(s->s);
-  s->s = NULL;
+  mb_sync_scan_free(mb_lua_take_handle(L, 1, SCAN_MT));
   return 0;
 }
 

@@ -6,43 +6,36 @@
 
 #define UNPACK_MT "moonbox.sync_unpack"
 
-typedef struct { mb_unpack *u; } lunpack;
-
 int mb_lua_sync_unpack(lua_State *L) {
   mb_lua_sync_root *r = mb_lua_sync_check_root(L, 1);
   const char *archive = luaL_checkstring(L, 2), *stage = luaL_checkstring(L, 3);
   uint64_t max_entries = mb_lua_sync_count(L, 4, "maxFiles"), max_bytes = mb_lua_sync_count(L, 5, "maxBytes");
   const char *prefix = luaL_optstring(L, 6, "");
-  lunpack *u = mb_lua_sync_child(L, sizeof *u, 1, UNPACK_MT);
+  void **u = mb_lua_sync_child(L, 1, UNPACK_MT);
   struct mb_error e = {0};
-  u->u = mb_unpack_new(r->r, archive, stage, prefix, max_entries, max_bytes, &e);
-  if (!u->u) return mb_lua_sync_error(L, &e);
+  *u = mb_unpack_new(r->r, archive, stage, prefix, max_entries, max_bytes, &e);
+  if (!*u) return mb_lua_sync_error(L, &e);
   return 1;
 }
 
-static lunpack *check_unpack(lua_State *L) {
-  lunpack *u = luaL_checkudata(L, 1, UNPACK_MT);
-  if (!u->u) luaL_error(L, "sync unpack is closed");
-  mb_lua_sync_root_of(L, 1);
-  return u;
-}
+static mb_unpack *check_unpack(lua_State *L) { return mb_lua_sync_check(L, 1, UNPACK_MT, "sync unpack"); }
 
 static int unpack_step(lua_State *L) {
-  lunpack *u = check_unpack(L);
+  mb_unpack *u = check_unpack(L);
   struct mb_error e = {0};
-  int rc = mb_unpack_step(u->u, (size_t)mb_lua_sync_count(L, 2, "budget"), &e);
+  int rc = mb_unpack_step(u, (size_t)mb_lua_sync_count(L, 2, "budget"), &e);
   if (rc < 0) return mb_lua_sync_error(L, &e);
   lua_pushboolean(L, rc == 1);
   return 1;
 }
 
 static int unpack_items(lua_State *L) {
-  lunpack *u = check_unpack(L);
-  lua_Integer n = (lua_Integer)mb_unpack_count(u->u), first = luaL_optinteger(L, 2, 1);
+  mb_unpack *u = check_unpack(L);
+  lua_Integer n = (lua_Integer)mb_unpack_count(u), first = luaL_optinteger(L, 2, 1);
   if (first < 1) first = 1;
   lua_createtable(L, n >= first ? (int)(n - first + 1) : 0, 0);
   for (lua_Integer i = first; i <= n; i++) {
-    const struct mb_unpack_item *it = mb_unpack_item(u->u, (size_t)(i - 1));
+    const struct mb_unpack_item *it = mb_unpack_item(u, (size_t)(i - 1));
     lua_createtable(L, 0, 9);
     mb_lua_set_str(L, "path", it->path);
     mb_lua_set_str(L, "type", mb_lua_sync_type_name(it->type));
@@ -63,9 +56,7 @@ static int unpack_items(lua_State *L) {
 }
 
 static int unpack_close(lua_State *L) {
-  lunpack *u = luaL_checkudata(L, 1, UNPACK_MT);
-  mb_unpack_free(u->u);
-  u->u = NULL;
+  mb_unpack_free(mb_lua_take_handle(L, 1, UNPACK_MT));
   return 0;
 }
 

@@ -69,3 +69,22 @@ int mb_lua_push_result(lua_State *L, int failed, const struct mb_error *e) {
   lua_pushboolean(L, 1);
   return 1;
 }
+
+void **mb_lua_new_handle(lua_State *L, int nuv, const char *mt) {
+  void **slot = mb_lua_new_object(L, sizeof *slot, nuv, mt);
+  *slot = NULL;
+  return slot;
+}
+
+void *mb_lua_check_handle(lua_State *L, int idx, const char *mt, const char *what) {
+  void **slot = luaL_checkudata(L, idx, mt);
+  if (!*slot) luaL_error(L, "%s is closed", what);
+  return *slot;
+}
+
+void *mb_lua_take_handle(lua_State *L, int idx, const char *mt) {
+  void **slot = luaL_checkudata(L, idx, mt);
+  void *p = *slot;
+  *slot = NULL;
+  return p;
+}
