@@ -1,5 +1,6 @@
-/* lua_codec.c — moonbox.core codec functions: Connect envelopes, mbwrap frames, base64, sha256,
- * v1 signatures, Connect/HTTP code mapping. Operational failures return nil, err where err is
+/* lua_codec.c — moonbox.core codec functions: Connect envelopes, base64, sha256, v1
+ * signatures, Connect/HTTP code mapping (the decoders are classes of their own: lua_envdec.c,
+ * lua_framedec.c). Operational failures return nil, err where err is
  * {code=, message=} with __tostring; bad arguments raise. */
 #include "b64.h"
 #include "connect.h"
@@ -8,16 +9,12 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MB_ENVDEC_MT "moonbox.envelope_decoder"
-#define MB_FRAMEDEC_MT "moonbox.frame_decoder"
-
 /* ---- envelopes ---- */
 
 static int l_envelope(lua_State *L) {
-  lua_Integer flags = luaL_checkinteger(L, 1);
+  lua_Integer flags = mb_lua_check_int(L, 1, "envelope", "flags", 0, 255);
   size_t len;
   const char *payload = luaL_checklstring(L, 2, &len);
-  luaL_argcheck(L, flags >= 0 && flags <= 255, 1, "flags must be 0..255");
   unsigned char hdr[MB_ENVELOPE_HDR];
   if (mb_envelope_header(hdr, (uint8_t)flags, len))
     return mb_lua_push_error(L, mb_errcode(MB_E_TOO_LARGE), "envelope payload exceeds 4 GiB");
@@ -27,171 +24,6 @@ static int l_envelope(lua_State *L) {
   luaL_addlstring(&b, payload, len);
   luaL_pushresult(&b);
   return 1;
-}
-
-struct mb_lua_envdec { struct mb_envelope_decoder *d; };
-
-static struct mb_envelope_decoder *mb_check_envdec(lua_State *L) {
-  struct mb_lua_envdec *u = luaL_checkudata(L, 1, MB_ENVDEC_MT);
-  if (!u->d) luaL_error(L, "envelope decoder is closed");
-  return u->d;
-}
-
-static lua_Integer mb_check_limit(lua_State *L, int arg) {
-  lua_Integer n = luaL_checkinteger(L, arg);
-  luaL_argcheck(L, n >= 1 && (lua_Unsigned)n <= SIZE_MAX, arg, "limit must be a positive integer");
-  return n;
-}
-
-static int l_envelope_decoder(lua_State *L) {
-  lua_Integer max = mb_check_limit(L, 1);
-  luaL_argcheck(L, max <= (lua_Integer)UINT32_MAX, 1, "max_message must be <= 4294967295");
-  struct mb_lua_envdec *u = lua_newuserdatauv(L, sizeof *u, 0);
-  u->d = NULL;
-  luaL_setmetatable(L, MB_ENVDEC_MT);
-  u->d = mb_envelope_decoder_new((size_t)max);
-  if (!u->d) return luaL_error(L, "out of memory");
-  return 1;
-}
-
-/* Pushes {name = {values...}} for end-stream metadata. */
-static void mb_push_metadata(lua_State *L, json_t *md) {
-  lua_createtable(L, 0, md ? (int)json_object_size(md) : 0);
-  if (!md) return;
-  const char *k;
-  json_t *v;
-  json_object_foreach(md, k, v) {
-    lua_createtable(L, (int)json_array_size(v), 0);
-    size_t i;
-    json_t *s;
-    json_array_foreach(v, i, s) {
-      lua_pushlstring(L, json_string_value(s), json_string_length(s));
-      lua_rawseti(L, -2, (lua_Integer)i + 1);
-    }
-    lua_setfield(L, -2, k);
-  }
-}
-
-/* Callback: appends one message table to the list at the top of the stack. */
-static int mb_env_to_lua(void *ud, const struct mb_envelope *e) {
-  lua_State *L = ud;
-  lua_createtable(L, 0, 5);
-  lua_pushinteger(L, e->flags);
-  lua_setfield(L, -2, "flags");
-  lua_pushlstring(L, (const char *)e->data, e->len);
-  lua_setfield(L, -2, "data");
-  lua_pushboolean(L, e->end_stream);
-  lua_setfield(L, -2, "end_stream");
-  if (e->end_stream) {
-    if (e->has_error) {
-      lua_createtable(L, 0, 2);
-      lua_pushstring(L, mb_connect_code_string(e->error.code));
-      lua_setfield(L, -2, "code");
-      lua_pushstring(L, e->error.message);
-      lua_setfield(L, -2, "message");
-      lua_setfield(L, -2, "error");
-    }
-    mb_push_metadata(L, e->metadata);
-    lua_setfield(L, -2, "metadata");
-  }
-  lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
-  return 0;
-}
-
-static int l_envdec_push(lua_State *L) {
-  struct mb_envelope_decoder *d = mb_check_envdec(L);
-  size_t len;
-  const char *s = luaL_checklstring(L, 2, &len);
-  lua_newtable(L);
-  struct mb_error err;
-  if (mb_envelope_decoder_push(d, s, len, mb_env_to_lua, L, &err)) return mb_lua_push_mberror(L, &err);
-  return 1;
-}
-
-static int l_envdec_finish(lua_State *L) {
-  struct mb_envelope_decoder *d = mb_check_envdec(L);
-  struct mb_error err;
-  if (mb_envelope_decoder_finish(d, &err)) return mb_lua_push_mberror(L, &err);
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-static int l_envdec_gc(lua_State *L) {
-  struct mb_lua_envdec *u = luaL_checkudata(L, 1, MB_ENVDEC_MT);
-  mb_envelope_decoder_free(u->d);
-  u->d = NULL;
-  return 0;
-}
-
-/* ---- frames ---- */
-
-struct mb_lua_framedec { struct mb_frame_decoder *d; };
-
-static struct mb_frame_decoder *mb_check_framedec(lua_State *L) {
-  struct mb_lua_framedec *u = luaL_checkudata(L, 1, MB_FRAMEDEC_MT);
-  if (!u->d) luaL_error(L, "frame decoder is closed");
-  return u->d;
-}
-
-static int l_frame_decoder(lua_State *L) {
-  lua_Integer max = mb_check_limit(L, 1);
-  struct mb_lua_framedec *u = lua_newuserdatauv(L, sizeof *u, 0);
-  u->d = NULL;
-  luaL_setmetatable(L, MB_FRAMEDEC_MT);
-  u->d = mb_frame_decoder_new((size_t)max);
-  if (!u->d) return luaL_error(L, "out of memory");
-  return 1;
-}
-
-static int mb_frame_to_lua(void *ud, const struct mb_frame *f) {
-  lua_State *L = ud;
-  lua_createtable(L, 0, 3);
-  lua_pushstring(L, mb_frame_kind_name(f->kind));
-  lua_setfield(L, -2, "kind");
-  switch (f->kind) {
-  case MB_FRAME_STDOUT: case MB_FRAME_STDERR:
-    lua_pushlstring(L, (const char *)f->data, f->len);
-    lua_setfield(L, -2, "data");
-    break;
-  case MB_FRAME_PGID: case MB_FRAME_EXIT: case MB_FRAME_SIGNAL:
-    lua_pushinteger(L, f->value);
-    lua_setfield(L, -2, "value");
-    break;
-  case MB_FRAME_SPAWN_ERROR:
-    lua_pushinteger(L, f->value);
-    lua_setfield(L, -2, "errno");
-    lua_pushlstring(L, (const char *)f->data, f->len);
-    lua_setfield(L, -2, "message");
-    break;
-  default: break;
-  }
-  lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
-  return 0;
-}
-
-static int l_framedec_push(lua_State *L) {
-  struct mb_frame_decoder *d = mb_check_framedec(L);
-  size_t len;
-  const char *s = luaL_checklstring(L, 2, &len);
-  lua_newtable(L);
-  struct mb_error err;
-  if (mb_frame_decoder_push(d, s, len, mb_frame_to_lua, L, &err)) return mb_lua_push_mberror(L, &err);
-  return 1;
-}
-
-static int l_framedec_finish(lua_State *L) {
-  struct mb_frame_decoder *d = mb_check_framedec(L);
-  struct mb_error err;
-  if (mb_frame_decoder_finish(d, &err)) return mb_lua_push_mberror(L, &err);
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-static int l_framedec_gc(lua_State *L) {
-  struct mb_lua_framedec *u = luaL_checkudata(L, 1, MB_FRAMEDEC_MT);
-  mb_frame_decoder_free(u->d);
-  u->d = NULL;
-  return 0;
 }
 
 /* ---- base64, sha256, signatures ---- */
@@ -262,20 +94,9 @@ static int l_http_status_for_connect(lua_State *L) {
   return 1;
 }
 
-static const luaL_Reg mb_envdec_methods[] = {
-  {"push", l_envdec_push}, {"finish", l_envdec_finish}, {NULL, NULL}};
-static const luaL_Reg mb_framedec_methods[] = {
-  {"push", l_framedec_push}, {"finish", l_framedec_finish}, {NULL, NULL}};
-
 void mb_lua_open_codec(lua_State *L) {
-  static const luaL_Reg envdec_meta[] = {{"__gc", l_envdec_gc}, {NULL, NULL}};
-  static const luaL_Reg framedec_meta[] = {{"__gc", l_framedec_gc}, {NULL, NULL}};
-  mb_lua_new_class(L, MB_ENVDEC_MT, mb_envdec_methods, envdec_meta);
-  mb_lua_new_class(L, MB_FRAMEDEC_MT, mb_framedec_methods, framedec_meta);
   static const luaL_Reg fns[] = {
     {"envelope", l_envelope},
-    {"envelope_decoder", l_envelope_decoder},
-    {"frame_decoder", l_frame_decoder},
     {"b64encode", l_b64encode},
     {"b64decode", l_b64decode},
     {"sha256_hex", l_sha256_hex},

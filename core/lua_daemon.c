@@ -30,9 +30,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MB_DAEMON_MAX_ARGS 256
-#define MB_DAEMON_MAX_FDS 8
-#define MB_DAEMON_MAX_ENV 4096
 
 extern char **environ;
 
@@ -71,7 +68,7 @@ static void become(char *const *argv, char *const *envp, int nullfd, int logfd, 
   /* everything moved above the slots first, so that placing one never clobbers another */
   int rp = fcntl(report, F_DUPFD_CLOEXEC, base);
   int hn = fcntl(nullfd, F_DUPFD_CLOEXEC, base), hl = fcntl(logfd, F_DUPFD_CLOEXEC, base);
-  int hf[MB_DAEMON_MAX_FDS];
+  int hf[MB_LUA_MAX_FDS];
   int bad = rp < 0 || hn < 0 || hl < 0;
   for (int i = 0; i < nfds && !bad; i++) bad = (hf[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, base)) < 0;
   if (!bad) bad = dup2(hn, 0) < 0 || dup2(hl, 1) < 0 || dup2(hl, 2) < 0;
@@ -97,56 +94,14 @@ static void become(char *const *argv, char *const *envp, int nullfd, int logfd, 
 
 static int l_daemon(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  /* argv */
-  lua_getfield(L, 1, "argv");
-  luaL_argcheck(L, lua_istable(L, -1), 1, "argv must be a table");
-  int argc = (int)luaL_len(L, -1);
-  luaL_argcheck(L, argc >= 1 && argc < MB_DAEMON_MAX_ARGS, 1, "argv: 1 to 255 strings");
-  char **argv = lua_newuserdatauv(L, sizeof(char *) * (size_t)(argc + 1), 0);
-  for (int i = 0; i < argc; i++) {                /* the table on the stack keeps the strings */
-    luaL_argcheck(L, lua_geti(L, -2, i + 1) == LUA_TSTRING, 1, "argv: strings");
-    argv[i] = (char *)lua_tostring(L, -1);
-    lua_pop(L, 1);
-  }
-  argv[argc] = NULL;
-  luaL_argcheck(L, argv[0][0] == '/', 1, "argv[1] must be an absolute path");
-  /* descriptors */
-  int fds[MB_DAEMON_MAX_FDS], nfds = 0;
-  lua_getfield(L, 1, "fds");
-  if (!lua_isnil(L, -1)) {
-    luaL_argcheck(L, lua_istable(L, -1), 1, "fds must be a table");
-    nfds = (int)luaL_len(L, -1);
-    luaL_argcheck(L, nfds <= MB_DAEMON_MAX_FDS, 1, "fds: at most 8");
-    for (int i = 0; i < nfds; i++) {
-      lua_geti(L, -1, i + 1);
-      lua_Integer fd = luaL_checkinteger(L, -1);
-      luaL_argcheck(L, fd >= 0 && fd <= INT_MAX, 1, "fds: descriptors");
-      fds[i] = (int)fd;
-      lua_pop(L, 1);
-    }
-  }
-  lua_pop(L, 1);
-  /* environment: NAME=value strings */
-  char **envp = environ;
-  lua_getfield(L, 1, "env");
-  if (!lua_isnil(L, -1)) {
-    luaL_argcheck(L, lua_istable(L, -1), 1, "env must be a table");
-    int envt = lua_gettop(L), n = 0;
-    lua_newtable(L);                               /* the strings, kept alive */
-    int keep = lua_gettop(L);
-    envp = lua_newuserdatauv(L, sizeof(char *) * (MB_DAEMON_MAX_ENV + 1), 0);
-    lua_pushnil(L);
-    while (lua_next(L, envt)) {
-      if (lua_type(L, -2) == LUA_TSTRING && lua_type(L, -1) == LUA_TSTRING && n < MB_DAEMON_MAX_ENV) {
-        envp[n] = (char *)lua_pushfstring(L, "%s=%s", lua_tostring(L, -2), lua_tostring(L, -1));
-        lua_rawseti(L, keep, ++n);
-      }
-      lua_pop(L, 1);
-    }
-    envp[n] = NULL;
-  }
-  lua_getfield(L, 1, "log");
-  const char *log = luaL_checkstring(L, -1);
+  char **argv = mb_lua_argv(L, 1, "daemon");
+  if (argv[0][0] != '/') return luaL_error(L, "daemon: argv[1] must be an absolute path");
+  int fds[MB_LUA_MAX_FDS];
+  int nfds = (int)mb_lua_opt_fds(L, 1, "daemon", "fds", fds);
+  char **envp = mb_lua_env(L, 1, "daemon"); /* NAME=value strings; default ours */
+  if (!envp) envp = environ;
+  const char *log = mb_lua_opt_str(L, 1, "daemon", "log", NULL);
+  if (!log) return luaL_error(L, "daemon: log is required");
   int logfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (logfd < 0) return push_errno(L, "log", log, errno);
   int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -256,8 +211,7 @@ static int l_write_private(lua_State *L) {
 static int l_kill(lua_State *L) {
   static const char *const names[] = {"SIGTERM", "SIGKILL", "SIGINT", "SIGHUP", "0", NULL};
   static const int nums[] = {SIGTERM, SIGKILL, SIGINT, SIGHUP, 0};
-  lua_Integer pid = luaL_checkinteger(L, 1);
-  luaL_argcheck(L, pid > 0 && pid <= INT_MAX, 1, "a process id");
+  lua_Integer pid = mb_lua_check_int(L, 1, "kill", "pid", 1, INT_MAX);
   int s = luaL_checkoption(L, 2, NULL, names);
   if (kill((pid_t)pid, nums[s]) != 0) {
     int e = errno;

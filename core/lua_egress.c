@@ -114,9 +114,7 @@ static int l_parse(lua_State *L) {
     snprintf(msg, sizeof msg, "unblock: at most %d ranges", EGRESS_MAX_UNBLOCK);
     return push_parse_error(L, msg, NULL, 0, NULL);
   }
-  lrules *r = lua_newuserdatauv(L, sizeof *r, 0);
-  memset(r, 0, sizeof *r);
-  luaL_setmetatable(L, MB_EGRESS_MT);
+  lrules *r = mb_lua_new_object(L, sizeof *r, 0, MB_EGRESS_MT);
   char err[512];
   for (size_t i = 0; i < nu; i++) {
     if (egress_site_unblock(&r->site, unblock[i], err, sizeof err) != 0) {

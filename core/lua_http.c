@@ -32,83 +32,53 @@ static lreq *check_req(lua_State *L) {
   return q;
 }
 
-static lua_Integer opt_int(lua_State *L, int t, const char *k, lua_Integer def) {
-  lua_getfield(L, t, k);
-  lua_Integer v = def;
-  if (!lua_isnil(L, -1)) {
-    int ok;
-    v = lua_tointegerx(L, -1, &ok);
-    if (!ok || v < 0) luaL_error(L, "http: %s must be a non-negative integer", k);
-  }
-  lua_pop(L, 1);
-  return v;
-}
-
-/* Leaves the string on the stack (its pointer stays valid) or returns NULL (nothing pushed). */
-static const char *opt_str(lua_State *L, int t, const char *k, size_t *len) {
-  lua_getfield(L, t, k);
-  if (lua_isnil(L, -1)) { lua_pop(L, 1); return NULL; }
-  if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "http: %s must be a string", k);
-  return lua_tolstring(L, -1, len);
-}
-
 /* See lua_moonbox.h. Strings pushed here stay on the stack until the caller pops them. */
 int mb_lua_http_opts(lua_State *L, int t, mb_http_opts *o, struct mb_lua_http_bufs *b) {
   memset(o, 0, sizeof *o);
   o->body_fd = -1;
-  o->url = opt_str(L, t, "url", NULL);
+  o->url = mb_lua_opt_str(L, t, "http", "url", NULL);
   if (!o->url) return luaL_error(L, "http: url is required");
-  o->method = opt_str(L, t, "method", NULL);
+  o->method = mb_lua_opt_str(L, t, "http", "method", NULL);
   lua_getfield(L, t, "body");
   int bt = lua_type(L, -1);
   if (bt == LUA_TSTRING) {
     o->body = lua_tolstring(L, -1, &o->body_len);  /* stays on the stack */
   } else if (bt == LUA_TTABLE) {
     /* pieces sent as they are, not joined or copied: the caller anchors the table */
-    lua_Integer n = luaL_len(L, -1);
-    if (n < 0 || n > MB_LUA_HTTP_MAX_PARTS) return luaL_error(L, "http: body may have at most %d pieces", MB_LUA_HTTP_MAX_PARTS);
-    for (lua_Integer i = 1; i <= n; i++) {
-      lua_rawgeti(L, -1, i);
-      if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "http: body[%d] must be a string", (int)i);
-      b->parts[i - 1].p = lua_tolstring(L, -1, &b->parts[i - 1].len);
-      lua_pop(L, 1);
+    char *p[MB_LUA_HTTP_MAX_PARTS + 1];
+    size_t lens[MB_LUA_HTTP_MAX_PARTS + 1];
+    size_t n = mb_lua_check_strings(L, -1, "http", "body", 0, MB_LUA_HTTP_MAX_PARTS, p, lens);
+    for (size_t i = 0; i < n; i++) {
+      b->parts[i].p = p[i];
+      b->parts[i].len = lens[i];
     }
     o->body_parts = b->parts;
-    o->n_body_parts = (size_t)n;
+    o->n_body_parts = n;
     b->body_table = 1;
   } else if (bt != LUA_TNIL) {
     return luaL_error(L, "http: body must be a string or a list of strings");
   } else {
     lua_pop(L, 1);
   }
-  lua_getfield(L, t, "stream");
-  o->stream = lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  o->max_bytes = (size_t)opt_int(L, t, "max_bytes", 0);
-  o->high_water = (size_t)opt_int(L, t, "buffer_bytes", 0);
-  o->timeout_ms = (long)opt_int(L, t, "timeout_ms", 0);
-  o->connect_timeout_ms = (long)opt_int(L, t, "connect_timeout_ms", 0);
-  o->idle_timeout_ms = (long)opt_int(L, t, "idle_timeout_ms", 0);
-  o->ca_file = opt_str(L, t, "ca_file", NULL);
-  lua_getfield(L, t, "connect_to");
+  o->stream = mb_lua_opt_bool(L, t, "http", "stream", 0);
+  o->max_bytes = (size_t)mb_lua_opt_int(L, t, "http", "max_bytes", 0, 0, LUA_MAXINTEGER);
+  o->high_water = (size_t)mb_lua_opt_int(L, t, "http", "buffer_bytes", 0, 0, LUA_MAXINTEGER);
+  o->timeout_ms = (long)mb_lua_opt_int(L, t, "http", "timeout_ms", 0, 0, LUA_MAXINTEGER);
+  o->connect_timeout_ms = (long)mb_lua_opt_int(L, t, "http", "connect_timeout_ms", 0, 0, LUA_MAXINTEGER);
+  o->idle_timeout_ms = (long)mb_lua_opt_int(L, t, "http", "idle_timeout_ms", 0, 0, LUA_MAXINTEGER);
+  o->ca_file = mb_lua_opt_str(L, t, "http", "ca_file", NULL);
+  lua_getfield(L, t, "connect_to");   /* the list (kept on the stack) anchors its strings */
   if (!lua_isnil(L, -1)) {
-    if (!lua_istable(L, -1)) return luaL_error(L, "http: connect_to must be a list of HOST:PORT:TO-HOST:TO-PORT strings");
-    lua_Integer n = luaL_len(L, -1);
-    if (n < 0 || n > MB_HTTP_MAX_CONNECT_TO) return luaL_error(L, "http: connect_to may have at most %d entries", MB_HTTP_MAX_CONNECT_TO);
-    for (lua_Integer i = 1; i <= n; i++) {
-      lua_rawgeti(L, -1, i);
-      const char *v = lua_tostring(L, -1);
+    size_t n = mb_lua_check_strings(L, -1, "http", "connect_to", 0, MB_HTTP_MAX_CONNECT_TO, b->connect_to, NULL);
+    for (size_t i = 0; i < n; i++) {
+      const char *v = b->connect_to[i];
       int colons = 0;
-      for (const char *c = v; c && *c; c++) colons += *c == ':';
-      if (lua_type(L, -1) != LUA_TSTRING || colons < 3 || strpbrk(v, "\r\n"))
-        return luaL_error(L, "http: connect_to[%d] must be HOST:PORT:TO-HOST:TO-PORT", (int)i);
-      b->connect_to[i - 1] = v;
-      lua_pop(L, 1);                       /* the list (kept on the stack) anchors the string */
+      for (const char *c = v; *c; c++) colons += *c == ':';
+      if (colons < 3 || strpbrk(v, "\r\n"))
+        return luaL_error(L, "http: connect_to[%d] must be HOST:PORT:TO-HOST:TO-PORT", (int)i + 1);
     }
-    o->connect_to = b->connect_to;
-    o->n_connect_to = (size_t)n;
-  } else {
-    lua_pop(L, 1);
+    o->connect_to = (const char *const *)b->connect_to;
+    o->n_connect_to = n;
   }
 
   lua_getfield(L, t, "headers");
@@ -133,8 +103,8 @@ int mb_lua_http_opts(lua_State *L, int t, mb_http_opts *o, struct mb_lua_http_bu
   }
   o->headers = b->lines;
 
-  const char *file = opt_str(L, t, "body_file", NULL);
-  lua_Integer fd = opt_int(L, t, "body_fd", -1);
+  const char *file = mb_lua_opt_str(L, t, "http", "body_file", NULL);
+  lua_Integer fd = mb_lua_opt_int(L, t, "http", "body_fd", -1, 0, 0x7fffffff);
   lua_getfield(L, t, "body_source");
   int has_source = !lua_isnil(L, -1);
   if (has_source) {
@@ -157,7 +127,6 @@ int mb_lua_http_opts(lua_State *L, int t, mb_http_opts *o, struct mb_lua_http_bu
     o->body_fd = f;
     o->own_body_fd = 1;
   } else if (fd >= 0) {
-    if (fd > 0x7fffffff) return luaL_error(L, "http: body_fd out of range");
     o->body_fd = (int)fd;
   }
   return 0;
@@ -172,11 +141,9 @@ static int l_request(lua_State *L) {
   luaL_checktype(L, 2, LUA_TFUNCTION);
   int stream_arg = lua_isnoneornil(L, 3) ? -1 : lua_toboolean(L, 3);   /* before anything is pushed */
   mb_lua_host *h = mb_lua_host_of(L);
-  lreq *q = lua_newuserdatauv(L, sizeof *q, 1);
-  memset(q, 0, sizeof *q);
+  lreq *q = mb_lua_new_object(L, sizeof *q, 1, MB_HTTP_MT);
   q->h = h;
   q->cb_ref = LUA_NOREF;
-  luaL_setmetatable(L, MB_HTTP_MT);
   int qi = lua_gettop(L);
   mb_http_opts o;
   q->bufs.source_ok = 1;

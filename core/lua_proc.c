@@ -11,8 +11,6 @@
 #include <string.h>
 
 #define MB_PROC_MT "moonbox.process"
-#define MB_PROC_MAX_ARGS 4096
-#define MB_PROC_MAX_INHERIT 8
 
 typedef struct lproc lproc;
 
@@ -115,80 +113,27 @@ static int l_spawn(lua_State *L) {
   mb_lua_host *h = mb_lua_host_of(L);
   uv_loop_t *uv = mb_loop_uv(mb_lua_host_loop(h));
 
-  lua_getfield(L, 1, "argv");
-  if (!lua_istable(L, -1)) return luaL_error(L, "spawn: argv must be a list of strings");
-  int argt = lua_gettop(L);
-  lua_Integer argc = luaL_len(L, argt);
-  if (argc < 1 || argc > MB_PROC_MAX_ARGS) return luaL_error(L, "spawn: argv needs 1..%d entries", MB_PROC_MAX_ARGS);
-  /* Pointer arrays live in a userdata so a raise cannot leak them. */
-  char **args = lua_newuserdatauv(L, sizeof(char *) * (size_t)(argc + 1), 0);
-  for (lua_Integer i = 1; i <= argc; i++) {
-    lua_rawgeti(L, argt, i);
-    if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "spawn: argv[%d] must be a string", (int)i);
-    args[i - 1] = (char *)lua_tostring(L, -1); /* stays alive: the argv table holds it */
-    lua_pop(L, 1);
-  }
-  args[argc] = NULL;
+  char **args = mb_lua_argv(L, 1, "spawn");
+  char **env = mb_lua_env(L, 1, "spawn");
+  const char *cwd = mb_lua_opt_str(L, 1, "spawn", "cwd", NULL);
+  size_t maxbuf = (size_t)mb_lua_opt_int(L, 1, "spawn", "max_buffer", 1 << 20, 1, LUA_MAXINTEGER);
+  int fds[MB_LUA_MAX_FDS];
+  size_t nfds = mb_lua_opt_fds(L, 1, "spawn", "inherit_fds", fds);
 
-  char **env = NULL;
-  lua_getfield(L, 1, "env");
-  if (!lua_isnil(L, -1)) {
-    if (!lua_istable(L, -1)) return luaL_error(L, "spawn: env must be a table name → value");
-    int et = lua_gettop(L);
-    size_t n = 0;
-    lua_pushnil(L);
-    while (lua_next(L, et)) { n++; lua_pop(L, 1); }
-    if (n > 65536) return luaL_error(L, "spawn: env too large");
-    env = lua_newuserdatauv(L, sizeof(char *) * (n + 1), 0);
-    lua_newtable(L); /* anchors the "K=V" strings */
-    int anchor = lua_gettop(L);
-    size_t i = 0;
-    lua_pushnil(L);
-    while (lua_next(L, et)) {
-      if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
-        return luaL_error(L, "spawn: env entries must be strings");
-      const char *kv = lua_pushfstring(L, "%s=%s", lua_tostring(L, -2), lua_tostring(L, -1));
-      env[i++] = (char *)kv;
-      lua_rawseti(L, anchor, (lua_Integer)i);
-      lua_pop(L, 1);
-    }
-    env[i] = NULL;
-  }
-  lua_getfield(L, 1, "cwd");
-  const char *cwd = lua_isnil(L, -1) ? NULL : luaL_checkstring(L, -1);
-  lua_Integer maxbuf = 1 << 20;
-  lua_getfield(L, 1, "max_buffer");
-  if (!lua_isnil(L, -1)) maxbuf = luaL_checkinteger(L, -1);
-  if (maxbuf < 1) return luaL_error(L, "spawn: max_buffer must be > 0");
-
-  lproc *p = lua_newuserdatauv(L, sizeof *p, 0);
-  memset(p, 0, sizeof *p);
+  lproc *p = mb_lua_new_object(L, sizeof *p, 0, MB_PROC_MT);
   p->h = h;
   p->cb_ref = LUA_NOREF;
   p->pend.fire = fire;
-  luaL_setmetatable(L, MB_PROC_MT);
   int pidx = lua_gettop(L);
 
   /* inherit_fds = {fd, ...}: the child gets them as its descriptors 3, 4, ... */
-  uv_stdio_container_t stdio[3 + MB_PROC_MAX_INHERIT];
+  uv_stdio_container_t stdio[3 + MB_LUA_MAX_FDS];
   int nstdio = 3;
-  lua_getfield(L, 1, "inherit_fds");
-  if (!lua_isnil(L, -1)) {
-    if (!lua_istable(L, -1)) return luaL_error(L, "spawn: inherit_fds must be a list of descriptors");
-    lua_Integer n = luaL_len(L, -1);
-    if (n > MB_PROC_MAX_INHERIT) return luaL_error(L, "spawn: at most %d inherit_fds", MB_PROC_MAX_INHERIT);
-    for (lua_Integer i = 1; i <= n; i++) {
-      lua_rawgeti(L, -1, i);
-      int ok;
-      lua_Integer fd = lua_tointegerx(L, -1, &ok);
-      if (!ok || fd < 0 || fd > 0x7fffffff) return luaL_error(L, "spawn: inherit_fds[%d] must be a descriptor", (int)i);
-      lua_pop(L, 1);
-      stdio[nstdio].flags = UV_INHERIT_FD;
-      stdio[nstdio].data.fd = (int)fd;
-      nstdio++;
-    }
+  for (size_t i = 0; i < nfds; i++) {
+    stdio[nstdio].flags = UV_INHERIT_FD;
+    stdio[nstdio].data.fd = fds[i];
+    nstdio++;
   }
-  lua_pop(L, 1);
   stdio[0].flags = UV_IGNORE;
   for (int k = 0; k < 2; k++) {
     lpipe *pp = calloc(1, sizeof *pp);
@@ -196,7 +141,7 @@ static int l_spawn(lua_State *L) {
     uv_pipe_init(uv, &pp->pipe, 0);
     pp->open = 1;
     pp->owner = p;
-    pp->max = (size_t)maxbuf;
+    pp->max = maxbuf;
     p->out[k] = pp;
     stdio[k + 1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
     stdio[k + 1].data.stream = (uv_stream_t *)&pp->pipe;

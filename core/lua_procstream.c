@@ -1,83 +1,34 @@
-/* lua_procstream.c — process streams decoded in C: the loop-driven stream of a running process
- * (core.pstream, pstream.h) and the bare decoder (core.procstream, procstream.h) that specs and
- * scripted fakes feed by hand. Both hand out the same facts.
+/* lua_procstream.c — the bare process-stream decoder (class `moonbox.procstream`, procstream.h)
+ * that specs and scripted fakes feed by hand, and what it shares with the loop-driven stream of
+ * lua_pstream.c (`moonbox.pstream`): the stream names, the sink specs, the facts as Lua tables
+ * and the decoder's methods (read_from, total, diag), all declared in lua_moonbox.h.
  *
- *   local s = core.pstream(http_opts, cfg, on_change)  → stream | nil, err
- *     http_opts: as core.http_request (url, headers, body, timeouts...); cfg: { max_message=,
- *     max_line=, raw = bool, high_water=, stdout = sink, stderr = sink } with sink one of
- *     "discard" | "pipe" | { tail = maxBytes } | { fd = n }. on_change() is called (no
- *     arguments, protected, never inside libcurl) when facts arrive, when a stream a reader
- *     asked for (s:want) has bytes or ended, and when the stream closes.
- *   s:facts()          → list of facts not taken yet (possibly empty)
- *   s:closed()         → false | true (complete) | true, err (how it failed)
- *   s:status()         → HTTP status | nil (no headers yet);  s:error_body() → bytes
- *   s:read(stream [, max]) → bytes | nil (end of the stream) | false (nothing yet: s:want it)
- *   s:want(stream);  s:discard(stream);  s:seal(stream) (takes no more, keeps what it holds);
- *   s:cancel();  s:close() (frees; also __gc/__close)
- *   s:read_from(stream, offset) → text, next_offset, lossy;  s:total(stream);  s:diag()
- *   s:info() → { received=, pauses=, max_buffered=, paused= }
- *
- *   local s = core.pstream_spawn({ argv=, env=, cwd=, stdin_pipe=, stdin_inherit=, pty=, rows=, cols= }, cfg, fn)
- *     (stdin_inherit: the process reads this process's own stdin, e.g. a `cat` that turns it into
- *     a stream a task reads without blocking the loop)
- *     the same object for a process on this host (its stdout an mbwrap frame stream, or with
- *     cfg.raw / pty plain bytes); also s:pid(), s:kill(sig), s:write(data [, max_pending]),
- *     s:write_pending(), s:want_write() (notify once written), s:close_input(), s:resize(r, c)
- *
- *   cfg.proto: the stream is envd's binary codec (application/connect+proto).
- *
- *   local d = core.procstream{ max_message=, max_line=, raw=, proto=, stdout = sink, stderr = sink }
+ *   local d = core.procstream{ max_message=, max_line=, queue_max=, raw=, proto=, stdout = sink, stderr = sink }
  *     (sinks "discard" | "queue" | { tail = n }) d:push(chunk) → true | nil, err;
- *     d:finish() → true | nil, err; d:facts(); d:read(stream) → bytes | false; d:discard;
- *     d:read_from; d:total; d:diag — the same meanings.
+ *     d:finish() → true | nil, err; d:facts(); d:read(stream) → bytes | false; d:discard(stream);
+ *     d:read_from(stream, offset) → text, next_offset, lossy;  d:total(stream);  d:diag()
+ *     (the same meanings as a process stream's: lua_pstream.c)
  *
  * Facts: {kind="start", pid=} {kind="pgid", value=} {kind="spawn_error", errno=, message=}
  * {kind="exit", value=} {kind="signal", value=} {kind="empty"} {kind="done"}
  * {kind="end", exit_code=, exited=, status=, error=} {kind="stream_end"}
  * {kind="stream_error", code=, message=} {kind="sink_error", stream=, errno=, message=}. */
 #include "lua_moonbox.h"
-#include "moonbox.h"
-#include "pstream.h"
+#include "pstream.h" /* MB_PS_SINK_ERROR, the fact a pstream adds */
 #include "moonbox_protocol.h"
-#include <signal.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 
-#define MB_PST_MT "moonbox.pstream"
 #define MB_PS_MT "moonbox.procstream"
-#define MB_READ_MAX_DEFAULT (1 << 20)
 
-static int mb_check_stream(lua_State *L, int arg) {
+int mb_lua_check_stream(lua_State *L, int arg) {
   static const char *const names[] = {"stdout", "stderr", NULL};
   return luaL_checkoption(L, arg, NULL, names);
 }
 
-static size_t mb_opt_limit(lua_State *L, int t, const char *field, lua_Integer def, lua_Integer max) {
-  lua_getfield(L, t, field);
-  lua_Integer v = def;
-  if (!lua_isnil(L, -1)) {
-    int ok;
-    v = lua_tointegerx(L, -1, &ok);
-    if (!ok) luaL_error(L, "procstream: %s must be an integer", field);
-  }
-  lua_pop(L, 1);
-  if (v < 1 || v > max) luaL_error(L, "procstream: %s must be between 1 and %I", field, max);
-  return (size_t)v;
-}
-
-static int mb_opt_bool(lua_State *L, int t, const char *field) {
-  lua_getfield(L, t, field);
-  if (!lua_isnil(L, -1) && !lua_isboolean(L, -1)) luaL_error(L, "procstream: %s must be a boolean", field);
-  int v = lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  return v;
-}
-
-/* A sink spec in field `name` of table t: "discard" | queue_name | {tail=n} | {fd=n} (fd only
- * when fd_ok). → kind: 0 discard, 1 queue, 2 tail (*max), 3 fd (*fd). */
-static int mb_sink_spec(lua_State *L, int t, const char *name, const char *queue_name, int fd_ok,
-                        size_t *max, int *fd) {
+/* See lua_moonbox.h. */
+int mb_lua_sink_spec(lua_State *L, int t, const char *fn, const char *name, const char *queue_name, int fd_ok,
+                     size_t *max, int *fd) {
   int kind = 0;
   lua_getfield(L, t, name);
   if (lua_isnil(L, -1)) {
@@ -85,7 +36,7 @@ static int mb_sink_spec(lua_State *L, int t, const char *name, const char *queue
     const char *v = lua_tostring(L, -1);
     if (strcmp(v, queue_name) == 0) kind = 1;
     else if (strcmp(v, "discard") != 0)
-      luaL_error(L, "procstream: %s must be 'discard', '%s', {tail=n}%s", name, queue_name, fd_ok ? " or {fd=n}" : "");
+      luaL_error(L, "%s: %s must be 'discard', '%s', {tail=n}%s", fn, name, queue_name, fd_ok ? " or {fd=n}" : "");
   } else if (lua_istable(L, -1)) {
     lua_getfield(L, -1, "tail");
     lua_getfield(L, -2, "fd");
@@ -94,80 +45,70 @@ static int mb_sink_spec(lua_State *L, int t, const char *name, const char *queue
       int ok;
       lua_Integer m = lua_tointegerx(L, -2, &ok);
       if (!ok || m < 0 || (lua_Unsigned)m > SIZE_MAX / 2)
-        luaL_error(L, "procstream: %s.tail must be a non-negative integer", name);
+        luaL_error(L, "%s: %s.tail must be a non-negative integer", fn, name);
       kind = 2;
       *max = (size_t)m;
     } else if (has_fd && !has_tail && fd_ok) {
       int ok;
       lua_Integer f = lua_tointegerx(L, -1, &ok);
-      if (!ok || f < 0 || f > INT32_MAX) luaL_error(L, "procstream: %s.fd must be a descriptor", name);
+      if (!ok || f < 0 || f > INT32_MAX) luaL_error(L, "%s: %s.fd must be a descriptor", fn, name);
       kind = 3;
       *fd = (int)f;
     } else {
-      luaL_error(L, "procstream: %s must have exactly one of tail=%s", name, fd_ok ? " or fd=" : "");
+      luaL_error(L, "%s: %s must have exactly one of tail=%s", fn, name, fd_ok ? " or fd=" : "");
     }
     lua_pop(L, 2);
   } else {
-    luaL_error(L, "procstream: %s must be a string or a table", name);
+    luaL_error(L, "%s: %s must be a string or a table", fn, name);
   }
   lua_pop(L, 1);
   return kind;
 }
 
-static void mb_set_str(lua_State *L, const char *k, const char *v) {
-  lua_pushstring(L, v);
-  lua_setfield(L, -2, k);
-}
-
-static void mb_set_int(lua_State *L, const char *k, lua_Integer v) {
-  lua_pushinteger(L, v);
-  lua_setfield(L, -2, k);
-}
-
-static void mb_push_fact(lua_State *L, const struct mb_ps_fact *f) {
+static void push_fact(lua_State *L, const struct mb_ps_fact *f) {
   static const char *const names[] = {
     NULL, "start", "pgid", "spawn_error", "exit", "signal", "empty", "done", "end",
     "stream_end", "stream_error", "sink_error"};
   lua_createtable(L, 0, 4);
-  mb_set_str(L, "kind", f->kind > 0 && f->kind <= MB_PS_SINK_ERROR ? names[f->kind] : "unknown");
+  mb_lua_set_str(L, "kind", f->kind > 0 && f->kind <= MB_PS_SINK_ERROR ? names[f->kind] : "unknown");
   switch (f->kind) {
-  case MB_PS_START: mb_set_int(L, "pid", f->value); break;
-  case MB_PS_PGID: case MB_PS_EXIT: case MB_PS_SIGNAL: mb_set_int(L, "value", f->value); break;
+  case MB_PS_START: mb_lua_set_int(L, "pid", f->value); break;
+  case MB_PS_PGID: case MB_PS_EXIT: case MB_PS_SIGNAL: mb_lua_set_int(L, "value", f->value); break;
   case MB_PS_SPAWN_ERROR:
-    mb_set_int(L, "errno", f->value);
-    mb_set_str(L, "message", f->text);
+    mb_lua_set_int(L, "errno", f->value);
+    mb_lua_set_str(L, "message", f->text);
     break;
   case MB_PS_END:
-    mb_set_int(L, "exit_code", f->value);
+    mb_lua_set_int(L, "exit_code", f->value);
     lua_pushboolean(L, f->flag);
     lua_setfield(L, -2, "exited");
-    mb_set_str(L, "status", f->text);
-    if (f->code[0]) mb_set_str(L, "error", f->code);
+    mb_lua_set_str(L, "status", f->text);
+    if (f->code[0]) mb_lua_set_str(L, "error", f->code);
     break;
   case MB_PS_STREAM_ERROR:
-    mb_set_str(L, "code", f->code);
-    mb_set_str(L, "message", f->text);
+    mb_lua_set_str(L, "code", f->code);
+    mb_lua_set_str(L, "message", f->text);
     break;
   case MB_PS_SINK_ERROR:
-    mb_set_str(L, "stream", f->stream ? "stderr" : "stdout");
-    mb_set_int(L, "errno", f->value);
-    mb_set_str(L, "message", f->text);
+    mb_lua_set_str(L, "stream", f->stream ? "stderr" : "stdout");
+    mb_lua_set_int(L, "errno", f->value);
+    mb_lua_set_str(L, "message", f->text);
     break;
   default: break;
   }
 }
 
-/* The facts a take function hands out, as a Lua list. */
-static int mb_push_facts(lua_State *L, const struct mb_ps_fact *f, size_t n) {
+/* See lua_moonbox.h. */
+int mb_lua_push_facts(lua_State *L, const struct mb_ps_fact *f, size_t n) {
   lua_createtable(L, (int)n, 0);
   for (size_t i = 0; i < n; i++) {
-    mb_push_fact(L, &f[i]);
+    push_fact(L, &f[i]);
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
   return 1;
 }
 
-static int mb_push_tail(lua_State *L, const unsigned char *a, size_t al, const unsigned char *b,
+static int push_tail(lua_State *L, const unsigned char *a, size_t al, const unsigned char *b,
                         size_t bl, uint64_t next, int lossy) {
   luaL_Buffer buf;
   luaL_buffinit(L, &buf);
@@ -179,418 +120,101 @@ static int mb_push_tail(lua_State *L, const unsigned char *a, size_t al, const u
   return 3;
 }
 
-/* ---------------------------------------------------------------- core.pstream */
+/* ---- core.procstream ---- */
 
-struct mb_lua_pst {
-  struct mb_pstream *s;
-  mb_lua_host *h;
-  int cb_ref;
-  int fds[2];                   /* FD sink descriptors, -1 otherwise (stdio flushed first) */
-  struct mb_lua_http_bufs bufs; /* body pieces live as long as the stream */
-};
-
-static struct mb_lua_pst *mb_check_pst(lua_State *L) {
-  struct mb_lua_pst *u = luaL_checkudata(L, 1, MB_PST_MT);
-  if (!u->s) luaL_error(L, "process stream is closed");
-  return u;
-}
-
-static void mb_pst_changed(struct mb_pstream *s, void *ud) {
-  (void)s;
-  struct mb_lua_pst *u = ud;
-  mb_lua_host_call(u->h, u->cb_ref); /* last: the callback may close u */
-}
-
-/* cfg (argument 2 of core.pstream / pstream_spawn): limits, codec and the two sinks. */
-static void pst_config(lua_State *L, struct mb_pst_config *cfg) {
-  memset(cfg, 0, sizeof *cfg);
-  cfg->max_message = mb_opt_limit(L, 2, "max_message", MB_PROC_MAX_MESSAGE, UINT32_MAX);
-  cfg->max_line = mb_opt_limit(L, 2, "max_line", MB_FRAME_LINE_DEFAULT, 64 * 1024 * 1024);
-  cfg->high_water = mb_opt_limit(L, 2, "high_water", 256 * 1024, 1 << 30);
-  cfg->raw = mb_opt_bool(L, 2, "raw");
-  cfg->proto = mb_opt_bool(L, 2, "proto");
-  static const int kinds[] = {MB_PST_DISCARD, MB_PST_PIPE, MB_PST_TAIL, MB_PST_FD};
-  for (int i = 0; i < 2; i++) {
-    cfg->sink[i].fd = -1;
-    cfg->sink[i].kind = kinds[mb_sink_spec(L, 2, i ? "stderr" : "stdout", "pipe", 1, &cfg->sink[i].max, &cfg->sink[i].fd)];
-  }
-}
-
-/* A new stream object (on the stack) for cfg; what Lua's io wrote to a sink's fd comes first. */
-static struct mb_lua_pst *pst_new(lua_State *L, const struct mb_pst_config *cfg) {
-  struct mb_lua_pst *u = lua_newuserdatauv(L, sizeof *u, 1);
-  memset(u, 0, sizeof *u);
-  u->h = mb_lua_host_of(L);
-  u->cb_ref = LUA_NOREF;
-  luaL_setmetatable(L, MB_PST_MT);
-  for (int i = 0; i < 2; i++) {
-    u->fds[i] = cfg->sink[i].kind == MB_PST_FD ? cfg->sink[i].fd : -1;
-    if (u->fds[i] == 1) fflush(stdout);
-    else if (u->fds[i] == 2) fflush(stderr);
-  }
-  return u;
-}
-
-/* After mb_pstream_start/spawn: the stream object at ui, or the error. */
-static int pst_started(lua_State *L, struct mb_lua_pst *u, int ui, int rc, const struct mb_error *err) {
-  if (rc != MB_OK) return mb_lua_push_error(L, err->code == rc ? mb_error_code(err) : mb_errcode(rc), err->message);
-  lua_pushvalue(L, 3);
-  u->cb_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_pushvalue(L, ui);
-  return 1;
-}
-
-static int l_pstream(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checktype(L, 2, LUA_TTABLE);
-  luaL_checktype(L, 3, LUA_TFUNCTION);
-  struct mb_pst_config cfg;
-  pst_config(L, &cfg);
-  struct mb_lua_pst *u = pst_new(L, &cfg);
-  int ui = lua_gettop(L);
-  mb_http_opts o;
-  if (mb_lua_http_opts(L, 1, &o, &u->bufs) < 0) return 2;
-  if (u->bufs.body_table) {
-    lua_getfield(L, 1, "body");
-    lua_setiuservalue(L, ui, 1);
-  }
-  struct mb_error err;
-  mb_error_clear(&err);
-  int rc = mb_pstream_start(mb_lua_host_loop(u->h), &o, &cfg, mb_pst_changed, u, &u->s, &err);
-  if (o.own_body_fd && rc != MB_OK) close(o.body_fd);
-  return pst_started(L, u, ui, rc, &err);
-}
-
-/* core.pstream_spawn({argv=, env=, cwd=, stdin_pipe=, stdin_inherit=, pty=, rows=, cols=}, cfg, on_change):
- * a local source (pstream.h, mb_pstream_spawn). env: NAME → value (nil inherits ours). */
-#define MB_SPAWN_MAX_ARGS 4096
-static int l_pstream_spawn(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checktype(L, 2, LUA_TTABLE);
-  luaL_checktype(L, 3, LUA_TFUNCTION);
-  struct mb_pst_config cfg;
-  pst_config(L, &cfg);
-  cfg.proto = 0; /* a local process writes frames, never envd messages */
-  struct mb_pst_spawn sp;
-  memset(&sp, 0, sizeof sp);
-  lua_getfield(L, 1, "argv");
-  if (!lua_istable(L, -1)) return luaL_error(L, "pstream_spawn: argv must be a list of strings");
-  int argt = lua_gettop(L);
-  lua_Integer argc = luaL_len(L, argt);
-  if (argc < 1 || argc > MB_SPAWN_MAX_ARGS) return luaL_error(L, "pstream_spawn: argv needs 1..%d entries", MB_SPAWN_MAX_ARGS);
-  const char **args = lua_newuserdatauv(L, sizeof(char *) * (size_t)(argc + 1), 0);
-  for (lua_Integer i = 1; i <= argc; i++) {
-    lua_rawgeti(L, argt, i);
-    if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "pstream_spawn: argv[%d] must be a string", (int)i);
-    args[i - 1] = lua_tostring(L, -1); /* the argv table keeps it alive */
-    lua_pop(L, 1);
-  }
-  args[argc] = NULL;
-  sp.argv = args;
-  lua_getfield(L, 1, "env");
-  if (!lua_isnil(L, -1)) {
-    if (!lua_istable(L, -1)) return luaL_error(L, "pstream_spawn: env must be a table name → value");
-    int et = lua_gettop(L);
-    size_t n = 0;
-    lua_pushnil(L);
-    while (lua_next(L, et)) { n++; lua_pop(L, 1); }
-    if (n > 65536) return luaL_error(L, "pstream_spawn: env too large");
-    const char **env = lua_newuserdatauv(L, sizeof(char *) * (n + 1), 0);
-    lua_newtable(L); /* anchors the "K=V" strings */
-    int anchor = lua_gettop(L);
-    size_t i = 0;
-    lua_pushnil(L);
-    while (lua_next(L, et)) {
-      if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
-        return luaL_error(L, "pstream_spawn: env entries must be strings");
-      env[i++] = lua_pushfstring(L, "%s=%s", lua_tostring(L, -2), lua_tostring(L, -1));
-      lua_rawseti(L, anchor, (lua_Integer)i);
-      lua_pop(L, 1);
-    }
-    env[i] = NULL;
-    sp.env = env;
-  }
-  lua_getfield(L, 1, "cwd");
-  sp.cwd = lua_isnil(L, -1) ? NULL : luaL_checkstring(L, -1);
-  sp.stdin_pipe = mb_opt_bool(L, 1, "stdin_pipe");
-  sp.stdin_inherit = mb_opt_bool(L, 1, "stdin_inherit");
-  sp.pty = mb_opt_bool(L, 1, "pty");
-  sp.rows = (unsigned short)mb_opt_limit(L, 1, "rows", 24, 65535);
-  sp.cols = (unsigned short)mb_opt_limit(L, 1, "cols", 80, 65535);
-  struct mb_lua_pst *u = pst_new(L, &cfg);
-  int ui = lua_gettop(L);
-  struct mb_error err;
-  mb_error_clear(&err);
-  int rc = mb_pstream_spawn(mb_lua_host_loop(u->h), &sp, &cfg, mb_pst_changed, u, &u->s, &err);
-  return pst_started(L, u, ui, rc, &err);
-}
-
-static int pst_pid(lua_State *L) {
-  lua_pushinteger(L, mb_pstream_pid(mb_check_pst(L)->s));
-  return 1;
-}
-
-static int signum_of(lua_State *L, int idx) {
-  static const char *const names[] = {"SIGTERM", "SIGKILL", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1",
-                                      "SIGUSR2", "SIGSTOP", "SIGCONT", "SIGTSTP", NULL};
-  static const int nums[] = {SIGTERM, SIGKILL, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGSTOP, SIGCONT, SIGTSTP};
-  if (lua_type(L, idx) == LUA_TNUMBER) return (int)luaL_checkinteger(L, idx);
-  return nums[luaL_checkoption(L, idx, NULL, names)];
-}
-
-/* s:kill(sig) → true | nil, err  (local sources) */
-static int pst_kill(lua_State *L) {
-  struct mb_lua_pst *u = mb_check_pst(L);
-  struct mb_error err;
-  if (mb_pstream_kill(u->s, signum_of(L, 2), &err)) return mb_lua_push_mberror(L, &err);
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-/* s:write(data, max_pending) → true | nil, err: queued for the process's stdin or PTY */
-static int pst_write(lua_State *L) {
-  struct mb_lua_pst *u = mb_check_pst(L);
-  size_t n;
-  const char *p = luaL_checklstring(L, 2, &n);
-  lua_Integer max = luaL_optinteger(L, 3, 1 << 20);
-  if (max < 1) return luaL_argerror(L, 3, "must be >= 1");
-  struct mb_error err;
-  if (mb_pstream_write(u->s, p, n, (size_t)max, &err)) return mb_lua_push_mberror(L, &err);
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-static int pst_write_pending(lua_State *L) {
-  lua_pushinteger(L, (lua_Integer)mb_pstream_write_pending(mb_check_pst(L)->s));
-  return 1;
-}
-
-static int pst_want_write(lua_State *L) {
-  mb_pstream_want_write(mb_check_pst(L)->s);
-  return 0;
-}
-
-static int pst_close_input(lua_State *L) {
-  struct mb_error err;
-  if (mb_pstream_close_input(mb_check_pst(L)->s, &err)) return mb_lua_push_mberror(L, &err);
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-static int pst_resize(lua_State *L) {
-  struct mb_lua_pst *u = mb_check_pst(L);
-  lua_Integer rows = luaL_checkinteger(L, 2), cols = luaL_checkinteger(L, 3);
-  if (rows < 1 || rows > 65535 || cols < 1 || cols > 65535) return luaL_error(L, "resize: rows and cols must be 1..65535");
-  struct mb_error err;
-  if (mb_pstream_resize(u->s, (unsigned)rows, (unsigned)cols, &err)) return mb_lua_push_mberror(L, &err);
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-static int pst_facts(lua_State *L) {
-  struct mb_lua_pst *u = mb_check_pst(L);
-  struct mb_ps_fact f[MB_PS_FACTS_MAX + 2];
-  return mb_push_facts(L, f, mb_pstream_take_facts(u->s, f, MB_PS_FACTS_MAX + 2));
-}
-
-static int pst_closed(lua_State *L) {
-  struct mb_lua_pst *u = mb_check_pst(L);
-  const struct mb_error *e;
-  if (!mb_pstream_closed(u->s, &e)) { lua_pushboolean(L, 0); return 1; }
-  lua_pushboolean(L, 1);
-  if (e->code == MB_OK) return 1;
-  mb_lua_push_mberror(L, e);
-  lua_remove(L, -2); /* the nil */
-  return 2;
-}
-
-static int pst_status(lua_State *L) {
-  long st = mb_pstream_status(mb_check_pst(L)->s);
-  if (!st) return 0;
-  lua_pushinteger(L, st);
-  return 1;
-}
-
-static int pst_error_body(lua_State *L) {
-  size_t n;
-  const char *p = mb_pstream_error_body(mb_check_pst(L)->s, &n);
-  lua_pushlstring(L, p, n);
-  return 1;
-}
-
-static int pst_read(lua_State *L) {
-  struct mb_lua_pst *u = mb_check_pst(L);
-  int k = mb_check_stream(L, 2);
-  lua_Integer max = luaL_optinteger(L, 3, MB_READ_MAX_DEFAULT);
-  if (max < 1) return luaL_argerror(L, 3, "must be >= 1");
-  size_t n;
-  const unsigned char *p = mb_pstream_peek(u->s, k, &n);
-  if (n == 0) {
-    if (mb_pstream_eof(u->s, k)) lua_pushnil(L);
-    else lua_pushboolean(L, 0);
-    return 1;
-  }
-  if ((lua_Unsigned)max < n) n = (size_t)max;
-  lua_pushlstring(L, (const char *)p, n);
-  mb_pstream_consume(u->s, k, n); /* may resume the transfer: p is not used after this */
-  return 1;
-}
-
-static int pst_want(lua_State *L) {
-  mb_pstream_want(mb_check_pst(L)->s, mb_check_stream(L, 2));
-  return 0;
-}
-
-static int pst_discard(lua_State *L) {
-  struct mb_lua_pst *u = mb_check_pst(L);
-  int k = mb_check_stream(L, 2);
-  mb_pstream_discard(u->s, k);
-  u->fds[k] = -1;
-  return 0;
-}
-
-static int pst_seal(lua_State *L) {
-  mb_pstream_seal(mb_check_pst(L)->s, mb_check_stream(L, 2));
-  return 0;
-}
-
-static int pst_cancel(lua_State *L) {
-  mb_pstream_cancel(mb_check_pst(L)->s);
-  return 0;
-}
-
-static int pst_info(lua_State *L) {
-  mb_http_info i;
-  mb_pstream_info(mb_check_pst(L)->s, &i);
-  lua_createtable(L, 0, 4);
-  mb_set_int(L, "received", (lua_Integer)i.received);
-  mb_set_int(L, "pauses", (lua_Integer)i.pauses);
-  mb_set_int(L, "max_buffered", (lua_Integer)i.max_buffered);
-  lua_pushboolean(L, i.paused);
-  lua_setfield(L, -2, "paused");
-  return 1;
-}
-
-static int pst_close(lua_State *L) {
-  struct mb_lua_pst *u = luaL_checkudata(L, 1, MB_PST_MT);
-  mb_pstream_free(u->s);
-  u->s = NULL;
-  if (u->cb_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, u->cb_ref);
-  u->cb_ref = LUA_NOREF;
-  return 0;
-}
-
-/* ---------------------------------------------------------------- core.procstream */
-
-struct mb_lua_ps {
-  struct mb_procstream *ps;
-};
-
-static struct mb_lua_ps *mb_check_ps(lua_State *L) {
-  struct mb_lua_ps *u = luaL_checkudata(L, 1, MB_PS_MT);
-  if (!u->ps) luaL_error(L, "procstream is closed");
-  return u;
-}
+static struct mb_procstream *mb_check_ps(lua_State *L) { return mb_lua_check_handle(L, 1, MB_PS_MT, "procstream"); }
 
 static int l_procstream(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   struct mb_ps_config cfg;
   memset(&cfg, 0, sizeof cfg);
-  cfg.max_message = mb_opt_limit(L, 1, "max_message", MB_PROC_MAX_MESSAGE, UINT32_MAX);
-  cfg.max_line = mb_opt_limit(L, 1, "max_line", MB_FRAME_LINE_DEFAULT, 64 * 1024 * 1024);
-  size_t qmax = mb_opt_limit(L, 1, "queue_max", 64 * 1024 * 1024, 1 << 30);
-  cfg.raw = mb_opt_bool(L, 1, "raw");
-  cfg.proto = mb_opt_bool(L, 1, "proto");
+  cfg.max_message = (size_t)mb_lua_opt_int(L, 1, "procstream", "max_message", MB_PROC_MAX_MESSAGE, 1, UINT32_MAX);
+  cfg.max_line = (size_t)mb_lua_opt_int(L, 1, "procstream", "max_line", MB_FRAME_LINE_DEFAULT, 1, 64 * 1024 * 1024);
+  size_t qmax = (size_t)mb_lua_opt_int(L, 1, "procstream", "queue_max", 64 * 1024 * 1024, 1, 1 << 30);
+  cfg.raw = mb_lua_opt_bool(L, 1, "procstream", "raw", 0);
+  cfg.proto = mb_lua_opt_bool(L, 1, "procstream", "proto", 0);
   for (int i = 0; i < 2; i++) {
     size_t max = 0;
     int fd = -1;
-    int kind = mb_sink_spec(L, 1, i ? "stderr" : "stdout", "queue", 0, &max, &fd);
+    int kind = mb_lua_sink_spec(L, 1, "procstream", i ? "stderr" : "stdout", "queue", 0, &max, &fd);
     cfg.sink[i].kind = kind == 1 ? MB_PS_QUEUE : kind == 2 ? MB_PS_TAIL : MB_PS_DISCARD;
     cfg.sink[i].max = kind == 1 ? qmax : max;
   }
-  struct mb_lua_ps *u = lua_newuserdatauv(L, sizeof *u, 0);
-  u->ps = NULL;
-  luaL_setmetatable(L, MB_PS_MT);
-  u->ps = mb_procstream_new(&cfg);
-  if (!u->ps) return luaL_error(L, "out of memory");
+  void **u = mb_lua_new_handle(L, 0, MB_PS_MT);
+  *u = mb_procstream_new(&cfg);
+  if (!*u) return luaL_error(L, "out of memory");
   return 1;
 }
 
 static int ps_push(lua_State *L) {
-  struct mb_lua_ps *u = mb_check_ps(L);
+  struct mb_procstream *u = mb_check_ps(L);
   size_t len;
   const char *s = luaL_checklstring(L, 2, &len);
   struct mb_error err;
-  if (mb_procstream_push(u->ps, s, len, &err)) return mb_lua_push_mberror(L, &err);
-  lua_pushboolean(L, 1);
-  return 1;
+  return mb_lua_push_result(L, mb_procstream_push(u, s, len, &err), &err);
 }
 
 static int ps_finish(lua_State *L) {
-  struct mb_lua_ps *u = mb_check_ps(L);
+  struct mb_procstream *u = mb_check_ps(L);
   struct mb_error err;
-  if (mb_procstream_finish(u->ps, &err)) return mb_lua_push_mberror(L, &err);
-  lua_pushboolean(L, 1);
-  return 1;
+  return mb_lua_push_result(L, mb_procstream_finish(u, &err), &err);
 }
 
 static int ps_facts(lua_State *L) {
-  struct mb_lua_ps *u = mb_check_ps(L);
+  struct mb_procstream *u = mb_check_ps(L);
   struct mb_ps_fact f[MB_PS_FACTS_MAX];
-  return mb_push_facts(L, f, mb_procstream_take_facts(u->ps, f, MB_PS_FACTS_MAX));
+  return mb_lua_push_facts(L, f, mb_procstream_take_facts(u, f, MB_PS_FACTS_MAX));
 }
 
 static int ps_read(lua_State *L) {
-  struct mb_lua_ps *u = mb_check_ps(L);
-  int k = mb_check_stream(L, 2);
+  struct mb_procstream *u = mb_check_ps(L);
+  int k = mb_lua_check_stream(L, 2);
   size_t n;
-  const unsigned char *p = mb_procstream_peek(u->ps, k, &n);
+  const unsigned char *p = mb_procstream_peek(u, k, &n);
   if (n == 0) { lua_pushboolean(L, 0); return 1; }
   lua_pushlstring(L, (const char *)p, n);
-  mb_procstream_consume(u->ps, k, n);
+  mb_procstream_consume(u, k, n);
   return 1;
 }
 
 static int ps_discard(lua_State *L) {
-  struct mb_lua_ps *u = mb_check_ps(L);
-  mb_procstream_discard(u->ps, mb_check_stream(L, 2));
+  struct mb_procstream *u = mb_check_ps(L);
+  mb_procstream_discard(u, mb_lua_check_stream(L, 2));
   return 0;
 }
 
 static int ps_gc(lua_State *L) {
-  struct mb_lua_ps *u = luaL_checkudata(L, 1, MB_PS_MT);
-  mb_procstream_free(u->ps);
-  u->ps = NULL;
+  mb_procstream_free(mb_lua_take_handle(L, 1, MB_PS_MT));
   return 0;
 }
 
-/* ------------------------------------------- what both classes share: their decoder's tails */
+/* ---- what both classes share: their decoder's tails (declared in lua_moonbox.h) ---- */
 
 /* The decoder of either object: a process stream's is its procstream. */
 static const struct mb_procstream *decoder_arg(lua_State *L) {
-  struct mb_lua_pst *u = luaL_testudata(L, 1, MB_PST_MT);
-  return u ? mb_pstream_decoder(mb_check_pst(L)->s) : mb_check_ps(L)->ps;
+  const struct mb_procstream *d = mb_lua_pstream_decoder(L, 1);
+  return d ? d : mb_check_ps(L);
 }
 
-static int dec_read_from(lua_State *L) {
+int mb_lua_dec_read_from(lua_State *L) {
   const struct mb_procstream *d = decoder_arg(L);
-  int k = mb_check_stream(L, 2);
+  int k = mb_lua_check_stream(L, 2);
   lua_Integer from = luaL_optinteger(L, 3, 0);
   const unsigned char *a, *b;
   size_t al, bl;
   uint64_t next;
   int lossy;
   mb_procstream_read_from(d, k, from < 0 ? 0 : (uint64_t)from, &a, &al, &b, &bl, &next, &lossy);
-  return mb_push_tail(L, a, al, b, bl, next, lossy);
+  return push_tail(L, a, al, b, bl, next, lossy);
 }
 
-static int dec_total(lua_State *L) {
+int mb_lua_dec_total(lua_State *L) {
   const struct mb_procstream *d = decoder_arg(L);
-  lua_pushinteger(L, (lua_Integer)mb_procstream_total(d, mb_check_stream(L, 2)));
+  lua_pushinteger(L, (lua_Integer)mb_procstream_total(d, mb_lua_check_stream(L, 2)));
   return 1;
 }
 
-static int dec_diag(lua_State *L) {
+int mb_lua_dec_diag(lua_State *L) {
   size_t n;
   const char *t = mb_procstream_diag(decoder_arg(L), &n);
   lua_pushlstring(L, t, n);
@@ -598,39 +222,12 @@ static int dec_diag(lua_State *L) {
 }
 
 void mb_lua_open_procstream(lua_State *L) {
-  static const luaL_Reg pst[] = {
-    {"facts", pst_facts}, {"closed", pst_closed}, {"status", pst_status},
-    {"error_body", pst_error_body}, {"read", pst_read}, {"want", pst_want},
-    {"discard", pst_discard}, {"seal", pst_seal}, {"cancel", pst_cancel}, {"read_from", dec_read_from},
-    {"total", dec_total}, {"diag", dec_diag}, {"info", pst_info}, {"close", pst_close},
-    {"pid", pst_pid}, {"kill", pst_kill}, {"write", pst_write}, {"write_pending", pst_write_pending},
-    {"want_write", pst_want_write}, {"close_input", pst_close_input}, {"resize", pst_resize},
-    {NULL, NULL}};
-  static const luaL_Reg pst_meta[] = {{"__gc", pst_close}, {"__close", pst_close}, {NULL, NULL}};
-  mb_lua_new_class(L, MB_PST_MT, pst, pst_meta);
   static const luaL_Reg ps[] = {
     {"push", ps_push}, {"finish", ps_finish}, {"facts", ps_facts}, {"read", ps_read},
-    {"discard", ps_discard}, {"read_from", dec_read_from}, {"total", dec_total}, {"diag", dec_diag},
-    {NULL, NULL}};
+    {"discard", ps_discard}, {"read_from", mb_lua_dec_read_from}, {"total", mb_lua_dec_total},
+    {"diag", mb_lua_dec_diag}, {NULL, NULL}};
   static const luaL_Reg ps_meta[] = {{"__gc", ps_gc}, {"__close", ps_gc}, {NULL, NULL}};
   mb_lua_new_class(L, MB_PS_MT, ps, ps_meta);
-  lua_pushcfunction(L, l_pstream);
-  lua_setfield(L, -2, "pstream");
-  lua_pushcfunction(L, l_pstream_spawn);
-  lua_setfield(L, -2, "pstream_spawn");
-  /* core.limits: the protocol constants (moonbox_protocol.h), for Lua to use rather than copy */
-  lua_createtable(L, 0, 5);
-  lua_pushinteger(L, MB_FRAME_DATA_MAX);
-  lua_setfield(L, -2, "frame_data_max");
-  lua_pushinteger(L, MB_FRAME_LINE_MIN_LIMIT);
-  lua_setfield(L, -2, "frame_line_min");
-  lua_pushinteger(L, MB_FRAME_LINE_DEFAULT);
-  lua_setfield(L, -2, "frame_line_default");
-  lua_pushinteger(L, MB_PROC_MAX_MESSAGE);
-  lua_setfield(L, -2, "max_message");
-  lua_pushinteger(L, MB_STDIN_ARG_MAX);
-  lua_setfield(L, -2, "stdin_arg_max");
-  lua_setfield(L, -2, "limits");
   lua_pushcfunction(L, l_procstream);
   lua_setfield(L, -2, "procstream");
 }

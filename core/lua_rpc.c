@@ -61,8 +61,7 @@ static int l_rpc_decode(lua_State *L) {
   const ProtobufCMessageDescriptor *d = check_message(L, 1);
   size_t len;
   const char *data = luaL_checklstring(L, 2, &len);
-  lua_Integer max = luaL_optinteger(L, 3, MB_RPC_MAX_DECODE);
-  luaL_argcheck(L, max > 0 && max <= (lua_Integer)UINT32_MAX, 3, "max_bytes must be 1..4 GiB");
+  lua_Integer max = mb_lua_opt_arg_int(L, 3, "rpc_decode", "max_bytes", MB_RPC_MAX_DECODE, 1, UINT32_MAX);
   if (len > (size_t)max) {
     char msg[128];
     snprintf(msg, sizeof msg, "%s: a %zu-byte message exceeds %lld bytes", d->name, len, (long long)max);
@@ -96,11 +95,10 @@ static int l_rpc_method(lua_State *L) {
 }
 
 static int l_rpc_send_input(lua_State *L) {
-  lua_Integer pid = luaL_checkinteger(L, 1);
+  lua_Integer pid = mb_lua_check_int(L, 1, "rpc_send_input", "pid", 1, UINT32_MAX);
   size_t len;
   const char *data = luaL_checklstring(L, 2, &len);
   int pty = lua_toboolean(L, 3);
-  luaL_argcheck(L, pid > 0 && pid <= (lua_Integer)UINT32_MAX, 1, "pid must be a positive 32-bit integer");
   Process__ProcessSelector sel = PROCESS__PROCESS_SELECTOR__INIT;
   sel.selector_case = PROCESS__PROCESS_SELECTOR__SELECTOR_PID;
   sel.pid = (uint32_t)pid;

@@ -27,9 +27,7 @@ typedef struct {
 } ltty;
 
 static int check_fd(lua_State *L, int idx) {
-  lua_Integer fd = luaL_checkinteger(L, idx);
-  luaL_argcheck(L, fd >= 0 && fd <= INT_MAX, idx, "not a descriptor");
-  return (int)fd;
+  return (int)mb_lua_check_int(L, idx, "tty", "fd", 0, INT_MAX);
 }
 
 /* nil, err for errno e of operation `what` on fd */
@@ -66,10 +64,9 @@ static int l_tty_raw(lua_State *L) {
   int fd = check_fd(L, 1);
   struct termios t;
   if (get_attr(fd, &t) != 0) return push_errno(L, "tty_raw", fd, errno);
-  ltty *u = lua_newuserdatauv(L, sizeof *u, 0);
+  ltty *u = mb_lua_new_object(L, sizeof *u, 0, MB_TTY_MT);
   u->fd = -1;
   u->saved = t;
-  luaL_setmetatable(L, MB_TTY_MT);
   make_raw(&t);
   if (set_attr(fd, &t) != 0) {
     int e = errno;

@@ -1,6 +1,7 @@
 /* lua_util.c — helpers shared by the binding files (declared in lua_moonbox.h): the one error
- * type and class metatables. */
+ * type, class metatables and table fields. */
 #include "lua_moonbox.h"
+#include <string.h>
 
 #define MB_ERROR_MT "moonbox.error"
 
@@ -44,4 +45,46 @@ void mb_lua_new_class(lua_State *L, const char *name, const luaL_Reg *methods, c
     luaL_setfuncs(L, meta, 0);
   }
   lua_pop(L, 1);
+}
+
+void mb_lua_set_int(lua_State *L, const char *k, lua_Integer v) {
+  lua_pushinteger(L, v);
+  lua_setfield(L, -2, k);
+}
+
+void mb_lua_set_str(lua_State *L, const char *k, const char *v) {
+  lua_pushstring(L, v);
+  lua_setfield(L, -2, k);
+}
+
+void *mb_lua_new_object(lua_State *L, size_t size, int nuv, const char *mt) {
+  void *u = lua_newuserdatauv(L, size, nuv);
+  memset(u, 0, size);
+  luaL_setmetatable(L, mt);
+  return u;
+}
+
+int mb_lua_push_result(lua_State *L, int failed, const struct mb_error *e) {
+  if (failed) return mb_lua_push_mberror(L, e);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+void **mb_lua_new_handle(lua_State *L, int nuv, const char *mt) {
+  void **slot = mb_lua_new_object(L, sizeof *slot, nuv, mt);
+  *slot = NULL;
+  return slot;
+}
+
+void *mb_lua_check_handle(lua_State *L, int idx, const char *mt, const char *what) {
+  void **slot = luaL_checkudata(L, idx, mt);
+  if (!*slot) luaL_error(L, "%s is closed", what);
+  return *slot;
+}
+
+void *mb_lua_take_handle(lua_State *L, int idx, const char *mt) {
+  void **slot = luaL_checkudata(L, idx, mt);
+  void *p = *slot;
+  *slot = NULL;
+  return p;
 }

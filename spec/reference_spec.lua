@@ -223,7 +223,8 @@ local SURFACES = {
       return { ["workspace:push"] = O, ["workspace:pull"] = O, ["workspace:diff"] = O }
     end,
     sources = { "lua/moonbox/workspace/init.lua", "lua/moonbox/workspace/manifest.lua",
-      "lua/moonbox/workspace/plan.lua", "core/lua_sync.c", "core/sync_archive.c", "core/sync_tree.c",
+      "lua/moonbox/workspace/plan.lua", "core/lua_sync.c", "core/lua_sync_scan.c", "core/lua_sync_hash.c", "core/lua_sync_pack.c",
+      "core/lua_sync_unpack.c", "core/lua_ignore.c", "core/sync_archive.c", "core/sync_tree.c",
       "core/sync_walk.c", "core/wrapper/sync.c" },
     -- constructed, then turned into SYNC_ABORTED before anything returns it
     internal = { MB_CANCELED = true },
