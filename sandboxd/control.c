@@ -25,7 +25,12 @@
 static char g_state_dir[4096] = ".";
 
 static char g_domain[256];   /* E2B's domain in edge mode (what sandboxes report as theirs), "" else */
+static int64_t g_started_ms;   /* when sandboxd started: the base template's dates */
+
 void control_init(const char *state_dir, const char *domain) {
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  g_started_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
   snprintf(g_state_dir, sizeof g_state_dir, "%s", state_dir);
   snprintf(g_domain, sizeof g_domain, "%s", domain ? domain : "");
 }
@@ -33,7 +38,9 @@ static json_t *domain_json(void) { return g_domain[0] ? json_string(g_domain) : 
 
 bool control_is_base(const char *ref) { return !strcmp(ref, SANDBOXD_TEMPLATE) || !strcmp(ref, SANDBOXD_TEMPLATE ":" SNAP_DEFAULT_TAG); }
 
-static json_t *rfc3339(int64_t ms) {
+int64_t control_started_ms(void) { return g_started_ms; }
+
+json_t *control_rfc3339(int64_t ms) {
   time_t t = (time_t)(ms / 1000);
   struct tm tm;
   gmtime_r(&t, &tm);
@@ -54,7 +61,7 @@ json_t *control_sandbox_json(const reg_info *in) {
 
 /* CPUs and memory: the sandbox's limits where the host enforces them (sandbox.h sbx_limits), else
  * the host's; disk is not carved per sandbox, so it is the state dir's file system. */
-static void host_sizes(json_t *j) {
+void control_host_sizes(json_t *j) {
   int cpus;
   long mem;
   sbx_limits(&cpus, &mem);
@@ -68,10 +75,10 @@ static void host_sizes(json_t *j) {
 static json_t *listed_json(const reg_info *in) {
   json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:O,s:s,s:s,s:o}", "templateID", in->template_id,
                         "alias", in->template_alias, "sandboxID", in->id, "clientID", "6532622b",
-                        "startedAt", rfc3339(in->started_ms), "endAt", rfc3339(in->end_ms),
+                        "startedAt", control_rfc3339(in->started_ms), "endAt", control_rfc3339(in->end_ms),
                         "metadata", in->metadata, "state", in->paused ? "paused" : "running",
                         "envdVersion", SANDBOXD_ENVD_VERSION, "volumeMounts", reg_volume_mounts(in->id));
-  if (j) host_sizes(j);
+  if (j) control_host_sizes(j);
   return j;
 }
 
@@ -512,7 +519,7 @@ static void sandbox_metrics(sd_request *r, const char *id) {
   if (rc != 0) { sd_reply_error(r, 500, "out of memory"); return; }
   json_t *out = json_array();
   for (size_t i = 0; i < n; i++)
-    json_array_append_new(out, json_pack("{s:o,s:I,s:i,s:f,s:I,s:I,s:I,s:I,s:I}", "timestamp", rfc3339(v[i].ts_ms), "timestampUnix",
+    json_array_append_new(out, json_pack("{s:o,s:I,s:i,s:f,s:I,s:I,s:I,s:I,s:I}", "timestamp", control_rfc3339(v[i].ts_ms), "timestampUnix",
                                          (json_int_t)(v[i].ts_ms / 1000), "cpuCount", v[i].cpu_count, "cpuUsedPct", v[i].cpu_pct,
                                          "memUsed", (json_int_t)v[i].mem_used, "memTotal", (json_int_t)v[i].mem_total, "memCache",
                                          (json_int_t)v[i].mem_cache, "diskUsed", (json_int_t)v[i].disk_used, "diskTotal",
@@ -554,9 +561,9 @@ static void log_entry_json(void *cls, const sbxlog_entry *e) {
     json_object_set_new(fields, e->key[i], json_string(e->value[i]));
     if (n < sizeof line) n += (size_t)snprintf(line + n, sizeof line - n, " %s=%s", e->key[i], e->value[i]);
   }
-  json_array_append_new(o->entries, json_pack("{s:o,s:s,s:s,s:o}", "timestamp", rfc3339(e->ts_ms), "message", e->msg,
+  json_array_append_new(o->entries, json_pack("{s:o,s:s,s:s,s:o}", "timestamp", control_rfc3339(e->ts_ms), "message", e->msg,
                                               "level", sbxlog_level_name(e->level), "fields", fields));
-  if (o->lines) json_array_append_new(o->lines, json_pack("{s:o,s:s}", "timestamp", rfc3339(e->ts_ms), "line", line));
+  if (o->lines) json_array_append_new(o->lines, json_pack("{s:o,s:s}", "timestamp", control_rfc3339(e->ts_ms), "line", line));
 }
 
 /* GET /sandboxes/{id}/logs ?start= &limit= (E2B's v1: logs as lines and as entries) and

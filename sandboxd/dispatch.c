@@ -53,7 +53,8 @@ static void handle(sd_request *r, void *ctx) {
     case RT_FILESYSTEM: fs_rpc(r, d); break;
     case RT_PORT: proxy_handle(r, d); break;
     case RT_RPC_UNKNOWN: rpc_reply_error(r, "unimplemented", "unknown procedure %s", sd_path(r)); break;
-    case RT_SNAPSHOT_CREATE: case RT_SNAPSHOT_LIST: case RT_TEMPLATE_DELETE: case RT_FORK: snapshot_api_handle(r, d); break;
+    case RT_SNAPSHOT_CREATE: case RT_SNAPSHOT_LIST: case RT_TEMPLATE_DELETE: case RT_TEMPLATE_LIST: case RT_TEMPLATE_ALIAS:
+    case RT_FORK: snapshot_api_handle(r, d); break;
     case RT_VOLUME_CREATE: case RT_VOLUME_LIST: case RT_VOLUME_GET: case RT_VOLUME_DELETE: case RT_VOLUME_CONTENT:
       volume_api_handle(r, d);
       break;

@@ -72,6 +72,8 @@ static const struct {
   {"POST", "/sandboxes/{id}/snapshots", RT_SNAPSHOT_CREATE, NULL},
   {"GET", "/snapshots", RT_SNAPSHOT_LIST, NULL},
   {"DELETE", "/templates/{ref}", RT_TEMPLATE_DELETE, NULL},
+  {"GET", "/templates", RT_TEMPLATE_LIST, NULL},
+  {"GET", "/templates/aliases/{ref}", RT_TEMPLATE_ALIAS, NULL},
   {"GET", "/sandboxes/{id}/metrics", RT_METRICS, NULL},
   {"GET", "/sandboxes/{id}/logs", RT_LOGS, NULL},
   {"GET", "/v2/sandboxes/{id}/logs", RT_LOGS_V2, NULL},

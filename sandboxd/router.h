@@ -45,6 +45,8 @@ typedef enum {
   RT_SNAPSHOT_CREATE,        /* POST /sandboxes/{id}/snapshots */
   RT_SNAPSHOT_LIST,          /* GET /snapshots */
   RT_TEMPLATE_DELETE,        /* DELETE /templates/{ref}: a snapshot (in E2B a snapshot is a template) */
+  RT_TEMPLATE_LIST,          /* GET /templates: base and the snapshots */
+  RT_TEMPLATE_ALIAS,         /* GET /templates/aliases/{ref}: base or a snapshot's name */
   RT_VOLUME_CREATE, RT_VOLUME_LIST, RT_VOLUME_GET, RT_VOLUME_DELETE,   /* /volumes[/{ref}] */
   RT_SECRET_CREATE, RT_SECRET_LIST,                                   /* POST, GET /secrets */
   RT_SECRET_GET, RT_SECRET_UPDATE, RT_SECRET_DELETE,                  /* GET, POST, DELETE /secrets/{ref} */

@@ -157,6 +157,62 @@ static void list_snapshots(sd_request *r) {
   sd_reply_json(r, 200, out);
 }
 
+/* A template as E2B's GET /templates lists it: base (sandboxd's own, public) or a snapshot (E2B
+ * lists snapshots as templates: its name is its alias). Built once, always ready. */
+static json_t *template_json(const char *id, const char *name, int64_t created_ms, bool public) {
+  json_t *names = json_array();
+  if (names && name[0]) json_array_append_new(names, json_string(name));
+  json_t *j = json_pack("{s:s,s:s,s:O,s:O,s:o,s:o,s:n,s:n,s:i,s:i,s:s,s:s,s:b}", "templateID", id, "buildID", id,
+                        "aliases", names ? names : json_array(), "names", names ? names : json_array(),
+                        "createdAt", control_rfc3339(created_ms), "updatedAt", control_rfc3339(created_ms),
+                        "createdBy", "lastSpawnedAt", "spawnCount", 0, "buildCount", 1, "envdVersion",
+                        SANDBOXD_ENVD_VERSION, "buildStatus", "ready", "public", public);
+  json_decref(names);
+  if (j) control_host_sizes(j);
+  return j;
+}
+
+static int known_templates_param(void *cls, const char *name, const char *value) {
+  (void)value;
+  if (!strcmp(name, "teamID")) return 0;   /* one team: any value names it */
+  *(const char **)cls = name;
+  return 1;
+}
+
+/* GET /templates ?teamID= — base, then the snapshots, newest first. */
+static void list_templates(sd_request *r) {
+  const char *unknown = NULL;
+  if (sd_query_each(r, known_templates_param, &unknown)) {
+    sd_reply_error(r, 400, "query parameter '%s' is not supported here (teamID is)", unknown);
+    return;
+  }
+  size_t n;
+  snap_info *all = snap_list(&n);
+  if (!all) { sd_reply_error(r, 500, "out of memory"); return; }
+  json_t *out = json_array();
+  json_array_append_new(out, template_json(SANDBOXD_TEMPLATE, SANDBOXD_TEMPLATE, control_started_ms(), true));
+  for (size_t i = 0; i < n; i++) json_array_append_new(out, template_json(all[i].id, all[i].name, all[i].created_ms, false));
+  free(all);
+  sd_reply_json(r, 200, out);
+}
+
+/* GET /templates/aliases/{alias} → { templateID, public } (the SDK's Template.exists), 404 when no
+ * template has that name. */
+static void template_alias(sd_request *r, const char *alias) {
+  if (control_is_base(alias)) {
+    sd_reply_json(r, 200, json_pack("{s:s,s:b}", "templateID", SANDBOXD_TEMPLATE, "public", true));
+    return;
+  }
+  size_t n;
+  snap_info *all = snap_list(&n);
+  if (!all) { sd_reply_error(r, 500, "out of memory"); return; }
+  size_t i = 0;
+  while (i < n && !(all[i].name[0] && !strcmp(all[i].name, alias))) i++;
+  if (i < n) sd_reply_json(r, 200, json_pack("{s:s,s:b}", "templateID", all[i].id, "public", false));
+  else sd_reply_error(r, 404, "template alias '%s' not found", alias);
+  free(all);
+}
+
 /* DELETE /templates/{ref}: a snapshot, by id or name. */
 static void delete_template(sd_request *r, const char *ref) {
   if (control_is_base(ref)) { sd_reply_error(r, 400, "the template 'base' is sandboxd's own: it cannot be deleted"); return; }
@@ -236,6 +292,8 @@ void snapshot_api_handle(sd_request *r, const rt_decision *d) {
     case RT_SNAPSHOT_CREATE: create_snapshot(r, d->id); break;
     case RT_SNAPSHOT_LIST: list_snapshots(r); break;
     case RT_TEMPLATE_DELETE: delete_template(r, d->ref); break;
+    case RT_TEMPLATE_LIST: list_templates(r); break;
+    case RT_TEMPLATE_ALIAS: template_alias(r, d->ref); break;
     case RT_FORK: fork_sandbox(r, d->id); break;
     default: sd_reply_error(r, 500, "internal error: route %d is not a snapshot route", (int)d->route); break;
   }
