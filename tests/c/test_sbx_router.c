@@ -127,7 +127,16 @@ static void test_control_plane(void) {
   r.path = "/snapshots/abc";
   want_route(&r, RT_UNIMPLEMENTED);
   r.path = "/templates";
+  want_route(&r, RT_TEMPLATE_LIST);
+  r.path = "/templates/aliases/my-env";
+  CHECK_INT(admit(&r, &d, body), 0);
+  CHECK_INT(d.route, RT_TEMPLATE_ALIAS);
+  CHECK_STR(d.ref, "my-env");
+  router_release(&d);
+  r.method = "POST";
+  r.path = "/templates";                                  /* a build: not sandboxd's (yet) */
   want_route(&r, RT_UNIMPLEMENTED);
+  r.method = "GET";
   /* a template reference: any one segment, as sent (the handler checks it), up to RT_REF_MAX */
   r.method = "DELETE";
   r.path = "/templates/My-Snap:default";
