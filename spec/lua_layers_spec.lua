@@ -3,7 +3,7 @@
 -- below; no cycle; every require at the top of its file (so a file's header shows what it
 -- depends on); no require built at run time.
 local LAYERS = {
-  { "base", { "moonbox.errors", "moonbox.fields", "moonbox.ids", "moonbox.text", "moonbox.sched", "moonbox.sync", "moonbox.cancellation", "moonbox.binaries",
+  { "base", { "moonbox.errors", "moonbox.fields", "moonbox.ids", "moonbox.text", "moonbox.sched", "moonbox.events", "moonbox.cancellation", "moonbox.binaries",
     "moonbox.core" } },
   { "transport", { "moonbox.http", "moonbox.proc", "moonbox.procstream" } },
   { "policy", { "moonbox.policy.*", "moonbox.policies", "moonbox.policies.*" } },

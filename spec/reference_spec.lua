@@ -259,8 +259,8 @@ local SURFACES = {
         return out
       end,
       ["task:"] = function() return require("moonbox.sched").Task end,
-      ["event:"] = function() return getmetatable(require("moonbox.sync").event()).__index end,
-      ["queue:"] = function() return getmetatable(require("moonbox.sync").queue()).__index end,
+      ["event:"] = function() return getmetatable(require("moonbox.events").event()).__index end,
+      ["queue:"] = function() return getmetatable(require("moonbox.events").queue()).__index end,
       ["mb.http."] = function() return require "moonbox.http" end,
       ["stream:"] = function() return require("moonbox.http").Stream end,
       ["mb.proc."] = function() return require "moonbox.proc" end,
@@ -270,7 +270,7 @@ local SURFACES = {
       local O = set(require("moonbox.http").OPTIONS)
       return { ["mb.http.request"] = O, ["mb.http.stream"] = O }
     end,
-    sources = { "lua/moonbox/sched.lua", "lua/moonbox/sync.lua", "lua/moonbox/http.lua", "lua/moonbox/proc.lua" },
+    sources = { "lua/moonbox/sched.lua", "lua/moonbox/events.lua", "lua/moonbox/http.lua", "lua/moonbox/proc.lua" },
   },
 }
 

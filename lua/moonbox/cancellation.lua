@@ -2,7 +2,7 @@
 -- a clean-up): a cancellation asked while the task was not blocked is taken and given back, and
 -- a call runs shielded in a task of its own. Used by the fs seam and workspace sync.
 local sched = require "moonbox.sched"
-local sync = require "moonbox.sync"
+local events = require "moonbox.events"
 
 local M = {}
 
@@ -22,7 +22,7 @@ end
 -- Runs fn in a task of its own, so cancelling the caller cannot interrupt it, and waits for it.
 -- → table.pack(pcall(fn)), canceled (the caller was cancelled meanwhile)
 function M.shielded(fn)
-  local done = sync.event()
+  local done = events.event()
   sched.spawn(function() done:set(table.pack(pcall(fn))) end)
   local canceled = false
   while true do

@@ -4,7 +4,7 @@
 local core = require "moonbox.core"
 local errors = require "moonbox.errors"
 local sched = require "moonbox.sched"
-local sync = require "moonbox.sync"
+local events = require "moonbox.events"
 local http = require "moonbox.http"
 local proc = require "moonbox.proc"
 local procstream = require "moonbox.procstream"
@@ -14,7 +14,7 @@ local M = { core = core }
 M.run, M.spawn, M.sleep = sched.run, sched.spawn, sched.sleep
 M.current, M.now = sched.current, sched.now
 M.tasks, M.stats = sched.tasks, sched.stats
-M.event, M.queue = sync.event, sync.queue
+M.event, M.queue = events.event, events.queue
 M.error, M.is_error = errors.new, errors.is
 
 M.http, M.proc, M.procstream = http, proc, procstream

@@ -7,7 +7,7 @@
 -- callbacks run outside every Lua frame) and reads their outcome with result(id).
 local errors = require "moonbox.errors"
 local sched = require "moonbox.sched"
-local sync = require "moonbox.sync"
+local events = require "moonbox.events"
 local compose = require "moonbox.compose"
 local policies = require "moonbox.policies"
 
@@ -69,7 +69,7 @@ function M.open(file, policy_list)
   f:close()
   local comp, err = compose.load(file, { policy_files = files })
   if not comp then return nil, err end
-  local o = { comp = comp, ready = sync.event() }
+  local o = { comp = comp, ready = events.event() }
   open = o
   sched.spawn(function()
     local ok, ctx, loaded = xpcall(compose.start, handler, comp)

@@ -15,7 +15,7 @@ local ids = require "moonbox.ids"
 local endpoints = require "moonbox.e2b.endpoints"
 local proc = require "moonbox.proc"
 local sched = require "moonbox.sched"
-local sync = require "moonbox.sync"
+local events = require "moonbox.events"
 local binaries = require "moonbox.binaries"
 
 local M = {}
@@ -83,7 +83,7 @@ function M.start(timeouts)
     return nil, err
   end
   local d = { proc = proc, pid = proc.pid, state = state, api_key = key, log = {}, lock = lock }
-  local found = sync.event()
+  local found = events.event()
   -- Drain both pipes for the daemon's whole life (a full pipe would block it).
   for _, which in ipairs({ "stdout", "stderr" }) do
     sched.spawn(function()

@@ -19,7 +19,7 @@ local R = require "moonbox.policy.rules"
 local http = require "moonbox.http"
 local procstream = require "moonbox.procstream"
 local sched = require "moonbox.sched"
-local sync = require "moonbox.sync"
+local events = require "moonbox.events"
 local core = require "moonbox.core"
 local client_mod = require "moonbox.e2b.client"
 local policy_set = require "moonbox.policies"
@@ -505,7 +505,7 @@ function M.new(ctx, config)
       end
     end
   end
-  self.ready = sync.event()
+  self.ready = events.event()
   -- Creation starts now; the providers wait on `ready` through owner:sandbox().
   sched.spawn(function()
     local pok, ok, err = pcall(self._setup, self)

@@ -1,7 +1,7 @@
 -- moonbox.fs.lock — per-target critical sections on the host: callers run fn one at a time per
 -- key, in arrival order. Mutations of the filesystem providers run inside them.
 local sched = require "moonbox.sched"
-local sync = require "moonbox.sync"
+local events = require "moonbox.events"
 
 local M = {}
 local Locks = {}
@@ -13,7 +13,7 @@ function M.new() return setmetatable({ chains = {} }, Locks) end
 -- wait itself was canceled (fn did not run). fn's raise is re-raised after the lock is passed on.
 function Locks:run(key, fn)
   local prev = self.chains[key]
-  local mine = sync.event()
+  local mine = events.event()
   self.chains[key] = mine
   if prev then
     local ok, err = prev:wait()

@@ -34,7 +34,7 @@ local locks = require "moonbox.fs.lock"
 local cancellation = require "moonbox.cancellation"
 local sched = require "moonbox.sched"
 local watch = require "moonbox.fs.watch"
-local sync = require "moonbox.sync"
+local events = require "moonbox.events"
 local policy_set = require "moonbox.policies"
 local common = require "moonbox.world.common"
 

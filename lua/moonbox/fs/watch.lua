@@ -13,7 +13,7 @@
 -- Memory: maxEvents events, as many overflow records at most plus one, one record's bytes.
 local errors = require "moonbox.errors"
 local sched = require "moonbox.sched"
-local sync = require "moonbox.sync"
+local events = require "moonbox.events"
 local common = require "moonbox.world.common"
 
 local M = {}
@@ -240,7 +240,7 @@ function Watcher:_stop()
     self.shielded(function() self.stopping:wait() end)
     return
   end
-  self.stopping = sync.event()
+  self.stopping = events.event()
   self:_release()
   self.shielded(function()
     self.s:discard("stdout")                       -- nothing held back behind unread output

@@ -11,7 +11,7 @@
 local errors = require "moonbox.errors"
 local sched = require "moonbox.sched"
 local specs = require "moonbox.subprocess.spec"
-local sync = require "moonbox.sync"
+local events = require "moonbox.events"
 
 local M = {}
 local Handle = {}
@@ -35,8 +35,8 @@ end
 function M.new(fields)
   local h = setmetatable(fields, Handle)
   h.pid, h.collected = -1, {}
-  h.done_ev, h.pid_ev, h.empty_ev, h.stdin_ready = sync.event(), sync.event(), sync.event(), sync.event()
-  h.exit_ev = sync.event()
+  h.done_ev, h.pid_ev, h.empty_ev, h.stdin_ready = events.event(), events.event(), events.event(), events.event()
+  h.exit_ev = events.event()
   return h
 end
 

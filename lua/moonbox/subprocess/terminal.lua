@@ -9,7 +9,7 @@
 local errors = require "moonbox.errors"
 local sched = require "moonbox.sched"
 local specs = require "moonbox.subprocess.spec"
-local sync = require "moonbox.sync"
+local events = require "moonbox.events"
 local handle_mod = require "moonbox.subprocess.handle"
 
 local M = {}
@@ -24,7 +24,7 @@ local METHOD = "process.Process/Start"
 function M.new(fields)
   local t = setmetatable(fields, Term)
   t.inflight = 0
-  t.done_ev, t.started, t.start_seen, t.term_ev = sync.event(), sync.event(), sync.event(), sync.event()
+  t.done_ev, t.started, t.start_seen, t.term_ev = events.event(), events.event(), events.event(), events.event()
   return t
 end
 
@@ -102,7 +102,7 @@ Term.done = Term.wait
 function Term:_terminate_failed(err)
   self.terminating, self.closing = false, false
   self.term_error = err
-  self.term_ev:set(true); self.term_ev = sync.event()
+  self.term_ev:set(true); self.term_ev = events.event()
   return nil, err
 end
 
@@ -119,7 +119,7 @@ function Term:terminate()
   self.closing = true
   self.s:discard("stdout")           -- unread output must not keep the facts from the exit
   if self.inflight > 0 then
-    self.idle_ev = sync.event()
+    self.idle_ev = events.event()
     self.idle_ev:wait()
   end
   local _, err = self.sp:_killsession(self.sb, self.pid, self.graceMs)

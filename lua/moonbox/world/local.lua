@@ -10,7 +10,7 @@ local common = require "moonbox.world.common"
 local endpoints = require "moonbox.e2b.endpoints"
 local procstream = require "moonbox.procstream"
 local sched = require "moonbox.sched"
-local sync = require "moonbox.sync"
+local events = require "moonbox.events"
 local core = require "moonbox.core"
 local binaries = require "moonbox.binaries"
 
@@ -27,7 +27,7 @@ M.HELPER_SLOTS = 32
 
 -- spawn, once a helper slot is free; the slot is released when the stream has closed.
 function World:_helper(spawn, cfg)
-  self.slots = self.slots or sync.queue(M.HELPER_SLOTS)
+  self.slots = self.slots or events.queue(M.HELPER_SLOTS)
   local ok, err = self.slots:push(true)
   if not ok then return nil, err end
   local s, serr = procstream.spawn(spawn, cfg)
@@ -65,7 +65,7 @@ function M.lazy(opts)
   local function get()
     if w then return w end
     if making then return making:wait() end
-    local ev = sync.event()
+    local ev = events.event()
     making = ev
     local nw, err = M.new(opts)
     making, w = nil, nw

@@ -1,4 +1,4 @@
--- moonbox.sync — what tasks wait on: one-shot events and bounded queues.
+-- moonbox.events — what tasks wait on: one-shot events and bounded queues.
 local sched = require "moonbox.sched"
 local errors = require "moonbox.errors"
 
