@@ -1,7 +1,7 @@
 -- envd's two Connect codecs against real sandboxd processes: the E2B providers speak binary
 -- protobuf by default; a server that takes only JSON (sandboxd --envd-codecs json answers
 -- binary requests 415, as a JSON-only envd would) turns the client to JSON by itself, for a
--- process stream (procstream's cfg.fallback reopens it in place) and for a unary call alike, with
+-- process stream (pstream's cfg.fallback reopens it in place) and for a unary call alike, with
 -- the same results. Tagged #sandboxd: it starts its own sandboxds.
 local H = require "support.helpers"
 local compose = require "moonbox.compose"

@@ -31,7 +31,7 @@ describe("moonbox.e2b owner (scripted transport)", function()
     mb = fake_mb.install()
     fake = fake_http.new()
     mb.http = fake.http
-    mb.procstream = fake.procstream
+    mb.pstream = fake.pstream
     saved_core = package.loaded["moonbox.core"]
     package.loaded["moonbox.core"] = saved_core or core
     e2b = require "moonbox.e2b"

@@ -90,7 +90,7 @@ describe("moonbox.envd", function()
   before_each(function()
     fake = fake_http.new()
     client = envd.new{ url = "http://sbx.test", sandbox_id = "iabc", access_token = "tok",
-      http = fake.http, procstream = fake.procstream, core = core }
+      http = fake.http, pstream = fake.pstream, core = core }
   end)
 
   it("sends unary calls with the Connect and routing headers", function()
@@ -136,7 +136,7 @@ describe("moonbox.envd", function()
 
   local function env(flags, t) return core.envelope(flags, cjson.encode(t)) end
 
-  -- Process streams: the request shape; the body is decoded in C (moonbox.procstream), here by
+  -- Process streams: the request shape; the body is decoded in C (moonbox.pstream), here by
   -- the same decoder through support.fake_pstream.
   local function run(fn) return require("moonbox").run(fn) end
 

@@ -5,7 +5,7 @@
 local LAYERS = {
   { "base", { "moonbox.errors", "moonbox.fields", "moonbox.ids", "moonbox.text", "moonbox.sched", "moonbox.events", "moonbox.cancellation", "moonbox.binaries",
     "moonbox.core" } },
-  { "transport", { "moonbox.http", "moonbox.proc", "moonbox.procstream" } },
+  { "transport", { "moonbox.http", "moonbox.proc", "moonbox.pstream" } },
   { "policy", { "moonbox.policy.*", "moonbox.policies", "moonbox.policies.*" } },
   { "neutral world", { "moonbox.world.common", "moonbox.subprocess.spec", "moonbox.subprocess.collector",
     "moonbox.subprocess.handle", "moonbox.subprocess.terminal", "moonbox.fs.paths", "moonbox.fs.lock",

@@ -283,7 +283,7 @@ describe("the owner's create request and ctx.e2b:updateNetwork (scripted transpo
   before_each(function()
     mb = fake_mb.install()
     fake = fake_http.new()
-    mb.http, mb.procstream = fake.http, fake.procstream
+    mb.http, mb.pstream = fake.http, fake.pstream
     saved_core = package.loaded["moonbox.core"]
     package.loaded["moonbox.core"] = saved_core or core
     local endpoints = require "moonbox.e2b.endpoints"

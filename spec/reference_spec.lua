@@ -253,7 +253,7 @@ local SURFACES = {
         local mb = require "moonbox"
         local t = {}
         for k, v in pairs(mb) do t[k] = v end
-        for _, k in ipairs({ "http", "proc", "procstream" }) do t[k] = mb[k] end   -- loaded on first use
+        for _, k in ipairs({ "http", "proc", "pstream" }) do t[k] = mb[k] end   -- loaded on first use
         local out = {}
         for k in pairs(t) do out[k] = function() end end          -- every key is API, tables too
         return out

@@ -176,7 +176,7 @@ describe("the owner: rules at create, host variables as scoped secrets, the traf
     dir = tmpdir()
     mb = fake_mb.install()
     fake = fake_http.new()
-    mb.http, mb.procstream = fake.http, fake.procstream
+    mb.http, mb.pstream = fake.http, fake.pstream
     saved_core = package.loaded["moonbox.core"]
     package.loaded["moonbox.core"] = saved_core or core
     local endpoints = require "moonbox.e2b.endpoints"

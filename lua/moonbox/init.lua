@@ -7,7 +7,7 @@ local sched = require "moonbox.sched"
 local events = require "moonbox.events"
 local http = require "moonbox.http"
 local proc = require "moonbox.proc"
-local procstream = require "moonbox.procstream"
+local pstream = require "moonbox.pstream"
 
 local M = { core = core }
 
@@ -17,5 +17,5 @@ M.tasks, M.stats = sched.tasks, sched.stats
 M.event, M.queue = events.event, events.queue
 M.error, M.is_error = errors.new, errors.is
 
-M.http, M.proc, M.procstream = http, proc, procstream
+M.http, M.proc, M.pstream = http, proc, pstream
 return M

@@ -1,4 +1,4 @@
--- A scripted stand-in for mb.http (and mb.procstream): records every request and answers from
+-- A scripted stand-in for mb.http (and mb.pstream): records every request and answers from
 -- a queue. Responses: { status=, headers=, body= } for request; { status=, headers=,
 -- chunks={...}, err= } for stream and for a process stream (err ends the body after the
 -- chunks; a process stream's chunks are decoded by the real C decoder, support.fake_pstream).
@@ -42,7 +42,7 @@ function M.new()
       return s
     end,
   }
-  fake.procstream = {
+  fake.pstream = {
     open = function(req, cfg)
       local r = next_resp(req)
       if r.fail then return nil, r.fail end

@@ -163,12 +163,12 @@ local function new()
 end
 
 -- The modules below the facade take their scheduler, events and transport from moonbox.sched,
--- moonbox.events, moonbox.http, moonbox.procstream and moonbox.proc (not from the facade), calling
+-- moonbox.events, moonbox.http, moonbox.pstream and moonbox.proc (not from the facade), calling
 -- through the module tables: install() puts the fake clock's functions into those tables (and
--- the fake facade into package.loaded), and an assignment `mb.http = fake` (procstream, proc)
+-- the fake facade into package.loaded), and an assignment `mb.http = fake` (pstream, proc)
 -- puts fake's functions into the real module's table; uninstall() restores every one.
 local PATCHED = { sched = { "spawn", "sleep", "now", "current", "run" }, events = { "event", "queue" } }
-local MODULES = { http = "moonbox.http", procstream = "moonbox.procstream", proc = "moonbox.proc" }
+local MODULES = { http = "moonbox.http", pstream = "moonbox.pstream", proc = "moonbox.proc" }
 
 local saved = {}           -- { t = module table, k = key, v = original } in patch order
 local function patch(t, k, v)

@@ -1,4 +1,4 @@
--- A stand-in for moonbox.procstream in unit specs: the same interface, fed by a script of
+-- A stand-in for moonbox.pstream in unit specs: the same interface, fed by a script of
 -- envd messages through the real C decoder (core.procstream), on whatever `require "moonbox"`
 -- is (the fake clock of support.fake_mb, or the real scheduler).
 -- Script items: an envd message table (sent as one envelope), { raw = bytes }, { sleep = ms },

@@ -573,7 +573,7 @@ end
 -- (to its PTY when `pty`) as it comes. A local `cat` reads it (the loop goes on meanwhile) into a
 -- stream a task reads. → stop()
 local function pump_stdin(sb, s, pid, pty)
-  local reader = mb.procstream.spawn({ argv = { "/bin/cat" }, stdin_inherit = true },
+  local reader = mb.pstream.spawn({ argv = { "/bin/cat" }, stdin_inherit = true },
     { raw = true, stdout = "pipe", stderr = "discard" })
   local task = mb.spawn(function()
     while reader do

@@ -43,7 +43,7 @@ local R = require "moonbox.policy.rules"
 local api_mod = require "moonbox.e2b.api"
 local endpoints = require "moonbox.e2b.endpoints"
 local http = require "moonbox.http"
-local procstream = require "moonbox.procstream"
+local pstream = require "moonbox.pstream"
 local core = require "moonbox.core"
 local envd = require "moonbox.e2b.envd"
 local sandbox_mod = require "moonbox.world.e2b"
@@ -286,7 +286,7 @@ function Client:attach(id)
   local t = policy_set.default("timeouts")
   local sb = sandbox_mod.new{ id = id, info = i, api = self.api, core = core, timeouts = t }
   sb.envd = envd.new{ url = endpoints.sandbox_url(self.endpoints, id, i.domain), sandbox_id = id,
-    access_token = i.access_token, http = http, procstream = procstream, core = core,
+    access_token = i.access_token, http = http, pstream = pstream, core = core,
     transport = self.endpoints.transport, codec = self.endpoints.codec, timeout_ms = t.request_ms,
     stream_open_ms = t.stream_open_ms, stream_idle_ms = t.stream_idle_ms, keepalive_s = t.keepalive_interval_s }
   return sb

@@ -12,7 +12,7 @@ local errors = require "moonbox.errors"
 local endpoints = require "moonbox.e2b.endpoints"
 local core = require "moonbox.core"
 local http = require "moonbox.http"
-local procstream = require "moonbox.procstream"
+local pstream = require "moonbox.pstream"
 
 local envd = {}
 envd.__index = envd
@@ -33,7 +33,7 @@ local function urlencode(s)
 end
 
 -- cfg: { url (E2B_SANDBOX_URL or the per-sandbox host), sandbox_id, access_token?, user?,
---        http, procstream (moonbox.procstream, or a stand-in), core (codecs), timeout_ms,
+--        http, pstream (moonbox.pstream, or a stand-in), core (codecs), timeout_ms,
 --        stream_open_ms, stream_idle_ms, keepalive_s, transport = { ca_file, connect_to },
 --        codec = "json" | "proto" }
 function envd.new(cfg)
@@ -45,7 +45,7 @@ function envd.new(cfg)
   self.access_token = cfg.access_token
   self.user = cfg.user
   self.http = cfg.http or http
-  self.procstream = cfg.procstream or procstream
+  self.pstream = cfg.pstream or pstream
   self.core = cfg.core
   self.timeout_ms = cfg.timeout_ms or 60000
   self.stream_open_ms = cfg.stream_open_ms or 30000
@@ -177,7 +177,7 @@ function envd:send_input(pid, data, pty)
 end
 
 -- A process stream (process.Process/Start or Connect), decoded in C as it arrives into the
--- sinks of `cfg` (moonbox.procstream). No Connect-Timeout-Ms: envd kills a process when it
+-- sinks of `cfg` (moonbox.pstream). No Connect-Timeout-Ms: envd kills a process when it
 -- elapses, so managed processes never get one; a stream silent for stream_idle_ms (no output,
 -- no keepalive) fails with E2B_TIMEOUT. opts: user (run as), open_timeout_ms (until the
 -- response headers). → stream | nil, err
@@ -188,7 +188,7 @@ function envd:process_stream(method, msg, cfg, opts)
     ["Content-Type"] = "application/connect+json", ["Connect-Protocol-Version"] = "1",
     ["Keepalive-Ping-Interval"] = tostring(self.keepalive_s),
   }, opts.user)
-  -- what runs, for debugging listings (procstream.open_streams)
+  -- what runs, for debugging listings (pstream.open_streams)
   local p = type(msg) == "table" and msg.process
   cfg.tag = cfg.tag or (p and table.concat({ tostring(p.cmd), p.args and tostring(p.args[1]) or nil,
     p.args and tostring(p.args[#p.args]) or nil }, " "))
@@ -203,7 +203,7 @@ function envd:process_stream(method, msg, cfg, opts)
       idle_timeout_ms = opts.idle_ms or self.stream_idle_ms,
     }
   end
-  if self.codec ~= "proto" then return self.procstream.open(request(json, "application/connect+json"), cfg) end
+  if self.codec ~= "proto" then return self.pstream.open(request(json, "application/connect+json"), cfg) end
   local payload, perr = core.rpc_encode(core.rpc_method(method), json)
   if not payload then return nil, errors.new("E2B_INVALID", method .. ": " .. perr.message) end
   local pcfg = setmetatable({ proto = true }, { __index = cfg })
@@ -215,7 +215,7 @@ function envd:process_stream(method, msg, cfg, opts)
     self.codec = "json"
     return request(json, "application/connect+json"), cfg
   end
-  return self.procstream.open(request(payload, "application/connect+proto"), pcfg)
+  return self.pstream.open(request(payload, "application/connect+proto"), pcfg)
 end
 
 -- The error of a process stream that closed with `err`: an HTTP answer is mapped like a unary

@@ -17,7 +17,7 @@ local launcher = require "moonbox.e2b.launcher"
 local sandbox = require "moonbox.world.e2b"
 local R = require "moonbox.policy.rules"
 local http = require "moonbox.http"
-local procstream = require "moonbox.procstream"
+local pstream = require "moonbox.pstream"
 local sched = require "moonbox.sched"
 local events = require "moonbox.events"
 local core = require "moonbox.core"
@@ -262,7 +262,7 @@ function Owner:_prepare(info)
     cwd = self.config.cwd, policies = self.policies,
   }
   sb.envd = envd_mod.new{ url = endpoints.sandbox_url(ep, info.id, info.domain), sandbox_id = info.id,
-    access_token = info.access_token, http = http, procstream = procstream, core = core, transport = ep.transport,
+    access_token = info.access_token, http = http, pstream = pstream, core = core, transport = ep.transport,
     codec = ep.codec,
     timeout_ms = self.timeouts.request_ms, stream_open_ms = self.timeouts.stream_open_ms,
     stream_idle_ms = self.timeouts.stream_idle_ms, keepalive_s = self.timeouts.keepalive_interval_s }

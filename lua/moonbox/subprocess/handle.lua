@@ -1,7 +1,7 @@
 -- moonbox.subprocess.handle — one spawned process tree in an execution world (an E2B sandbox
 -- or this host): the handle that ctx.subprocess:spawn returns.
 --
--- The tree runs under `mbwrap run`, whose process stream is decoded in C (moonbox.procstream)
+-- The tree runs under `mbwrap run`, whose process stream is decoded in C (moonbox.pstream)
 -- into the sinks the spawn chose: a tail ring (collect), a descriptor (inherit), a byte queue
 -- (pipe). One task per handle takes the control facts (start, group id, exit or signal, tree
 -- empty, completion); it wakes a handful of times per command, whatever the output size.

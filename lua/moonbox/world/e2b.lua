@@ -1,6 +1,6 @@
 -- moonbox.world.e2b — an E2B sandbox as an execution world (moonbox.world.common): the
 -- handle owner:sandbox() hands the providers. Every process, tool and filesystem question is
--- ONE envd request: a process.Process/Start decoded in C (moonbox.procstream), or a unary RPC;
+-- ONE envd request: a process.Process/Start decoded in C (moonbox.pstream), or a unary RPC;
 -- file contents go up with POST /files. A failure caused by the sandbox being gone (deleted,
 -- expired) becomes E2B_SANDBOX_GONE (sb:explain: one control-plane request, on failure paths
 -- only).
@@ -83,7 +83,7 @@ function Sandbox:exec(argv, opts)
 end
 
 -- A program run directly (no wrapper, no shell), its output into the sinks of `sinks`
--- ({ stdout =, stderr = }: moonbox.procstream sinks, raw bytes). opts: envs, cwd, user, stdin
+-- ({ stdout =, stderr = }: moonbox.pstream sinks, raw bytes). opts: envs, cwd, user, stdin
 -- (keep its stdin open for send_input / close_input), pty = { rows =, cols = } (on a new PTY of
 -- that size: its output is the stdout sink's, its input send_input(s, pid, data, true), resize).
 -- Facts: start (pid), end. → stream | nil, err

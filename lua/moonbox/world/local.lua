@@ -8,7 +8,7 @@ local errors = require "moonbox.errors"
 local ids = require "moonbox.ids"
 local common = require "moonbox.world.common"
 local endpoints = require "moonbox.e2b.endpoints"
-local procstream = require "moonbox.procstream"
+local pstream = require "moonbox.pstream"
 local sched = require "moonbox.sched"
 local events = require "moonbox.events"
 local core = require "moonbox.core"
@@ -30,7 +30,7 @@ function World:_helper(spawn, cfg)
   self.slots = self.slots or events.queue(M.HELPER_SLOTS)
   local ok, err = self.slots:push(true)
   if not ok then return nil, err end
-  local s, serr = procstream.spawn(spawn, cfg)
+  local s, serr = pstream.spawn(spawn, cfg)
   if not s then self.slots:pop() return nil, serr end
   sched.spawn(function() s:wait_closed() self.slots:pop() end)
   return s
@@ -97,7 +97,7 @@ function World:tool_stream(args, cfg, opts)
   for _, a in ipairs(args) do argv[#argv + 1] = a end
   local spawn = { argv = argv, cwd = opts.cwd }
   local s, err
-  if opts.lasting then s, err = procstream.spawn(spawn, cfg) else s, err = self:_helper(spawn, cfg) end
+  if opts.lasting then s, err = pstream.spawn(spawn, cfg) else s, err = self:_helper(spawn, cfg) end
   if not s then return nil, start_error(err, "mbwrap " .. tostring(args[1]), opts.cwd) end
   return s
 end
@@ -124,7 +124,7 @@ end
 function World:run_process(args, envs, cwd, stdin_pipe, cfg)
   local argv = { self.wrapper }
   for _, a in ipairs(args) do argv[#argv + 1] = a end
-  local s, err = procstream.spawn({ argv = argv, env = envs, cwd = cwd, stdin_pipe = stdin_pipe }, cfg)
+  local s, err = pstream.spawn({ argv = argv, env = envs, cwd = cwd, stdin_pipe = stdin_pipe }, cfg)
   if not s then return nil, start_error(err, "the wrapper", cwd) end
   return s
 end
@@ -134,7 +134,7 @@ end
 function World:run_terminal(args, envs, cwd, rows, cols, cfg)
   local argv = { self.wrapper, args[1], "--ctty" }
   for i = 2, #args do argv[#argv + 1] = args[i] end
-  local s, err = procstream.spawn({ argv = argv, env = envs, cwd = cwd, pty = true, rows = rows, cols = cols }, cfg)
+  local s, err = pstream.spawn({ argv = argv, env = envs, cwd = cwd, pty = true, rows = rows, cols = cols }, cfg)
   if not s then return nil, start_error(err, "the terminal", cwd) end
   return s
 end

@@ -1,6 +1,6 @@
--- moonbox.procstream — a process stream decoded in C on the loop (core.pstream), for tasks.
+-- moonbox.pstream — a process stream decoded in C on the loop (core.pstream), for tasks.
 --
---   local s, err = procstream.open(http_opts, cfg)
+--   local s, err = pstream.open(http_opts, cfg)
 --     cfg = { stdout = sink, stderr = sink, raw = bool, max_message =, max_line =, high_water = }
 --     sink: "discard" | "pipe" | { tail = maxBytes } | { fd = n }
 --   s:next_facts(timeout_ms) → non-empty list of facts | nil (closed: no more) | nil, err
