@@ -188,7 +188,7 @@ local function sample()
   local li = core.loop_info()
   -- stopped timers are a pool (bounded by the peak number of concurrent timeouts), not a leak
   return { handles = li.handles - li.idle_timers, transfers = mb.http.stats().active, refs = refs, tasks = live,
-    streams = #mb.procstream.open_streams(), tracked = tracked }
+    streams = #mb.pstream.open_streams(), tracked = tracked }
 end
 local function same(a, b)
   for k, v in pairs(a) do if b[k] ~= v then return false end end
@@ -221,7 +221,7 @@ local watchdog = mb.spawn(function()
         local w = t:where()
         if w then io.stderr:write("  task ", tostring(t), ":\n", w, "\n") end
       end
-      for _, s in ipairs(mb.procstream.open_streams()) do
+      for _, s in ipairs(mb.pstream.open_streams()) do
         io.stderr:write(("  open stream %s (%.0f ms, closed: %s)\n"):format(s.url, mb.now() - s.started, tostring(s.closed)))
       end
       io.stderr:write("  ", show(counts()), "\n")
@@ -278,7 +278,7 @@ for b = 1, batches do
         h.spec.argv[#h.spec.argv], tostring(h.pid), tostring(h.wrapper_pid), tostring(h.tree_empty),
         tostring(h.settled), tostring(h.transport_error), tostring(h.spawn_error)))
     end
-    for _, st in ipairs(mb.procstream.open_streams()) do
+    for _, st in ipairs(mb.pstream.open_streams()) do
       io.write(("soak:   open stream %s (%s, %.0f ms, closed: %s)\n"):format(tostring(st.tag), st.url,
         mb.now() - st.started, tostring(st.closed)))
     end
