@@ -3,6 +3,7 @@
 --   p.pid; p:read("stdout"|"stderr", timeout_ms) → data | nil (end) | nil, err
 --   p:wait(timeout_ms) → exit_code, signal | nil, err;  p:kill(signal);  p:close()
 local core = require "moonbox.core"
+local fields = require "moonbox.fields"
 local sched = require "moonbox.sched"
 local errors = require "moonbox.errors"
 
@@ -11,8 +12,12 @@ local WEAK_V = { __mode = "v" }
 local Process = {}
 Process.__index = Process
 
+-- What core.spawn reads; any other field is a mistake.
+M.SPAWN_FIELDS = { "argv", "env", "cwd", "max_buffer", "inherit_fds" }
+
 function M.spawn(opts)
   if type(opts) ~= "table" then error("proc.spawn: opts must be a table", 2) end
+  fields.only(opts, M.SPAWN_FIELDS, "proc.spawn", 2)
   local p = setmetatable({ waiters = {} }, Process)
   local weak = setmetatable({ p }, WEAK_V) -- a dropped process object can be collected
   local h, err = core.spawn(opts, function()

@@ -96,6 +96,10 @@ describe("lsp consumer #sandboxd", function()
       local c = assert(ctx.lsp:start{ root = dir })
       assert(c:open("main.c"))
       assert(c:diagnostics("main.c"))
+      assert.has_error(function() c:diagnostics("main.c", { timeout = 5 }) end,
+        "lsp:diagnostics: unknown field timeout (expected timeoutMs; the nearest is timeoutMs)")
+      assert.has_error(function() c:request("textDocument/hover", {}, { timeoutMs = -1 }) end,
+        "lsp:request: timeoutMs must be a positive finite number of milliseconds")
       local n = P.requests(function() assert(c:hover("main.c", { line = 3, character = 18 })) end)
       assert.are.equal(1, n)
       assert(c:shutdown())

@@ -316,9 +316,21 @@ function Client:notify(method, params)
 end
 
 -- → result (cjson.null for a null result) | nil, err. A canceled caller sends $/cancelRequest.
+-- { timeoutMs }: a request's own timeout (else the client's requestTimeoutMs).
+local function call_opts(o, what)
+  o = o or {}
+  if type(o) ~= "table" then error(what .. ": options must be a table { timeoutMs }", 3) end
+  fields.only(o, { "timeoutMs" }, what, 3)
+  local t = o.timeoutMs
+  if t ~= nil and (type(t) ~= "number" or t ~= t or t <= 0 or t == math.huge) then
+    error(what .. ": timeoutMs must be a positive finite number of milliseconds", 3)
+  end
+  return o
+end
+
 function Client:request(method, params, o)
   if type(method) ~= "string" then error("lsp:request: method must be a string", 2) end
-  o = o or {}
+  o = call_opts(o, "lsp:request")
   if self.ended then return nil, self:_gone_error() end
   self.seq = self.seq + 1
   local id = self.seq
@@ -424,7 +436,7 @@ end
 
 -- The diagnostics the server published for the document's current version (waits for them).
 function Client:diagnostics(path, o)
-  o = o or {}
+  o = call_opts(o, "lsp:diagnostics")
   local d, err = self:_doc(path)
   if not d then return nil, err end
   local m = mb

@@ -151,9 +151,21 @@ local function named(err, id)
   return err
 end
 
+-- The option fields each call takes: any other is a mistake, raised at the caller's line.
+M.OPTIONS = { list = { "metadata", "state", "limit", "nextToken" },
+  create = { "template", "timeoutMs", "metadata", "envVars", "allowInternetAccess", "autoPause", "secure", "network" },
+  connect = { "timeoutMs" }, resume = { "timeoutMs" }, listAll = { "metadata", "state", "limit", "nextToken" },
+  listAllSecrets = { "limit", "nextToken" }, metrics = { "start", "end" }, snapshot = { "name" },
+  snapshots = { "sandboxId", "limit", "nextToken" }, listSecrets = { "limit", "nextToken" } }
+local function only(o, call)
+  local unknown = fields.unknown(o, M.OPTIONS[call], "e2b: " .. call)
+  if unknown then error(unknown, 3) end
+end
+
 function Client:list(q)
   q = q or {}
   if type(q) ~= "table" then error("e2b: list: expects a table { metadata, state, limit, nextToken }", 2) end
+  only(q, "list")
   if q.metadata ~= nil then
     if type(q.metadata) ~= "table" then error("e2b: list: metadata must be a table of name = string", 2) end
     for k, v in pairs(q.metadata) do
@@ -183,6 +195,7 @@ end
 -- Every page of list(q) (follows nextToken) → items | nil, err
 function Client:listAll(q)
   q = q or {}
+  if type(q) == "table" then only(q, "listAll") end
   local all, token = {}, q.nextToken
   repeat
     local page, nt = self:list{ metadata = q.metadata, state = q.state, limit = q.limit, nextToken = token }
@@ -197,6 +210,7 @@ end
 function Client:create(o)
   o = o or {}
   if type(o) ~= "table" then error("e2b: create: expects a table { template, timeoutMs, metadata, envVars, ... }", 2) end
+  only(o, "create")
   if o.template ~= nil and (type(o.template) ~= "string" or o.template == "") then
     error("e2b: create: template must be a non-empty string (a template or snapshot name)", 2)
   end
@@ -264,6 +278,8 @@ end
 function Client:connect(id, o)
   check_id(id, "connect")
   o = o or {}
+  if type(o) ~= "table" then error("e2b: connect: options must be a table { timeoutMs }", 2) end
+  only(o, "connect")
   if o.timeoutMs ~= nil then check_ms(o.timeoutMs, "connect") end
   local i, err = self.api:connect(id, o.timeoutMs)
   if not i then return nil, named(err, id) end
@@ -294,6 +310,7 @@ end
 
 -- Resuming is connecting (E2B's /resume is deprecated): the lease restarts with timeoutMs.
 function Client:resume(id, o)
+  if type(o) == "table" then only(o, "resume") end
   local p, err = self:connect(id, o)
   if not p then return nil, err end
   p.envdAccessToken = nil
@@ -303,6 +320,8 @@ end
 function Client:metrics(id, o)
   check_id(id, "metrics")
   o = o or {}
+  if type(o) ~= "table" then error("e2b: metrics: options must be a table { start, end }", 2) end
+  only(o, "metrics")
   for _, k in ipairs({ "start", "end" }) do
     if o[k] ~= nil and (type(o[k]) ~= "number" or o[k] < 0) then
       error(("e2b: metrics: %s must be unix seconds"):format(k), 2)
@@ -338,6 +357,8 @@ end
 function Client:snapshot(id, o)
   check_id(id, "snapshot")
   o = o or {}
+  if type(o) ~= "table" then error("e2b: snapshot: options must be a table { name }", 2) end
+  only(o, "snapshot")
   if o.name ~= nil and (type(o.name) ~= "string" or o.name == "") then
     error("e2b: snapshot: name must be a non-empty string", 2)
   end
@@ -348,6 +369,11 @@ end
 
 function Client:snapshots(q)
   q = q or {}
+  if type(q) ~= "table" then error("e2b: snapshots: expects a table { sandboxId, limit, nextToken }", 2) end
+  only(q, "snapshots")
+  if q.limit ~= nil and (math.type(q.limit) ~= "integer" or q.limit < 1) then
+    error("e2b: snapshots: limit must be a positive integer", 2)
+  end
   if q.sandboxId ~= nil then check_id(q.sandboxId, "snapshots") end
   return self.api:snapshots{ sandbox_id = q.sandboxId, limit = q.limit, next_token = q.nextToken }
 end
@@ -478,6 +504,7 @@ end
 function Client:listSecrets(q)
   q = q or {}
   if type(q) ~= "table" then error("e2b: listSecrets: expects a table { limit, nextToken }", 2) end
+  only(q, "listSecrets")
   if q.limit ~= nil and (math.type(q.limit) ~= "integer" or q.limit < 1) then
     error("e2b: listSecrets: limit must be a positive integer", 2)
   end
@@ -487,6 +514,7 @@ end
 -- Every page of listSecrets (follows nextToken) → secrets | nil, err
 function Client:listAllSecrets(q)
   q = q or {}
+  if type(q) == "table" then only(q, "listAllSecrets") end
   local all, token = {}, q.nextToken
   repeat
     local page, nt = self:listSecrets{ limit = q.limit, nextToken = token }
