@@ -53,6 +53,17 @@ describe("moonbox sandbox #sandboxd", function()
     assert.are.same({ 0, "killed " .. id .. "\n" }, { code, out })
   end)
 
+  it("cuts its tables to the terminal's width ($COLUMNS), never the JSON", function()
+    local code, out = moonbox("sandbox list --metadata cli=spec", "COLUMNS=60")
+    assert.are.equal(0, code)
+    for l in out:gmatch("[^\n]+") do assert.is_true(utf8.len(l) <= 60, l) end
+    assert.truthy(out:find("…", 1, true), out)                         -- the metadata column was cut
+    code, out = moonbox("sandbox list --metadata cli=spec", "COLUMNS=400")
+    assert.is_nil(out:find("…", 1, true), out)
+    code, out = moonbox("sandbox list --metadata cli=spec --json", "COLUMNS=20")
+    assert.truthy(#out > 20 and cjson.decode(out), out)
+  end)
+
   it("creates a sandbox that outlives the command, with its template, lease, metadata and env", function()
     local code, out, err = moonbox("sandbox create --timeout 5m --metadata cli=created --env GREETING=hi --json")
     assert.are.equal(0, code, err)

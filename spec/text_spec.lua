@@ -92,6 +92,16 @@ describe("moonbox.text", function()
     end)
   end)
 
+  describe("fit", function()
+    it("cuts to the width in characters, the last one an ellipsis; leaves what fits", function()
+      assert.are.equal("abcdef", text.fit("abcdef", 6))
+      assert.are.equal("abcd…", text.fit("abcdef", 5))
+      assert.are.equal("éé…", text.fit("ééééé", 3))               -- characters, not bytes
+      assert.are.equal("abcdef", text.fit("abcdef", nil))
+      assert.are.equal("\xFFabc", text.fit("\xFFabc", 2))         -- not UTF-8: as it is
+    end)
+  end)
+
   describe("decoder", function()
     it("carries a character split across chunks", function()
       local d = text.decoder()

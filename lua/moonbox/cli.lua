@@ -57,6 +57,15 @@ end
 local function out(s) io.stdout:write(s) end
 M.usage_error = usage_error
 
+-- The terminal's width when stdout is one ($COLUMNS wins), else nil: tables are cut to it.
+function M.width()
+  local c = math.tointeger(tonumber(os.getenv("COLUMNS") or ""))
+  if c and c > 0 then return c end
+  if not core.isatty(1) then return nil end
+  local _, cols = core.tty_size(1)
+  return cols and cols > 0 and cols or nil
+end
+
 -- delete(ref) for each ref in turn, as `kill`, `snapshot delete` and `secret delete` do:
 -- true → prints done(ref); false → E2B_NOT_FOUND "<what> <ref> not found"; nil, err → err.
 -- → 0 | nil, err (the first refusal; the refs before it are done)

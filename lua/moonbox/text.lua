@@ -90,6 +90,15 @@ function M.lossy(s)
   return table.concat(out)
 end
 
+-- s cut to at most `width` characters (UTF-8), the last one "…" when it had to be cut; s as it
+-- is when width is nil. (A table row that fits a terminal.)
+function M.fit(s, width)
+  if not width or width < 2 then return s end
+  local n = utf8.len(s)
+  if not n or n <= width then return s end
+  return s:sub(1, utf8.offset(s, width) - 1) .. "…"
+end
+
 -- A streaming text checker with the same rules as check_text across chunk boundaries.
 -- :push(chunk) → text (possibly "") | nil, err ; :finish() → "" | nil, err
 function M.decoder(nul_limit)

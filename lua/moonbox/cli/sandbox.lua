@@ -13,6 +13,7 @@ local client_mod = require "moonbox.e2b.client"
 local errors = require "moonbox.errors"
 local sched = require "moonbox.sched"
 local specs = require "moonbox.subprocess.spec"
+local text = require "moonbox.text"
 local M = {}
 
 local D_NOTE = "D (a lease): seconds as E2B's CLI counts them (300), or with a unit: 500ms, 90s, 5m, 1h."
@@ -96,6 +97,8 @@ M.COMMAND_HELP = {
 }
 
 local function line(s) io.stdout:write(s, "\n") end
+-- A table row, cut to the terminal's width when stdout is one.
+local function row(cli, s) line(text.fit(s, cli.width())) end
 
 -- JSON; an item's network lists stay arrays when empty (lua-cjson writes {} for empty tables).
 local function encode(v)
@@ -277,9 +280,9 @@ function commands.list(cli, argv, i)
     local items, err = c:listAll(q)
     if not items then return nil, err end
     if opts["--json"] then line(#items == 0 and "[]" or encode(items)) return 0 end
-    line(("%-24s %-16s %-8s %-20s %s"):format("SANDBOX ID", "TEMPLATE", "STATE", "END", "METADATA"))
+    row(cli, ("%-24s %-16s %-8s %-20s %s"):format("SANDBOX ID", "TEMPLATE", "STATE", "END", "METADATA"))
     for _, it in ipairs(items) do
-      line(("%-24s %-16s %-8s %-20s %s"):format(it.sandboxId, tostring(it.templateId or ""), tostring(it.state or ""),
+      row(cli, ("%-24s %-16s %-8s %-20s %s"):format(it.sandboxId, tostring(it.templateId or ""), tostring(it.state or ""),
         tostring(it.endAt or ""), metadata_text(it.metadata)))
     end
     return 0
@@ -401,8 +404,8 @@ function snapshot_sub.list(cli, argv, i)
       line(net.encode(net.array(all)))
       return 0
     end
-    line(("%-40s %s"):format("SNAPSHOT ID", "NAMES"))
-    for _, x in ipairs(all) do line(("%-40s %s"):format(x.snapshotId, table.concat(x.names, ", "))) end
+    row(cli, ("%-40s %s"):format("SNAPSHOT ID", "NAMES"))
+    for _, x in ipairs(all) do row(cli, ("%-40s %s"):format(x.snapshotId, table.concat(x.names, ", "))) end
     return 0
   end
 end
@@ -451,9 +454,9 @@ function commands.metrics(cli, argv, i)
     local m, err = c:metrics(id)
     if not m then return nil, err end
     if opts["--json"] then line(#m == 0 and "[]" or encode(m)) return 0 end
-    line(("%-26s %7s %5s %11s %11s %11s"):format("TIMESTAMP", "CPU %", "CPUS", "MEM USED", "MEM TOTAL", "DISK USED"))
+    row(cli, ("%-26s %7s %5s %11s %11s %11s"):format("TIMESTAMP", "CPU %", "CPUS", "MEM USED", "MEM TOTAL", "DISK USED"))
     for _, x in ipairs(m) do
-      line(("%-26s %7.1f %5s %11s %11s %11s"):format(tostring(x.timestamp), tonumber(x.cpuUsedPct) or 0,
+      row(cli, ("%-26s %7.1f %5s %11s %11s %11s"):format(tostring(x.timestamp), tonumber(x.cpuUsedPct) or 0,
         tostring(math.tointeger(x.cpuCount) or x.cpuCount), human_bytes(x.memUsed), human_bytes(x.memTotal), human_bytes(x.diskUsed)))
     end
     return 0
