@@ -87,12 +87,7 @@ function M.default_file(concern)
   return nil
 end
 
-local function sorted_keys(t)
-  local out = {}
-  for k in pairs(t) do out[#out + 1] = k end
-  table.sort(out, function(a, b) return tostring(a) < tostring(b) end)
-  return out
-end
+local sorted_keys = S.sorted_keys
 
 -- Merges one source (from source.read, or a table of values) over values/origins.
 -- kind: "default" | "file" | "values". → true | nil, message

@@ -155,6 +155,7 @@ local function network_text(it)
   return table.concat(parts, "; ")
 end
 
+-- "k1=v1,k2=v2" (sorted): metadata in a table row (sandbox list, secret list).
 local function metadata_text(md)
   local keys = {}
   for k in pairs(md or {}) do keys[#keys + 1] = k end
@@ -162,6 +163,7 @@ local function metadata_text(md)
   for i, k in ipairs(keys) do keys[i] = k .. "=" .. tostring(md[k]) end
   return table.concat(keys, ",")
 end
+M.metadata_text = metadata_text
 
 -- Options anywhere among the arguments (`resume ID --timeout 60`). → opts, positionals
 local function parse_all(cli, argv, i, spec, cmd)

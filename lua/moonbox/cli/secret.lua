@@ -89,13 +89,7 @@ local function read_value(cli, opts)
   return finish(cli, raw or "", "stdin")
 end
 
-local function metadata_text(md)
-  local keys = {}
-  for k in pairs(md or {}) do keys[#keys + 1] = k end
-  table.sort(keys)
-  for i, k in ipairs(keys) do keys[i] = k .. "=" .. tostring(md[k]) end
-  return table.concat(keys, ",")
-end
+local metadata_text = sandbox_cli.metadata_text
 
 local function encode(v) return net.encode(v) end
 

@@ -32,12 +32,7 @@ M.REFUSED = { host = true, ["content-length"] = true, ["transfer-encoding"] = tr
 
 local function egress() return core.egress end
 
-local function sorted_keys(t)
-  local out = {}
-  for k in pairs(t) do out[#out + 1] = k end
-  table.sort(out, function(a, b) return tostring(a) < tostring(b) end)
-  return out
-end
+local sorted_keys = S.sorted_keys
 
 local function path_part(k)
   if type(k) == "string" and k:match("^[%a_][%w_]*$") then return "." .. k end

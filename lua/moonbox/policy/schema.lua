@@ -162,6 +162,14 @@ local function is_sequence(t)
 end
 
 -- → nil when v fits spec, else message [, index or key of the offending part]
+-- t's keys, sorted (as strings): policy output in a stable order.
+function M.sorted_keys(t)
+  local out = {}
+  for k in pairs(t) do out[#out + 1] = k end
+  table.sort(out, function(a, b) return tostring(a) < tostring(b) end)
+  return out
+end
+
 -- A table of name = string (metadata, envVars, a map the API carries) → nil | what is wrong.
 function M.string_map(t)
   for k, v in pairs(t) do
