@@ -135,6 +135,16 @@ int reg_new_id(char *out, size_t cap) {
   return ids_random(out + 1, 20);
 }
 
+/* What an entry holds of its own, and the entry: after a failed create, and once it is gone. */
+static void entry_free(reg_entry *e) {
+  close(e->kill_fd);
+  json_decref(e->metadata);
+  json_decref(e->volume_mounts);
+  json_decref(e->network);
+  pthread_mutex_destroy(&e->life);
+  free(e);
+}
+
 int reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errlen) {
   reg_entry *e = calloc(1, sizeof *e);
   if (!e) { snprintf(err, errlen, "out of memory"); return -1; }
@@ -155,12 +165,7 @@ int reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errle
   e->network = o->network ? json_deep_copy(o->network) : NULL;
   pthread_mutex_init(&e->life, NULL);
   if (g_be.create(e->id, sizeof e->id, o, &e->sbx, err, errlen) != 0) {
-    close(e->kill_fd);
-    json_decref(e->metadata);
-    json_decref(e->volume_mounts);
-    json_decref(e->network);
-    pthread_mutex_destroy(&e->life);
-    free(e);
+    entry_free(e);
     return -1;
   }
   e->refs = 1;
@@ -228,12 +233,7 @@ static void destroy_entry(reg_entry *e) {
   pthread_cond_broadcast(&reaped);
   pthread_mutex_unlock(&mu);
   if (g_hooks.gone) g_hooks.gone(e);   /* clients now see their streams end */
-  close(e->kill_fd);
-  json_decref(e->metadata);
-  json_decref(e->volume_mounts);
-  json_decref(e->network);
-  pthread_mutex_destroy(&e->life);
-  free(e);
+  entry_free(e);
 }
 
 /* Marks e dying and wakes its long handlers; mu held. */
