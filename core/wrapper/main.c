@@ -35,12 +35,7 @@ int main(int argc, char **argv) {
    * (it terminates the tree like any other), not kill the wrapper before it said anything. */
   if (argc >= 2 && strcmp(argv[1], "run") == 0) {
     sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGCHLD);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGHUP);
-    sigprocmask(SIG_BLOCK, &set, NULL);
+    block_run_signals(&set);
   }
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
     fputs(HELP, argc < 2 ? stderr : stdout);

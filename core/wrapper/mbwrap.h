@@ -2,6 +2,7 @@
 #ifndef MBWRAP_H
 #define MBWRAP_H
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -39,6 +40,8 @@ void tool_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void tool_flush(void);      /* everything buffered out now (a long-running tool: watch) */
 int tool_finish(int code); /* emits !exit code, !empty, !done; returns the process exit status */
 int tool_fail(const char *code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "err CODE detail\n" into buf (cap bytes; newlines in the detail made spaces) → its length. */
+size_t tool_err_line(char *buf, size_t cap, const char *code, const char *fmt, va_list ap);
 
 /* ---- proc.c: /proc inspection, names ---- */
 struct pstat {
@@ -52,6 +55,8 @@ size_t proc_descendants(pid_t root, pid_t **out);    /* live (non-zombie) descen
 int signal_from_name(const char *s);                  /* "TERM", "SIGTERM" or "15"; -1 if unknown */
 const char *errno_name(int e);                        /* "ENOENT"..., or "EUNKNOWN" */
 int parse_u64(const char *s, uint64_t *out);          /* strict decimal */
+int mkdir_parents(const char *path);                  /* mkdir -p of path's directory part; 0 or -1 errno */
+void block_run_signals(sigset_t *set);                /* SIGCHLD TERM INT HUP blocked, for a signalfd (run) */
 void mb_sleep_ms(long ms);
 int64_t mb_now_ms(void);                              /* CLOCK_MONOTONIC */
 

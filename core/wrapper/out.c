@@ -227,16 +227,28 @@ int tool_finish(int code) {
   return 0;
 }
 
+size_t tool_err_line(char *buf, size_t cap, const char *code, const char *fmt, va_list ap) {
+  int h = snprintf(buf, cap, "err %s ", code);
+  size_t used = h < 0 ? 0 : (size_t)h;
+  if (used > cap - 2) used = cap - 2;                /* room for the newline and the NUL */
+  int n = vsnprintf(buf + used, cap - used - 1, fmt, ap);
+  size_t dl = n < 0 ? 0 : (size_t)n;
+  if (dl > cap - used - 2) dl = cap - used - 2;      /* what vsnprintf could keep */
+  size_t len = used + dl;
+  /* Details are single-line by construction: replace any newline a path may carry. */
+  for (size_t i = used; i < len; i++)
+    if (buf[i] == '\n') buf[i] = ' ';
+  buf[len++] = '\n';
+  buf[len] = 0;
+  return len;
+}
+
 int tool_fail(const char *code, const char *fmt, ...) {
-  char detail[4096];
+  char line[4200];
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(detail, sizeof detail, fmt, ap);
+  tool_err_line(line, sizeof line, code, fmt, ap);
   va_end(ap);
-  if (n < 0) detail[0] = 0;
-  /* Details are single-line by construction: replace any newline a path may carry. */
-  for (char *p = detail; *p; p++)
-    if (*p == '\n') *p = ' ';
-  tool_printf("err %s %s\n", code, detail);
+  tool_printf("%s", line);
   return tool_finish(1);
 }

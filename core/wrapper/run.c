@@ -571,12 +571,7 @@ static int run_with(struct run *rp, char **envp, int argc, char **argv) {
   ensure_std_fds();
   /* Everything asynchronous arrives through the signalfd; EPIPE comes back from write(). */
   sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGCHLD);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGHUP);
-  sigprocmask(SIG_BLOCK, &set, NULL);
+  block_run_signals(&set);
   signal(SIGPIPE, SIG_IGN);
   rp->sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
   if (ob_init(&rp->ob, 4 * MB_FRAME_LINE + CTL_RESERVE) < 0 || rp->sfd < 0) {
@@ -656,6 +651,15 @@ static int run_with(struct run *rp, char **envp, int argc, char **argv) {
   int rc = loop(rp);
   if (rp->stdout_flags >= 0) fcntl(1, F_SETFL, rp->stdout_flags);
   return rc;
+}
+
+void block_run_signals(sigset_t *set) {
+  sigemptyset(set);
+  sigaddset(set, SIGCHLD);
+  sigaddset(set, SIGTERM);
+  sigaddset(set, SIGINT);
+  sigaddset(set, SIGHUP);
+  sigprocmask(SIG_BLOCK, set, NULL);
 }
 
 int run_main(int argc, char **argv) {

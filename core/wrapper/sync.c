@@ -73,16 +73,12 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
 /* A failure of a streaming tool: one "err" line in stderr frames, exit status 1. */
 static int stream_fail(const char *code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int stream_fail(const char *code, const char *fmt, ...) {
-  char detail[3072], line[3200];
+  char line[3200];
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(detail, sizeof detail, fmt, ap);
+  size_t n = tool_err_line(line, sizeof line, code, fmt, ap);
   va_end(ap);
-  if (n < 0) detail[0] = 0;
-  for (char *p = detail; *p; p++)
-    if (*p == '\n') *p = ' ';
-  n = snprintf(line, sizeof line, "err %s %s\n", code, detail);
-  tool_error_data(line, n < (int)sizeof line ? (size_t)n : sizeof line - 1);
+  tool_error_data(line, n);
   return tool_finish(1);
 }
 
@@ -214,21 +210,6 @@ static void remove_path(const char *path) {
   mb_sync_root_close(r);
 }
 
-static int make_parents(const char *path) {
-  char dir[PATH_MAX];
-  const char *base;
-  if (split_path(path, dir, sizeof dir, &base) < 0) return 0;
-  for (char *p = dir + 1;; p++) {
-    if (*p == '/' || *p == 0) {
-      char c = *p;
-      *p = 0;
-      if (mkdir(dir, 0777) < 0 && errno != EEXIST) return -1;
-      *p = c;
-      if (!c) break;
-    }
-  }
-  return 0;
-}
 
 /* A sync error from the walker as a tool failure (unpack: stdout; streaming tools: stderr, then
  * the entry's path as "path <n> <bytes>\n" when there is one). */
@@ -334,7 +315,7 @@ int tool_unpack(int argc, char **argv) {
   }
 
   /* Publish: one rename swaps the trees (or moves the new one in). */
-  if (make_parents(target) < 0)
+  if (mkdir_parents(target) < 0)
     return unpack_fail(stage, "SYNC_IO_ERROR", "cannot make the parents of '%s': %s", target, strerror(errno));
   int exists = lstat(target, &st) == 0;
   if (!exists && errno != ENOENT) return unpack_fail(stage, "SYNC_IO_ERROR", "cannot stat '%s': %s", target, strerror(errno));

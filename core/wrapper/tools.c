@@ -330,7 +330,7 @@ static int publish_fail(const char *staging, const char *code, const char *detai
 }
 
 /* mkdir -p of the directory part of `path` (as `mkdir -p` does, with the umask's mode). */
-static int make_parents(const char *path) {
+int mkdir_parents(const char *path) {
   char dir[PATH_MAX];
   size_t n = dir_len(path);
   if (n == 0 || n >= sizeof dir) return n == 0 ? 0 : (errno = ENAMETOOLONG, -1);
@@ -356,7 +356,7 @@ static int stage_stdin(const char *staging, const char *target) {
   if (n == 0 || n >= sizeof sdir) return (tool_fail("FS_IO_ERROR", "bad staging path '%s'", staging), 1);
   memcpy(sdir, staging, n);
   sdir[n] = 0;
-  if (make_parents(target) < 0) return (tool_fail(fs_code(errno), "cannot make the parents of '%s': %s", target, strerror(errno)), 1);
+  if (mkdir_parents(target) < 0) return (tool_fail(fs_code(errno), "cannot make the parents of '%s': %s", target, strerror(errno)), 1);
   if (mkdir(sdir, 0700) < 0) return (tool_fail(fs_code(errno), "cannot make '%s': %s", sdir, strerror(errno)), 1);
   int fd = open(staging, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
@@ -640,7 +640,7 @@ int tool_mkdir(int argc, char **argv) {
   if (argc != 2 + parents) return usage("mkdir [-p] PATH");
   const char *path = argv[1 + parents];
   int created = 1;
-  if (parents && make_parents(path) < 0) {
+  if (parents && mkdir_parents(path) < 0) {
     int e = errno;
     return tool_fail(entry_code(e), "cannot make the parents of '%s': %s", path, strerror(e));
   }
