@@ -11,13 +11,6 @@
 #include <string.h>
 #include <sys/socket.h>
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (err && errlen) vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 int egress_addr_parse(const char *s, egress_addr *a) {
   memset(a, 0, sizeof *a);
@@ -115,11 +108,11 @@ static char *trimmed(const char *s) {
 /* One entry of a list; `deny`: names are refused (E2B takes addresses only there). */
 static int parse_entry(const char *given, bool deny, egress_entry *e, const char *list, size_t i, char *err, size_t errlen) {
   memset(e, 0, sizeof e[0]);
-  if (!given) return fail(err, errlen, "%s[%zu]: must be a string", list, i);
+  if (!given) return transforms_fail(err, errlen, "%s[%zu]: must be a string", list, i);
   char *t = trimmed(given);
-  if (!t) return fail(err, errlen, "out of memory");
+  if (!t) return transforms_fail(err, errlen, "out of memory");
   e->text = t;
-  if (!*t) return fail(err, errlen, "%s[%zu]: empty entry (expected an address, a CIDR or a host name)", list, i);
+  if (!*t) return transforms_fail(err, errlen, "%s[%zu]: empty entry (expected an address, a CIDR or a host name)", list, i);
   int rc = parse_cidr(t, &e->net, &e->prefix);
   if (rc == 0) {
     e->kind = ENTRY_CIDR;
@@ -127,19 +120,19 @@ static int parse_entry(const char *given, bool deny, egress_entry *e, const char
     return 0;
   }
   if (rc == -2) {
-    return fail(err, errlen, "%s[%zu]: \"%.80s\": the prefix after '/' must be 0..%d", list, i, t,
+    return transforms_fail(err, errlen, "%s[%zu]: \"%.80s\": the prefix after '/' must be 0..%d", list, i, t,
                 strchr(t, ':') ? 128 : 32);
   }
   if (strchr(t, '/') || strchr(t, ':'))
-    return fail(err, errlen, "%s[%zu]: \"%.80s\" is not an IP address or CIDR", list, i, t);
+    return transforms_fail(err, errlen, "%s[%zu]: \"%.80s\" is not an IP address or CIDR", list, i, t);
   bool wild = !strncmp(t, "*.", 2);
   if (!valid_name(wild ? t + 2 : t, e->name)) {
-    if (!strcmp(t, "*")) return fail(err, errlen, "%s[%zu]: a bare \"*\" is not allowed (write 0.0.0.0/0 for all traffic)", list, i);
-    return fail(err, errlen, "%s[%zu]: \"%.80s\" is not an address, a CIDR, a host name or a *.wildcard "
+    if (!strcmp(t, "*")) return transforms_fail(err, errlen, "%s[%zu]: a bare \"*\" is not allowed (write 0.0.0.0/0 for all traffic)", list, i);
+    return transforms_fail(err, errlen, "%s[%zu]: \"%.80s\" is not an address, a CIDR, a host name or a *.wildcard "
                 "(host names: labels of a-z, 0-9, '-' and '_', at most 253 characters)", list, i, t);
   }
   if (deny)
-    return fail(err, errlen, "%s[%zu]: \"%.80s\": host names are not supported in denyOut (addresses and CIDRs only, as on E2B; "
+    return transforms_fail(err, errlen, "%s[%zu]: \"%.80s\": host names are not supported in denyOut (addresses and CIDRs only, as on E2B; "
                 "to allow only some hosts, put them in allowOut and 0.0.0.0/0 in denyOut)", list, i, t);
   e->kind = wild ? ENTRY_WILDCARD : ENTRY_HOST;
   return 0;
@@ -166,10 +159,10 @@ static int parse_list(const char *const *in, size_t n, bool deny, const char *na
                       char *err, size_t errlen) {
   *out = NULL;
   *nout = 0;
-  if (n > EGRESS_MAX_ENTRIES) return fail(err, errlen, "%s: at most %d entries (got %zu)", name, EGRESS_MAX_ENTRIES, n);
+  if (n > EGRESS_MAX_ENTRIES) return transforms_fail(err, errlen, "%s: at most %d entries (got %zu)", name, EGRESS_MAX_ENTRIES, n);
   if (!n) return 0;
   egress_entry *l = calloc(n, sizeof *l);
-  if (!l) return fail(err, errlen, "out of memory");
+  if (!l) return transforms_fail(err, errlen, "out of memory");
   for (size_t i = 0; i < n; i++) {
     if (parse_entry(in[i], deny, &l[i], name, i, err, errlen) != 0) {
       free_list(l, i + 1);
@@ -202,19 +195,19 @@ int egress_site_unblock(egress_site *s, const char *what, char *err, size_t errl
   size_t n = 1;
   if (!strcmp(what, "private")) { set = PRIVATE; n = 5; }
   else if (!strcmp(what, "link-local")) { set = LINK_LOCAL; n = 2; }
-  if (s->nunblock + n > EGRESS_MAX_UNBLOCK) return fail(err, errlen, "at most %d ranges can be unblocked", EGRESS_MAX_UNBLOCK);
+  if (s->nunblock + n > EGRESS_MAX_UNBLOCK) return transforms_fail(err, errlen, "at most %d ranges can be unblocked", EGRESS_MAX_UNBLOCK);
   for (size_t i = 0; i < n; i++) {
     egress_entry *e = &s->unblock[s->nunblock];
     memset(e, 0, sizeof *e);
     const char *text = set ? set[i] : what;
     if (parse_cidr(text, &e->net, &e->prefix) != 0)
-      return fail(err, errlen, "\"%.80s\": expected private, link-local or a CIDR inside them", what);
+      return transforms_fail(err, errlen, "\"%.80s\": expected private, link-local or a CIDR inside them", what);
     egress_addr_class c = egress_classify(&e->net);
     egress_addr last = e->net;   /* the range must lie inside one protected range: check both ends */
     int width = last.family == AF_INET ? 32 : 128;
     for (int bit = e->prefix; bit < width; bit++) last.addr[bit / 8] |= (uint8_t)(0x80 >> (bit % 8));
     if ((c != ADDR_PRIVATE && c != ADDR_LINK_LOCAL) || egress_classify(&last) != c)
-      return fail(err, errlen, "\"%.80s\": only private, shared or link-local ranges can be unblocked "
+      return transforms_fail(err, errlen, "\"%.80s\": only private, shared or link-local ranges can be unblocked "
                   "(10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7, 169.254/16, fe80::/10)", what);
     e->kind = ENTRY_CIDR;
     s->nunblock++;

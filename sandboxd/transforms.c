@@ -13,7 +13,7 @@
 #define PH_OPEN "${e2b."
 #define PH_SECRET "${e2b.secrets."
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
+int transforms_fail(char *err, size_t errlen, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   if (err && errlen) vsnprintf(err, errlen, fmt, ap);
@@ -43,20 +43,20 @@ static bool reserved(const char *name) {
 static int check_value(const char *v, const char *host, const char *name, char *err, size_t errlen) {
   size_t n = strlen(v);
   if (n > TRANSFORM_VALUE_MAX)
-    return fail(err, errlen, "\"%.80s\": header \"%.80s\": the value is longer than %d bytes", host, name, TRANSFORM_VALUE_MAX);
+    return transforms_fail(err, errlen, "\"%.80s\": header \"%.80s\": the value is longer than %d bytes", host, name, TRANSFORM_VALUE_MAX);
   for (const char *p = v; *p; p++)
     if ((unsigned char)*p < 0x20 ? *p != '\t' : *p == 0x7f)
-      return fail(err, errlen, "\"%.80s\": header \"%.80s\": the value holds a control character", host, name);
+      return transforms_fail(err, errlen, "\"%.80s\": header \"%.80s\": the value holds a control character", host, name);
   for (const char *p = strstr(v, PH_OPEN); p; p = strstr(p + 1, PH_OPEN)) {
     if (!strncmp(p, "${e2b.identity.tokens.", 22))
-      return fail(err, errlen, "\"%.80s\": header \"%.80s\": ${e2b.identity.tokens.…} (workload identity tokens) is not "
+      return transforms_fail(err, errlen, "\"%.80s\": header \"%.80s\": ${e2b.identity.tokens.…} (workload identity tokens) is not "
                   "supported by sandboxd", host, name);
     if (strncmp(p, PH_SECRET, strlen(PH_SECRET)) != 0)
-      return fail(err, errlen, "\"%.80s\": header \"%.80s\": unknown placeholder \"%.40s…\" (sandboxd fills ${e2b.secrets.NAME})",
+      return transforms_fail(err, errlen, "\"%.80s\": header \"%.80s\": unknown placeholder \"%.40s…\" (sandboxd fills ${e2b.secrets.NAME})",
                   host, name, p);
     const char *s = p + strlen(PH_SECRET), *end = strchr(s, '}');
     if (!end || end == s || (size_t)(end - s) > TRANSFORM_SECRET_NAME_MAX || memchr(s, '{', (size_t)(end - s)))
-      return fail(err, errlen, "\"%.80s\": header \"%.80s\": a ${e2b.secrets.NAME} placeholder needs a name of 1..%d "
+      return transforms_fail(err, errlen, "\"%.80s\": header \"%.80s\": a ${e2b.secrets.NAME} placeholder needs a name of 1..%d "
                   "characters without '{' and a closing '}'", host, name, TRANSFORM_SECRET_NAME_MAX);
   }
   return 0;
@@ -74,19 +74,19 @@ int transforms_add(transforms *t, const char *host, const char *const *names, co
   bool wild = host && !strncmp(host, "*.", 2);
   char name[SNIFF_NAME_MAX + 1];
   if (!host || sniff_hostname(wild ? host + 2 : host, strlen(wild ? host + 2 : host), name) != 0)
-    return fail(err, errlen, "\"%.80s\": not a host name or *.wildcard (a bare \"*\" is not allowed)", host ? host : "");
+    return transforms_fail(err, errlen, "\"%.80s\": not a host name or *.wildcard (a bare \"*\" is not allowed)", host ? host : "");
   snprintf(key, sizeof key, "%s%s", wild ? "*." : "", name);
   for (size_t i = 0; i < n; i++) {
-    if (!names[i] || !token(names[i])) return fail(err, errlen, "\"%s\": \"%.80s\" is not a header name", key, names[i] ? names[i] : "");
-    if (reserved(names[i])) return fail(err, errlen, "\"%s\": header \"%s\" cannot be set by a rule", key, names[i]);
-    if (!values[i]) return fail(err, errlen, "\"%s\": header \"%s\": the value must be a string", key, names[i]);
+    if (!names[i] || !token(names[i])) return transforms_fail(err, errlen, "\"%s\": \"%.80s\" is not a header name", key, names[i] ? names[i] : "");
+    if (reserved(names[i])) return transforms_fail(err, errlen, "\"%s\": header \"%s\" cannot be set by a rule", key, names[i]);
+    if (!values[i]) return transforms_fail(err, errlen, "\"%s\": header \"%s\": the value must be a string", key, names[i]);
     if (check_value(values[i], key, names[i], err, errlen) != 0) return -1;
   }
   transform_host *h = find_key(t, key);
   if (!h) {
-    if (t->nhosts == TRANSFORM_MAX_HOSTS) return fail(err, errlen, "at most %d hosts have rules", TRANSFORM_MAX_HOSTS);
+    if (t->nhosts == TRANSFORM_MAX_HOSTS) return transforms_fail(err, errlen, "at most %d hosts have rules", TRANSFORM_MAX_HOSTS);
     transform_host *grown = realloc(t->hosts, (t->nhosts + 1) * sizeof *grown);
-    if (!grown) return fail(err, errlen, "out of memory");
+    if (!grown) return transforms_fail(err, errlen, "out of memory");
     t->hosts = grown;
     h = &t->hosts[t->nhosts++];
     memset(h, 0, sizeof *h);
@@ -98,15 +98,15 @@ int transforms_add(transforms *t, const char *host, const char *const *names, co
     for (size_t k = 0; k < h->nheaders && !slot; k++)
       if (!strcasecmp(h->headers[k].name, names[i])) slot = &h->headers[k];   /* a later rule replaces it */
     if (!slot) {
-      if (h->nheaders == TRANSFORM_MAX_HEADERS) return fail(err, errlen, "\"%s\": at most %d headers", key, TRANSFORM_MAX_HEADERS);
+      if (h->nheaders == TRANSFORM_MAX_HEADERS) return transforms_fail(err, errlen, "\"%s\": at most %d headers", key, TRANSFORM_MAX_HEADERS);
       transform_header *grown = realloc(h->headers, (h->nheaders + 1) * sizeof *grown);
-      if (!grown) return fail(err, errlen, "out of memory");
+      if (!grown) return transforms_fail(err, errlen, "out of memory");
       h->headers = grown;
       slot = &h->headers[h->nheaders++];
       slot->name = slot->value = NULL;
     }
     char *nn = strdup(names[i]), *vv = strdup(values[i]);
-    if (!nn || !vv) { free(nn); free(vv); return fail(err, errlen, "out of memory"); }
+    if (!nn || !vv) { free(nn); free(vv); return transforms_fail(err, errlen, "out of memory"); }
     free(slot->name);
     free(slot->value);
     slot->name = nn;
@@ -161,7 +161,7 @@ long transforms_fill(const char *value, transform_lookup lookup, transform_relea
   while (*p) {
     const char *ph = strstr(p, PH_SECRET);
     size_t lit = ph ? (size_t)(ph - p) : strlen(p);
-    if (n + lit >= cap) return fail(err, errlen, "the header is longer than %zu bytes", cap - 1);
+    if (n + lit >= cap) return transforms_fail(err, errlen, "the header is longer than %zu bytes", cap - 1);
     memcpy(out + n, p, lit);
     n += lit;
     if (!ph) break;
@@ -170,7 +170,7 @@ long transforms_fill(const char *value, transform_lookup lookup, transform_relea
     size_t k = end ? (size_t)(end - s) : 0;
     if (!end || k == 0 || k > TRANSFORM_SECRET_NAME_MAX) {
       memset(out, 0, n);
-      return fail(err, errlen, "a malformed ${e2b.secrets.…} placeholder");
+      return transforms_fail(err, errlen, "a malformed ${e2b.secrets.…} placeholder");
     }
     for (size_t i = 0; i < k; i++) name[i] = (char)tolower((unsigned char)s[i]);   /* names are stored lower-cased */
     name[k] = 0;
@@ -178,14 +178,14 @@ long transforms_fill(const char *value, transform_lookup lookup, transform_relea
     char *v = lookup(cls, name, &vlen);
     if (!v) {
       memset(out, 0, n);                   /* no part of an earlier value stays behind */
-      return fail(err, errlen, "secret \"%s\" is not known to sandboxd (or not to this sandbox)", name);
+      return transforms_fail(err, errlen, "secret \"%s\" is not known to sandboxd (or not to this sandbox)", name);
     }
     bool bad = n + vlen >= cap || memchr(v, '\r', vlen) || memchr(v, '\n', vlen) || memchr(v, 0, vlen);
     if (!bad) memcpy(out + n, v, vlen);
     release(cls, v, vlen);
     if (bad) {
       memset(out, 0, n);                   /* no part of a value stays behind */
-      return fail(err, errlen, n + vlen >= cap ? "secret \"%s\" makes the header longer than the limit"
+      return transforms_fail(err, errlen, n + vlen >= cap ? "secret \"%s\" makes the header longer than the limit"
                                                : "secret \"%s\" holds a line break or NUL, which a header cannot carry", name);
     }
     n += vlen;

@@ -42,6 +42,9 @@ typedef struct transforms {
 int  transforms_add(transforms *t, const char *host, const char *const *names, const char *const *values, size_t n,
                     char *err, size_t errlen);
 void transforms_free(transforms *t);
+/* err (errlen bytes) = printf(fmt, ...) when err is given; → -1. The parsers' failure (here and
+ * in egress_rules.c). */
+int  transforms_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The rules for a request to host (lower-case, no final dot), or NULL. */
 const transform_host *transforms_for(const transforms *t, const char *host);
 
