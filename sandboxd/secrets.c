@@ -717,6 +717,17 @@ static entry **without(bool (*drop)(const entry *e, const void *cls), const void
   return arr;
 }
 
+/* The table `arr` (n entries) put in force (commit takes it: *arr becomes NULL), then e's info for
+ * the caller (e belongs to the table then: *e becomes NULL). */
+static int commit_entry(entry ***arr, size_t n, uint64_t next_seq, entry **e, secret_info *out, char *msg, size_t msglen) {
+  int rc = commit(*arr, n, next_seq, msg, msglen);
+  if (rc) return rc;
+  *arr = NULL;
+  rc = info_of(*e, out, msg, msglen);
+  *e = NULL;
+  return rc;
+}
+
 int secrets_create(const char *name, const char *value, size_t vlen, json_t *metadata, secret_info *out, char *msg, size_t msglen) {
   char canon[SECRETS_NAME_MAX + 1];
   int rc;
@@ -750,10 +761,7 @@ int secrets_create(const char *name, const char *value, size_t vlen, json_t *met
   if (!(arr = malloc((g.n + 1) * sizeof *arr))) { rc = FAIL(500, "out of memory"); goto out; }
   if (g.n) memcpy(arr, g.all, g.n * sizeof *arr);
   arr[g.n] = e;
-  if ((rc = commit(arr, g.n + 1, e->seq + 1, msg, msglen))) goto out;
-  arr = NULL;
-  rc = info_of(e, out, msg, msglen);
-  e = NULL;
+  rc = commit_entry(&arr, g.n + 1, e->seq + 1, &e, out, msg, msglen);
 out:
   free(arr);
   entry_free(e);
@@ -796,10 +804,7 @@ int secrets_update(const char *ref, const char *value, size_t vlen, json_t *meta
   if (!(arr = without(is_entry, NULL, &n))) { rc = FAIL(500, "out of memory"); goto out; }   /* a copy of the table */
   for (size_t i = 0; i < n; i++)
     if (arr[i] == old) arr[i] = e;
-  if ((rc = commit(arr, n, g.next_seq, msg, msglen))) goto out;
-  arr = NULL;
-  rc = info_of(e, out, msg, msglen);
-  e = NULL;
+  rc = commit_entry(&arr, n, g.next_seq, &e, out, msg, msglen);
 out:
   free(arr);
   entry_free(e);
