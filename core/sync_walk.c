@@ -168,17 +168,24 @@ int mb_sync_open_parent(const mb_sync_root *r, const char *rel, int create, cons
   return cur;
 }
 
+/* rel's parent directory, opened: → its descriptor, -2 when rel's parent does not exist (e
+ * untouched), -1 with e set on any other failure. */
+static int open_parent_if_any(const mb_sync_root *r, const char *rel, const char **leaf, struct mb_error *e) {
+  struct mb_error pe;
+  int pfd = mb_sync_open_parent(r, rel, 0, leaf, &pe);
+  if (pfd >= 0) return pfd;
+  if (pe.name == MB_CODE_SYNC_NOT_FOUND) return -2;
+  if (e) *e = pe;
+  return -1;
+}
+
 int mb_sync_lstat(const mb_sync_root *r, const char *rel, struct mb_sync_entry *out, char *link_buf,
                   size_t link_cap, struct mb_error *e) {
   memset(out, 0, sizeof *out);
   const char *leaf;
-  struct mb_error pe;
-  int pfd = mb_sync_open_parent(r, rel, 0, &leaf, &pe);
-  if (pfd < 0) {
-    if (pe.name == MB_CODE_SYNC_NOT_FOUND) return 0;
-    if (e) *e = pe;
-    return -1;
-  }
+  int pfd = open_parent_if_any(r, rel, &leaf, e);
+  if (pfd == -2) return 0;                           /* nothing there: nothing to do */
+  if (pfd < 0) return -1;
   struct stat st;
   if (fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0) {
     int err = errno;
@@ -558,13 +565,9 @@ static int rmtree_at(int pfd, const char *name, int depth, const char *rel, stru
 
 int mb_sync_rmtree(const mb_sync_root *r, const char *rel, struct mb_error *e) {
   const char *leaf;
-  struct mb_error pe;
-  int pfd = mb_sync_open_parent(r, rel, 0, &leaf, &pe);
-  if (pfd < 0) {
-    if (pe.name == MB_CODE_SYNC_NOT_FOUND) return 0;
-    if (e) *e = pe;
-    return -1;
-  }
+  int pfd = open_parent_if_any(r, rel, &leaf, e);
+  if (pfd == -2) return 0;                           /* nothing there: nothing to do */
+  if (pfd < 0) return -1;
   int rc = rmtree_at(pfd, leaf, 0, rel, e);
   close(pfd);
   return rc;
