@@ -65,3 +65,28 @@ int api_only_fields(sd_request *r, json_t *body, const char *const *allowed) {
   return 0;
 }
 
+typedef struct { const char *const *known; const char *bad; } query_check;
+static int query_unknown_cb(void *cls, const char *name, const char *value) {
+  (void)value;
+  query_check *c = cls;
+  for (const char *const *k = c->known; *k; k++)
+    if (!strcmp(*k, name)) return 0;
+  c->bad = name;
+  return 1;
+}
+
+const char *api_query_unknown(const sd_request *r, const char *const *known) {
+  query_check c = {known, NULL};
+  return sd_query_each(r, query_unknown_cb, &c) ? c.bad : NULL;
+}
+
+int api_query_only(sd_request *r, const char *const *known) {
+  const char *bad = api_query_unknown(r, known);
+  if (!bad) return 0;
+  char list[256] = "";
+  size_t n = 0, count = 0;
+  for (const char *const *k = known; *k && n < sizeof list; k++, count++)
+    n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", count ? ", " : "", *k);
+  sd_reply_error(r, 400, "query parameter '%.60s' is not supported here (%s %s)", bad, list, count == 1 ? "is" : "are");
+  return -1;
+}

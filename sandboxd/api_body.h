@@ -20,4 +20,9 @@ int api_string_map(sd_request *r, json_t *v, const char *field, bool env_names);
 int api_bool(sd_request *r, json_t *body, const char *field, bool dflt, bool *out);
 /* Only the NULL-terminated `allowed` fields. 0, or -1 after replying naming the first other. */
 int api_only_fields(sd_request *r, json_t *body, const char *const *allowed);
+/* The request's first query parameter that `known` (NULL-terminated) does not name, or NULL. */
+const char *api_query_unknown(const sd_request *r, const char *const *known);
+/* 0 when every query parameter is one of `known`; else a 400 "query parameter 'x' is not
+ * supported here (a, b are)" and -1. */
+int api_query_only(sd_request *r, const char *const *known);
 #endif

@@ -478,13 +478,6 @@ static int64_t parse_rfc3339(const char *s) {
   return (int64_t)t * 1000 + ms - off;
 }
 
-static int known_metrics_param(void *cls, const char *name, const char *value) {
-  (void)value;
-  if (!strcmp(name, "start") || !strcmp(name, "end")) return 0;
-  *(const char **)cls = name;
-  return 1;
-}
-
 /* ?start= / ?end=: unix seconds; -1 after replying 400. */
 static int query_seconds(sd_request *r, const char *name, int64_t dflt_ms, int64_t *out_ms) {
   const char *v = sd_query(r, name);
@@ -502,11 +495,8 @@ static int query_seconds(sd_request *r, const char *name, int64_t dflt_ms, int64
 
 /* GET /sandboxes/{id}/metrics ?start= &end= (sandbox.h: a sample per request, at most one a second). */
 static void sandbox_metrics(sd_request *r, const char *id) {
-  const char *unknown = NULL;
-  if (sd_query_each(r, known_metrics_param, &unknown)) {
-    sd_reply_error(r, 400, "query parameter '%s' is not supported here (start, end are)", unknown);
-    return;
-  }
+  static const char *const known[] = {"start", "end", NULL};
+  if (api_query_only(r, known)) return;
   int64_t from, to;
   if (query_seconds(r, "start", 0, &from) || query_seconds(r, "end", INT64_MAX, &to)) return;
   if (to != INT64_MAX) to += 999;   /* the whole second named */
@@ -526,14 +516,6 @@ static void sandbox_metrics(sd_request *r, const char *id) {
                                          (json_int_t)v[i].disk_total));
   free(v);
   sd_reply_json(r, 200, out);
-}
-
-static int known_logs_param(void *cls, const char *name, const char *value) {
-  (void)value;
-  const char *const *known = ((const char *const **)cls)[0];
-  for (; *known; known++) if (!strcmp(name, *known)) return 0;
-  ((const char **)cls)[1] = name;
-  return 1;
 }
 
 /* ?name=: a whole number from 0 to max; -1 after replying 400. */
@@ -570,12 +552,7 @@ static void log_entry_json(void *cls, const sbxlog_entry *e) {
  * GET /v2/sandboxes/{id}/logs ?cursor= &limit= &direction= (entries). Times are Unix ms. */
 static void sandbox_logs(sd_request *r, const char *id, bool v2) {
   static const char *const v1_known[] = {"start", "limit", NULL}, *const v2_known[] = {"cursor", "limit", "direction", NULL};
-  const void *cls[2] = {v2 ? v2_known : v1_known, NULL};
-  if (sd_query_each(r, known_logs_param, cls)) {
-    sd_reply_error(r, 400, "query parameter '%s' is not supported here (%s are)", (const char *)cls[1],
-                   v2 ? "cursor, limit, direction" : "start, limit");
-    return;
-  }
+  if (api_query_only(r, v2 ? v2_known : v1_known)) return;
   const char *dir = v2 ? sd_query(r, "direction") : NULL;
   if (dir && strcmp(dir, "forward") && strcmp(dir, "backward")) {
     sd_reply_error(r, 400, "query parameter 'direction' must be 'forward' or 'backward' (got '%.40s')", dir);
@@ -596,21 +573,9 @@ static void sandbox_logs(sd_request *r, const char *id, bool v2) {
   else sd_reply_json(r, 200, json_pack("{s:o,s:o}", "logs", o.lines, "logEntries", o.entries));
 }
 
-static int known_list_param(void *cls, const char *name, const char *value) {
-  (void)value;
-  static const char *const known[] = {"state", "limit", "nextToken", "metadata", "startedAfter", "template", "order", NULL};
-  for (const char *const *k = known; *k; k++) if (!strcmp(name, *k)) return 0;
-  *(const char **)cls = name;
-  return 1;
-}
-
 static void list_sandboxes(sd_request *r) {
-  const char *unknown = NULL;
-  if (sd_query_each(r, known_list_param, &unknown)) {
-    sd_reply_error(r, 400, "query parameter '%s' is not supported by sandboxd (state, limit, nextToken, metadata, "
-                   "startedAfter, template, order are)", unknown);
-    return;
-  }
+  static const char *const known[] = {"state", "limit", "nextToken", "metadata", "startedAfter", "template", "order", NULL};
+  if (api_query_only(r, known)) return;
   bool want_running = true, want_paused = true;
   const char *state = sd_query(r, "state");
   if (state && *state) {

@@ -105,20 +105,10 @@ static void update_secret(sd_request *r, const char *ref) {
   json_decref(body);
 }
 
-static int known_list_param(void *cls, const char *name, const char *value) {
-  (void)value;
-  if (!strcmp(name, "limit") || !strcmp(name, "nextToken")) return 0;
-  *(const char **)cls = name;
-  return 1;
-}
-
 /* GET /secrets ?limit (1..100) &nextToken: newest first, X-Next-Token when there are more. */
 static void list_secrets(sd_request *r) {
-  const char *unknown = NULL;
-  if (sd_query_each(r, known_list_param, &unknown)) {
-    sd_reply_error(r, 400, "query parameter '%s' is not supported here (limit, nextToken are)", unknown);
-    return;
-  }
+  static const char *const known[] = {"limit", "nextToken", NULL};
+  if (api_query_only(r, known)) return;
   long limit = SECRET_API_LIST_MAX;
   const char *ls = sd_query(r, "limit");
   if (ls) {

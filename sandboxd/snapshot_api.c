@@ -97,21 +97,10 @@ out:
   json_decref(body);
 }
 
-static int known_list_param(void *cls, const char *name, const char *value) {
-  (void)value;
-  static const char *const known[] = {"sandboxID", "name", "limit", "nextToken", NULL};
-  for (const char *const *k = known; *k; k++) if (!strcmp(name, *k)) return 0;
-  *(const char **)cls = name;
-  return 1;
-}
-
 /* GET /snapshots ?sandboxID= &name= &limit= &nextToken= — newest first. */
 static void list_snapshots(sd_request *r) {
-  const char *unknown = NULL;
-  if (sd_query_each(r, known_list_param, &unknown)) {
-    sd_reply_error(r, 400, "query parameter '%s' is not supported by sandboxd (sandboxID, name, limit, nextToken are)", unknown);
-    return;
-  }
+  static const char *const known[] = {"sandboxID", "name", "limit", "nextToken", NULL};
+  if (api_query_only(r, known)) return;
   const char *sid = sd_query(r, "sandboxID"), *nq = sd_query(r, "name");
   if (sid && *sid && !reg_valid_id(sid)) { sd_reply_error(r, 400, "query parameter 'sandboxID': '%s' is not a sandbox id", sid); return; }
   char key[SNAP_NAME_MAX + 1] = "", why[512];
@@ -172,20 +161,10 @@ static json_t *template_json(const char *id, const char *name, int64_t created_m
   return j;
 }
 
-static int known_templates_param(void *cls, const char *name, const char *value) {
-  (void)value;
-  if (!strcmp(name, "teamID")) return 0;   /* one team: any value names it */
-  *(const char **)cls = name;
-  return 1;
-}
-
 /* GET /templates ?teamID= — base, then the snapshots, newest first. */
 static void list_templates(sd_request *r) {
-  const char *unknown = NULL;
-  if (sd_query_each(r, known_templates_param, &unknown)) {
-    sd_reply_error(r, 400, "query parameter '%s' is not supported here (teamID is)", unknown);
-    return;
-  }
+  static const char *const known[] = {"teamID", NULL};   /* one team: any value names it */
+  if (api_query_only(r, known)) return;
   size_t n;
   snap_info *all = snap_list(&n);
   if (!all) { sd_reply_error(r, 500, "out of memory"); return; }

@@ -92,23 +92,12 @@ static int query_attrs(sd_request *r, vol_attrs *a, bool *force) {
          query_uint(r, "mode", UINT32_MAX, &a->has_mode, &a->mode) || query_bool(r, "force", force);
 }
 
-typedef struct { const char *const *known; const char *bad; } param_check;
-
-static int unknown_param(void *cls, const char *name, const char *value) {
-  (void)value;
-  param_check *c = cls;
-  for (const char *const *k = c->known; *k; k++)
-    if (!strcmp(*k, name)) return 0;
-  c->bad = name;
-  return 1;
-}
-
 /* Only the route's query parameters: a misspelt one is refused, never ignored. */
 static int only_params(sd_request *r, const char *const *known) {
-  param_check c = {known, NULL};
-  if (!sd_query_each(r, unknown_param, &c)) return 0;
+  const char *bad = api_query_unknown(r, known);
+  if (!bad) return 0;
   char msg[300];
-  snprintf(msg, sizeof msg, "query parameter '%.60s' is not one of this route's", c.bad);
+  snprintf(msg, sizeof msg, "query parameter '%.60s' is not one of this route's", bad);
   content_error(r, 400, msg);
   return -1;
 }
