@@ -225,7 +225,11 @@ static void create_sandbox(sd_request *r, bool v2) {
     o.layer = from;
     o.template_id = snap.id;
     o.template_alias = snap.name[0] ? snap.name : snap.id;
-    if (tb_defaults(snap.id, &tdef) == 0 && tdef.workdir[0]) o.workdir = tdef.workdir;   /* a built template's */
+    if (tb_defaults(snap.id, &tdef) == 0) {   /* a built template's */
+      if (tdef.workdir[0]) o.workdir = tdef.workdir;
+      o.cpu_count = tdef.cpu_count;
+      o.memory_mb = tdef.memory_mb;
+    }
   }
   json_t *ar = json_object_get(body, "autoResume");
   if (ar && !json_is_null(ar)) {

@@ -151,7 +151,8 @@ static int default_state_dir(char *out, size_t len) {
 static char g_state_dir[4096];
 static int backend_create(char *id, size_t idcap, const reg_create_opts *o, sbx_t **out, char *err, size_t errlen) {
   sbx_config cfg = {.id = id, .state_dir = g_state_dir, .internet = o->internet, .envs = o->envs, .layer = o->layer,
-                    .mounts = o->mounts, .nmounts = o->nmounts, .egress = o->egress, .workdir = o->workdir};
+                    .mounts = o->mounts, .nmounts = o->nmounts, .egress = o->egress, .workdir = o->workdir,
+                    .cpu_count = o->cpu_count, .memory_mb = o->memory_mb};
   if (sbx_create(&cfg, out, err, errlen) != 0) return -1;
   snprintf(id, idcap, "%s", sbx_id(*out));   /* a claimed spare keeps the id it was booted with */
   return 0;

@@ -49,7 +49,7 @@ typedef enum {
   RT_TEMPLATE_ALIAS,         /* GET /templates/aliases/{ref}: base or a snapshot's name */
   RT_TEMPLATE_REQUEST,       /* POST /v3/templates: a template build requested */
   RT_TEMPLATE_FILE,          /* GET /templates/{ref}/files/{hash}: a COPY's files present, or where to upload them */
-  RT_TEMPLATE_UPLOAD,        /* PUT /templates/{ref}/files/{hash}: the upload (its one-time token, checked by the
+  RT_TEMPLATE_UPLOAD,        /* PUT /templates/{ref}/files/{hash}?token=: the upload (its one-time token, checked by the
                                 handler before it reads a byte of the body; no API key) */
   RT_TEMPLATE_BUILD,         /* POST /v2/templates/{ref}/builds/{buildID}: the build's steps, started */
   RT_TEMPLATE_BUILD_STATUS,  /* GET /templates/{ref}/builds/{buildID}/status */

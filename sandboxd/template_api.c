@@ -20,16 +20,17 @@ static const char *rest_of(sd_request *r, const rt_decision *d, const char *pref
   return p + pl + 1 + rl + 1 + wl + 1;
 }
 
-/* An integer field equal to what sandboxd gives every sandbox (its limits are host-wide). */
-static int host_limit(sd_request *r, json_t *body, const char *field, long have) {
+/* A limit of the template's sandboxes: absent (0: sandboxd's), or an integer in [min, what
+ * sandboxd gives a sandbox (--cpu-count, --memory-mb)]. */
+static int limit_field(sd_request *r, json_t *body, const char *field, long min, long max, long *out) {
   json_t *v = json_object_get(body, field);
+  *out = 0;
   if (!v || json_is_null(v)) return 0;
-  if (!json_is_integer(v)) { sd_reply_error(r, 400, "field '%s' must be an integer", field); return -1; }
-  if (json_integer_value(v) != have) {
-    sd_reply_error(r, 400, "field '%s': %lld, but every sandbox of this sandboxd gets %ld (its --cpu-count / --memory-mb)", field,
-                   (long long)json_integer_value(v), have);
+  if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+    sd_reply_error(r, 400, "field '%s' must be an integer between %ld and %ld (this sandboxd's limit)", field, min, max);
     return -1;
   }
+  *out = (long)json_integer_value(v);
   return 0;
 }
 
@@ -41,7 +42,9 @@ static void request_build(sd_request *r) {
   int cpu;
   long mem;
   sbx_limits(&cpu, &mem);
-  if (api_only_fields(r, body, fields) != 0 || host_limit(r, body, "cpuCount", cpu) != 0 || host_limit(r, body, "memoryMB", mem) != 0)
+  long want_cpu, want_mem;
+  if (api_only_fields(r, body, fields) != 0 || limit_field(r, body, "cpuCount", 1, cpu, &want_cpu) != 0 ||
+      limit_field(r, body, "memoryMB", 128, mem, &want_mem) != 0)
     goto out;
   json_t *n = json_object_get(body, "name"), *a = json_object_get(body, "alias"), *tags = json_object_get(body, "tags");
   json_t *disk = json_object_get(body, "minFreeDiskMb");
@@ -70,7 +73,7 @@ static void request_build(sd_request *r) {
     sd_reply_error(r, 400, "field '%s': %s", n ? "name" : "alias", why);
     goto out;
   }
-  int st = tb_request(name, tid, bid, why, sizeof why);
+  int st = tb_request(name, (int)want_cpu, want_mem, tid, bid, why, sizeof why);
   if (st) { sd_reply_error(r, st, "%s", why); goto out; }
   sd_reply_json(r, 202, json_pack("{s:s,s:s,s:[s],s:[s],s:[s],s:b}", "templateID", tid, "buildID", bid, "names", name, "aliases",
                                   name, "tags", SNAP_DEFAULT_TAG, "public", 0));
@@ -88,9 +91,11 @@ static void file_link(sd_request *r, const rt_decision *d) {
   if (present) { sd_reply_json(r, 201, json_pack("{s:b}", "present", 1)); return; }
   const char *host = sd_header(r, "Host");
   if (!host || !*host || strpbrk(host, "/?#@ ")) { sd_reply_error(r, 400, "the request has no Host to build the upload URL from"); return; }
+  /* The URL is the capability, as E2B's signed storage URLs are: SDK 2.29.1 sends no headers. */
   char url[1024];
-  snprintf(url, sizeof url, "%s://%s/templates/%s/files/%s", sd_tls(r) ? "https" : "http", host, d->ref, hash);
-  sd_reply_json(r, 201, json_pack("{s:b,s:s,s:{s:s}}", "present", 0, "url", url, "headers", TEMPLATE_UPLOAD_TOKEN_HEADER, token));
+  snprintf(url, sizeof url, "%s://%s/templates/%s/files/%s?" TEMPLATE_UPLOAD_TOKEN_PARAM "=%s", sd_tls(r) ? "https" : "http", host,
+           d->ref, hash, token);
+  sd_reply_json(r, 201, json_pack("{s:b,s:s}", "present", 0, "url", url));
 }
 
 /* PUT /templates/{templateID}/files/{hash}: the upload (streamed), its token checked before any
@@ -99,7 +104,7 @@ static void file_upload(sd_request *r, const rt_decision *d) {
   const char *hash = rest_of(r, d, "/templates", "files");
   char why[512], drain[4096];
   int st = 0;
-  tb_upload *u = tb_upload_begin(d->ref, hash, sd_header(r, TEMPLATE_UPLOAD_TOKEN_HEADER), &st, why, sizeof why);
+  tb_upload *u = tb_upload_begin(d->ref, hash, sd_query(r, TEMPLATE_UPLOAD_TOKEN_PARAM), &st, why, sizeof why);
   if (!u) { while (sd_body_read(r, drain, sizeof drain) > 0) {} sd_reply_error(r, st, "%s", why); return; }
   char *buf = malloc(256 * 1024);
   if (!buf) { tb_upload_abort(u); sd_reply_error(r, 500, "out of memory"); return; }

@@ -43,6 +43,8 @@ typedef struct build {
   char reason_step[24];
   size_t reason_from;                /* the failed step's first log entry */
   char sandbox_id[65];               /* while building */
+  int cpu_count;                     /* the template's limits (0: sandboxd's) */
+  long memory_mb;
   ts_spec spec;
   uint64_t seq;
 } build;
@@ -171,7 +173,7 @@ static void logf_locked(build *b, const char *level, const char *step, const cha
 
 #define BLOG(b, level, step, ...) do { pthread_mutex_lock(&g.mu); logf_locked(b, level, step, __VA_ARGS__); pthread_mutex_unlock(&g.mu); } while (0)
 
-int tb_request(const char *name, char *template_id, char *build_id, char *err, size_t errlen) {
+int tb_request(const char *name, int cpu_count, long memory_mb, char *template_id, char *build_id, char *err, size_t errlen) {
   pthread_mutex_lock(&g.mu);
   int st = 0;
   char tid[TB_ID_LEN + 1] = "";
@@ -201,6 +203,8 @@ int tb_request(const char *name, char *template_id, char *build_id, char *err, s
   if (ids_random(b->bid, TB_ID_LEN) != 0) { free(b); st = 500; seterr(err, errlen, "getrandom: %s", strerror(errno)); goto out; }
   snprintf(b->name, sizeof b->name, "%s", name);
   b->state = B_WAITING;
+  b->cpu_count = cpu_count;
+  b->memory_mb = memory_mb;
   b->seq = g.next_seq++;
   g.b[g.nb++] = b;
   snprintf(template_id, TB_ID_LEN + 1, "%s", b->tid);
@@ -578,7 +582,7 @@ static int capture_cb(sbx_t *s, const reg_info *in, void *cls) {
 }
 
 /* Records the template's envs and workdir under its id. */
-static void save_template_defaults(const char *tid, const bctx *c, const char *start, const char *ready) {
+static void save_template_defaults(const char *tid, const build *b, const bctx *c, const char *start, const char *ready) {
   json_t *envs = json_object();
   for (size_t i = 0; envs && i < c->nenvs; i++) {
     const char *eq = strchr(c->envs[i], '=');
@@ -587,6 +591,8 @@ static void save_template_defaults(const char *tid, const bctx *c, const char *s
     json_object_set_new(envs, k, json_string(eq + 1));
   }
   json_t *d = json_pack("{s:o,s:s}", "envs", envs ? envs : json_object(), "workdir", c->workdir);
+  if (d && b->cpu_count) json_object_set_new(d, "cpuCount", json_integer(b->cpu_count));
+  if (d && b->memory_mb) json_object_set_new(d, "memoryMB", json_integer(b->memory_mb));
   if (d && start) json_object_set_new(d, "startCmd", json_string(start));
   if (d && ready) json_object_set_new(d, "readyCmd", json_string(ready));
   pthread_mutex_lock(&g.mu);
@@ -642,7 +648,7 @@ static void *build_main(void *arg) {
   reg_create_opts o = {.timeout_s = TB_BUILD_LEASE_S, .metadata = md, .envs = (const char *const *)c.envs,
                        .internet = net_available(why, sizeof why), .template_id = parent ? psi.id : NULL,
                        .template_alias = parent ? (psi.name[0] ? psi.name : psi.id) : NULL, .layer = parent,
-                       .workdir = c.workdir};
+                       .workdir = c.workdir, .cpu_count = b->cpu_count, .memory_mb = b->memory_mb};
   reg_info in;
   int rc = reg_create(&o, &in, why, sizeof why);
   json_decref(md);
@@ -695,7 +701,7 @@ static void *build_main(void *arg) {
     snprintf(b->tid, sizeof b->tid, "%s", out.id);
     pthread_mutex_unlock(&g.mu);
   }
-  save_template_defaults(out.id, &c, sp->start_cmd, sp->ready_cmd);
+  save_template_defaults(out.id, b, &c, sp->start_cmd, sp->ready_cmd);
   BLOG(b, "info", "finalize", "Template '%s' built: Sandbox.create('%s') starts from it", b->name, b->name);
   reg_put(e);
   (void)reg_kill(b->sandbox_id);
@@ -821,6 +827,9 @@ int tb_defaults(const char *tid, tb_template_defaults *out) {
       }
       rc = 0;
     }
+    json_t *cpu = json_object_get(d, "cpuCount"), *mem = json_object_get(d, "memoryMB");
+    if (json_is_integer(cpu) && json_integer_value(cpu) > 0 && json_integer_value(cpu) < 1024) out->cpu_count = (int)json_integer_value(cpu);
+    if (json_is_integer(mem) && json_integer_value(mem) > 0 && json_integer_value(mem) < (1LL << 30)) out->memory_mb = (long)json_integer_value(mem);
     json_t *w = json_object_get(d, "workdir");
     if (json_is_string(w)) snprintf(out->workdir, sizeof out->workdir, "%s", json_string_value(w));
   }

@@ -42,8 +42,9 @@ void tb_shutdown(void);
 
 /* POST /v3/templates: a build of template `name` (canonical, snapshots.h). The template keeps its
  * id when it exists (a snapshot or an earlier build of the name). 0 and the ids, or an HTTP status
- * with err (409: a build of the name is running; 429: too many builds; 500). */
-int tb_request(const char *name, char *template_id, char *build_id, char *err, size_t errlen);
+ * with err (409: a build of the name is running; 429: too many builds; 500). cpu_count,
+ * memory_mb: the limits of the build sandbox and of the template's sandboxes (0: sandboxd's). */
+int tb_request(const char *name, int cpu_count, long memory_mb, char *template_id, char *build_id, char *err, size_t errlen);
 
 /* The COPY handshake. `present`: the template has the upload with that hash; else *token is a
  * one-time credential for tb_upload_* of it. 0, or an HTTP status with err (404 unknown template). */
@@ -65,8 +66,9 @@ int tb_start(const char *template_id, const char *build_id, ts_spec *spec, char 
 json_t *tb_status(const char *template_id, const char *build_id, size_t offset, int *status, char *err, size_t errlen);
 
 /* What a built template adds to a sandbox made from it: envs ("NAME=VALUE", NULL-terminated,
- * free with tb_defaults_free) and the default working directory of its commands ("": home). */
-typedef struct { char **envs; char workdir[1024]; } tb_template_defaults;
+ * free with tb_defaults_free), the default working directory of its commands ("": home), its
+ * limits (0: sandboxd's). */
+typedef struct { char **envs; char workdir[1024]; int cpu_count; long memory_mb; } tb_template_defaults;
 /* 0 when template (a snapshot id) has defaults, -1 when it has none. */
 int tb_defaults(const char *template_id, tb_template_defaults *out);
 void tb_defaults_free(tb_template_defaults *d);
