@@ -293,6 +293,13 @@ static void create_sandbox(sd_request *r, bool v2) {
     goto out;
   }
   log_event(in.id, SBXLOG_INFO, "sandbox created", "template", in.template_id[0] ? in.template_id : "base");
+  if (tdef.start_cmd) {   /* a built template's start command, ready before the sandbox is answered */
+    reg_entry *se = reg_get(in.id);
+    char serr[1024];
+    if (se && tb_run_start_cmd(reg_sbx(se), &tdef, serr, sizeof serr) != 0)
+      sbxlog_add(sbx_log(reg_sbx(se)), SBXLOG_ERROR, "the template's start command failed", "error", serr, NULL);
+    reg_put(se);
+  }
   sd_reply_json(r, 201, control_sandbox_json(&in));
   reg_info_free(&in);
 out:

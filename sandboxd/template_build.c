@@ -27,6 +27,7 @@
 #define TB_GRANTS 1024               /* upload tokens outstanding */
 #define TB_MAX_UPLOAD_BYTES (4ULL << 30)
 #define TB_BUILD_LEASE_S 86400
+#define TB_READY_POLL_MS 200
 
 typedef enum { B_WAITING, B_BUILDING, B_READY, B_ERROR } bstate;
 static const char *const STATE_NAME[] = {"waiting", "building", "ready", "error"};
@@ -378,7 +379,7 @@ typedef struct {
 static void out_flush(outbuf *o) {
   if (!o->nline) return;
   o->line[o->nline] = '\0';
-  BLOG(o->b, "info", o->step, "%s", o->line);
+  if (o->b) BLOG(o->b, "info", o->step, "%s", o->line);
   o->nline = 0;
 }
 
@@ -417,7 +418,7 @@ static int run(sbx_t *sx, const char *user, const char *cwd, const bctx *c, cons
   sp.nenvs = c->nenvs;
   sp.stdin_pipe = in_fd >= 0;
   sp.lifetime_ms = TB_STEP_TIMEOUT_MS;
-  json_t *config = json_pack("{s:s,s:s}", "cmd", sp.cmd, "templateBuild", o->b->bid);
+  json_t *config = json_pack("{s:s,s:s}", "cmd", sp.cmd, "templateBuild", o->b ? o->b->bid : "");
   sp.config = config;
   const char *code;
   ptab_sub *sb = ptab_start(t, &sp, &code, err, errlen);
@@ -574,6 +575,82 @@ static int run_step(build *b, sbx_t *sx, const ts_step *s, const char *stepname,
   return 0;
 }
 
+/* The start command detached, then the ready command until it exits 0 (see tb_run_start_cmd). */
+static int start_and_wait(sbx_t *sx, const char *start, const char *ready, const char *user, const char *workdir, const bctx *c,
+                          build *b, char *err, size_t errlen) {
+  ptab *t = sbx_ptab(sx);
+  ptab_spawn sp = {0};
+  if (users_lookup(user, &sp.uid, &sp.gid, &sp.home) != 0) return seterr(err, errlen, "unknown user '%s'", user);
+  sp.user = sp.uid == 0 ? "root" : "user";
+  if (sbx_host_uid(sx, sp.uid) == (uid_t)-1) sp.uid = sp.gid = 0;
+  sp.cwd = workdir && workdir[0] ? workdir : sp.home;
+  sp.cmd = "/bin/bash";
+  const char *args[] = {"-c", start};
+  sp.args = args;
+  sp.nargs = 2;
+  sp.envs = (const char *const *)c->envs;
+  sp.nenvs = c->nenvs;
+  json_t *config = json_pack("{s:s,s:s}", "cmd", sp.cmd, "startCmd", start);
+  sp.config = config;
+  const char *code;
+  ptab_sub *sb = ptab_start(t, &sp, &code, err, errlen);
+  json_decref(config);
+  if (!sb) return -1;
+  outbuf *o = calloc(1, sizeof *o);
+  if (!o) { ptab_unsubscribe(sb); return seterr(err, errlen, "out of memory"); }
+  o->b = b;
+  o->step = "finalize";
+  int rc = -1;
+  bool ended = false;
+  for (int64_t waited = 0;; waited += TB_READY_POLL_MS) {
+    /* the start command's output so far (its log when building), and whether it ended */
+    for (ptab_ev *e; !ended && (e = ptab_next(sb, 0));) {
+      if (e->kind == PTAB_DATA) out_add(o, e->data, e->len);
+      if (e->kind == PTAB_END) {
+        char st[64];
+        ptab_status_string(e->status, st, sizeof st);
+        seterr(err, errlen, "the start command ended (%s) before the ready command succeeded", st);
+        ended = true;
+      } else if (e->kind == PTAB_ERROR) {
+        seterr(err, errlen, "the start command could not start: %s", e->data);
+        ended = true;
+      }
+      ptab_ev_free(sb, e);
+    }
+    if (ended) break;
+    if (!ready) { rc = 0; break; }
+    outbuf *ro = calloc(1, sizeof *ro);
+    if (!ro) { seterr(err, errlen, "out of memory"); break; }
+    const char *rargs[] = {"-c", ready};
+    int status = -1;
+    int r = run(sx, user, workdir, c, rargs, 2, -1, ro, &status, err, errlen);
+    free(ro);
+    if (r == 0 && status == 0) { rc = 0; break; }
+    pthread_mutex_lock(&g.mu);
+    bool stop = g.stopping;
+    pthread_mutex_unlock(&g.mu);
+    if (stop) { seterr(err, errlen, "sandboxd is stopping"); break; }
+    if (waited >= TB_READY_TIMEOUT_MS) { seterr(err, errlen, "the ready command did not succeed within %lld s", TB_READY_TIMEOUT_MS / 1000); break; }
+    struct timespec ts = {0, TB_READY_POLL_MS * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  out_flush(o);
+  if (rc != 0 && o->ntail) {
+    size_t l = strlen(err);
+    snprintf(err + l, errlen - l, ": %s", o->tail);
+  }
+  free(o);
+  ptab_unsubscribe(sb);   /* it goes on; its output is no longer read into anything */
+  return rc;
+}
+
+int tb_run_start_cmd(sbx_t *s, const tb_template_defaults *d, char *err, size_t errlen) {
+  if (!d->start_cmd) return 0;
+  bctx c = {0};
+  snprintf(c.user, sizeof c.user, "%s", d->user[0] ? d->user : USERS_DEFAULT);
+  return start_and_wait(s, d->start_cmd, d->ready_cmd, c.user, d->workdir, &c, NULL, err, errlen);
+}
+
 typedef struct { layer *out; char why[512]; } capture_arg;
 static int capture_cb(sbx_t *s, const reg_info *in, void *cls) {
   (void)in;
@@ -593,6 +670,7 @@ static void save_template_defaults(const char *tid, const build *b, const bctx *
   json_t *d = json_pack("{s:o,s:s}", "envs", envs ? envs : json_object(), "workdir", c->workdir);
   if (d && b->cpu_count) json_object_set_new(d, "cpuCount", json_integer(b->cpu_count));
   if (d && b->memory_mb) json_object_set_new(d, "memoryMB", json_integer(b->memory_mb));
+  if (d) json_object_set_new(d, "user", json_string(c->user));
   if (d && start) json_object_set_new(d, "startCmd", json_string(start));
   if (d && ready) json_object_set_new(d, "readyCmd", json_string(ready));
   pthread_mutex_lock(&g.mu);
@@ -641,8 +719,9 @@ static void *build_main(void *arg) {
         (void)bctx_setenv(&c, d.envs[i], eq + 1);
       }
       snprintf(c.workdir, sizeof c.workdir, "%s", d.workdir);
-      tb_defaults_free(&d);
+      if (d.user[0]) snprintf(c.user, sizeof c.user, "%s", d.user);
     }
+    tb_defaults_free(&d);
   }
   json_t *md = json_pack("{s:s,s:s}", "sandboxd.templateBuild", b->bid, "sandboxd.template", b->name);
   reg_create_opts o = {.timeout_s = TB_BUILD_LEASE_S, .metadata = md, .envs = (const char *const *)c.envs,
@@ -687,6 +766,12 @@ static void *build_main(void *arg) {
   }
   free(ob);
   fail_step = "finalize";
+  fail_from = b->nlog;
+  if (sp->start_cmd) {
+    BLOG(b, "info", "finalize", "Start command: %s%s%s", sp->start_cmd, sp->ready_cmd ? "; waiting for the ready command: " : "",
+         sp->ready_cmd ? sp->ready_cmd : "");
+    if (start_and_wait(sx, sp->start_cmd, sp->ready_cmd, c.user, c.workdir, &c, b, err, sizeof err) != 0) goto failed_step;
+  }
   BLOG(b, "info", "finalize", "Capturing the template's file system");
   capture_arg ca = {0};
   rc = reg_with_running(b->sandbox_id, capture_cb, &ca);
@@ -830,6 +915,10 @@ int tb_defaults(const char *tid, tb_template_defaults *out) {
     json_t *cpu = json_object_get(d, "cpuCount"), *mem = json_object_get(d, "memoryMB");
     if (json_is_integer(cpu) && json_integer_value(cpu) > 0 && json_integer_value(cpu) < 1024) out->cpu_count = (int)json_integer_value(cpu);
     if (json_is_integer(mem) && json_integer_value(mem) > 0 && json_integer_value(mem) < (1LL << 30)) out->memory_mb = (long)json_integer_value(mem);
+    json_t *sc = json_object_get(d, "startCmd"), *rc_ = json_object_get(d, "readyCmd"), *u = json_object_get(d, "user");
+    if (json_is_string(sc) && !(out->start_cmd = strdup(json_string_value(sc)))) rc = -1;
+    if (json_is_string(rc_) && !(out->ready_cmd = strdup(json_string_value(rc_)))) rc = -1;
+    if (json_is_string(u)) snprintf(out->user, sizeof out->user, "%s", json_string_value(u));
     json_t *w = json_object_get(d, "workdir");
     if (json_is_string(w)) snprintf(out->workdir, sizeof out->workdir, "%s", json_string_value(w));
   }
@@ -838,6 +927,9 @@ int tb_defaults(const char *tid, tb_template_defaults *out) {
 }
 
 void tb_defaults_free(tb_template_defaults *d) {
+  free(d->start_cmd);
+  free(d->ready_cmd);
+  d->start_cmd = d->ready_cmd = NULL;
   for (size_t i = 0; d->envs && d->envs[i]; i++) free(d->envs[i]);
   free(d->envs);
   d->envs = NULL;

@@ -7,8 +7,8 @@
  * archive inside the sandbox, then chown/chmod; ENV, WORKDIR, USER change what follows), output
  * into the build's log; then its upper layer is captured like a snapshot and recorded in the
  * snapshot catalogue under the template's name (Sandbox.create('<name>'), GET /templates). The
- * template's envs and workdir are kept in <state>/template-defaults.json, and applied to every
- * sandbox created from it (tb_defaults). No HTTP here: template_api.c serves the routes.
+ * template's envs, workdir, limits and start command are kept in <state>/template-defaults.json,
+ * and applied to every sandbox created from it (tb_defaults, tb_run_start_cmd). No HTTP here: template_api.c serves the routes.
  *
  * Bounded: TB_MAX_BUILDS builds remembered (finished ones forgotten oldest first), TB_MAX_RUNNING
  * at once, TB_MAX_LOG entries a build (messages cut to TB_MAX_LINE bytes), TB_MAX_FILES uploads
@@ -33,6 +33,7 @@
 #define TB_TOKEN_LEN 40
 #define TB_ID_LEN 20
 #define TB_MAX_ENVS 256                 /* envs a template keeps */
+#define TB_READY_TIMEOUT_MS (300LL * 1000)   /* a start command's ready command: how long it may fail */
 
 /* Reads <state>/template-defaults.json; makes <state>/template-files. 0, or -1 with err. */
 int tb_init(const char *state_dir, char *err, size_t errlen);
@@ -68,10 +69,24 @@ json_t *tb_status(const char *template_id, const char *build_id, size_t offset, 
 /* What a built template adds to a sandbox made from it: envs ("NAME=VALUE", NULL-terminated,
  * free with tb_defaults_free), the default working directory of its commands ("": home), its
  * limits (0: sandboxd's). */
-typedef struct { char **envs; char workdir[1024]; int cpu_count; long memory_mb; } tb_template_defaults;
+typedef struct {
+  char **envs;
+  char workdir[1024];
+  int cpu_count;
+  long memory_mb;
+  char *start_cmd, *ready_cmd;    /* NULL: none */
+  char user[32];                  /* the build's last USER: its start command's */
+} tb_template_defaults;
 /* 0 when template (a snapshot id) has defaults, -1 when it has none. */
 int tb_defaults(const char *template_id, tb_template_defaults *out);
 void tb_defaults_free(tb_template_defaults *d);
+/* A built template's start command in a sandbox made from it: started detached (bash -c, as the
+ * build's last USER, in its workdir, with the sandbox's envs), then its ready command run until
+ * it exits 0 (every TB_READY_POLL_MS, at most TB_READY_TIMEOUT_MS). 0 (also without a start
+ * command), or -1 with err: the start command ended first, or never got ready. */
+struct sbx;
+int tb_run_start_cmd(struct sbx *s, const tb_template_defaults *d, char *err, size_t errlen);
+
 /* The template was deleted: its defaults and uploads go. */
 void tb_forget(const char *template_id);
 #endif

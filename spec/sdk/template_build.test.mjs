@@ -110,6 +110,24 @@ test('a failing RUN fails the build, naming the step and its output', TB, async 
   assert.equal(await (Template.exists ?? Template.aliasExists).call(Template, name), false, 'nothing is recorded')
 })
 
+test('setStartCmd: the start command runs in every sandbox of the template, ready before create returns', TB, async (t) => {
+  const name = uniq('tbr')
+  t.after(() => deleteQuietly(name))
+  const tpl = Template().fromTemplate('base')
+    .setStartCmd('hostname > /tmp/started && exec sleep 100000', 'grep -qx "$(hostname)" /tmp/started')
+  await Template.build(tpl, name)
+  const sbx = await Sandbox.create(name, { timeoutMs: 60_000 })
+  t.after(() => killQuietly(sbx))
+  assert.equal((await sbx.commands.run('cat /tmp/started')).stdout.trim(), sbx.sandboxId, 'its start command ran in this sandbox')
+  assert.match((await sbx.commands.run('ps -eo args')).stdout, /^sleep 100000$/m, 'and goes on running')
+  // a start command that ends before its ready command succeeds fails the build
+  const bad = uniq('tbr')
+  t.after(() => deleteQuietly(bad))
+  const err = await Template.build(Template().fromTemplate('base').setStartCmd('echo giving-up; exit 4', 'false'), bad).then(() => null, (e) => e)
+  assert.ok(err, 'the build fails')
+  assert.match(err.message, /start command ended \(exit status 4\).*giving-up/s, err.message)
+})
+
 test('template build requests are strict: unknown fields, bad steps, foreign images, uploads without their token', TB, async () => {
   const name = uniq('tbs')
   let res = await apiFetch('/v3/templates', json({ name, bogus: 1 }))
