@@ -80,6 +80,57 @@ static int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* ---- the uploads' directories ---- */
+
+static void file_path(const char *tid, const char *hash, char *out, size_t cap) {
+  if (hash) snprintf(out, cap, "%s/template-files/%s/%s", g.state_dir, tid, hash);
+  else snprintf(out, cap, "%s/template-files/%s", g.state_dir, tid);
+}
+
+/* Every upload of template tid (only the unfinished ones, .upload-*, when partial), then its
+ * directory once empty. */
+static void remove_uploads(const char *tid, bool partial) {
+  char dir[4400], path[4700];
+  file_path(tid, NULL, dir, sizeof dir);
+  DIR *dh = opendir(dir);
+  for (struct dirent *de; dh && (de = readdir(dh));) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    if (partial && strncmp(de->d_name, ".upload-", 8) != 0) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    unlink(path);
+  }
+  if (dh) closedir(dh);
+  rmdir(dir);   /* fails while uploads are left: they stay */
+}
+
+/* At start: uploads of templates the catalogue does not have (requested, never built, before a
+ * restart) and unfinished uploads go; so do the defaults of templates that are gone. */
+static void sweep_at_start(void) {
+  char dir[4300];
+  snprintf(dir, sizeof dir, "%s/template-files", g.state_dir);
+  DIR *dh = opendir(dir);
+  for (struct dirent *de; dh && (de = readdir(dh));) {
+    if (de->d_name[0] == '.' || !ids_alnum(de->d_name, 64)) continue;
+    snap_info si;
+    int st;
+    char why[256];
+    layer *l = snap_resolve(de->d_name, &si, &st, why, sizeof why);
+    remove_uploads(de->d_name, l != NULL && !strcmp(si.id, de->d_name));
+    ly_release(l);
+  }
+  if (dh) closedir(dh);
+  const char *k;
+  json_t *v, *tmp;
+  json_object_foreach_safe(g.defaults, tmp, k, v) {
+    snap_info si;
+    int st;
+    char why[256];
+    layer *l = snap_resolve(k, &si, &st, why, sizeof why);
+    if (!l || strcmp(si.id, k) != 0) json_object_del(g.defaults, k);
+    ly_release(l);
+  }
+}
+
 /* ---- the defaults store ---- */
 
 static void defaults_path(char *out, size_t cap) { snprintf(out, cap, "%s/template-defaults.json", g.state_dir); }
@@ -105,7 +156,9 @@ int tb_init(const char *state_dir, char *err, size_t errlen) {
   if (d && !json_is_object(d)) { json_decref(d); return seterr(err, errlen, "%s: not a JSON object", path); }
   g.defaults = d ? d : json_object();
   g.stopping = false;
-  return g.defaults ? 0 : seterr(err, errlen, "out of memory");
+  if (!g.defaults) return seterr(err, errlen, "out of memory");
+  sweep_at_start();
+  return 0;
 }
 
 static void build_free(build *b) {
@@ -195,6 +248,10 @@ int tb_request(const char *name, int cpu_count, long memory_mb, char *template_i
     build *old = g.b[i];
     memmove(&g.b[i], &g.b[i + 1], (g.nb - i - 1) * sizeof *g.b);
     g.nb--;
+    snap_info osi;
+    layer *ol = find_locked(old->tid, NULL) ? NULL : snap_resolve(old->tid, &osi, &rs, why, sizeof why);
+    if (!ol && !find_locked(old->tid, NULL)) remove_uploads(old->tid, false);   /* never built, no other build of it */
+    ly_release(ol);
     build_free(old);
   }
   build *b = calloc(1, sizeof *b);
@@ -216,11 +273,6 @@ out:
 }
 
 /* ---- uploads ---- */
-
-static void file_path(const char *tid, const char *hash, char *out, size_t cap) {
-  if (hash) snprintf(out, cap, "%s/template-files/%s/%s", g.state_dir, tid, hash);
-  else snprintf(out, cap, "%s/template-files/%s", g.state_dir, tid);
-}
 
 static bool known_template_locked(const char *tid) {
   if (!ids_alnum(tid, TB_ID_LEN)) return false;
@@ -950,15 +1002,6 @@ void tb_forget(const char *tid) {
       g.nb--;
     } else i++;
   }
-  char dir[4400], path[4700];
-  file_path(tid, NULL, dir, sizeof dir);
-  DIR *dh = opendir(dir);
-  for (struct dirent *de; dh && (de = readdir(dh));) {
-    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-    unlink(path);
-  }
-  if (dh) closedir(dh);
-  rmdir(dir);
+  remove_uploads(tid, false);
   pthread_mutex_unlock(&g.mu);
 }
