@@ -688,8 +688,10 @@ static int start_and_wait(sbx_t *sx, const char *start, const char *ready, const
   }
   out_flush(o);
   if (rc != 0 && o->ntail) {
+    const char *tail = o->tail;
+    while (((unsigned char)*tail & 0xC0) == 0x80) tail++;
     size_t l = strlen(err);
-    snprintf(err + l, errlen - l, ": %s", o->tail);
+    snprintf(err + l, errlen - l, ": %s", tail);
   }
   free(o);
   ptab_unsubscribe(sb);   /* it goes on; its output is no longer read into anything */
@@ -809,8 +811,10 @@ static void *build_main(void *arg) {
     if (stop) { seterr(err, sizeof err, "sandboxd is stopping"); free(ob); goto failed_step; }
     if (run_step(b, sx, &sp->steps[i], stepname, &c, ob, err, sizeof err) != 0) {
       if (ob->ntail) {
+        const char *tail = ob->tail;
+        while (((unsigned char)*tail & 0xC0) == 0x80) tail++;   /* from a character's start */
         size_t l = strlen(err);
-        snprintf(err + l, sizeof err - l, ": %s", ob->tail);
+        snprintf(err + l, sizeof err - l, ": %s", tail);
       }
       free(ob);
       goto failed_step;

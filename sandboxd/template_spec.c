@@ -40,7 +40,11 @@ void ts_describe(const ts_step *s, char *out, size_t cap) {
     if (!s->args[i][0]) continue;
     o += (size_t)snprintf(out + o, cap - o, " %s", s->args[i]);
   }
-  if (cap > 4 && o >= cap) memcpy(out + cap - 4, "...", 4);
+  if (cap > 4 && o >= cap) {   /* cut on a character's start (the log is JSON: UTF-8 only) */
+    size_t p = cap - 4;
+    while (p > 0 && ((unsigned char)out[p] & 0xC0) == 0x80) p--;   /* out[p] continues a character */
+    memcpy(out + p, "...", 4);
+  }
 }
 
 static bool env_name(const char *k) {

@@ -65,6 +65,18 @@ static void test_steps(void) {
   ts_describe(&s.steps[1], small, sizeof small);
   CHECK_STR(small, "RUN apt-...");
   ts_free(&s);
+  /* a cut never ends inside a character */
+  CHECK_INT(parse("{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"RUN\",\"args\":[\"echo \u00e9\u00e9\u00e9\"]}]}", &s, err, sizeof err), 0);
+  char u[12];                                   /* "RUN echo " is 9 bytes, then 2-byte characters */
+  ts_describe(&s.steps[0], u, sizeof u);
+  CHECK_STR(u, "RUN echo...");
+  char u1[14];                                  /* the first character would straddle the cut */
+  ts_describe(&s.steps[0], u1, sizeof u1);
+  CHECK_STR(u1, "RUN echo ...");
+  char u2[15];
+  ts_describe(&s.steps[0], u2, sizeof u2);
+  CHECK_STR(u2, "RUN echo \xc3\xa9...");
+  ts_free(&s);
   /* E2B's base image is sandboxd's base; no steps at all is a build too */
   CHECK_INT(parse("{\"fromImage\":\"e2bdev/base:latest\"}", &s, err, sizeof err), 0);
   CHECK_STR(s.from_template, "base");
