@@ -757,6 +757,7 @@ static void *build_main(void *arg) {
   reg_entry *e = NULL;
   const ts_spec *sp = &b->spec;
   const char *fail_step = "base";
+  char stepname[24];                 /* the step running (fail_step points to it) */
   size_t fail_from = 0;
   int st;
   BLOG(b, "info", "base", "Building template '%s' from '%s' (%zu steps)", b->name, sp->from_template, sp->nsteps);
@@ -796,7 +797,7 @@ static void *build_main(void *arg) {
   outbuf *ob = malloc(sizeof *ob);
   if (!ob) { seterr(err, sizeof err, "out of memory"); goto failed; }
   for (size_t i = 0; i < sp->nsteps; i++) {
-    char stepname[24], desc[300];
+    char desc[300];
     snprintf(stepname, sizeof stepname, "%zu", i + 1);
     ts_describe(&sp->steps[i], desc, sizeof desc);
     pthread_mutex_lock(&g.mu);
