@@ -20,6 +20,7 @@
 #include "sandbox.h"
 #include "sbxlog.h"
 #include "snapshots.h"
+#include "template_build.h"
 #include "volumes.h"
 
 static char g_state_dir[4096] = ".";
@@ -176,6 +177,7 @@ static void create_sandbox(sd_request *r, bool v2) {
   size_t nenv = 0;
   net_opts net = {0};
   layer *from = NULL;   /* a snapshot's layer, held until the sandbox holds its own */
+  tb_template_defaults tdef = {0};   /* a built template's envs and workdir */
   snap_info snap;
   sbx_mount mounts[SBX_MAX_MOUNTS];   /* their volumes held until the sandbox holds its own */
   size_t nmounts = 0;
@@ -223,6 +225,11 @@ static void create_sandbox(sd_request *r, bool v2) {
     o.layer = from;
     o.template_id = snap.id;
     o.template_alias = snap.name[0] ? snap.name : snap.id;
+    if (tb_defaults(snap.id, &tdef) == 0) {   /* a built template's */
+      if (tdef.workdir[0]) o.workdir = tdef.workdir;
+      o.cpu_count = tdef.cpu_count;
+      o.memory_mb = tdef.memory_mb;
+    }
   }
   json_t *ar = json_object_get(body, "autoResume");
   if (ar && !json_is_null(ar)) {
@@ -244,11 +251,16 @@ static void create_sandbox(sd_request *r, bool v2) {
     o.metadata = md;
   }
   json_t *ev = json_object_get(body, "envVars");
-  if (ev && !json_is_null(ev)) {
-    if (api_string_map(r, ev, "envVars", true)) goto out;
-    envs = calloc(json_object_size(ev) + 1, sizeof *envs);
+  size_t ntdef = 0;
+  while (tdef.envs && tdef.envs[ntdef]) ntdef++;
+  if (ev && !json_is_null(ev) && api_string_map(r, ev, "envVars", true)) goto out;
+  if ((ev && !json_is_null(ev)) || ntdef) {
+    /* a built template's envs first: the request's, later, win */
+    envs = calloc((ev ? json_object_size(ev) : 0) + ntdef + 1, sizeof *envs);
     if (!envs) { sd_reply_error(r, 500, "out of memory"); goto out; }
-    json_object_foreach(ev, k, v) {
+    for (size_t i = 0; i < ntdef; i++) envs[nenv++] = tdef.envs[i];
+    for (size_t i = 0; i < ntdef; i++) tdef.envs[i] = NULL;
+    if (ev) json_object_foreach(ev, k, v) {
       size_t n = strlen(k) + strlen(json_string_value(v)) + 2;
       envs[nenv] = malloc(n);
       if (!envs[nenv]) { sd_reply_error(r, 500, "out of memory"); goto out; }
@@ -281,12 +293,20 @@ static void create_sandbox(sd_request *r, bool v2) {
     goto out;
   }
   log_event(in.id, SBXLOG_INFO, "sandbox created", "template", in.template_id[0] ? in.template_id : "base");
+  if (tdef.start_cmd) {   /* a built template's start command, ready before the sandbox is answered */
+    reg_entry *se = reg_get(in.id);
+    char serr[1024];
+    if (se && tb_run_start_cmd(reg_sbx(se), &tdef, serr, sizeof serr) != 0)
+      sbxlog_add(sbx_log(reg_sbx(se)), SBXLOG_ERROR, "the template's start command failed", "error", serr, NULL);
+    reg_put(se);
+  }
   sd_reply_json(r, 201, control_sandbox_json(&in));
   reg_info_free(&in);
 out:
   net_opts_free(&net);
   for (size_t i = 0; i < nenv; i++) free(envs[i]);
   free(envs);
+  tb_defaults_free(&tdef);
   ly_release(from);
   for (size_t i = 0; i < nmounts; i++) vol_unmount(mounts[i].volume);
   json_decref(reported);

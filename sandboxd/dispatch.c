@@ -14,6 +14,7 @@
 #include "rpc.h"
 #include "secret_api.h"
 #include "snapshot_api.h"
+#include "template_api.h"
 #include "volume_api.h"
 
 static const char *view_header(const void *req, const char *name) { return sd_header(req, name); }
@@ -35,7 +36,8 @@ static int admit(sd_request *r, sd_admission *a, char **body) {
   a->stream_body = d->upload;
   /* The control plane (and envd's health) replies unary: no thread of its own. */
   switch (d->route) {
-    case RT_FILES: case RT_PROCESS: case RT_FILESYSTEM: case RT_PORT: case RT_RPC_UNKNOWN: case RT_VOLUME_CONTENT: break;
+    case RT_FILES: case RT_PROCESS: case RT_FILESYSTEM: case RT_PORT: case RT_RPC_UNKNOWN: case RT_VOLUME_CONTENT:
+    case RT_TEMPLATE_UPLOAD: break;
     default: a->unary = true;
   }
   return 0;
@@ -55,6 +57,9 @@ static void handle(sd_request *r, void *ctx) {
     case RT_RPC_UNKNOWN: rpc_reply_error(r, "unimplemented", "unknown procedure %s", sd_path(r)); break;
     case RT_SNAPSHOT_CREATE: case RT_SNAPSHOT_LIST: case RT_TEMPLATE_DELETE: case RT_TEMPLATE_LIST: case RT_TEMPLATE_ALIAS:
     case RT_FORK: snapshot_api_handle(r, d); break;
+    case RT_TEMPLATE_REQUEST: case RT_TEMPLATE_FILE: case RT_TEMPLATE_UPLOAD: case RT_TEMPLATE_BUILD: case RT_TEMPLATE_BUILD_STATUS:
+      template_api_handle(r, d);
+      break;
     case RT_VOLUME_CREATE: case RT_VOLUME_LIST: case RT_VOLUME_GET: case RT_VOLUME_DELETE: case RT_VOLUME_CONTENT:
       volume_api_handle(r, d);
       break;

@@ -31,6 +31,7 @@
 #include "sandbox.h"
 #include "secrets.h"
 #include "snapshots.h"
+#include "template_build.h"
 #include "paths.h"
 #include "proxy.h"
 #include "volumes.h"
@@ -150,7 +151,8 @@ static int default_state_dir(char *out, size_t len) {
 static char g_state_dir[4096];
 static int backend_create(char *id, size_t idcap, const reg_create_opts *o, sbx_t **out, char *err, size_t errlen) {
   sbx_config cfg = {.id = id, .state_dir = g_state_dir, .internet = o->internet, .envs = o->envs, .layer = o->layer,
-                    .mounts = o->mounts, .nmounts = o->nmounts, .egress = o->egress};
+                    .mounts = o->mounts, .nmounts = o->nmounts, .egress = o->egress, .workdir = o->workdir,
+                    .cpu_count = o->cpu_count, .memory_mb = o->memory_mb};
   if (sbx_create(&cfg, out, err, errlen) != 0) return -1;
   snprintf(id, idcap, "%s", sbx_id(*out));   /* a claimed spare keeps the id it was booted with */
   return 0;
@@ -361,7 +363,8 @@ int main(int argc, char **argv) {
   report_caps();
   /* Snapshots: the layer store, the catalogue over it, then what nothing refers to any more. */
   char serr[512];
-  if (ly_init(state_dir, serr, sizeof serr) != 0 || snap_init(state_dir, serr, sizeof serr) != 0) {
+  if (ly_init(state_dir, serr, sizeof serr) != 0 || snap_init(state_dir, serr, sizeof serr) != 0 ||
+      tb_init(state_dir, serr, sizeof serr) != 0) {
     fprintf(stderr, "sandboxd: %s\n", serr);
     sbx_pool_stop();
     net_shutdown();
@@ -424,6 +427,7 @@ int main(int argc, char **argv) {
   int sig = 0;
   sigwait(&set, &sig);
   fprintf(stderr, "sandboxd: %s: destroying every sandbox\n", strsignal(sig));
+  tb_shutdown();       /* running builds end (their sandboxes killed) before the registry goes */
   reg_shutdown();
   for (size_t i = 0; i < nls; i++) {
     sd_listen_stats st;

@@ -236,7 +236,8 @@ static void rpc_start(sd_request *r, const rt_decision *d, sbx_t *sx, ptab *t) {
    * sandboxd user outside, exactly what `user` would be), with the user's home and name. */
   if (sbx_host_uid(sx, sp.uid) == (uid_t)-1) sp.uid = sp.gid = 0;
   char cwd[4096];
-  if (resolve_cwd(pc->cwd, sp.home, cwd, sizeof cwd) != 0) {
+  const char *dflt = sbx_workdir(sx);   /* a template's WORKDIR */
+  if (resolve_cwd(pc->cwd && *pc->cwd ? pc->cwd : dflt, sp.home, cwd, sizeof cwd) != 0) {
     snprintf(err, sizeof err, "cwd too long");
     goto fail;
   }

@@ -35,6 +35,9 @@ typedef struct {
   json_t *network;              /* what it reports as `network` (borrowed; copied), NULL: nothing */
   struct egress_rules *egress;  /* passed to the backend: the sandbox's egress rules, or NULL */
   bool traffic_token;           /* allowPublicTraffic: false: its ports need a traffic access token */
+  const char *workdir;          /* passed to the backend: its commands' default working directory, or NULL */
+  int cpu_count;                /* passed to the backend: its limits (a built template's), 0: sandboxd's */
+  long memory_mb;
 } reg_create_opts;
 
 /* Snapshot of an entry for the control plane (no pointers into the entry). */

@@ -42,6 +42,7 @@ typedef enum { AUTH_NONE, AUTH_API_KEY, AUTH_ENVD_TOKEN, AUTH_FILES, AUTH_VOLUME
 static auth_kind auth_of(int r) {
   switch (r) {
     case RT_HEALTH: case RT_ENVD_HEALTH: return AUTH_NONE;
+    case RT_TEMPLATE_UPLOAD: return AUTH_NONE;         /* its one-time token: the handler's, before any body byte */
     case RT_PORT: return AUTH_TRAFFIC_TOKEN;          /* none when the sandbox's ports are public */
     case RT_FILES: return AUTH_FILES;
     case RT_VOLUME_CONTENT: return AUTH_VOLUME_TOKEN;
@@ -78,10 +79,15 @@ static const struct {
   {"GET", "/sandboxes/{id}/logs", RT_LOGS, NULL},
   {"GET", "/v2/sandboxes/{id}/logs", RT_LOGS_V2, NULL},
   {"PUT", "/sandboxes/{id}/network", RT_NETWORK, NULL},
+  {"POST", "/v3/templates", RT_TEMPLATE_REQUEST, NULL},
+  {"GET", "/templates/{ref}/files/*", RT_TEMPLATE_FILE, NULL},
+  {"PUT", "/templates/{ref}/files/*", RT_TEMPLATE_UPLOAD, NULL},
+  {"POST", "/v2/templates/{ref}/builds/*", RT_TEMPLATE_BUILD, NULL},
+  {"GET", "/templates/{ref}/builds/*", RT_TEMPLATE_BUILD_STATUS, NULL},
   {"*", "/snapshots/*", RT_UNIMPLEMENTED, "snapshot routes other than GET /snapshots are not implemented by sandboxd"},
-  {"*", "/templates*", RT_UNIMPLEMENTED, "template builds are not implemented by sandboxd (templates are 'base' and snapshots; DELETE /templates/{id} deletes a snapshot)"},
-  {"*", "/v2/templates*", RT_UNIMPLEMENTED, "template builds are not implemented by sandboxd (templates are 'base' and snapshots)"},
-  {"*", "/v3/templates*", RT_UNIMPLEMENTED, "template builds are not implemented by sandboxd (templates are 'base' and snapshots)"},
+  {"*", "/templates*", RT_UNIMPLEMENTED, "not implemented by sandboxd (template builds are POST /v3/templates, GET/PUT /templates/{id}/files/{hash}, POST /v2/templates/{id}/builds/{id}, GET /templates/{id}/builds/{id}/status)"},
+  {"*", "/v2/templates*", RT_UNIMPLEMENTED, "not implemented by sandboxd (template builds are POST /v3/templates, then POST /v2/templates/{id}/builds/{id})"},
+  {"*", "/v3/templates*", RT_UNIMPLEMENTED, "not implemented by sandboxd (template builds are POST /v3/templates, then POST /v2/templates/{id}/builds/{id})"},
   {"POST", "/volumes", RT_VOLUME_CREATE, NULL},
   {"GET", "/volumes", RT_VOLUME_LIST, NULL},
   {"GET", "/volumes/{ref}", RT_VOLUME_GET, NULL},
@@ -492,6 +498,7 @@ int router_admit(const rt_view *v, int64_t now_s, rt_decision *d, char *body, si
   if (!st && (int)d->route == RT_BAD_REF) st = refuse(body, bodylen, 400, "a name or id in the path of more than %d bytes", RT_REF_MAX);
   if (!st && d->route == RT_FILES) d->upload = !strcmp(v->method, "POST");
   if (!st && d->route == RT_VOLUME_CONTENT) d->upload = !strcmp(v->method, "PUT");
+  if (!st && d->route == RT_TEMPLATE_UPLOAD) d->upload = true;
   if (st) router_release(d);
   return st;
 }

@@ -47,6 +47,12 @@ typedef enum {
   RT_TEMPLATE_DELETE,        /* DELETE /templates/{ref}: a snapshot (in E2B a snapshot is a template) */
   RT_TEMPLATE_LIST,          /* GET /templates: base and the snapshots */
   RT_TEMPLATE_ALIAS,         /* GET /templates/aliases/{ref}: base or a snapshot's name */
+  RT_TEMPLATE_REQUEST,       /* POST /v3/templates: a template build requested */
+  RT_TEMPLATE_FILE,          /* GET /templates/{ref}/files/{hash}: a COPY's files present, or where to upload them */
+  RT_TEMPLATE_UPLOAD,        /* PUT /templates/{ref}/files/{hash}?token=: the upload (its one-time token, checked by the
+                                handler before it reads a byte of the body; no API key) */
+  RT_TEMPLATE_BUILD,         /* POST /v2/templates/{ref}/builds/{buildID}: the build's steps, started */
+  RT_TEMPLATE_BUILD_STATUS,  /* GET /templates/{ref}/builds/{buildID}/status */
   RT_VOLUME_CREATE, RT_VOLUME_LIST, RT_VOLUME_GET, RT_VOLUME_DELETE,   /* /volumes[/{ref}] */
   RT_SECRET_CREATE, RT_SECRET_LIST,                                   /* POST, GET /secrets */
   RT_SECRET_GET, RT_SECRET_UPDATE, RT_SECRET_DELETE,                  /* GET, POST, DELETE /secrets/{ref} */

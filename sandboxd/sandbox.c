@@ -46,6 +46,7 @@
 #define SBX_READY_TIMEOUT_MS 30000   /* safety net only: setup normally takes milliseconds */
 struct sbx {
   char id[65];
+  char workdir[SBX_WORKDIR_MAX];   /* its commands' working directory when they name none ("": home) */
   bool trusts_egress_ca;       /* its egress CA is in its trust stores (egress_trust.h) */
   char dir[4096];              /* <state_dir>/sandboxes/<id> */
   cg_set cg;                   /* its cgroups (cgroups.h) */
@@ -917,6 +918,7 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
   s->ctl = -1;   /* owned by the table now, even on failure */
   if (!s->pt) { discard(s); return -1; }
   ptab_observe(s->pt, log_process, s);
+  snprintf(s->workdir, sizeof s->workdir, "%s", cfg->workdir ? cfg->workdir : "");
   step(&tr, "table");
   *out = s;
   if (trace_on())
@@ -925,6 +927,7 @@ int sbx_create(const sbx_config *cfg, sbx_t **out, char *err, size_t errlen) {
 }
 
 layer *sbx_layer(sbx_t *s) { return s->layer; }
+const char *sbx_workdir(const sbx_t *s) { return s->workdir; }
 sbxlog *sbx_log(sbx_t *s) { return s->log; }
 
 int sbx_set_egress(sbx_t *s, egress_rules *rules, char *err, size_t errlen) {

@@ -34,7 +34,10 @@ typedef struct {
                                  * sandbox holds its own reference */
   const sbx_mount *mounts;      /* volumes bind-mounted (nosuid, nodev); the sandbox holds its own mounts */
   size_t nmounts;
+  const char *workdir;          /* its commands' working directory when they name none (a template's
+                                 * WORKDIR); NULL or "": the user's home */
 } sbx_config;
+#define SBX_WORKDIR_MAX 1024
 #define SBX_DEFAULT_MEMORY_MB 2048
 #define SBX_DEFAULT_PIDS_MAX 4096
 #define SBX_DEFAULT_CPU_COUNT 2      /* at most the host's CPUs */
@@ -115,6 +118,8 @@ int sbx_set_egress(sbx_t *s, struct egress_rules *rules, char *err, size_t errle
 
 /* The layer s started from (NULL: the template); borrowed. */
 struct layer *sbx_layer(sbx_t *s);
+/* The working directory of its commands that name none ("": the user's home). */
+const char *sbx_workdir(const sbx_t *s);
 
 /* The process table (ptab.h) of a created sandbox. */
 struct ptab;

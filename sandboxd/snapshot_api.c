@@ -15,6 +15,7 @@
 #include "network_opts.h"
 #include "sandbox.h"
 #include "snapshots.h"
+#include "template_build.h"
 #include "volumes.h"
 
 /* What a capture of a running sandbox yields: its new layer and, for forks, how it was made. */
@@ -196,7 +197,12 @@ static void template_alias(sd_request *r, const char *alias) {
 static void delete_template(sd_request *r, const char *ref) {
   if (control_is_base(ref)) { sd_reply_error(r, 400, "the template 'base' is sandboxd's own: it cannot be deleted"); return; }
   char why[512];
+  snap_info si;
+  int rs;
+  layer *l = snap_resolve(ref, &si, &rs, why, sizeof why);   /* its id, for a built template's defaults */
+  ly_release(l);
   int st = snap_delete(ref, why, sizeof why);
+  if (st == 0 && l) tb_forget(si.id);   /* a built template's envs, workdir and uploads */
   if (st == 0) sd_reply_bytes(r, 204, NULL, NULL, 0);
   else if (st == 404) sd_reply_error(r, 404, "template '%s' not found", ref);
   else sd_reply_error(r, st, "%s", why);

@@ -182,7 +182,13 @@ void snap_shutdown(void) {
 }
 
 int snap_add(const char *name, layer *l, const char *sandbox_id, int64_t now_ms, snap_info *out, char *err, size_t errlen) {
+  return snap_add_as(NULL, name, l, sandbox_id, now_ms, out, err, errlen);
+}
+
+int snap_add_as(const char *id, const char *name, layer *l, const char *sandbox_id, int64_t now_ms, snap_info *out, char *err,
+                size_t errlen) {
   if (name && (!name[0] || strlen(name) > SNAP_NAME_MAX)) { seterr(err, errlen, "invalid snapshot name"); return -1; }
+  if (id && !ids_alnum(id, LY_ID_LEN)) { seterr(err, errlen, "invalid snapshot id"); return -1; }
   pthread_mutex_lock(&g.mu);
   int rc = -1;
   layer *old = NULL;
@@ -202,7 +208,8 @@ int snap_add(const char *name, layer *l, const char *sandbox_id, int64_t now_ms,
     if (grow_locked() != 0) { seterr(err, errlen, "out of memory"); goto out; }
     s = &g.v[g.n];
     memset(s, 0, sizeof *s);
-    do {
+    if (id && !find_locked(id)) snprintf(s->info.id, sizeof s->info.id, "%s", id);
+    else do {
       if (ids_random(s->info.id, LY_ID_LEN) != 0) { seterr(err, errlen, "getrandom: %s", strerror(errno)); goto out; }
     } while (find_locked(s->info.id));
     snprintf(s->info.name, sizeof s->info.name, "%s", name ? name : "");

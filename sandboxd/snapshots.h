@@ -40,6 +40,11 @@ int snap_parse_name(const char *in, char *out, size_t outlen, char *err, size_t 
  * (the catalogue full, the file not written). */
 int snap_add(const char *name, layer *l, const char *sandbox_id, int64_t now_ms, snap_info *out, char *err, size_t errlen);
 
+/* The same, a new snapshot taking the id `id` (LY_ID_LEN of [a-z0-9]) unless it is taken (then a
+ * random one, as snap_add; out->id tells). A template build names its template before it has one. */
+int snap_add_as(const char *id, const char *name, layer *l, const char *sandbox_id, int64_t now_ms, snap_info *out, char *err,
+                size_t errlen);
+
 /* The snapshot an id or name (each optionally ":default") refers to: its layer (a new reference)
  * and *out, or NULL with *status 404 (unknown) or 400 (malformed, err says why). */
 layer *snap_resolve(const char *ref, snap_info *out, int *status, char *err, size_t errlen);

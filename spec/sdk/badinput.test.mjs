@@ -267,9 +267,10 @@ test('unimplemented control-plane routes → 501 {code: 501, message}', T, async
   const id = 'nosuchsandbox' + uniq('')
   const routes = [
     ['GET', '/snapshots/x'],
-    ['GET', '/templates'],
+    ['POST', '/templates', '{}'],
     ['GET', '/v2/templates'],
-    ['POST', '/v3/templates', '{}'],
+    ['POST', '/templates/tags', '{}'],
+    ['GET', '/v3/templates/x'],
   ]
   for (const [method, p, body] of routes) {
     const res = await apiFetch(p, { method, ...(body ? { body, headers: { 'Content-Type': 'application/json' } } : {}) })

@@ -155,6 +155,40 @@ static void test_control_plane(void) {
   want_route(&r, RT_UNIMPLEMENTED);
   r.path = "/templates/";
   want_route(&r, RT_UNIMPLEMENTED);
+  /* template builds: the request, the upload handshake, the start, the status */
+  r.method = "POST";
+  r.path = "/v3/templates";
+  want_route(&r, RT_TEMPLATE_REQUEST);
+  r.path = "/v2/templates/tpl1/builds/b1";
+  CHECK_INT(admit(&r, &d, body), 0);
+  CHECK_INT(d.route, RT_TEMPLATE_BUILD);
+  CHECK_STR(d.ref, "tpl1");
+  router_release(&d);
+  r.path = "/templates/tpl1/builds/b1";                  /* builds start under /v2 only */
+  want_route(&r, RT_UNIMPLEMENTED);
+  r.method = "GET";
+  want_route(&r, RT_TEMPLATE_BUILD_STATUS);
+  r.path = "/templates/tpl1/builds/b1/status";
+  want_route(&r, RT_TEMPLATE_BUILD_STATUS);
+  r.path = "/templates/tpl1/files/abc";
+  CHECK_INT(admit(&r, &d, body), 0);
+  CHECK_INT(d.route, RT_TEMPLATE_FILE);
+  CHECK(!d.upload);
+  router_release(&d);
+  r.method = "POST";
+  want_route(&r, RT_UNIMPLEMENTED);
+  r.method = "GET";
+  /* the upload: its own token (the handler's), no API key; the body streamed */
+  fake_req up = {"PUT", "/templates/tpl1/files/abc", {0}, {"token", "t"}};
+  CHECK_INT(admit(&up, &d, body), 0);
+  CHECK_INT(d.route, RT_TEMPLATE_UPLOAD);
+  CHECK(d.upload);
+  CHECK_STR(d.ref, "tpl1");
+  router_release(&d);
+  fake_req nokey_build = {"POST", "/v3/templates", {0}, {0}};
+  want_refusal(&nokey_build, 401, "missing X-API-KEY header");
+  fake_req nokey_status = {"GET", "/templates/tpl1/builds/b1/status", {0}, {0}};
+  want_refusal(&nokey_status, 401, "missing X-API-KEY header");
   /* refusals */
   r.method = "PUT";
   r.path = "/sandboxes";

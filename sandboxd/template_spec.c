@@ -1,0 +1,241 @@
+/* template_spec.c — see template_spec.h. */
+#include "template_spec.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "users.h"
+
+__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+bool ts_valid_hash(const char *h) {
+  if (!h || strlen(h) != TS_HASH_LEN) return false;
+  for (const char *p = h; *p; p++)
+    if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return false;
+  return true;
+}
+
+const char *ts_kind_name(ts_kind k) {
+  switch (k) {
+    case TS_RUN: return "RUN";
+    case TS_COPY: return "COPY";
+    case TS_ENV: return "ENV";
+    case TS_WORKDIR: return "WORKDIR";
+    case TS_USER: return "USER";
+  }
+  return "?";
+}
+
+void ts_describe(const ts_step *s, char *out, size_t cap) {
+  size_t o = (size_t)snprintf(out, cap, "%s", ts_kind_name(s->kind));
+  for (size_t i = 0; i < s->nargs && o < cap; i++) {
+    if (!s->args[i][0]) continue;
+    o += (size_t)snprintf(out + o, cap - o, " %s", s->args[i]);
+  }
+  if (cap > 4 && o >= cap) {   /* cut on a character's start (the log is JSON: UTF-8 only) */
+    size_t p = cap - 4;
+    while (p > 0 && ((unsigned char)out[p] & 0xC0) == 0x80) p--;   /* out[p] continues a character */
+    memcpy(out + p, "...", 4);
+  }
+}
+
+static bool env_name(const char *k) {
+  if (!((*k >= 'A' && *k <= 'Z') || (*k >= 'a' && *k <= 'z') || *k == '_')) return false;
+  for (const char *p = k + 1; *p; p++)
+    if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_')) return false;
+  return true;
+}
+
+/* "name" or "name:group", each a user the sandbox has. */
+static bool valid_user(const char *u) {
+  uid_t uid;
+  gid_t gid;
+  const char *home;
+  char name[32];
+  const char *colon = strchr(u, ':');
+  size_t n = colon ? (size_t)(colon - u) : strlen(u);
+  if (n == 0 || n >= sizeof name) return false;
+  memcpy(name, u, n);
+  name[n] = '\0';
+  if (users_lookup(name, &uid, &gid, &home) != 0) return false;
+  return !colon || users_lookup(colon + 1, &uid, &gid, &home) == 0;
+}
+
+/* "0644", "755": 1..4 octal digits. */
+static bool parse_mode(const char *s, unsigned *mode) {
+  size_t n = strlen(s);
+  if (n == 0 || n > 4) return false;
+  unsigned v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] < '0' || s[i] > '7') return false;
+    v = v * 8 + (unsigned)(s[i] - '0');
+  }
+  *mode = v;
+  return true;
+}
+
+/* An optional string field: NULL when absent or null. -1 when it is another type. */
+static int opt_string(json_t *o, const char *field, const char **out, const char *where, char *err, size_t errlen) {
+  json_t *v = json_object_get(o, field);
+  *out = NULL;
+  if (!v || json_is_null(v)) return 0;
+  if (!json_is_string(v)) return fail(err, errlen, "%s'%s' must be a string", where, field);
+  *out = json_string_value(v);
+  return 0;
+}
+
+static int opt_bool(json_t *o, const char *field, bool *out, const char *where, char *err, size_t errlen) {
+  json_t *v = json_object_get(o, field);
+  *out = false;
+  if (!v || json_is_null(v)) return 0;
+  if (!json_is_boolean(v)) return fail(err, errlen, "%s'%s' must be a boolean", where, field);
+  *out = json_is_true(v);
+  return 0;
+}
+
+static int only_fields(json_t *o, const char *const *allowed, const char *where, char *err, size_t errlen) {
+  const char *k;
+  json_t *v;
+  json_object_foreach(o, k, v) {
+    const char *const *a = allowed;
+    while (*a && strcmp(*a, k) != 0) a++;
+    if (!*a) {
+      size_t used = 0;
+      char list[256] = "";
+      for (a = allowed; *a && used < sizeof list; a++) used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", a == allowed ? "" : ", ", *a);
+      return fail(err, errlen, "%sfield '%.100s' is not supported by sandboxd (%s are)", where, k, list);
+    }
+  }
+  return 0;
+}
+
+static int parse_step(json_t *j, size_t i, ts_step *s, const char **argv, char *err, size_t errlen) {
+  char where[48];
+  snprintf(where, sizeof where, "steps[%zu].", i);
+  if (!json_is_object(j)) return fail(err, errlen, "steps[%zu] must be an object", i);
+  /* forceUpload, resolveSymlinks and gzip: what the SDK's copy() sends along (its client-side options) */
+  static const char *const fields[] = {"type", "args", "force", "filesHash", "forceUpload", "resolveSymlinks", "gzip", NULL};
+  if (only_fields(j, fields, where, err, errlen) != 0) return -1;
+  const char *type, *hash;
+  bool unused;
+  if (opt_string(j, "type", &type, where, err, errlen) != 0 || opt_string(j, "filesHash", &hash, where, err, errlen) != 0 ||
+      opt_bool(j, "force", &s->force, where, err, errlen) != 0 || opt_bool(j, "forceUpload", &unused, where, err, errlen) != 0 ||
+      opt_bool(j, "resolveSymlinks", &unused, where, err, errlen) != 0 || opt_bool(j, "gzip", &unused, where, err, errlen) != 0)
+    return -1;
+  if (!type) return fail(err, errlen, "%stype is required", where);
+  if (!strcmp(type, "RUN")) s->kind = TS_RUN;
+  else if (!strcmp(type, "COPY")) s->kind = TS_COPY;
+  else if (!strcmp(type, "ENV")) s->kind = TS_ENV;
+  else if (!strcmp(type, "WORKDIR")) s->kind = TS_WORKDIR;
+  else if (!strcmp(type, "USER")) s->kind = TS_USER;
+  else return fail(err, errlen, "%stype '%.40s' is not a step sandboxd runs (RUN, COPY, ENV, WORKDIR, USER are)", where, type);
+  json_t *args = json_object_get(j, "args");
+  if (args && !json_is_null(args) && !json_is_array(args)) return fail(err, errlen, "%sargs must be an array of strings", where);
+  size_t n = args ? json_array_size(args) : 0;
+  if (n > TS_MAX_ARGS) return fail(err, errlen, "%sargs: more than %d", where, TS_MAX_ARGS);
+  for (size_t a = 0; a < n; a++) {
+    json_t *v = json_array_get(args, a);
+    if (!json_is_string(v)) return fail(err, errlen, "%sargs[%zu] must be a string", where, a);
+    if (json_string_length(v) > TS_MAX_ARG_BYTES) return fail(err, errlen, "%sargs[%zu]: more than %u bytes", where, a, TS_MAX_ARG_BYTES);
+    if (strlen(json_string_value(v)) != json_string_length(v)) return fail(err, errlen, "%sargs[%zu] holds a NUL byte", where, a);
+    argv[a] = json_string_value(v);
+  }
+  s->args = argv;
+  s->nargs = n;
+  if (hash && s->kind != TS_COPY) return fail(err, errlen, "%sfilesHash: only COPY steps have one", where);
+  switch (s->kind) {
+    case TS_RUN:
+      if (n < 1 || n > 2 || !argv[0][0]) return fail(err, errlen, "%sargs: RUN takes [command, user?]", where);
+      s->cmd = argv[0];
+      s->user = n > 1 && argv[1][0] ? argv[1] : NULL;
+      break;
+    case TS_COPY:
+      if (n < 2 || n > 4 || !argv[0][0] || !argv[1][0]) return fail(err, errlen, "%sargs: COPY takes [src, dest, user?, mode?]", where);
+      s->src = argv[0];
+      s->dest = argv[1];
+      s->user = n > 2 && argv[2][0] ? argv[2] : NULL;
+      if (n > 3 && argv[3][0]) {
+        if (!parse_mode(argv[3], &s->mode)) return fail(err, errlen, "%sargs[3]: mode '%.20s' is not an octal mode", where, argv[3]);
+        s->has_mode = true;
+      }
+      if (!ts_valid_hash(hash)) return fail(err, errlen, "%sfilesHash: COPY needs the sha256 (64 lower-case hex) its upload is stored under", where);
+      s->hash = hash;
+      break;
+    case TS_ENV:
+      if (n < 2 || n % 2) return fail(err, errlen, "%sargs: ENV takes [name, value, ...] pairs", where);
+      for (size_t a = 0; a < n; a += 2)
+        if (!env_name(argv[a])) return fail(err, errlen, "%sargs[%zu]: '%.60s' is not an environment variable name", where, a, argv[a]);
+      break;
+    case TS_WORKDIR:
+      if (n != 1 || !argv[0][0]) return fail(err, errlen, "%sargs: WORKDIR takes [path]", where);
+      break;
+    case TS_USER:
+      if (n != 1 || !argv[0][0]) return fail(err, errlen, "%sargs: USER takes [user]", where);
+      s->user = argv[0];
+      break;
+  }
+  if (s->user && !valid_user(s->user)) return fail(err, errlen, "%sargs: user '%.40s' is not one the sandbox has (root, user)", where, s->user);
+  return 0;
+}
+
+int ts_parse(json_t *body, ts_spec *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  if (!json_is_object(body)) return fail(err, errlen, "the body must be a JSON object");
+  static const char *const fields[] = {"fromTemplate", "fromImage", "fromImageRegistry", "steps", "force", "startCmd", "readyCmd", NULL};
+  if (only_fields(body, fields, "", err, errlen) != 0) return -1;
+  const char *tpl, *img;
+  if (opt_string(body, "fromTemplate", &tpl, "", err, errlen) != 0 || opt_string(body, "fromImage", &img, "", err, errlen) != 0 ||
+      opt_string(body, "startCmd", &out->start_cmd, "", err, errlen) != 0 ||
+      opt_string(body, "readyCmd", &out->ready_cmd, "", err, errlen) != 0 || opt_bool(body, "force", &out->force, "", err, errlen) != 0)
+    return -1;
+  json_t *reg = json_object_get(body, "fromImageRegistry");
+  if (reg && !json_is_null(reg))
+    return fail(err, errlen, "field 'fromImageRegistry': sandboxd pulls no images (build from its base template)");
+  if (tpl && !tpl[0]) tpl = NULL;
+  if (img && !img[0]) img = NULL;
+  if (!tpl == !img) return fail(err, errlen, "exactly one of 'fromTemplate' and 'fromImage' must be given and non-empty");
+  if (img) {
+    size_t bl = strlen(TS_BASE_IMAGE);
+    if (strncmp(img, TS_BASE_IMAGE, bl) != 0 || (img[bl] && img[bl] != ':'))
+      return fail(err, errlen, "field 'fromImage': '%.100s' cannot be pulled: sandboxd builds on its own templates only "
+                  "(fromImage('%s') / fromBaseImage() is its base template; or fromTemplate('<name>'))", img, TS_BASE_IMAGE);
+    tpl = "base";
+  }
+  out->from_template = tpl;
+  if (out->start_cmd && !out->start_cmd[0]) out->start_cmd = NULL;
+  if (out->ready_cmd && !out->ready_cmd[0]) out->ready_cmd = NULL;
+  json_t *steps = json_object_get(body, "steps");
+  if (steps && !json_is_null(steps) && !json_is_array(steps)) return fail(err, errlen, "field 'steps' must be an array");
+  size_t n = steps ? json_array_size(steps) : 0, nargs = 0;
+  if (n > TS_MAX_STEPS) return fail(err, errlen, "field 'steps': %zu steps, at most %d", n, TS_MAX_STEPS);
+  for (size_t i = 0; i < n; i++) {
+    json_t *a = json_object_get(json_array_get(steps, i), "args");
+    if (json_is_array(a)) nargs += json_array_size(a) > TS_MAX_ARGS ? TS_MAX_ARGS + 1 : json_array_size(a);
+  }
+  out->steps = calloc(n ? n : 1, sizeof *out->steps);
+  out->argv = calloc(nargs ? nargs : 1, sizeof *out->argv);
+  if (!out->steps || !out->argv) { ts_free(out); return fail(err, errlen, "out of memory"); }
+  size_t used = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (parse_step(json_array_get(steps, i), i, &out->steps[i], out->argv + used, err, errlen) != 0) { ts_free(out); return -1; }
+    used += out->steps[i].nargs;
+  }
+  out->nsteps = n;
+  out->body = json_incref(body);
+  return 0;
+}
+
+void ts_free(ts_spec *s) {
+  free(s->steps);
+  free(s->argv);
+  json_decref(s->body);
+  memset(s, 0, sizeof *s);
+}
