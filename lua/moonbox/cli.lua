@@ -16,6 +16,7 @@ local core = require "moonbox.core"
 local background = require "moonbox.e2b.background"
 local endpoints = require "moonbox.e2b.endpoints"
 local fields = require "moonbox.fields"
+local text = require "moonbox.text"
 local workspace = require "moonbox.workspace"
 
 local M = {}
@@ -56,6 +57,12 @@ end
 
 local function out(s) io.stdout:write(s) end
 M.usage_error = usage_error
+
+-- A printer of one table's rows, each cut to the terminal's width (measured once per table).
+function M.rows()
+  local w = M.width()
+  return function(s) io.stdout:write(text.fit(s, w), "\n") end
+end
 
 -- The terminal's width when stdout is one ($COLUMNS wins), else nil: tables are cut to it.
 function M.width()

@@ -13,7 +13,6 @@ local client_mod = require "moonbox.e2b.client"
 local errors = require "moonbox.errors"
 local sched = require "moonbox.sched"
 local specs = require "moonbox.subprocess.spec"
-local text = require "moonbox.text"
 local M = {}
 
 local D_NOTE = "D (a lease): seconds as E2B's CLI counts them (300), or with a unit: 500ms, 90s, 5m, 1h."
@@ -97,8 +96,6 @@ M.COMMAND_HELP = {
 }
 
 local function line(s) io.stdout:write(s, "\n") end
--- A table row, cut to the terminal's width when stdout is one.
-local function row(cli, s) line(text.fit(s, cli.width())) end
 
 -- JSON; an item's network lists stay arrays when empty (lua-cjson writes {} for empty tables).
 local function encode(v)
@@ -282,9 +279,10 @@ function commands.list(cli, argv, i)
     local items, err = c:listAll(q)
     if not items then return nil, err end
     if opts["--json"] then line(#items == 0 and "[]" or encode(items)) return 0 end
-    row(cli, ("%-24s %-16s %-8s %-20s %s"):format("SANDBOX ID", "TEMPLATE", "STATE", "END", "METADATA"))
+    local row = cli.rows()
+    row(("%-24s %-16s %-8s %-20s %s"):format("SANDBOX ID", "TEMPLATE", "STATE", "END", "METADATA"))
     for _, it in ipairs(items) do
-      row(cli, ("%-24s %-16s %-8s %-20s %s"):format(it.sandboxId, tostring(it.templateId or ""), tostring(it.state or ""),
+      row(("%-24s %-16s %-8s %-20s %s"):format(it.sandboxId, tostring(it.templateId or ""), tostring(it.state or ""),
         tostring(it.endAt or ""), metadata_text(it.metadata)))
     end
     return 0
@@ -406,8 +404,9 @@ function snapshot_sub.list(cli, argv, i)
       line(net.encode(net.array(all)))
       return 0
     end
-    row(cli, ("%-40s %s"):format("SNAPSHOT ID", "NAMES"))
-    for _, x in ipairs(all) do row(cli, ("%-40s %s"):format(x.snapshotId, table.concat(x.names, ", "))) end
+    local row = cli.rows()
+    row(("%-40s %s"):format("SNAPSHOT ID", "NAMES"))
+    for _, x in ipairs(all) do row(("%-40s %s"):format(x.snapshotId, table.concat(x.names, ", "))) end
     return 0
   end
 end
@@ -448,7 +447,6 @@ local function human_bytes(n)
   repeat n, u = n / 1024, u + 1 until n < 1024 or u == #units
   return ("%.1f %s"):format(n, units[u])
 end
-M.human_bytes = human_bytes
 
 function commands.metrics(cli, argv, i)
   local opts, id = one_id(cli, argv, i, "metrics")
@@ -456,9 +454,10 @@ function commands.metrics(cli, argv, i)
     local m, err = c:metrics(id)
     if not m then return nil, err end
     if opts["--json"] then line(#m == 0 and "[]" or encode(m)) return 0 end
-    row(cli, ("%-26s %7s %5s %11s %11s %11s"):format("TIMESTAMP", "CPU %", "CPUS", "MEM USED", "MEM TOTAL", "DISK USED"))
+    local row = cli.rows()
+    row(("%-26s %7s %5s %11s %11s %11s"):format("TIMESTAMP", "CPU %", "CPUS", "MEM USED", "MEM TOTAL", "DISK USED"))
     for _, x in ipairs(m) do
-      row(cli, ("%-26s %7.1f %5s %11s %11s %11s"):format(tostring(x.timestamp), tonumber(x.cpuUsedPct) or 0,
+      row(("%-26s %7.1f %5s %11s %11s %11s"):format(tostring(x.timestamp), tonumber(x.cpuUsedPct) or 0,
         tostring(math.tointeger(x.cpuCount) or x.cpuCount), human_bytes(x.memUsed), human_bytes(x.memTotal), human_bytes(x.diskUsed)))
     end
     return 0

@@ -13,7 +13,6 @@ local core = require "moonbox.core"
 local background = require "moonbox.e2b.background"
 local client_mod = require "moonbox.e2b.client"
 local errors = require "moonbox.errors"
-local text = require "moonbox.text"
 
 local M = {}
 
@@ -34,8 +33,6 @@ M.COMMAND_HELP = {
 }
 
 local function line(s) io.stdout:write(s, "\n") end
--- A table row, cut to the terminal's width when stdout is one.
-local function row(cli, s) line(text.fit(s, cli.width())) end
 
 local function name_arg(cli, name, cmd)
   if not name then cli.usage_error("secret %s: which secret? (moonbox secret %s NAME)", cmd, cmd) end
@@ -137,9 +134,10 @@ function commands.list(cli, argv, i)
     local all, err = c:listAllSecrets()
     if not all then return nil, err end
     if opts["--json"] then line(#all == 0 and "[]" or encode(all)) return 0 end
-    row(cli, ("%-32s %-8s %-26s %s"):format("NAME", "VERSION", "UPDATED", "METADATA"))
+    local row = cli.rows()
+    row(("%-32s %-8s %-26s %s"):format("NAME", "VERSION", "UPDATED", "METADATA"))
     for _, s in ipairs(all) do
-      row(cli, ("%-32s %-8s %-26s %s"):format(s.name, tostring(s.version or ""), tostring(s.updatedAt or ""), metadata_text(s.metadata)))
+      row(("%-32s %-8s %-26s %s"):format(s.name, tostring(s.version or ""), tostring(s.updatedAt or ""), metadata_text(s.metadata)))
     end
     return 0
   end

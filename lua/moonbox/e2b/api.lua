@@ -288,7 +288,6 @@ local function rfc3339_ms(t)
   local ms = #frac > 1 and math.floor(tonumber("0" .. frac) * 1000 + 0.5) or 0
   return ((days * 24 + tonumber(h)) * 60 + tonumber(mi) - off) * 60000 + tonumber(sec) * 1000 + ms
 end
-api.rfc3339_ms = rfc3339_ms
 
 -- GET /v2/sandboxes/{id}/logs[?cursor=&limit=&direction=] (cursor: Unix ms) → list of
 -- { timestamp, timestampMs, level, message, fields } | nil, err
