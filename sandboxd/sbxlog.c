@@ -38,11 +38,44 @@ void sbxlog_free(sbxlog *l) {
   free(l);
 }
 
-static char *cut_dup(const char *s, size_t max) { return strndup(s ? s : "", max); }
+/* Bytes of the well-formed UTF-8 sequence at p (n bytes left), 0 when it is not one. */
+static size_t utf8_seq(const unsigned char *p, size_t n) {
+  unsigned char b = p[0];
+  size_t len;
+  unsigned char lo = 0x80, hi = 0xBF;
+  if (b < 0x80) return 1;
+  if (b >= 0xC2 && b <= 0xDF) len = 2;
+  else if (b >= 0xE0 && b <= 0xEF) { len = 3; if (b == 0xE0) lo = 0xA0; if (b == 0xED) hi = 0x9F; }
+  else if (b >= 0xF0 && b <= 0xF4) { len = 4; if (b == 0xF0) lo = 0x90; if (b == 0xF4) hi = 0x8F; }
+  else return 0;
+  if (n < len) return 0;
+  if (p[1] < lo || p[1] > hi) return 0;
+  for (size_t i = 2; i < len; i++)
+    if (p[i] < 0x80 || p[i] > 0xBF) return 0;
+  return len;
+}
+
+/* s as text the logs endpoints can serve (JSON strings are UTF-8): at most max bytes, never a
+ * character cut in two, each byte that is not well-formed UTF-8 (a file name, a program's
+ * words) a '?'. */
+static char *text_dup(const char *s, size_t max) {
+  if (!s) s = "";
+  size_t n = strlen(s), o = 0;
+  char *out = malloc((n < max ? n : max) + 1);
+  if (!out) return NULL;
+  for (size_t i = 0; i < n;) {
+    size_t k = utf8_seq((const unsigned char *)s + i, n - i);
+    if (o + (k ? k : 1) > max) break;
+    if (k) { memcpy(out + o, s + i, k); o += k; i += k; }
+    else { out[o++] = '?'; i++; }
+  }
+  out[o] = 0;
+  return out;
+}
 
 void sbxlog_add(sbxlog *l, sbxlog_level level, const char *msg, ...) {
   if (!l) return;
-  sbxlog_entry e = {.level = level, .msg = cut_dup(msg, SBXLOG_MSG_MAX)};
+  sbxlog_entry e = {.level = level, .msg = text_dup(msg, SBXLOG_MSG_MAX)};
   bool ok = e.msg != NULL;
   va_list ap;
   va_start(ap, msg);
@@ -50,7 +83,7 @@ void sbxlog_add(sbxlog *l, sbxlog_level level, const char *msg, ...) {
     const char *v = va_arg(ap, const char *);
     if (e.nfields == SBXLOG_FIELDS) continue;
     e.key[e.nfields] = k;
-    ok = (e.value[e.nfields++] = cut_dup(v, SBXLOG_VALUE_MAX)) != NULL;
+    ok = (e.value[e.nfields++] = text_dup(v, SBXLOG_VALUE_MAX)) != NULL;
   }
   va_end(ap);
   if (!ok) { entry_clear(&e); return; }

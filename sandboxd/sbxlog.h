@@ -1,7 +1,8 @@
 /* sbxlog.h — a sandbox's log: what happened to it and in it (created, paused, resumed, its
  * timeout, its network; each process started and how it ended; an out-of-memory kill), as E2B's
  * logs endpoints serve it (GET /sandboxes/{id}/logs, /v2/sandboxes/{id}/logs). Bounded: the
- * newest SBXLOG_MAX entries are kept, each message and field value cut to its limit. Thread-safe.
+ * newest SBXLOG_MAX entries are kept, each message and field value cut to its limit (never inside a
+ * character) and made valid UTF-8 (a malformed byte is a '?'). Thread-safe.
  * A leaf: libc and pthreads only. */
 #ifndef SBX_SBXLOG_H
 #define SBX_SBXLOG_H

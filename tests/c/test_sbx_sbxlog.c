@@ -73,6 +73,21 @@ static void test_bounds(void) {
   sbxlog_free(l);
 }
 
+/* What the log keeps is always valid UTF-8 (the endpoints serve JSON): a cut never splits a
+ * character, a malformed byte becomes '?'. */
+static void test_utf8(void) {
+  sbxlog *l = sbxlog_new();
+  char big[SBXLOG_MSG_MAX + 8];
+  memset(big, 'a', SBXLOG_MSG_MAX - 1);
+  memcpy(big + SBXLOG_MSG_MAX - 1, "\xC3\xA9tail", 7);   /* é straddles the limit (and the NUL) */
+  sbxlog_add(l, SBXLOG_INFO, big, "file", "bad\xFF\xC3name\xE2\x82\xAC", NULL);
+  seen s = {0};
+  CHECK_INT(sbxlog_each(l, 0, false, 1, take, &s), 1);
+  CHECK_INT(strlen(s.msg[0]), SBXLOG_MSG_MAX - 1);        /* the é left out whole, not cut */
+  CHECK_STR(s.e[0].value[0], "bad??name\xE2\x82\xAC");
+  sbxlog_free(l);
+}
+
 static void *writer(void *arg) {
   for (int i = 0; i < 200; i++) sbxlog_add(arg, SBXLOG_INFO, "w", "i", "x", NULL);
   return NULL;
@@ -93,6 +108,7 @@ static void test_concurrent(void) {
 int main(void) {
   MBT_RUN(test_order_fields_and_cursor);
   MBT_RUN(test_bounds);
+  MBT_RUN(test_utf8);
   MBT_RUN(test_concurrent);
   return mbt_report();
 }
