@@ -84,7 +84,7 @@ describe("the moonbox command line", function()
   -- A usage mistake is one line naming it and the command's --help, exit status 2, nothing on stdout.
   local function hint(cmd) return ("; run 'moonbox %s--help' for usage\n"):format(cmd and (cmd .. " ") or "") end
   local usage = {
-    { "no arguments", "", "moonbox: no command given (a SCRIPT.lua, or run, dump-config, policy, sync, sandbox, secret, sandboxd)" .. hint() },
+    { "no arguments", "", "moonbox: no command given (a SCRIPT.lua, or run, dump-config, policy, sync, sandbox, secret, template, sandboxd)" .. hint() },
     { "an unknown option", "--frobnicate", "moonbox: unknown option --frobnicate" .. hint() },
     { "an unknown option of run", "run --frobnicate c.lua s.lua", "moonbox: run: unknown option --frobnicate" .. hint("run") },
     { "a misspelt option", "policy env --jsn", "moonbox: policy env: unknown option --jsn (did you mean --json?)" .. hint("policy env") },

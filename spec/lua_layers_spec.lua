@@ -4,7 +4,7 @@
 -- depends on); no require built at run time.
 local LAYERS = {
   { "base", { "moonbox.errors", "moonbox.fields", "moonbox.ids", "moonbox.text", "moonbox.sched", "moonbox.events", "moonbox.cancellation", "moonbox.binaries",
-    "moonbox.core" } },
+    "moonbox.template", "moonbox.core" } },
   { "transport", { "moonbox.http", "moonbox.proc", "moonbox.pstream" } },
   { "policy", { "moonbox.policy.*", "moonbox.policies", "moonbox.policies.*" } },
   { "neutral world", { "moonbox.world.common", "moonbox.subprocess.spec", "moonbox.subprocess.collector",

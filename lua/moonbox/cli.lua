@@ -11,6 +11,7 @@ local net = require "moonbox.cli.network"
 local sandbox_cli = require "moonbox.cli.sandbox"
 local sandboxd_cli = require "moonbox.cli.sandboxd"
 local secret_cli = require "moonbox.cli.secret"
+local template_cli = require "moonbox.cli.template"
 local compose = require "moonbox.compose"
 local core = require "moonbox.core"
 local background = require "moonbox.e2b.background"
@@ -30,10 +31,11 @@ prints a composition with every policy value and where it came from; `policy` ex
 policy without starting a sandbox; `sandbox` calls the sandbox API (E2B_API_KEY, E2B_DOMAIN,
 or E2B_API_URL + E2B_SANDBOX_URL name the endpoint; with none of them, the background sandboxd);
 `secret` keeps values in that endpoint's secret store for the network policy's rules (a value
-comes from stdin, a file or --prompt, never from argv, and is never shown); `sync` copies a host
+comes from stdin, a file or --prompt, never from argv, and is never shown); `template` builds
+a template described in Lua (E2B's template API) and lists or deletes templates; `sync` copies a host
 directory into the composition's world and brings back what changed there (`diff`: what `pull`
 would do); `sandboxd start|stop|status` manage the per-user background sandboxd (the first
-sandbox, secret or sync command without an endpoint starts it); `sandboxd [OPTIONS...]` is the
+sandbox, secret, template or sync command without an endpoint starts it); `sandboxd [OPTIONS...]` is the
 local E2B-compatible server in the foreground.
 CONCERN is env, lifecycle, timeouts, composition or network; FILE a policy file merged over
 the shipped defaults (and over the composition's own policies).
@@ -272,7 +274,7 @@ M.HELP["sync diff"] = { usage = { "moonbox sync diff --compose C [--prefer sandb
 
 -- Every command of a module (sandbox, secret, policy network): its help, its overview lines.
 local MODULE_PATHS = {}
-for _, cmds in ipairs({ net, sandbox_cli, secret_cli, sandboxd_cli }) do
+for _, cmds in ipairs({ net, sandbox_cli, secret_cli, template_cli, sandboxd_cli }) do
   for _, e in ipairs(cmds.COMMAND_HELP) do
     M.HELP[e.path] = e
     if e.usage then MODULE_PATHS[#MODULE_PATHS + 1] = e.path end
@@ -784,7 +786,7 @@ function M.main(argv, opts)
     local i = 1
     while argv[i] == "--trace" do ctl.trace = true; i = i + 1 end
     local cmd = argv[i]
-    if cmd == nil then usage_error("no command given (a SCRIPT.lua, or run, dump-config, policy, sync, sandbox, secret, sandboxd)") end
+    if cmd == nil then usage_error("no command given (a SCRIPT.lua, or run, dump-config, policy, sync, sandbox, secret, template, sandboxd)") end
     if cmd == "-h" or cmd == "--help" or cmd == "help" then
       out(M.overview())
       out(("Lua modules: %s (MOONBOX_HOME: a checkout or an install prefix to use instead)\n"):format(opts.lua_dir or
@@ -808,6 +810,7 @@ function M.main(argv, opts)
     end
     if cmd == "sandbox" then return sandbox_cli.main(M, argv, i + 1) end
     if cmd == "secret" then return secret_cli.main(M, argv, i + 1) end
+    if cmd == "template" then return template_cli.main(M, argv, i + 1) end
     if cmd == "sandboxd" then return sandboxd_cli.main(M, argv, i + 1) end
     if cmd:sub(1, 1) == "-" then usage_error("unknown option %s", cmd) end
     return run_script(argv, i)

@@ -48,7 +48,10 @@ function api:_request(method, path, body, timeout_ms)
   if self.api_key then headers["X-API-KEY"] = self.api_key end
   if self.access_token then headers["Authorization"] = "Bearer " .. self.access_token end
   local payload
-  if body ~= nil then
+  if type(body) == "string" then         -- JSON text already (e.g. a list that may be empty)
+    payload = body
+    headers["Content-Type"] = "application/json"
+  elseif body ~= nil then
     payload = cjson.encode(body)
     headers["Content-Type"] = "application/json"
   elseif method == "POST" then

@@ -20,6 +20,10 @@
 --             was made with allowPublicTraffic = false and token is its trafficAccessToken; else {})
 --   c:snapshot(id, { name }) → { snapshotId, names };  c:snapshots{ sandboxId, limit, nextToken }
 --   c:deleteSnapshot(id) → true | false;  c:connect(id, { timeoutMs }) → item (with the envd token)
+--   c:buildTemplate(desc, { name, skipCache, onLogs, timeoutMs }) → { templateId, buildId, name }
+--             (desc: moonbox.template's; the build's log entries to onLogs as they come)
+--   c:templates() → { { templateId, names, buildStatus, public, cpuCount, memoryMB, ... } }
+--   c:deleteTemplate(idOrName) → true | false (not found)
 --   c:attach(id) → a handle on its envd (moonbox.world.e2b: sb:command) without setup or a lease change
 --
 --   c:createSecret(name, value, { metadata }) → secret;  c:updateSecret(name, value, { metadata })
@@ -47,6 +51,7 @@ local pstream = require "moonbox.pstream"
 local core = require "moonbox.core"
 local envd = require "moonbox.e2b.envd"
 local sandbox_mod = require "moonbox.world.e2b"
+local template_mod = require "moonbox.e2b.template"
 local policy_set = require "moonbox.policies"
 
 local M = {}
@@ -381,6 +386,22 @@ end
 function Client:deleteSnapshot(id)
   if type(id) ~= "string" or id == "" then error("e2b: deleteSnapshot: snapshot id must be a non-empty string", 2) end
   return self.api:delete_snapshot(id)
+end
+
+-- Templates (moonbox.e2b.template): build a description of moonbox.template (or the table
+-- template{} takes) as template `name`, list every template (base, built ones, snapshots), delete one.
+function Client:buildTemplate(desc, o)
+  template_mod.check_build_options(o, 2)
+  return template_mod.build(self.api, desc, o)
+end
+
+function Client:templates()
+  return template_mod.list(self.api)
+end
+
+function Client:deleteTemplate(ref)
+  if type(ref) ~= "string" or ref == "" then error("e2b: deleteTemplate: a template id or name must be a non-empty string", 2) end
+  return template_mod.delete(self.api, ref)
 end
 
 -- The URL of `port` inside sandbox `id`: E2B's `https://<port>-<id>.<domain>`; with
