@@ -239,12 +239,25 @@ local SURFACES = {
     options = function()
       local C = require "moonbox.e2b.client"
       return { ["e2b:updateNetwork"] = set(C.NETWORK_KEYS), ["client:updateNetwork"] = set(C.NETWORK_KEYS),
-        ["client:create"] = set(C.CREATE_NETWORK_KEYS, "network."), ["client:logs"] = set(C.LOGS_FIELDS) }
+        ["client:create"] = set(C.CREATE_NETWORK_KEYS, "network."), ["client:logs"] = set(C.LOGS_FIELDS),
+        ["client:buildTemplate"] = set(require("moonbox.e2b.template").BUILD_FIELDS) }
     end,
     -- client:create's other options are not a strict list: its table holds network.* and those
     partial_options = { ["client:create"] = true },
     sources = { "lua/moonbox/e2b/init.lua", "lua/moonbox/e2b/owner.lua", "lua/moonbox/e2b/client.lua",
-      "lua/moonbox/e2b/api.lua", "lua/moonbox/e2b/launcher.lua", "lua/moonbox/world/e2b.lua" },
+      "lua/moonbox/e2b/api.lua", "lua/moonbox/e2b/launcher.lua", "lua/moonbox/world/e2b.lua", "lua/moonbox/e2b/template.lua" },
+  },
+  {
+    doc = "template.md",
+    receivers = { ["template."] = function() return require "moonbox.template" end },
+    options = function()
+      local T = require "moonbox.template"
+      local step = {}
+      for kind, f in pairs(T.STEP_FIELDS) do step["template." .. kind] = set(f) end
+      step["template.template"] = union(set(T.FIELDS), set(T.START_FIELDS, "start."))
+      return step
+    end,
+    sources = { "lua/moonbox/template.lua" },
   },
   {
     doc = "moonbox.md",

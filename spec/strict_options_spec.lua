@@ -19,6 +19,7 @@ describe("strict options", function()
     { "listSecrets", function() local r = c:listSecrets{ limt = 2 } return r end, "e2b: listSecrets: unknown field limt", "limit" },
     { "listAllSecrets", function() local r = c:listAllSecrets{ nextToke = "x" } return r end, "e2b: listAllSecrets: unknown field nextToke", "nextToken" },
     { "logs", function() local r = c:logs(ID, { limt = 2 }) return r end, "e2b: logs: unknown field limt", "limit" },
+    { "buildTemplate", function() local r = c:buildTemplate({}, { nmae = "x" }) return r end, "e2b: buildTemplate: unknown field nmae", "name" },
     { "proc.spawn", function() local r = mb.proc.spawn{ argv = { "true" }, cwdd = "/" } return r end, "proc.spawn: unknown field cwdd", "cwd" },
   }
   for _, k in ipairs(cases) do

@@ -158,7 +158,6 @@ local function quote(s)
   if not s:find("[^%w@%%+=:,./_%-]") then return s end
   return "'" .. s:gsub("'", "'\"'\"'") .. "'"
 end
-M.quote = quote
 
 local function ready(kind, cmd, err)
   return setmetatable({ kind = kind, cmd = cmd, err = err, where = caller(3) }, Ready)
