@@ -2,7 +2,8 @@
 -- as the SDK's Template.build() speaks it, against E2B's cloud or a sandboxd:
 --   1. POST /v3/templates { name, cpuCount, memoryMB } → { templateID, buildID }
 --   2. each COPY: its files hash (below); GET /templates/{id}/files/{hash} → { present } or
---      { url }: the sources as a gzip tar (the host's `tar`, run by moonbox.proc), PUT to url
+--      { url, headers? }: the sources as a gzip tar (the host's `tar`, run by moonbox.proc), PUT
+--      to url with those headers
 --   3. POST /v2/templates/{id}/builds/{buildID} (TemplateBuildStartV2: fromTemplate | fromImage,
 --      steps, startCmd, readyCmd, force)
 --   4. GET /templates/{id}/builds/{buildID}/status?logsOffset=N until ready or error: each new
@@ -114,6 +115,12 @@ local function make_tar(context, src)
     if #out < 64 then out[#out + 1] = chunk end
   end
   local code, sig = p:wait()
+  if code == nil then                               -- canceled (sig is the error): tar is not left running
+    p:kill(9)
+    p:close()
+    os.remove(path)
+    return nil, sig
+  end
   p:close()
   if code ~= 0 then
     os.remove(path)
@@ -205,7 +212,12 @@ function M.build(api, d, o)
       else
         local tar, terr = make_tar(d.context or ".", s.src)
         if not tar then return nil, terr end
-        local up, uerr = http.request{ method = "PUT", url = url, body_file = tar, max_bytes = 64 * 1024,
+        -- the headers the server asks the upload to carry (E2B's signed storage URLs may), but its length
+        local headers = {}
+        for k, hv in pairs(type(nn(link.headers)) == "table" and link.headers or {}) do
+          if type(k) == "string" and type(hv) == "string" and k:lower() ~= "content-length" then headers[k] = hv end
+        end
+        local up, uerr = http.request{ method = "PUT", url = url, body_file = tar, headers = headers, max_bytes = 64 * 1024,
           timeout_ms = UPLOAD_TIMEOUT_MS, ca_file = api.transport.ca_file, connect_to = api.transport.connect_to }
         os.remove(tar)
         if not up then return nil, uerr end
