@@ -33,10 +33,14 @@
 #define TB_TOKEN_LEN 40
 #define TB_ID_LEN 20
 #define TB_MAX_ENVS 256                 /* envs a template keeps */
-#define TB_READY_TIMEOUT_MS (300LL * 1000)   /* a start command's ready command: how long it may fail */
+#define TB_READY_TIMEOUT_MS (300LL * 1000)   /* a start command's ready command: how long it may fail (default) */
 
 /* Reads <state>/template-defaults.json; makes <state>/template-files. 0, or -1 with err. */
 int tb_init(const char *state_dir, char *err, size_t errlen);
+/* How long a start command's ready command may fail (and each attempt may take) before the
+ * build fails or create answers anyway: ms in [1000, 3600000]; TB_READY_TIMEOUT_MS until set
+ * (sandboxd --template-ready-timeout). Call before serving. */
+void tb_set_ready_timeout(int64_t ms);
 /* Stops running builds (their sandboxes killed) and waits for them; forgets everything in memory.
  * Call before the registry shuts down. */
 void tb_shutdown(void);
