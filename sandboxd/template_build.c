@@ -534,14 +534,20 @@ static int run(sbx_t *sx, const char *user, const char *cwd, const bctx *c, cons
 /* COPY as root inside the build sandbox: the archive (stdin) extracted into a private directory,
  * its owner and mode set there, then copied to dest as Docker's COPY does (a directory's
  * contents into dest; a file to dest, or into it when dest ends in '/', is a directory or more
- * than one source matched). Arguments: src dest owner mode tar-flag workdir. */
+ * than one source matched). Arguments: src dest owner mode tar-flag workdir.
+ * Symbolic links are copied as links (the SDK's tar holds their targets' contents instead when
+ * the step has resolveSymlinks); a mode is never applied through one. The extraction cannot write
+ * outside its directory: GNU tar refuses members named with "..", strips a leading '/', and
+ * extracts a link whose target is absolute or has ".." as a placeholder file until its end, so
+ * a member under such a link fails ("Not a directory"); any refusal fails the step. */
 static const char COPY_SCRIPT[] =
     "set -e\n"
     "src=$1 dest=$2 owner=$3 mode=$4 z=$5 wd=$6\n"
     "case $owner in *:*|'') ;; *) owner=$owner: ;; esac\n"
+    "case $(tar --version 2>/dev/null) in *'GNU tar'*) ;; *) echo 'COPY: the sandbox has no GNU tar (/usr/bin/tar) to extract the upload safely' >&2; exit 1 ;; esac\n"
     "tmp=$(mktemp -d /tmp/.sandboxd-copy.XXXXXX)\n"
     "trap 'rm -rf \"$tmp\"' EXIT\n"
-    "tar -x $z --no-same-owner -f - -C \"$tmp\"\n"
+    "tar -x $z --no-same-owner -f - -C \"$tmp\" || { echo \"COPY: the upload was refused: a member outside the copy's directory (a '..' name, or a path through a link), or a damaged archive (tar's messages above)\" >&2; exit 1; }\n"
     "case $dest in /*) ;; *) dest=$wd/$dest ;; esac\n"
     "cd \"$tmp\"\n"
     "shopt -s nullglob dotglob\n"
@@ -554,7 +560,7 @@ static const char COPY_SCRIPT[] =
     "[ -d \"$dest\" ] && todir=1\n"
     "for f in \"${m[@]}\"; do\n"
     "  if [ -n \"$owner\" ]; then chown -R -h \"$owner\" \"$f\"; fi\n"
-    "  if [ -n \"$mode\" ]; then if [ -d \"$f\" ] && [ ! -L \"$f\" ]; then find \"$f\" -type f -exec chmod \"$mode\" {} +; else chmod \"$mode\" \"$f\"; fi; fi\n"
+    "  if [ -n \"$mode\" ]; then if [ -d \"$f\" ] && [ ! -L \"$f\" ]; then find \"$f\" -type f -exec chmod \"$mode\" {} +; elif [ ! -L \"$f\" ]; then chmod \"$mode\" \"$f\"; fi; fi\n"
     "  if [ -d \"$f\" ] && [ ! -L \"$f\" ]; then\n"
     "    new=0; [ -e \"$dest\" ] || new=1\n"
     "    mkdir -p \"$dest\"\n"
