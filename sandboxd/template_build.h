@@ -86,7 +86,7 @@ int tb_defaults(const char *template_id, tb_template_defaults *out);
 void tb_defaults_free(tb_template_defaults *d);
 /* A built template's start command in a sandbox made from it: started detached (bash -c, as the
  * build's last USER, in its workdir, with the sandbox's envs), then its ready command run until
- * it exits 0 (every TB_READY_POLL_MS, at most TB_READY_TIMEOUT_MS). 0 (also without a start
+ * it exits 0 (every TB_READY_POLL_MS, for at most tb_set_ready_timeout's time). 0 (also without a start
  * command), or -1 with err: the start command ended first, or never got ready. */
 struct sbx;
 int tb_run_start_cmd(struct sbx *s, const tb_template_defaults *d, char *err, size_t errlen);
