@@ -42,6 +42,7 @@ static void usage(FILE *f) {
              "                [--api-key-file FILE | --api-key-fd N] [--state-dir DIR] [--exit-with-parent]\n"
              "                [--envd-codecs json,proto] [--dns ADDR[:PORT]]... [--egress-unblock private|link-local|CIDR]...\n"
              "                [--cpu-count N] [--memory-mb M] [--pids-max N] [--cgroup DIR] [--egress-ca FILE]\n"
+             "                [--template-ready-timeout S]\n"
              "  Serves E2B's control plane, envd API and port proxy on HOST:PORT (IPv4; plain HTTP), and with\n"
              "  --tls-listen over TLS too (the certificate chain and key in PEM files). Point the E2B SDK at it\n"
              "  with E2B_API_URL=http://HOST:PORT E2B_SANDBOX_URL=http://HOST:PORT E2B_API_KEY=<key>; a port\n"
@@ -69,7 +70,9 @@ static void usage(FILE *f) {
              "  cpuCount and memoryMB, reported by getInfo; default 2 (at most the host's CPUs) and 2048);\n"
              "  --pids-max N: its process limit (default 4096). Enforced through cgroups where the host has them.\n"
              "  --cgroup DIR: a cgroup v2 directory sandboxd owns, for its sandboxes' cgroups (default: its own\n"
-             "  cgroup when systemd delegates it, else as root a directory under the hierarchy's root).\n");
+             "  cgroup when systemd delegates it, else as root a directory under the hierarchy's root).\n"
+             "  --template-ready-timeout S: how long a built template's ready command (setStartCmd's check) may\n"
+             "  fail before its build fails, or a create from it answers anyway (default 300, 1..3600).\n");
 }
 
 /* A decimal count lo..hi into *out; 0 or -1 (said why). */
@@ -197,7 +200,7 @@ int main(int argc, char **argv) {
   harden_process(hardening, sizeof hardening);
   const char *listen = NULL, *tls_listen = NULL, *domain = NULL, *cert_path = NULL, *key_path = NULL;
   const char *key_file = NULL, *key_fd = NULL, *state = NULL, *codecs = "json,proto";
-  const char *cpu_arg = NULL, *mem_arg = NULL, *pids_arg = NULL, *cgroup = NULL, *egress_ca = NULL;
+  const char *cpu_arg = NULL, *mem_arg = NULL, *pids_arg = NULL, *cgroup = NULL, *egress_ca = NULL, *ready_arg = NULL;
   bool exit_with_parent = false;
   egress_config ecfg;
   memset(&ecfg, 0, sizeof ecfg);
@@ -205,9 +208,9 @@ int main(int argc, char **argv) {
   pid_t parent = getppid();                 /* before anything else: the process that started us */
   static const char *const VALUED[] = {"--listen", "--tls-listen", "--domain", "--tls-cert", "--tls-key", "--api-key-file",
                                        "--api-key-fd", "--state-dir", "--envd-codecs", "--cpu-count", "--memory-mb", "--pids-max",
-                                       "--cgroup", "--egress-ca"};
+                                       "--cgroup", "--egress-ca", "--template-ready-timeout"};
   const char **slot[] = {&listen, &tls_listen, &domain, &cert_path, &key_path, &key_file, &key_fd, &state, &codecs,
-                         &cpu_arg, &mem_arg, &pids_arg, &cgroup, &egress_ca};
+                         &cpu_arg, &mem_arg, &pids_arg, &cgroup, &egress_ca, &ready_arg};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
@@ -267,6 +270,8 @@ int main(int argc, char **argv) {
   lim.memory_mb = mem_arg ? v : 0;
   if (pids_arg && parse_count("--pids-max", pids_arg, 8, 1L << 22, &v)) return 2;
   lim.pids_max = pids_arg ? v : 0;
+  if (ready_arg && parse_count("--template-ready-timeout", ready_arg, 1, 3600, &v)) return 2;
+  if (ready_arg) tb_set_ready_timeout((int64_t)v * 1000);
   if (!listen && !tls_listen) { fprintf(stderr, "sandboxd: --listen HOST:PORT (or --tls-listen) is required\n"); usage(stderr); return 2; }
   char host[64] = "", tls_host[64] = "";
   int port = 0, tls_port = 0;

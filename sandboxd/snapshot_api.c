@@ -159,6 +159,14 @@ static json_t *template_json(const char *id, const char *name, int64_t created_m
                         SANDBOXD_ENVD_VERSION, "buildStatus", "ready", "public", public);
   json_decref(names);
   if (j) control_host_sizes(j);
+  if (j && !public) {   /* a built template's own limits, when its request set them */
+    tb_template_defaults d;
+    if (tb_defaults(id, &d) == 0) {
+      if (d.cpu_count) json_object_set_new(j, "cpuCount", json_integer(d.cpu_count));
+      if (d.memory_mb) json_object_set_new(j, "memoryMB", json_integer(d.memory_mb));
+    }
+    tb_defaults_free(&d);
+  }
   return j;
 }
 

@@ -64,7 +64,8 @@ static struct {
   grant grants[TB_GRANTS];
   size_t ngrants;
   json_t *defaults;                  /* {template id: {envs: {}, workdir}} */
-} g = {.mu = PTHREAD_MUTEX_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER, .next_seq = 1};
+  int64_t ready_timeout_ms;
+} g = {.mu = PTHREAD_MUTEX_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER, .next_seq = 1, .ready_timeout_ms = TB_READY_TIMEOUT_MS};
 
 __attribute__((format(printf, 3, 4))) static int seterr(char *err, size_t errlen, const char *fmt, ...) {
   va_list ap;
@@ -78,6 +79,20 @@ static int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void tb_set_ready_timeout(int64_t ms) {
+  if (ms < 1000) ms = 1000;
+  if (ms > 3600 * 1000) ms = 3600 * 1000;
+  pthread_mutex_lock(&g.mu);
+  g.ready_timeout_ms = ms;
+  pthread_mutex_unlock(&g.mu);
 }
 
 /* ---- the uploads' directories ---- */
@@ -426,6 +441,7 @@ typedef struct {
   size_t nline;
   char tail[TB_TAIL + 1];
   size_t ntail;
+  int64_t lifetime_ms;               /* its processes' (0: TB_STEP_TIMEOUT_MS) */
 } outbuf;
 
 static void out_flush(outbuf *o) {
@@ -469,7 +485,7 @@ static int run(sbx_t *sx, const char *user, const char *cwd, const bctx *c, cons
   sp.envs = (const char *const *)c->envs;
   sp.nenvs = c->nenvs;
   sp.stdin_pipe = in_fd >= 0;
-  sp.lifetime_ms = TB_STEP_TIMEOUT_MS;
+  sp.lifetime_ms = o->lifetime_ms ? o->lifetime_ms : TB_STEP_TIMEOUT_MS;
   json_t *config = json_pack("{s:s,s:s}", "cmd", sp.cmd, "templateBuild", o->b ? o->b->bid : "");
   sp.config = config;
   const char *code;
@@ -518,14 +534,20 @@ static int run(sbx_t *sx, const char *user, const char *cwd, const bctx *c, cons
 /* COPY as root inside the build sandbox: the archive (stdin) extracted into a private directory,
  * its owner and mode set there, then copied to dest as Docker's COPY does (a directory's
  * contents into dest; a file to dest, or into it when dest ends in '/', is a directory or more
- * than one source matched). Arguments: src dest owner mode tar-flag workdir. */
+ * than one source matched). Arguments: src dest owner mode tar-flag workdir.
+ * Symbolic links are copied as links (the SDK's tar holds their targets' contents instead when
+ * the step has resolveSymlinks); a mode is never applied through one. The extraction cannot write
+ * outside its directory: GNU tar refuses members named with "..", strips a leading '/', and
+ * extracts a link whose target is absolute or has ".." as a placeholder file until its end, so
+ * a member under such a link fails ("Not a directory"); any refusal fails the step. */
 static const char COPY_SCRIPT[] =
     "set -e\n"
     "src=$1 dest=$2 owner=$3 mode=$4 z=$5 wd=$6\n"
     "case $owner in *:*|'') ;; *) owner=$owner: ;; esac\n"
+    "case $(tar --version 2>/dev/null) in *'GNU tar'*) ;; *) echo 'COPY: the sandbox has no GNU tar (/usr/bin/tar) to extract the upload safely' >&2; exit 1 ;; esac\n"
     "tmp=$(mktemp -d /tmp/.sandboxd-copy.XXXXXX)\n"
     "trap 'rm -rf \"$tmp\"' EXIT\n"
-    "tar -x $z --no-same-owner -f - -C \"$tmp\"\n"
+    "tar -x $z --no-same-owner -f - -C \"$tmp\" || { echo \"COPY: the upload was refused: a member outside the copy's directory (a '..' name, or a path through a link), or a damaged archive (tar's messages above)\" >&2; exit 1; }\n"
     "case $dest in /*) ;; *) dest=$wd/$dest ;; esac\n"
     "cd \"$tmp\"\n"
     "shopt -s nullglob dotglob\n"
@@ -538,7 +560,7 @@ static const char COPY_SCRIPT[] =
     "[ -d \"$dest\" ] && todir=1\n"
     "for f in \"${m[@]}\"; do\n"
     "  if [ -n \"$owner\" ]; then chown -R -h \"$owner\" \"$f\"; fi\n"
-    "  if [ -n \"$mode\" ]; then if [ -d \"$f\" ] && [ ! -L \"$f\" ]; then find \"$f\" -type f -exec chmod \"$mode\" {} +; else chmod \"$mode\" \"$f\"; fi; fi\n"
+    "  if [ -n \"$mode\" ]; then if [ -d \"$f\" ] && [ ! -L \"$f\" ]; then find \"$f\" -type f -exec chmod \"$mode\" {} +; elif [ ! -L \"$f\" ]; then chmod \"$mode\" \"$f\"; fi; fi\n"
     "  if [ -d \"$f\" ] && [ ! -L \"$f\" ]; then\n"
     "    new=0; [ -e \"$dest\" ] || new=1\n"
     "    mkdir -p \"$dest\"\n"
@@ -654,7 +676,13 @@ static int start_and_wait(sbx_t *sx, const char *start, const char *ready, const
   o->step = "finalize";
   int rc = -1;
   bool ended = false;
-  for (int64_t waited = 0;; waited += TB_READY_POLL_MS) {
+  pthread_mutex_lock(&g.mu);
+  int64_t limit = g.ready_timeout_ms, deadline = mono_ms() + limit;
+  pthread_mutex_unlock(&g.mu);
+  char last[160] = "";               /* how the ready command's last attempt ended */
+  outbuf *ro = ready ? calloc(1, sizeof *ro) : NULL;
+  if (ready && !ro) { seterr(err, errlen, "out of memory"); ended = true; }
+  for (;;) {
     /* the start command's output so far (its log when building), and whether it ended */
     for (ptab_ev *e; !ended && (e = ptab_next(sb, 0));) {
       if (e->kind == PTAB_DATA) out_add(o, e->data, e->len);
@@ -671,21 +699,39 @@ static int start_and_wait(sbx_t *sx, const char *start, const char *ready, const
     }
     if (ended) break;
     if (!ready) { rc = 0; break; }
-    outbuf *ro = calloc(1, sizeof *ro);
-    if (!ro) { seterr(err, errlen, "out of memory"); break; }
+    /* one attempt, bounded by what is left of the wait, and at least a second (a hanging check is
+     * killed; one that merely started late is not) */
+    int64_t left = deadline - mono_ms();
+    memset(ro, 0, sizeof *ro);
+    ro->lifetime_ms = left > 1000 ? left : 1000;
     const char *rargs[] = {"-c", ready};
     int status = -1;
-    int r = run(sx, user, workdir, c, rargs, 2, -1, ro, &status, err, errlen);
-    free(ro);
+    char rerr[128] = "";
+    int r = run(sx, user, workdir, c, rargs, 2, -1, ro, &status, rerr, sizeof rerr);
     if (r == 0 && status == 0) { rc = 0; break; }
+    if (r != 0) snprintf(last, sizeof last, "%s", rerr);
+    else ptab_status_string(status, last, sizeof last);
+    if (ro->ntail) {   /* and its output's last line, if any */
+      size_t l = strlen(last), n = ro->ntail;
+      while (n && (ro->tail[n - 1] == '\n' || ro->tail[n - 1] == '\r')) n--;
+      size_t from = n;
+      while (from && ro->tail[from - 1] != '\n') from--;
+      while (from < n && ((unsigned char)ro->tail[from] & 0xC0) == 0x80) from++;
+      if (n > from && l + 3 < sizeof last) snprintf(last + l, sizeof last - l, ": %.*s", (int)(n - from), ro->tail + from);
+    }
     pthread_mutex_lock(&g.mu);
     bool stop = g.stopping;
     pthread_mutex_unlock(&g.mu);
     if (stop) { seterr(err, errlen, "sandboxd is stopping"); break; }
-    if (waited >= TB_READY_TIMEOUT_MS) { seterr(err, errlen, "the ready command did not succeed within %lld s", TB_READY_TIMEOUT_MS / 1000); break; }
+    if (mono_ms() >= deadline) {
+      seterr(err, errlen, "the start command is running but its ready command `%.300s` did not succeed within %lld s (last attempt: %s)",
+             ready, (long long)(limit / 1000), last);
+      break;
+    }
     struct timespec ts = {0, TB_READY_POLL_MS * 1000000L};
     nanosleep(&ts, NULL);
   }
+  free(ro);
   out_flush(o);
   if (rc != 0 && o->ntail) {
     const char *tail = o->tail;
@@ -824,16 +870,19 @@ static void *build_main(void *arg) {
   free(ob);
   fail_step = "finalize";
   fail_from = b->nlog;
-  if (sp->start_cmd) {
-    BLOG(b, "info", "finalize", "Start command: %s%s%s", sp->start_cmd, sp->ready_cmd ? "; waiting for the ready command: " : "",
-         sp->ready_cmd ? sp->ready_cmd : "");
-    if (start_and_wait(sx, sp->start_cmd, sp->ready_cmd, c.user, c.workdir, &c, b, err, sizeof err) != 0) goto failed_step;
-  }
+  /* The file system is captured before the start command runs: sandboxd keeps no memory, every
+   * sandbox of the template runs it again, from the files it found here (not a ready file, a pid
+   * file or a socket its run in the build left). */
   BLOG(b, "info", "finalize", "Capturing the template's file system");
   capture_arg ca = {0};
   rc = reg_with_running(b->sandbox_id, capture_cb, &ca);
   captured = ca.out;
   if (rc != 0) { ly_release(captured); seterr(err, sizeof err, "cannot capture the build sandbox: %s", rc == -1 ? "it is gone" : ca.why); goto failed; }
+  if (sp->start_cmd) {
+    BLOG(b, "info", "finalize", "Start command: %s%s%s", sp->start_cmd, sp->ready_cmd ? "; waiting for the ready command: " : "",
+         sp->ready_cmd ? sp->ready_cmd : "");
+    if (start_and_wait(sx, sp->start_cmd, sp->ready_cmd, c.user, c.workdir, &c, b, err, sizeof err) != 0) { ly_release(captured); goto failed_step; }
+  }
   snap_info out;
   rc = snap_add_as(b->tid, b->name, captured, b->sandbox_id, now_ms(), &out, why, sizeof why);
   ly_release(captured);

@@ -33,10 +33,14 @@
 #define TB_TOKEN_LEN 40
 #define TB_ID_LEN 20
 #define TB_MAX_ENVS 256                 /* envs a template keeps */
-#define TB_READY_TIMEOUT_MS (300LL * 1000)   /* a start command's ready command: how long it may fail */
+#define TB_READY_TIMEOUT_MS (300LL * 1000)   /* a start command's ready command: how long it may fail (default) */
 
 /* Reads <state>/template-defaults.json; makes <state>/template-files. 0, or -1 with err. */
 int tb_init(const char *state_dir, char *err, size_t errlen);
+/* How long a start command's ready command may fail (and each attempt may take) before the
+ * build fails or create answers anyway: ms in [1000, 3600000]; TB_READY_TIMEOUT_MS until set
+ * (sandboxd --template-ready-timeout). Call before serving. */
+void tb_set_ready_timeout(int64_t ms);
 /* Stops running builds (their sandboxes killed) and waits for them; forgets everything in memory.
  * Call before the registry shuts down. */
 void tb_shutdown(void);
@@ -82,7 +86,7 @@ int tb_defaults(const char *template_id, tb_template_defaults *out);
 void tb_defaults_free(tb_template_defaults *d);
 /* A built template's start command in a sandbox made from it: started detached (bash -c, as the
  * build's last USER, in its workdir, with the sandbox's envs), then its ready command run until
- * it exits 0 (every TB_READY_POLL_MS, at most TB_READY_TIMEOUT_MS). 0 (also without a start
+ * it exits 0 (every TB_READY_POLL_MS, for at most tb_set_ready_timeout's time). 0 (also without a start
  * command), or -1 with err: the start command ended first, or never got ready. */
 struct sbx;
 int tb_run_start_cmd(struct sbx *s, const tb_template_defaults *d, char *err, size_t errlen);

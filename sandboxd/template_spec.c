@@ -69,6 +69,21 @@ static bool valid_user(const char *u) {
   return !colon || users_lookup(colon + 1, &uid, &gid, &home) == 0;
 }
 
+/* A COPY source as the SDK checks it: relative, never above the build context ("a/../b" is). */
+static bool context_path(const char *p) {
+  if (p[0] == '/') return false;
+  long depth = 0;
+  for (const char *c = p; *c;) {
+    size_t n = strcspn(c, "/");
+    if (n == 2 && c[0] == '.' && c[1] == '.') {
+      if (--depth < 0) return false;
+    } else if (n && !(n == 1 && c[0] == '.')) depth++;
+    c += n;
+    while (*c == '/') c++;
+  }
+  return true;
+}
+
 /* "0644", "755": 1..4 octal digits. */
 static bool parse_mode(const char *s, unsigned *mode) {
   size_t n = strlen(s);
@@ -159,6 +174,8 @@ static int parse_step(json_t *j, size_t i, ts_step *s, const char **argv, char *
       break;
     case TS_COPY:
       if (n < 2 || n > 4 || !argv[0][0] || !argv[1][0]) return fail(err, errlen, "%sargs: COPY takes [src, dest, user?, mode?]", where);
+      if (!context_path(argv[0]))
+        return fail(err, errlen, "%sargs[0]: COPY source '%.100s' is not inside the build context (a relative path that stays in it)", where, argv[0]);
       s->src = argv[0];
       s->dest = argv[1];
       s->user = n > 2 && argv[2][0] ? argv[2] : NULL;

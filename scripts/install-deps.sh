@@ -43,8 +43,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 # The official E2B SDK for the conformance suite (spec/sdk): the pinned 2.29.1 and the current
-# release side by side (e2b, e2b-latest), exactly as spec/sdk/package-lock.json has them.
-if [ -f spec/sdk/package.json ] && { [ ! -d spec/sdk/node_modules/e2b ] || [ ! -d spec/sdk/node_modules/e2b-latest ]; }; then
-  (cd spec/sdk && npm install --no-audit --no-fund --loglevel=error >/dev/null)
+# release side by side (e2b, e2b-latest), and the E2B CLI (@e2b/cli: template_cli.test.mjs),
+# exactly as spec/sdk/package-lock.json has them (npm ci).
+if [ -f spec/sdk/package.json ]; then
+  for p in e2b e2b-latest @e2b/cli; do
+    if [ ! -f "spec/sdk/node_modules/$p/package.json" ]; then
+      (cd spec/sdk && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+      break
+    fi
+  done
 fi
 echo "install-deps: ok"

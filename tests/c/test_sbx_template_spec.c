@@ -128,6 +128,21 @@ static void test_refusals(void) {
                "not an octal mode");
   want_refusal("{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"COPY\",\"args\":[\"a\",\"/a\",\"user:nogroup\"],\"filesHash\":\"" HASH "\"}]}",
                "user 'user:nogroup'");
+  /* a COPY source stays in the build context, as the SDK checks it */
+  want_refusal("{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"COPY\",\"args\":[\"../a\",\"/a\"],\"filesHash\":\"" HASH "\"}]}",
+               "steps[0].args[0]: COPY source '../a' is not inside the build context");
+  want_refusal("{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"COPY\",\"args\":[\"a/./../../b\",\"/a\"],\"filesHash\":\"" HASH "\"}]}",
+               "COPY source 'a/./../../b'");
+  want_refusal("{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"COPY\",\"args\":[\"/etc/passwd\",\"/a\"],\"filesHash\":\"" HASH "\"}]}",
+               "COPY source '/etc/passwd'");
+  want_refusal("{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"COPY\",\"args\":[\"..\",\"/a\"],\"filesHash\":\"" HASH "\"}]}", "COPY source '..'");
+  ts_spec ok;
+  char oerr[512] = "";
+  CHECK_INT(parse("{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"COPY\",\"args\":[\"a/../b\",\"/a\"],\"filesHash\":\"" HASH "\"},"
+                  "{\"type\":\"COPY\",\"args\":[\"./x/..\",\"/a\"],\"filesHash\":\"" HASH "\"},"
+                  "{\"type\":\"COPY\",\"args\":[\"..a/b..\",\"/a\"],\"filesHash\":\"" HASH "\"}]}", &ok, oerr, sizeof oerr), 0);
+  CHECK_STR(oerr, "");
+  ts_free(&ok);
   want_refusal("{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"ENV\",\"args\":[\"A\"]}]}", "pairs");
   want_refusal("{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"ENV\",\"args\":[\"1A\",\"x\"]}]}", "'1A' is not an environment variable name");
   want_refusal("{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"WORKDIR\",\"args\":[\"a\",\"b\"]}]}", "WORKDIR takes");
