@@ -993,6 +993,7 @@ static void *build_main(void *arg) {
     pthread_mutex_unlock(&g.mu);
   }
   save_template_defaults(out.id, b, &c, sp->start_cmd, sp->ready_cmd);
+  tc_trim();   /* the template's earlier layers may be unused now */
   BLOG(b, "info", "finalize", "Template '%s' built: Sandbox.create('%s') starts from it", b->name, b->name);
   finish(b, B_READY, NULL, NULL, 0);
   goto done;

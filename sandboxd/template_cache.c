@@ -276,6 +276,13 @@ out:
   return rc;
 }
 
+void tc_trim(void) {
+  pthread_mutex_lock(&g.mu);
+  char why[256];
+  if (evict_locked() > 0 && save_locked(why, sizeof why) != 0) fprintf(stderr, "sandboxd: template cache: %s\n", why);
+  pthread_mutex_unlock(&g.mu);
+}
+
 void tc_forget_owner(const char *owner) {
   layer *drop[256];
   size_t ndrop = 0;

@@ -7,8 +7,9 @@
  * Kept in <state_dir>/template-cache.json (written whole, atomically, on every change), loaded
  * after the snapshot catalogue and before the layer sweep, so cached layers survive a restart.
  * Bounded: at most max_entries entries and max_bytes bytes of layers (ly_size, each layer counted
- * once); past either, the least recently used entries whose layer nothing else uses (no template,
- * sandbox or layer over it: only cache entries hold it) are dropped, freeing their layers. A
+ * once); past either — checked on every change and by tc_trim — the least recently used entries
+ * whose layer nothing else uses (no template, sandbox or layer over it: only cache entries hold
+ * it) are dropped, freeing their layers. A
  * layer still in use is never freed by the cache, so the bytes may stay over the bound while
  * templates or sandboxes hold them. Thread-safe. */
 #ifndef SANDBOXD_TEMPLATE_CACHE_H
@@ -37,6 +38,9 @@ int tc_get(const char *key, const char *owner, layer **out);
 /* Records key → l (NULL: base), made by a build of template `owner`; an entry of the key is
  * replaced (its owners kept). Then the bounds are enforced. 0, or -1 with err (not written). */
 int tc_put(const char *key, layer *l, const char *owner, char *err, size_t errlen);
+/* Enforces the bounds now (what was in use may not be any more: a template moved to a new layer,
+ * a sandbox ended). */
+void tc_trim(void);
 /* Template `owner` is deleted: it owns no entry any more; entries left without an owner are
  * dropped (their layers freed unless something else holds them). */
 void tc_forget_owner(const char *owner);
