@@ -15,7 +15,7 @@ for b in "$BUILD"/bench/bench_*; do
   "$b" || { echo "$(basename "$b"): FAILED"; rc=1; }
 done
 if [ "$found" = 0 ]; then echo "no benchmarks in $BUILD/bench (run: make build)"; exit 1; fi
-for s in bench/sandboxd.sh bench/sandboxd_snapshot.sh bench/providers.sh bench/stream.sh bench/consumers.sh bench/api.sh bench/sync.sh bench/edge.sh; do
+for s in bench/sandboxd.sh bench/sandboxd_snapshot.sh bench/templates.sh bench/providers.sh bench/stream.sh bench/consumers.sh bench/api.sh bench/sync.sh bench/edge.sh; do
   echo "== $(basename "$s")"
   BUILD_DIR=$BUILD "$s" || { echo "$(basename "$s"): FAILED"; rc=1; }
 done

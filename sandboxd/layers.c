@@ -2,6 +2,7 @@
 #include "layers.h"
 
 #include <dirent.h>
+#include <ftw.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -15,6 +16,7 @@
 
 #include "ids.h"
 #include "layer_copy.h"
+#include "layer_merge.h"
 #include "template.h"
 
 struct layer {
@@ -184,33 +186,31 @@ static int write_parent(int fd, const layer *parent) {
   return rc;
 }
 
-int ly_capture(int src_dirfd, const ly_tree *trees, size_t ntrees, layer *parent, uid_t owner, gid_t group,
-               layer **out, char *err, size_t errlen) {
-  *out = NULL;
-  if (parent && parent->depth >= LY_MAX_DEPTH) {
-    seterr(err, errlen, "the snapshot would be %d layers deep (at most %d: each layer is an overlay lower layer)",
-           parent->depth + 1, LY_MAX_DEPTH);
+/* A new layer directory: tmp-<id> made, fd open on it; -1 with err. */
+static int begin_layer(char *id, char *tmp, int *base, int *fd, char *err, size_t errlen) {
+  *base = *fd = -1;
+  if (ids_random(id, LY_ID_LEN) != 0) { seterr(err, errlen, "getrandom: %s", strerror(errno)); return -1; }
+  snprintf(tmp, LY_ID_LEN + 8, "tmp-%s", id);
+  *base = open(g.dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (*base < 0) { seterr(err, errlen, "open %s: %s", g.dir, strerror(errno)); return -1; }
+  if (mkdirat(*base, tmp, 0700) != 0) { seterr(err, errlen, "mkdir %s/%s: %s", g.dir, tmp, strerror(errno)); close(*base); *base = -1; return -1; }
+  *fd = openat(*base, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (*fd < 0) {
+    seterr(err, errlen, "open %s/%s: %s", g.dir, tmp, strerror(errno));
+    close(*base);
+    *base = -1;
+    (void)remove_dir(tmp);
     return -1;
   }
-  char id[LY_ID_LEN + 1], tmp[LY_ID_LEN + 8];
-  if (ids_random(id, LY_ID_LEN) != 0) { seterr(err, errlen, "getrandom: %s", strerror(errno)); return -1; }
-  snprintf(tmp, sizeof tmp, "tmp-%s", id);
-  int base = open(g.dir, O_PATH | O_DIRECTORY | O_CLOEXEC), fd = -1;
-  if (base < 0) { seterr(err, errlen, "open %s: %s", g.dir, strerror(errno)); return -1; }
-  bool made = false;
+  return 0;
+}
+
+/* The layer's trees are in tmp: its parent recorded, owned, synced, renamed to id, and known (a
+ * new reference in *out). Either way base and fd are closed and no tmp-<id> is left. */
+static int end_layer(int base, int fd, const char *tmp, const char *id, layer *parent, uid_t owner, gid_t group, layer **out,
+                     char *err, size_t errlen) {
+  bool made = true;
   int rc = -1;
-  if (mkdirat(base, tmp, 0700) != 0) { seterr(err, errlen, "mkdir %s/%s: %s", g.dir, tmp, strerror(errno)); goto out; }
-  made = true;
-  fd = openat(base, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) { seterr(err, errlen, "open %s/%s: %s", g.dir, tmp, strerror(errno)); goto out; }
-  lc_opts opts = {.skip_xattrs = SKIP_XATTRS};
-  for (size_t i = 0; i < ntrees; i++) {
-    char why[1024];
-    if (lc_copy_tree(src_dirfd, trees[i].src, fd, trees[i].name, &opts, NULL, why, sizeof why) != 0) {
-      seterr(err, errlen, "copying %s: %s", trees[i].src, why);
-      goto out;
-    }
-  }
   if (write_parent(fd, parent) != 0) { seterr(err, errlen, "writing %s/%s/parent: %s", g.dir, tmp, strerror(errno)); goto out; }
   /* Owned by the sandboxes' root: their inits mount it as a lower layer with those credentials. */
   if (fchown(fd, owner, group) != 0 && errno != EPERM) { seterr(err, errlen, "chown %s/%s: %s", g.dir, tmp, strerror(errno)); goto out; }
@@ -232,9 +232,86 @@ int ly_capture(int src_dirfd, const ly_tree *trees, size_t ntrees, layer *parent
   *out = l;
   rc = 0;
 out:
-  if (fd >= 0) close(fd);
+  close(fd);
   close(base);
   if (made) (void)remove_dir(tmp);
+  return rc;
+}
+
+int ly_capture(int src_dirfd, const ly_tree *trees, size_t ntrees, layer *parent, uid_t owner, gid_t group,
+               layer **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (parent && parent->depth >= LY_MAX_DEPTH) {
+    seterr(err, errlen, "the snapshot would be %d layers deep (at most %d: each layer is an overlay lower layer)",
+           parent->depth + 1, LY_MAX_DEPTH);
+    return -1;
+  }
+  char id[LY_ID_LEN + 1], tmp[LY_ID_LEN + 8];
+  int base, fd;
+  if (begin_layer(id, tmp, &base, &fd, err, errlen) != 0) return -1;
+  lc_opts opts = {.skip_xattrs = SKIP_XATTRS};
+  for (size_t i = 0; i < ntrees; i++) {
+    char why[1024];
+    if (lc_copy_tree(src_dirfd, trees[i].src, fd, trees[i].name, &opts, NULL, why, sizeof why) != 0) {
+      seterr(err, errlen, "copying %s: %s", trees[i].src, why);
+      close(fd);
+      close(base);
+      (void)remove_dir(tmp);
+      return -1;
+    }
+  }
+  return end_layer(base, fd, tmp, id, parent, owner, group, out, err, errlen);
+}
+
+int ly_flatten(layer *top, layer *keep, layer **out, char *err, size_t errlen) {
+  *out = NULL;
+  layer *chain[LY_MAX_DEPTH];
+  size_t n = 0;
+  for (layer *l = top; l && l != keep; l = l->parent) {
+    if (n == LY_MAX_DEPTH) { seterr(err, errlen, "flatten: layer %s is not below layer %s", keep ? keep->id : "-", top->id); return -1; }
+    chain[n++] = l;
+  }
+  if (keep && (n == 0 || chain[n - 1]->parent != keep)) {
+    seterr(err, errlen, "flatten: layer %s is not below layer %s", keep->id, top->id);
+    return -1;
+  }
+  int fds[LY_MAX_DEPTH], made = 0, rc = -1;
+  char id[LY_ID_LEN + 1], tmp[LY_ID_LEN + 8];
+  int base = -1, fd = -1;
+  DIR *dh = NULL;
+  for (size_t i = 0; i < n; i++, made++) {
+    char p[4400];
+    snprintf(p, sizeof p, "%s/%s", g.dir, chain[i]->id);
+    if ((fds[i] = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) { seterr(err, errlen, "open %s: %s", p, strerror(errno)); goto out; }
+  }
+  if (begin_layer(id, tmp, &base, &fd, err, errlen) != 0) goto out;
+  /* The trees: every directory of the top layer ("root" and the system directories). */
+  int dfd = openat(fds[0], ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0 || !(dh = fdopendir(dfd))) {
+    if (dfd >= 0) close(dfd);
+    seterr(err, errlen, "reading %s/%s: %s", g.dir, top->id, strerror(errno));
+    goto fail_tmp;
+  }
+  for (struct dirent *de; (de = readdir(dh));) {
+    struct stat st;
+    if (de->d_name[0] == '.' || fstatat(fds[0], de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) continue;
+    char why[1024];
+    if (lm_merge(fds, n, de->d_name, fd, SKIP_XATTRS, why, sizeof why) != 0) {
+      seterr(err, errlen, "merging layers %s..%s: %s", top->id, chain[n - 1]->id, why);
+      goto fail_tmp;
+    }
+  }
+  struct stat own;
+  if (fstat(fds[0], &own) != 0) { seterr(err, errlen, "stat %s/%s: %s", g.dir, top->id, strerror(errno)); goto fail_tmp; }
+  rc = end_layer(base, fd, tmp, id, keep, own.st_uid, own.st_gid, out, err, errlen);
+  goto out;
+fail_tmp:
+  close(fd);
+  close(base);
+  (void)remove_dir(tmp);
+out:
+  if (dh) closedir(dh);
+  for (int i = 0; i < made; i++) close(fds[i]);
   return rc;
 }
 
@@ -307,3 +384,26 @@ layer *ly_open(const char *id, char *err, size_t errlen) {
 }
 
 int ly_sweep(void) { return sweep(false); }
+
+int ly_refs(const layer *l) {
+  pthread_mutex_lock(&g.mu);
+  int n = l->refs;
+  pthread_mutex_unlock(&g.mu);
+  return n;
+}
+
+/* nftw has no argument for its callback: the sum is the calling thread's. */
+static _Thread_local unsigned long long size_sum, size_entries;
+static int size_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
+  (void)p, (void)flag, (void)f;
+  size_sum += (unsigned long long)st->st_blocks * 512;
+  return ++size_entries >= 1000000 ? 1 : 0;
+}
+
+unsigned long long ly_size(const layer *l) {
+  char p[4400];
+  snprintf(p, sizeof p, "%s/%s", g.dir, l->id);
+  size_sum = size_entries = 0;
+  (void)nftw(p, size_one, 16, FTW_PHYS | FTW_MOUNT);
+  return size_sum;
+}

@@ -43,6 +43,14 @@ int ly_depth(const layer *l);          /* 1 for a layer on the template */
 /* The store's directory (<state_dir>/layers), for O_PATH opens. */
 const char *ly_dir(void);
 
+/* A new layer over `keep` (NULL: the template) holding what the chain from `top` down to `keep`
+ * (exclusive; `keep` must be below `top`) shows, merged into one layer (layer_merge.h: hard links,
+ * no file's bytes copied), its directory owned as top's; synced before it is returned.
+ * For chains that would stack deeper than a bound: the merge replaces ly_depth(top) -
+ * ly_depth(keep) lower layers by one. The new reference is the caller's. 0, or -1 with err
+ * (nothing left behind). */
+int ly_flatten(layer *top, layer *keep, layer **out, char *err, size_t errlen);
+
 /* Removes every layer directory that no reference reaches (left by snapshots deleted while
  * sandboxd was down, or by a crash): call once the snapshot catalogue is loaded. Returns how
  * many were removed. */
@@ -50,6 +58,12 @@ int ly_sweep(void);
 /* At exit, after every sandbox and the catalogue let go of their references in memory: frees the
  * layers still in memory, leaving every directory in place. */
 void ly_shutdown(void);
+/* The references held on l (by snapshots, sandboxes, the layers over it, caches): a holder that
+ * knows how many of them are its own tells whether anything else uses l. */
+int ly_refs(const layer *l);
+/* Bytes l's own directory takes on disk (allocated blocks; at most 10^6 entries counted; a file
+ * hard-linked from another layer counts in both). */
+unsigned long long ly_size(const layer *l);
 /* Layers in memory (held by something): for tests and leak checks. */
 int ly_count(void);
 #endif

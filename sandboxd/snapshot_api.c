@@ -201,7 +201,17 @@ static void template_alias(sd_request *r, const char *alias) {
   free(all);
 }
 
-/* DELETE /templates/{ref}: a snapshot, by id or name. */
+/* How many sandboxes (running or paused, builds' included) were created from template id. */
+static size_t sandboxes_of(const char *id) {
+  size_t n, users = 0;
+  reg_info *v = reg_list(&n);
+  for (size_t i = 0; v && i < n; i++) users += !v[i].dying && !strcmp(v[i].template_id, id);
+  reg_list_free(v, n);
+  return users;
+}
+
+/* DELETE /templates/{ref}: a snapshot or a built template, by id or name. A built template that
+ * sandboxes were created from and still run is refused (409). */
 static void delete_template(sd_request *r, const char *ref) {
   if (control_is_base(ref)) { sd_reply_error(r, 400, "the template 'base' is sandboxd's own: it cannot be deleted"); return; }
   char why[512];
@@ -209,6 +219,12 @@ static void delete_template(sd_request *r, const char *ref) {
   int rs;
   layer *l = snap_resolve(ref, &si, &rs, why, sizeof why);   /* its id, for a built template's defaults */
   ly_release(l);
+  size_t users = l && tb_is_built(si.id) ? sandboxes_of(si.id) : 0;
+  if (users > 0) {   /* a built template in use stays (a snapshot goes, its layers kept for its sandboxes) */
+    sd_reply_error(r, 409, "template '%s' is used by %zu sandbox%s: kill %s first", si.name[0] ? si.name : si.id, users,
+                   users == 1 ? "" : "es", users == 1 ? "it" : "them");
+    return;
+  }
   int st = snap_delete(ref, why, sizeof why);
   if (st == 0 && l) tb_forget(si.id);   /* a built template's envs, workdir and uploads */
   if (st == 0) sd_reply_bytes(r, 204, NULL, NULL, 0);

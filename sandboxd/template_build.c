@@ -21,6 +21,8 @@
 #include "ptab.h"
 #include "registry.h"
 #include "sandbox.h"
+#include "template_cache.h"
+#include "template_key.h"
 #include "users.h"
 
 #define TB_TAIL 2048                 /* output kept for a failed step's reason */
@@ -159,6 +161,20 @@ static int save_defaults_locked(char *err, size_t errlen) {
   return 0;
 }
 
+/* A bound of the build cache from the environment (a positive integer, times unit), 0: none set. */
+static unsigned long long cache_bound(const char *var, unsigned long long unit) {
+  const char *v = getenv(var);
+  if (!v || !*v) return 0;
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (errno || *end || n == 0 || n > (~0ULL) / unit) {
+    fprintf(stderr, "sandboxd: %s=%s is not a positive integer: the default bound applies\n", var, v);
+    return 0;
+  }
+  return n * unit;
+}
+
 int tb_init(const char *state_dir, char *err, size_t errlen) {
   snprintf(g.state_dir, sizeof g.state_dir, "%s", state_dir);
   char path[4200];
@@ -173,7 +189,7 @@ int tb_init(const char *state_dir, char *err, size_t errlen) {
   g.stopping = false;
   if (!g.defaults) return seterr(err, errlen, "out of memory");
   sweep_at_start();
-  return 0;
+  return tc_init(state_dir, cache_bound("SANDBOXD_TEMPLATE_CACHE_ENTRIES", 1), cache_bound("SANDBOXD_TEMPLATE_CACHE_MB", 1ULL << 20), err, errlen);
 }
 
 static void build_free(build *b) {
@@ -201,6 +217,7 @@ void tb_shutdown(void) {
   json_decref(g.defaults);
   g.defaults = NULL;
   pthread_mutex_unlock(&g.mu);
+  tc_shutdown();
 }
 
 /* ---- the build table ---- */
@@ -751,13 +768,6 @@ int tb_run_start_cmd(sbx_t *s, const tb_template_defaults *d, char *err, size_t 
   return start_and_wait(s, d->start_cmd, d->ready_cmd, c.user, d->workdir, &c, NULL, err, errlen);
 }
 
-typedef struct { layer *out; char why[512]; } capture_arg;
-static int capture_cb(sbx_t *s, const reg_info *in, void *cls) {
-  (void)in;
-  capture_arg *a = cls;
-  return sbx_capture(s, &a->out, a->why, sizeof a->why);
-}
-
 /* Records the template's envs and workdir under its id. */
 static void save_template_defaults(const char *tid, const build *b, const bctx *c, const char *start, const char *ready) {
   json_t *envs = json_object();
@@ -794,21 +804,136 @@ static void finish(build *b, bstate st, const char *reason, const char *step, si
   pthread_mutex_unlock(&g.mu);
 }
 
+/* ---- the build: each step a layer, the cache (template_cache.h) ---- */
+
+/* What a build works on between its steps. */
+typedef struct {
+  build *b;
+  bctx *c;
+  layer *from;                       /* the fromTemplate's top layer (NULL: base) */
+  const snap_info *psi;              /* and its catalogue entry (when from) */
+  layer *cur;                        /* the layer the next step starts from (a reference; NULL: base) */
+  char last_sandbox[65];             /* the latest build sandbox (what the catalogue records) */
+  reg_entry *e;                      /* the step's build sandbox, while one runs */
+  sbx_t *sx;
+} chain;
+
+static void ctx_of(const bctx *c, tk_ctx *k) {
+  *k = (tk_ctx){.user = c->user, .workdir = c->workdir, .envs = (const char *const *)c->envs, .nenvs = c->nenvs};
+}
+
+/* What a step cached by an earlier build set (its ENV, WORKDIR, USER), without running it. */
+static int replay_ctx(const ts_step *s, bctx *c, char *err, size_t errlen) {
+  switch (s->kind) {
+    case TS_ENV:
+      for (size_t i = 0; i + 1 < s->nargs; i += 2)
+        if (bctx_setenv(c, s->args[i], s->args[i + 1]) != 0) return seterr(err, errlen, "more than %d envs, or out of memory", TB_MAX_ENVS);
+      return 0;
+    case TS_WORKDIR: {
+      char dir[1024];
+      if (abs_path(s->args[0], c->workdir[0] ? c->workdir : home_of(c->user), dir, sizeof dir) != 0) return seterr(err, errlen, "WORKDIR: the path is too long");
+      snprintf(c->workdir, sizeof c->workdir, "%s", dir);
+      return 0;
+    }
+    case TS_USER: {
+      const char *colon = strchr(s->user, ':');
+      snprintf(c->user, sizeof c->user, "%.*s", (int)(colon ? (size_t)(colon - s->user) : strlen(s->user)), s->user);
+      return 0;
+    }
+    default: return 0;
+  }
+}
+
+/* A build sandbox on ch->cur (b->sandbox_id, ch->e, ch->sx). 0, or -1 with err. */
+static int chain_sandbox(chain *ch, char *err, size_t errlen) {
+  build *b = ch->b;
+  char why[512];
+  json_t *md = json_pack("{s:s,s:s}", "sandboxd.templateBuild", b->bid, "sandboxd.template", b->name);
+  reg_create_opts o = {.timeout_s = TB_BUILD_LEASE_S, .metadata = md, .envs = (const char *const *)ch->c->envs,
+                       .internet = net_available(why, sizeof why), .template_id = ch->from ? ch->psi->id : NULL,
+                       .template_alias = ch->from ? (ch->psi->name[0] ? ch->psi->name : ch->psi->id) : NULL, .layer = ch->cur,
+                       .workdir = ch->c->workdir, .cpu_count = b->cpu_count, .memory_mb = b->memory_mb};
+  reg_info in;
+  int rc = reg_create(&o, &in, why, sizeof why);
+  json_decref(md);
+  if (rc != 0) return seterr(err, errlen, "cannot create the build sandbox: %s", why);
+  pthread_mutex_lock(&g.mu);
+  snprintf(b->sandbox_id, sizeof b->sandbox_id, "%s", in.id);
+  bool stop = g.stopping;
+  pthread_mutex_unlock(&g.mu);
+  snprintf(ch->last_sandbox, sizeof ch->last_sandbox, "%s", in.id);
+  reg_info_free(&in);
+  if (stop || !(ch->e = reg_get(b->sandbox_id))) return seterr(err, errlen, "the build sandbox is gone (sandboxd is stopping?)");
+  ch->sx = reg_sbx(ch->e);
+  return 0;
+}
+
+/* The build sandbox, if one runs, killed. */
+static void chain_sandbox_end(chain *ch) {
+  char sid[65];
+  pthread_mutex_lock(&g.mu);
+  snprintf(sid, sizeof sid, "%s", ch->b->sandbox_id);
+  ch->b->sandbox_id[0] = '\0';
+  pthread_mutex_unlock(&g.mu);
+  if (ch->e) reg_put(ch->e);
+  ch->e = NULL;
+  ch->sx = NULL;
+  if (sid[0]) (void)reg_kill(sid);
+}
+
+typedef struct { layer *out; char why[512]; } capture_arg;
+static int capture_cb(sbx_t *s, const reg_info *in, void *cls) {
+  (void)in;
+  capture_arg *a = cls;
+  return sbx_capture(s, &a->out, a->why, sizeof a->why);
+}
+
+/* The build sandbox's changes captured as a new layer over ch->cur, which it becomes; the
+ * sandbox killed. 0, or -1 with err. */
+static int chain_capture(chain *ch, char *err, size_t errlen) {
+  capture_arg ca = {0};
+  int rc = reg_with_running(ch->b->sandbox_id, capture_cb, &ca);
+  chain_sandbox_end(ch);
+  if (rc != 0) {
+    ly_release(ca.out);
+    return seterr(err, errlen, "cannot capture the build sandbox: %s", rc == -1 ? "it is gone" : ca.why);
+  }
+  ly_release(ch->cur);
+  ch->cur = ca.out;
+  return 0;
+}
+
+/* Keeps the chain under TB_MAX_CHAIN layers: when ch->cur is that deep, the layers this build
+ * stacked over its fromTemplate become one (ly_flatten), or the whole chain when the template
+ * itself is too deep to leave room; the cache entry `key` then names the merged layer. */
+static int chain_bound(chain *ch, const char *key, char *err, size_t errlen) {
+  if (!ch->cur || ly_depth(ch->cur) < TB_MAX_CHAIN) return 0;
+  layer *keep = ch->from && ly_depth(ch->from) + 3 <= TB_MAX_CHAIN ? ch->from : NULL;
+  int n = ly_depth(ch->cur) - (keep ? ly_depth(keep) : 0);
+  BLOG(ch->b, "info", NULL, "Merging %d layers into one (a template stacks at most %d)", n, TB_MAX_CHAIN);
+  layer *flat;
+  char why[1024];
+  if (ly_flatten(ch->cur, keep, &flat, why, sizeof why) != 0) return seterr(err, errlen, "cannot merge the template's layers: %s", why);
+  ly_release(ch->cur);
+  ch->cur = flat;
+  if (tc_put(key, flat, ch->b->tid, why, sizeof why) != 0) BLOG(ch->b, "warn", NULL, "the build cache: %s", why);
+  return 0;
+}
+
 static void *build_main(void *arg) {
   build *b = arg;
   char err[TB_MAX_LINE + 1] = "", why[512];
   bctx c = {.user = USERS_DEFAULT};
-  layer *parent = NULL, *captured = NULL;
   snap_info psi = {0};
-  reg_entry *e = NULL;
+  chain ch = {.b = b, .c = &c, .psi = &psi};
   const ts_spec *sp = &b->spec;
   const char *fail_step = "base";
   char stepname[24];                 /* the step running (fail_step points to it) */
   size_t fail_from = 0;
-  int st;
+  int st, rc;
   BLOG(b, "info", "base", "Building template '%s' from '%s' (%zu steps)", b->name, sp->from_template, sp->nsteps);
   if (strcmp(sp->from_template, "base") != 0 && strcmp(sp->from_template, "base:default") != 0) {
-    if (!(parent = snap_resolve(sp->from_template, &psi, &st, why, sizeof why))) {
+    if (!(ch.from = snap_resolve(sp->from_template, &psi, &st, why, sizeof why))) {
       seterr(err, sizeof err, "fromTemplate '%s': %s", sp->from_template, st == 404 ? "no such template" : why);
       goto failed;
     }
@@ -823,40 +948,52 @@ static void *build_main(void *arg) {
       if (d.user[0]) snprintf(c.user, sizeof c.user, "%s", d.user);
     }
     tb_defaults_free(&d);
+    ly_hold(ch.from);
+    ch.cur = ch.from;
   }
-  json_t *md = json_pack("{s:s,s:s}", "sandboxd.templateBuild", b->bid, "sandboxd.template", b->name);
-  reg_create_opts o = {.timeout_s = TB_BUILD_LEASE_S, .metadata = md, .envs = (const char *const *)c.envs,
-                       .internet = net_available(why, sizeof why), .template_id = parent ? psi.id : NULL,
-                       .template_alias = parent ? (psi.name[0] ? psi.name : psi.id) : NULL, .layer = parent,
-                       .workdir = c.workdir, .cpu_count = b->cpu_count, .memory_mb = b->memory_mb};
-  reg_info in;
-  int rc = reg_create(&o, &in, why, sizeof why);
-  json_decref(md);
-  if (rc != 0) { seterr(err, sizeof err, "cannot create the build sandbox: %s", why); goto failed; }
-  pthread_mutex_lock(&g.mu);
-  snprintf(b->sandbox_id, sizeof b->sandbox_id, "%s", in.id);
-  bool stop = g.stopping;
-  pthread_mutex_unlock(&g.mu);
-  reg_info_free(&in);
-  if (stop || !(e = reg_get(b->sandbox_id))) { seterr(err, sizeof err, "the build sandbox is gone (sandboxd is stopping?)"); goto failed; }
-  sbx_t *sx = reg_sbx(e);
+  char key[TK_KEY_LEN + 1], next[TK_KEY_LEN + 1];
+  tk_ctx kc;
+  ctx_of(&c, &kc);
+  if (tk_base(ch.from ? ly_id(ch.from) : NULL, &kc, key) != 0) { seterr(err, sizeof err, "the build cache key: libcrypto failed"); goto failed; }
+  /* The longest prefix of steps an earlier build made: their layers reused, nothing run. */
+  bool reuse = !sp->force;
+  size_t i = 0;
+  for (; reuse && i < sp->nsteps; i++) {
+    const ts_step *s = &sp->steps[i];
+    layer *hit;
+    ctx_of(&c, &kc);
+    if (s->force || tk_step(key, s, &kc, next) != 0 || !tc_get(next, b->tid, &hit)) { reuse = false; break; }
+    char desc[300];
+    ts_describe(s, desc, sizeof desc);
+    snprintf(stepname, sizeof stepname, "%zu", i + 1);
+    BLOG(b, "info", stepname, "CACHED [%zu/%zu] %s", i + 1, sp->nsteps, desc);
+    if (replay_ctx(s, &c, err, sizeof err) != 0) { ly_release(hit); fail_step = stepname; goto failed; }
+    ly_release(ch.cur);
+    ch.cur = hit;
+    memcpy(key, next, sizeof key);
+  }
   outbuf *ob = malloc(sizeof *ob);
   if (!ob) { seterr(err, sizeof err, "out of memory"); goto failed; }
-  for (size_t i = 0; i < sp->nsteps; i++) {
+  for (; i < sp->nsteps; i++) {
+    const ts_step *s = &sp->steps[i];
     char desc[300];
     snprintf(stepname, sizeof stepname, "%zu", i + 1);
-    ts_describe(&sp->steps[i], desc, sizeof desc);
+    ts_describe(s, desc, sizeof desc);
+    ctx_of(&c, &kc);
+    if (tk_step(key, s, &kc, next) != 0) { free(ob); seterr(err, sizeof err, "the build cache key: libcrypto failed"); goto failed; }
     pthread_mutex_lock(&g.mu);
     fail_from = b->nlog;
     logf_locked(b, "info", stepname, "[%zu/%zu] %s", i + 1, sp->nsteps, desc);
-    stop = g.stopping;
+    bool stop = g.stopping;
     pthread_mutex_unlock(&g.mu);
     fail_step = stepname;
     memset(ob, 0, sizeof *ob);
     ob->b = b;
     ob->step = stepname;
     if (stop) { seterr(err, sizeof err, "sandboxd is stopping"); free(ob); goto failed_step; }
-    if (run_step(b, sx, &sp->steps[i], stepname, &c, ob, err, sizeof err) != 0) {
+    bool fs = s->kind == TS_RUN || s->kind == TS_COPY || s->kind == TS_WORKDIR;   /* changes files: a sandbox, a layer */
+    if (fs && (chain_bound(&ch, key, err, sizeof err) != 0 || chain_sandbox(&ch, err, sizeof err) != 0)) { free(ob); goto failed_step; }
+    if (run_step(b, ch.sx, s, stepname, &c, ob, err, sizeof err) != 0) {
       if (ob->ntail) {
         const char *tail = ob->tail;
         while (((unsigned char)*tail & 0xC0) == 0x80) tail++;   /* from a character's start */
@@ -866,26 +1003,39 @@ static void *build_main(void *arg) {
       free(ob);
       goto failed_step;
     }
+    if (fs && chain_capture(&ch, err, sizeof err) != 0) { free(ob); goto failed_step; }
+    if (tc_put(next, ch.cur, b->tid, why, sizeof why) != 0) BLOG(b, "warn", stepname, "the build cache: %s", why);
+    memcpy(key, next, sizeof key);
   }
   free(ob);
   fail_step = "finalize";
   fail_from = b->nlog;
-  /* The file system is captured before the start command runs: sandboxd keeps no memory, every
-   * sandbox of the template runs it again, from the files it found here (not a ready file, a pid
-   * file or a socket its run in the build left). */
-  BLOG(b, "info", "finalize", "Capturing the template's file system");
-  capture_arg ca = {0};
-  rc = reg_with_running(b->sandbox_id, capture_cb, &ca);
-  captured = ca.out;
-  if (rc != 0) { ly_release(captured); seterr(err, sizeof err, "cannot capture the build sandbox: %s", rc == -1 ? "it is gone" : ca.why); goto failed; }
   if (sp->start_cmd) {
-    BLOG(b, "info", "finalize", "Start command: %s%s%s", sp->start_cmd, sp->ready_cmd ? "; waiting for the ready command: " : "",
-         sp->ready_cmd ? sp->ready_cmd : "");
-    if (start_and_wait(sx, sp->start_cmd, sp->ready_cmd, c.user, c.workdir, &c, b, err, sizeof err) != 0) { ly_release(captured); goto failed_step; }
+    layer *hit;
+    if (tk_final(key, sp->start_cmd, sp->ready_cmd, next) != 0) { seterr(err, sizeof err, "the build cache key: libcrypto failed"); goto failed; }
+    if (reuse && tc_get(next, b->tid, &hit)) {
+      BLOG(b, "info", "finalize", "CACHED Start command: %s", sp->start_cmd);
+      ly_release(ch.cur);
+      ch.cur = hit;
+    } else {
+      /* The start command is proven here but not captured: sandboxd keeps no memory, every
+       * sandbox of the template runs it again, from the files the steps left (not a ready file,
+       * a pid file or a socket its run in the build left). */
+      if (!ch.cur && (chain_sandbox(&ch, err, sizeof err) != 0 || chain_capture(&ch, err, sizeof err) != 0)) goto failed;
+      BLOG(b, "info", "finalize", "Start command: %s%s%s", sp->start_cmd, sp->ready_cmd ? "; waiting for the ready command: " : "",
+           sp->ready_cmd ? sp->ready_cmd : "");
+      if (chain_bound(&ch, key, err, sizeof err) != 0 || chain_sandbox(&ch, err, sizeof err) != 0) goto failed_step;
+      if (start_and_wait(ch.sx, sp->start_cmd, sp->ready_cmd, c.user, c.workdir, &c, b, err, sizeof err) != 0) goto failed_step;
+      chain_sandbox_end(&ch);
+      if (tc_put(next, ch.cur, b->tid, why, sizeof why) != 0) BLOG(b, "warn", "finalize", "the build cache: %s", why);
+    }
+  }
+  if (!ch.cur) {   /* nothing changed base: the template still needs a layer of its own */
+    BLOG(b, "info", "finalize", "Capturing the template's file system");
+    if (chain_sandbox(&ch, err, sizeof err) != 0 || chain_capture(&ch, err, sizeof err) != 0) goto failed;
   }
   snap_info out;
-  rc = snap_add_as(b->tid, b->name, captured, b->sandbox_id, now_ms(), &out, why, sizeof why);
-  ly_release(captured);
+  rc = snap_add_as(b->tid, b->name, ch.cur, ch.last_sandbox, now_ms(), &out, why, sizeof why);
   if (rc != 0) { seterr(err, sizeof err, "cannot record the template: %s", why); goto failed; }
   if (strcmp(out.id, b->tid) != 0) {   /* the name was taken meanwhile: the template is that one */
     pthread_mutex_lock(&g.mu);
@@ -893,26 +1043,19 @@ static void *build_main(void *arg) {
     pthread_mutex_unlock(&g.mu);
   }
   save_template_defaults(out.id, b, &c, sp->start_cmd, sp->ready_cmd);
+  tc_trim();   /* the template's earlier layers may be unused now */
   BLOG(b, "info", "finalize", "Template '%s' built: Sandbox.create('%s') starts from it", b->name, b->name);
-  reg_put(e);
-  (void)reg_kill(b->sandbox_id);
   finish(b, B_READY, NULL, NULL, 0);
   goto done;
 failed:
   fail_from = b->nlog;
 failed_step:
   BLOG(b, "error", fail_step, "Build failed: %s", err);
-  {
-    char sid[65];
-    pthread_mutex_lock(&g.mu);
-    snprintf(sid, sizeof sid, "%s", b->sandbox_id);
-    pthread_mutex_unlock(&g.mu);
-    if (e) reg_put(e);
-    if (sid[0]) (void)reg_kill(sid);
-  }
+  chain_sandbox_end(&ch);
   finish(b, B_ERROR, err, fail_step, fail_from);
 done:
-  ly_release(parent);
+  ly_release(ch.cur);
+  ly_release(ch.from);
   bctx_free(&c);
   pthread_mutex_lock(&g.mu);
   if (--g.running == 0) pthread_cond_broadcast(&g.idle);
@@ -1058,4 +1201,12 @@ void tb_forget(const char *tid) {
   }
   remove_uploads(tid, false);
   pthread_mutex_unlock(&g.mu);
+  tc_forget_owner(tid);   /* the cached steps only its builds used: their layers freed */
+}
+
+bool tb_is_built(const char *tid) {
+  pthread_mutex_lock(&g.mu);
+  bool built = g.defaults && json_object_get(g.defaults, tid) != NULL;
+  pthread_mutex_unlock(&g.mu);
+  return built;
 }

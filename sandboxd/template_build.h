@@ -1,12 +1,17 @@
 /* template_build.h — template builds (E2B's Template builder): requests, the COPY files they
  * upload, the build itself and what a built template adds to the sandboxes made from it.
  *
- * A build runs on a thread of its own: a build sandbox from its parent template (base or a
- * snapshot), each step run in it through its process table as E2B runs them (RUN with bash as the
- * step's user, in the current workdir, with the envs set so far; COPY by extracting the uploaded
- * archive inside the sandbox, then chown/chmod; ENV, WORKDIR, USER change what follows), output
- * into the build's log; then its upper layer is captured like a snapshot and recorded in the
- * snapshot catalogue under the template's name (Sandbox.create('<name>'), GET /templates). The
+ * A build runs on a thread of its own. Each step that changes files (RUN, COPY, WORKDIR) runs in a
+ * build sandbox of its own on the layer the previous step left (as a Dockerfile's RUN runs in a
+ * new container): through its process table as E2B runs them (RUN with bash as the step's user,
+ * in the current workdir, with the envs set so far; COPY by extracting the uploaded archive inside
+ * the sandbox, then chown/chmod; ENV, WORKDIR, USER change what follows), output into the build's
+ * log; then the sandbox's upper layer is captured as the step's layer and recorded in the build
+ * cache under the step's key (template_key.h, template_cache.h). A build first reuses the longest
+ * prefix of its steps whose keys are cached (logged "CACHED [n/m] ..."), unless forced (`force`,
+ * a step's `force`: from that step on). The last layer (after the start command, when there is
+ * one) is recorded in the snapshot catalogue under the template's name (Sandbox.create('<name>'),
+ * GET /templates); past TB_MAX_CHAIN layers the build's layers are merged into one. The
  * template's envs, workdir, limits and start command are kept in <state>/template-defaults.json,
  * and applied to every sandbox created from it (tb_defaults, tb_run_start_cmd). No HTTP here: template_api.c serves the routes.
  *
@@ -34,6 +39,7 @@
 #define TB_ID_LEN 20
 #define TB_MAX_ENVS 256                 /* envs a template keeps */
 #define TB_READY_TIMEOUT_MS (300LL * 1000)   /* a start command's ready command: how long it may fail (default) */
+#define TB_MAX_CHAIN 16                 /* layers a built template stacks (merged past it: ly_flatten) */
 
 /* Reads <state>/template-defaults.json; makes <state>/template-files. 0, or -1 with err. */
 int tb_init(const char *state_dir, char *err, size_t errlen);
@@ -91,6 +97,9 @@ void tb_defaults_free(tb_template_defaults *d);
 struct sbx;
 int tb_run_start_cmd(struct sbx *s, const tb_template_defaults *d, char *err, size_t errlen);
 
-/* The template was deleted: its defaults and uploads go. */
+/* The template was deleted: its defaults and uploads go, and the build cache entries only its
+ * builds made or reused (template_cache.h). */
 void tb_forget(const char *template_id);
+/* Whether template_id (a snapshot id) was made by a template build (it has defaults). */
+bool tb_is_built(const char *template_id);
 #endif

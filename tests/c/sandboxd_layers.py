@@ -54,7 +54,8 @@ def main():
     # What the unit tests and fuzzers link must not reach the HTTP layer.
     for m in ('apikey', 'paths', 'registry', 'router', 'auth', 'users', 'template', 'connect_request', 'ptab', 'upload', 'net', 'pidfile',
               'ids', 'layer_copy', 'layers', 'snapshots', 'volumes', 'cgroups', 'metrics', 'pool', 'egress_rules',
-              'sniff', 'dnsmsg', 'transforms', 'secrets', 'sbxlog', 'fdpass', 'template_spec', 'template_build'):
+              'sniff', 'dnsmsg', 'transforms', 'secrets', 'sbxlog', 'fdpass', 'template_spec', 'template_build',
+              'layer_merge', 'template_key', 'template_cache'):
         if m not in deps:
             failures.append(f'module {m} is missing')
         elif 'http' in closure(deps, m) | {m}:
@@ -81,6 +82,12 @@ def main():
     # A template build's request parser knows only the sandbox's users (a unit test links it alone).
     if deps.get('template_spec', set()) - {'users'}:
         failures.append(f"template_spec depends on {sorted(deps['template_spec'] - {'users'})}: only users")
+    # A step's cache key is pure: the step as parsed, nothing else (a unit test links it alone).
+    if deps.get('template_key', set()) - {'template_spec'}:
+        failures.append(f"template_key depends on {sorted(deps['template_key'] - {'template_spec'})}: only template_spec")
+    # Merging layers is file-system work only.
+    if deps.get('layer_merge'):
+        failures.append(f"layer_merge depends on {sorted(deps['layer_merge'])}: it must be a leaf")
     # What sandboxd does to itself at start knows no module.
     if deps.get('harden'):
         failures.append(f"harden depends on {sorted(deps['harden'])}: it must be a leaf")
