@@ -375,6 +375,12 @@ static int run_tool(char *const argv[], char *const envp[], int auth_fd, tool_io
     }
   }
   for (int i = 0; i < 2; i++) if (pf[i].fd >= 0) close(pf[i].fd);
+  if (open_fds > 0 && !killed) {   /* poll failed: it is not waited for without end */
+    int e = errno;
+    kill(-pid, SIGKILL);
+    while (waitpid(pid, status, 0) < 0 && errno == EINTR) {}
+    return seterr(err, errlen, "poll: %s", strerror(e));
+  }
   if (!io->out && io->nline) io_line(io, o);
   while (waitpid(pid, status, 0) < 0)
     if (errno != EINTR) return seterr(err, errlen, "waitpid: %s", strerror(errno));
@@ -409,11 +415,12 @@ static void tool_reason(const tool_io *io, const img_pull_opts *o, char *out, si
   buf[n] = '\0';
   /* skopeo's "Error parsing image name \"docker://…\": " says nothing the caller does not know */
   char *cut = strstr(buf, "\": ");
-  const char *text = !strncmp(buf, "Error parsing image name \"", 26) && cut ? cut + 3 : buf;
-  if (o->password && o->password[0]) {
-    char *hit;
-    size_t pl = strlen(o->password);
-    while ((hit = strstr(buf, o->password))) { memset(hit, '*', pl > 3 ? 3 : pl); memmove(hit + 3, hit + pl, strlen(hit + pl) + 1); }
+  char *text = !strncmp(buf, "Error parsing image name \"", 26) && cut ? cut + 3 : buf;
+  /* the password, should skopeo ever repeat it, becomes "***" (never longer: in place) */
+  size_t pl = o->password ? strlen(o->password) : 0;
+  for (char *hit = text; pl >= 3 && (hit = strstr(hit, o->password)); hit += 3) {
+    memcpy(hit, "***", 3);
+    memmove(hit + 3, hit + pl, strlen(hit + pl) + 1);
   }
   size_t tl = strlen(text);
   if (tl > REASON_MAX) {

@@ -54,7 +54,7 @@ def main():
     # What the unit tests and fuzzers link must not reach the HTTP layer.
     for m in ('apikey', 'paths', 'registry', 'router', 'auth', 'users', 'template', 'connect_request', 'ptab', 'upload', 'net', 'pidfile',
               'ids', 'layer_copy', 'layers', 'snapshots', 'volumes', 'cgroups', 'metrics', 'pool', 'egress_rules',
-              'sniff', 'dnsmsg', 'transforms', 'secrets', 'sbxlog', 'fdpass', 'template_spec', 'template_build'):
+              'sniff', 'dnsmsg', 'transforms', 'secrets', 'sbxlog', 'fdpass', 'template_spec', 'template_build', 'image'):
         if m not in deps:
             failures.append(f'module {m} is missing')
         elif 'http' in closure(deps, m) | {m}:
@@ -81,6 +81,9 @@ def main():
     # A template build's request parser knows only the sandbox's users (a unit test links it alone).
     if deps.get('template_spec', set()) - {'users'}:
         failures.append(f"template_spec depends on {sorted(deps['template_spec'] - {'users'})}: only users")
+    # Image pulls know the layer store and the template only: no sandbox, no registry of sandboxes.
+    if deps.get('image', set()) - {'layers', 'template'}:
+        failures.append(f"image depends on {sorted(deps['image'] - {'layers', 'template'})}: only layers and template")
     # What sandboxd does to itself at start knows no module.
     if deps.get('harden'):
         failures.append(f"harden depends on {sorted(deps['harden'])}: it must be a leaf")
