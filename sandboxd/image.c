@@ -107,7 +107,7 @@ int img_insecure_add(const char *hostport, char *err, size_t errlen) {
   return 0;
 }
 
-static bool insecure(const char *host) {
+bool img_insecure(const char *host) {
   for (size_t i = 0; i < g.ninsecure; i++) {
     if (!strcmp(g.insecure[i], host)) return true;
     size_t n = strlen(g.insecure[i]);
@@ -529,7 +529,7 @@ typedef struct {
 static int inspect_raw(pull *p, const char *suffix, char **raw, size_t *len, char *err, size_t errlen) {
   char target[700], tls[40], timeout[40];
   snprintf(target, sizeof target, "docker://%s/%s%s", p->r.host, p->r.repo, suffix);
-  snprintf(tls, sizeof tls, "--tls-verify=%s", insecure(p->r.host) ? "false" : "true");
+  snprintf(tls, sizeof tls, "--tls-verify=%s", img_insecure(p->r.host) ? "false" : "true");
   snprintf(timeout, sizeof timeout, "--command-timeout=%ds", IMG_INSPECT_TIMEOUT_S);
   char *argv[] = {p->skopeo, timeout, "inspect", "--raw", "--authfile", "/dev/fd/3", tls, target, NULL};
   tool_io *io = calloc(1, sizeof *io);
@@ -719,7 +719,7 @@ static int download(pull *p, const char *dir, const char *digest, char *err, siz
   char src[700], dst[4400], tls[40], timeout[40], tmpdir[4400], img[4400], rootfs[4400], umap[64], gmap[64];
   snprintf(src, sizeof src, "docker://%s/%s@%s", p->r.host, p->r.repo, digest);
   snprintf(dst, sizeof dst, "oci:%s/layout:image", dir);
-  snprintf(tls, sizeof tls, "--src-tls-verify=%s", insecure(p->r.host) ? "false" : "true");
+  snprintf(tls, sizeof tls, "--src-tls-verify=%s", img_insecure(p->r.host) ? "false" : "true");
   snprintf(timeout, sizeof timeout, "--command-timeout=%ds", IMG_PULL_TIMEOUT_S);
   snprintf(tmpdir, sizeof tmpdir, "--tmpdir=%s/tmp", dir);
   char *copy[] = {p->skopeo, timeout, tmpdir, "--insecure-policy", "copy", "--authfile", "/dev/fd/3", tls, src, dst, NULL};

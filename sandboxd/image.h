@@ -42,6 +42,8 @@ void img_shutdown(void);
 /* A registry reached over plain HTTP or TLS without verification: HOST or HOST:PORT as image
  * references name it (HOST alone: any port). 0, or -1 with err. Before img_init. */
 int img_insecure_add(const char *hostport, char *err, size_t errlen);
+/* Whether registry `host` (HOST or HOST:PORT, as img_ref.host) is one of them. */
+bool img_insecure(const char *host);
 
 /* What the image's config says (OCI image config: Env, WorkingDir, User). */
 typedef struct {
