@@ -24,6 +24,7 @@ struct layer {
   layer *parent;
   char id[LY_ID_LEN + 1];
   int refs, depth;
+  bool image;                  /* its chain's bottom is a base image (ly_adopt) */
 };
 
 static struct {
@@ -107,6 +108,7 @@ const char *ly_dir(void) { return g.dir; }
 const char *ly_id(const layer *l) { return l->id; }
 layer *ly_parent(const layer *l) { return l->parent; }
 int ly_depth(const layer *l) { return l->depth; }
+bool ly_image_based(const layer *l) { return l->image; }
 
 int ly_count(void) {
   pthread_mutex_lock(&g.mu);
@@ -141,6 +143,7 @@ static layer *add_locked(const char *id, layer *parent) {
   snprintf(l->id, sizeof l->id, "%s", id);
   l->parent = parent;
   l->depth = parent ? parent->depth + 1 : 1;
+  l->image = parent && parent->image;
   l->refs = 1;
   l->next = g.all;
   g.all = l;
@@ -315,6 +318,56 @@ out:
   return rc;
 }
 
+/* `<dir>/<id>/image` exists: the layer is a base image (ly_adopt). */
+static bool has_image_marker(const char *id) {
+  char p[4400];
+  struct stat st;
+  snprintf(p, sizeof p, "%s/%s/image", g.dir, id);
+  return lstat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int ly_adopt(const char *root_dir, const char *image, uid_t owner, gid_t group, layer **out, char *err, size_t errlen) {
+  *out = NULL;
+  char id[LY_ID_LEN + 1], tmp[LY_ID_LEN + 8], dst[4400];
+  if (ids_random(id, LY_ID_LEN) != 0) { seterr(err, errlen, "getrandom: %s", strerror(errno)); return -1; }
+  snprintf(tmp, sizeof tmp, "tmp-%s", id);
+  int base = open(g.dir, O_PATH | O_DIRECTORY | O_CLOEXEC), fd = -1;
+  if (base < 0) { seterr(err, errlen, "open %s: %s", g.dir, strerror(errno)); return -1; }
+  bool made = false, moved = false;
+  int rc = -1;
+  if (mkdirat(base, tmp, 0700) != 0) { seterr(err, errlen, "mkdir %s/%s: %s", g.dir, tmp, strerror(errno)); goto out; }
+  made = true;
+  fd = openat(base, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) { seterr(err, errlen, "open %s/%s: %s", g.dir, tmp, strerror(errno)); goto out; }
+  snprintf(dst, sizeof dst, "%s/%s/root", g.dir, tmp);
+  if (rename(root_dir, dst) != 0) { seterr(err, errlen, "move %s into the layer store: %s", root_dir, strerror(errno)); goto out; }
+  moved = true;
+  if (write_parent(fd, NULL) != 0) { seterr(err, errlen, "writing %s/%s/parent: %s", g.dir, tmp, strerror(errno)); goto out; }
+  int f = openat(fd, "image", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  size_t il = strlen(image);
+  bool ok = f >= 0 && write(f, image, il) == (ssize_t)il && write(f, "\n", 1) == 1;
+  if (f >= 0 && close(f) != 0) ok = false;
+  if (!ok) { seterr(err, errlen, "writing %s/%s/image: %s", g.dir, tmp, strerror(errno)); goto out; }
+  if (fchown(fd, owner, group) != 0 && errno != EPERM) { seterr(err, errlen, "chown %s/%s: %s", g.dir, tmp, strerror(errno)); goto out; }
+  if (syncfs(fd) != 0) { seterr(err, errlen, "sync %s: %s", g.dir, strerror(errno)); goto out; }
+  if (renameat(base, tmp, base, id) != 0) { seterr(err, errlen, "rename %s/%s: %s", g.dir, tmp, strerror(errno)); goto out; }
+  made = moved = false;
+  (void)fsync(base);
+  pthread_mutex_lock(&g.mu);
+  layer *l = add_locked(id, NULL);
+  if (l) l->image = true;
+  pthread_mutex_unlock(&g.mu);
+  if (!l) { seterr(err, errlen, "out of memory"); (void)remove_dir(id); goto out; }
+  *out = l;
+  rc = 0;
+out:
+  if (moved) (void)rename(dst, root_dir);   /* back where it was (else it goes with tmp) */
+  if (fd >= 0) close(fd);
+  close(base);
+  if (made) (void)remove_dir(tmp);
+  return rc;
+}
+
 /* The parent id recorded in `<id>/parent`: 1 and out filled, 0 for none, -1 if unreadable. */
 static int read_parent(const char *id, char *out, char *err, size_t errlen) {
   char p[4400];
@@ -375,6 +428,7 @@ layer *ly_open(const char *id, char *err, size_t errlen) {
       ly_release(below);
     } else {
       l = add_locked(chain[i], below);
+      if (l && !below) l->image = has_image_marker(chain[i]);
       pthread_mutex_unlock(&g.mu);
       if (!l) { ly_release(below); seterr(err, errlen, "out of memory"); return NULL; }
     }

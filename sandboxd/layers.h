@@ -8,6 +8,7 @@
  * the last release removes the layer's directory. Thread-safe. */
 #ifndef SANDBOXD_LAYERS_H
 #define SANDBOXD_LAYERS_H
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -29,6 +30,14 @@ typedef struct { const char *src, *name; } ly_tree;
  * reference is the caller's. 0, or -1 with err (nothing left behind). */
 int ly_capture(int src_dirfd, const ly_tree *trees, size_t ntrees, layer *parent, uid_t owner, gid_t group,
                layer **out, char *err, size_t errlen);
+
+/* A base image's root file system (image.h) adopted as a new layer on nothing: `root_dir` (a
+ * directory on the store's file system) is moved, not copied, to become its "root" tree; `image`
+ * (its digest) is recorded in `<id>/image`. Such a layer and every layer over it are image-based
+ * (ly_image_based): they have a "root" tree only, no host system directories. The new reference is
+ * the caller's. 0, or -1 with err (root_dir left where it was). */
+int ly_adopt(const char *root_dir, const char *image, uid_t owner, gid_t group, layer **out, char *err, size_t errlen);
+bool ly_image_based(const layer *l);
 
 /* The layer `id` (and its chain) as left on disk by an earlier run: a new reference, or NULL with
  * err (unknown id, broken chain, deeper than LY_MAX_DEPTH). */

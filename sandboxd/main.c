@@ -36,13 +36,14 @@
 #include "proxy.h"
 #include "volumes.h"
 #include "egress_http.h"
+#include "image.h"
 
 static void usage(FILE *f) {
   fprintf(f, "usage: sandboxd [--version] [--listen HOST:PORT] [--tls-listen HOST:PORT --tls-cert PEM --tls-key PEM] [--domain D]\n"
              "                [--api-key-file FILE | --api-key-fd N] [--state-dir DIR] [--exit-with-parent]\n"
              "                [--envd-codecs json,proto] [--dns ADDR[:PORT]]... [--egress-unblock private|link-local|CIDR]...\n"
              "                [--cpu-count N] [--memory-mb M] [--pids-max N] [--cgroup DIR] [--egress-ca FILE]\n"
-             "                [--template-ready-timeout S]\n"
+             "                [--template-ready-timeout S] [--insecure-registry HOST[:PORT]]...\n"
              "  Serves E2B's control plane, envd API and port proxy on HOST:PORT (IPv4; plain HTTP), and with\n"
              "  --tls-listen over TLS too (the certificate chain and key in PEM files). Point the E2B SDK at it\n"
              "  with E2B_API_URL=http://HOST:PORT E2B_SANDBOX_URL=http://HOST:PORT E2B_API_KEY=<key>; a port\n"
@@ -72,7 +73,9 @@ static void usage(FILE *f) {
              "  --cgroup DIR: a cgroup v2 directory sandboxd owns, for its sandboxes' cgroups (default: its own\n"
              "  cgroup when systemd delegates it, else as root a directory under the hierarchy's root).\n"
              "  --template-ready-timeout S: how long a built template's ready command (setStartCmd's check) may\n"
-             "  fail before its build fails, or a create from it answers anyway (default 300, 1..3600).\n");
+             "  fail before its build fails, or a create from it answers anyway (default 300, 1..3600).\n"
+             "  --insecure-registry HOST[:PORT] (up to 16): a registry that template builds' fromImage reach over\n"
+             "  plain HTTP or TLS without verification (a local registry); every other one: TLS, verified.\n");
 }
 
 /* A decimal count lo..hi into *out; 0 or -1 (said why). */
@@ -223,6 +226,11 @@ int main(int argc, char **argv) {
       return 2;
     }
     if (!strcmp(a, "--exit-with-parent")) { exit_with_parent = true; continue; }
+    if (!strcmp(a, "--insecure-registry") && i + 1 < argc) {
+      char ierr[300];
+      if (img_insecure_add(argv[++i], ierr, sizeof ierr) != 0) { fprintf(stderr, "sandboxd: --insecure-registry %s\n", ierr); return 2; }
+      continue;
+    }
     if ((!strcmp(a, "--dns") || !strcmp(a, "--egress-unblock")) && i + 1 < argc) {
       const char *v = argv[++i];
       char uerr[300];
@@ -369,7 +377,7 @@ int main(int argc, char **argv) {
   /* Snapshots: the layer store, the catalogue over it, then what nothing refers to any more. */
   char serr[512];
   if (ly_init(state_dir, serr, sizeof serr) != 0 || snap_init(state_dir, serr, sizeof serr) != 0 ||
-      tb_init(state_dir, serr, sizeof serr) != 0) {
+      tb_init(state_dir, serr, sizeof serr) != 0 || img_init(state_dir, serr, sizeof serr) != 0) {
     fprintf(stderr, "sandboxd: %s\n", serr);
     sbx_pool_stop();
     net_shutdown();
@@ -446,6 +454,7 @@ int main(int argc, char **argv) {
   free(tls_key);
   router_shutdown();
   snap_shutdown();
+  img_shutdown();
   ly_shutdown();
   vol_shutdown();
   secrets_shutdown();

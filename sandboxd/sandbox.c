@@ -454,7 +454,9 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   bool dir_made = false;
   tpl_info tpl;
   if (tpl_ensure(cfg->state_dir, ru, rg, uu, ug, NET_DNS_FORWARDER, &tpl, err, errlen) != 0) goto fail;
-  s->nsys = tpl.nsys;
+  /* On a base image (fromImage): the bare template below its layers, no host system directory. */
+  bool bare = cfg->layer && ly_image_based(cfg->layer);
+  s->nsys = bare ? 0 : tpl.nsys;
   memcpy(s->sys, tpl.sys, sizeof s->sys);
   if (cfg->layer) { ly_hold(cfg->layer); s->layer = cfg->layer; }
   if (cfg->nmounts > SBX_MAX_MOUNTS) { seterr(err, errlen, "more than %d volume mounts", SBX_MAX_MOUNTS); goto fail; }
@@ -503,7 +505,7 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   /* "usr" (lower = host /usr) or "usr=<i>" (lower = idmapped tree i of the BOOT request). */
   char sysdirs[TPL_MAX_SYSDIRS * 32 + 1] = "";
   int idfds[TPL_MAX_SYSDIRS];
-  for (int i = 0; i < tpl.nsys; i++) {
+  for (int i = 0; i < s->nsys; i++) {
     int ifd = s->privileged && nidfds < INIT_MAX_IDMAP ? idmapped_tree(tpl.sys[i]) : -1;
     char one[48];
     if (ifd >= 0) { snprintf(one, sizeof one, "%s%s=%d", i ? "," : "", tpl.sys[i], nidfds); idfds[nidfds++] = ifd; }
@@ -535,9 +537,9 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   fds[0] = sv[1];
   /* The template's parent: the init reaches the template as "<dir>/root", a name it can mount on. */
   char tpl_parent[4096];
-  snprintf(tpl_parent, sizeof tpl_parent, "%s", tpl.root);
+  snprintf(tpl_parent, sizeof tpl_parent, "%s", bare ? tpl.bare : tpl.root);
   char *tslash = strrchr(tpl_parent, '/');
-  if (!tslash || strcmp(tslash, "/root") != 0) { seterr(err, errlen, "unexpected template path %s", tpl.root); goto fail; }
+  if (!tslash || strcmp(tslash, "/root") != 0) { seterr(err, errlen, "unexpected template path %s", tpl_parent); goto fail; }
   *tslash = 0;
   /* Snapshot layers: the store and the chain's ids, top first, each checked to hold every tree. */
   char layer_ids[LY_MAX_DEPTH * (LY_ID_LEN + 1) + 1] = "";
@@ -547,7 +549,7 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
     if (lay_fd < 0) { seterr(err, errlen, "open %s: %s", lay_dir, strerror(errno)); goto fail; }
     size_t n = 0;
     for (layer *l = cfg->layer; l; l = ly_parent(l)) {
-      for (int i = -1; i < tpl.nsys; i++) {
+      for (int i = -1; i < s->nsys; i++) {
         char tree[LY_ID_LEN + 32];
         struct stat st;
         snprintf(tree, sizeof tree, "%s/%s", ly_id(l), i < 0 ? "root" : tpl.sys[i]);

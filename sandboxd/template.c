@@ -208,6 +208,31 @@ static const char *const ETC_COPY[] = {
     "localtime", "login.defs", "magic", "mime.types", "networks", "os-release", "profile",
     "protocols", "services", "shells", "ssl", "timezone", NULL};
 
+/* <dir>/bare/root: what a base image's layer lies on. The image's own directories and files win
+ * where it has them (image.c removes its resolv.conf and hosts: these are the sandbox's). */
+static int build_bare(const char *dir, uid_t u, gid_t g, uid_t uu, gid_t ug, const char *resolv, char *err, size_t errlen) {
+  char root[4300];
+  snprintf(root, sizeof root, "%s/bare", dir);
+  if (mkdir(root, 0755) != 0) { seterr(err, errlen, "template: mkdir %s: %s", root, strerror(errno)); return -1; }
+  snprintf(root, sizeof root, "%s/bare/root", dir);
+  if (mkdir(root, 0755) != 0) { seterr(err, errlen, "template: mkdir %s: %s", root, strerror(errno)); return -1; }
+  int rfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC), efd = -1;
+  int rc = rfd < 0 || (fchown(rfd, u, g) != 0 && errno != EPERM) ? -1 : 0;
+  static const struct { const char *name; mode_t mode; } dirs[] = {
+      {"etc", 0755}, {"proc", 0555}, {"dev", 0755}, {"sys", 0555}, {"tmp", 01777}, {"home", 0755}, {"root", 0700}, {"run", 0755}};
+  for (size_t i = 0; rc == 0 && i < sizeof dirs / sizeof dirs[0]; i++) rc = mkdir_own(rfd, dirs[i].name, dirs[i].mode, u, g);
+  if (rc == 0) rc = mkdir_own(rfd, "home/user", 0755, uu, ug);
+  if (rc == 0 && (efd = openat(rfd, "etc", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) rc = -1;
+  if (rc == 0) rc = write_file(efd, "resolv.conf", resolv, 0644, u, g);
+  if (rc == 0) rc = write_file(efd, "hosts", HOSTS, 0644, u, g);
+  if (rc == 0) rc = write_file(efd, "passwd", PASSWD, 0644, u, g);
+  if (rc == 0) rc = write_file(efd, "group", GROUP, 0644, u, g);
+  if (rc != 0) seterr(err, errlen, "template: building %s: %s", root, strerror(errno));
+  if (efd >= 0) close(efd);
+  if (rfd >= 0) close(rfd);
+  return rc;
+}
+
 static int build(const char *dir, uid_t u, gid_t g, uid_t uu, gid_t ug, const char *nameserver, tpl_info *info,
                  char *err, size_t errlen) {
   char root[4200];
@@ -272,7 +297,7 @@ static int build(const char *dir, uid_t u, gid_t g, uid_t uu, gid_t ug, const ch
   if (rc != 0) goto fail;
   close(rfd);
   if (snprintf(info->root, sizeof info->root, "%s", root) >= (int)sizeof info->root) { errno = ENAMETOOLONG; goto fail; }
-  return 0;
+  return build_bare(dir, u, g, uu, ug, resolv, err, errlen);
 fail:
   seterr(err, errlen, "template: building %s: %s", root, strerror(errno));
   close(rfd);
@@ -316,7 +341,8 @@ int tpl_ensure(const char *state_dir, uid_t owner, gid_t owner_gid, uid_t user_o
     (void)tpl_rm_tree(tmp);
     goto out;
   }
-  if (snprintf(info.root, sizeof info.root, "%s/root", dir) >= (int)sizeof info.root) {
+  if (snprintf(info.root, sizeof info.root, "%s/root", dir) >= (int)sizeof info.root ||
+      snprintf(info.bare, sizeof info.bare, "%s/bare/root", dir) >= (int)sizeof info.bare) {
     seterr(err, errlen, "template: state dir path too long");
     (void)tpl_rm_tree(dir);
     goto out;

@@ -1,7 +1,8 @@
 /* template.h — the read-only template every sandbox root is layered on: a minimal /etc with the
  * root and user accounts, empty mount points, and the host's merged-/usr symlinks. Host system
  * directories themselves (/usr and any real /bin, /lib* ...) are not copied: each gets its own
- * overlay with the host directory as lower layer (overlays do not see mounts below them). */
+ * overlay with the host directory as lower layer (overlays do not see mounts below them).
+ * Roots on a base image (fromImage) are layered on the bare template instead: no host directory. */
 #ifndef SANDBOXD_TEMPLATE_H
 #define SANDBOXD_TEMPLATE_H
 #include <stddef.h>
@@ -11,6 +12,9 @@
 
 typedef struct {
   char root[4096];                     /* <state_dir>/template/root */
+  char bare[4096];                     /* <state_dir>/template/bare/root: below a base image's layer
+                                        * (layers.h ly_image_based): mount points, /home/user and an
+                                        * /etc with resolv.conf, hosts, passwd and group, nothing of the host */
   int nsys;                            /* host system directories that need their own overlay */
   char sys[TPL_MAX_SYSDIRS][16];       /* names below "/", e.g. "usr" */
 } tpl_info;

@@ -16,6 +16,7 @@
 
 #include "auth.h"
 #include "ids.h"
+#include "image.h"
 #include "layers.h"
 #include "net.h"
 #include "ptab.h"
@@ -850,8 +851,8 @@ static int chain_sandbox(chain *ch, char *err, size_t errlen) {
   char why[512];
   json_t *md = json_pack("{s:s,s:s}", "sandboxd.templateBuild", b->bid, "sandboxd.template", b->name);
   reg_create_opts o = {.timeout_s = TB_BUILD_LEASE_S, .metadata = md, .envs = (const char *const *)ch->c->envs,
-                       .internet = net_available(why, sizeof why), .template_id = ch->from ? ch->psi->id : NULL,
-                       .template_alias = ch->from ? (ch->psi->name[0] ? ch->psi->name : ch->psi->id) : NULL, .layer = ch->cur,
+                       .internet = net_available(why, sizeof why), .template_id = ch->psi->id[0] ? ch->psi->id : NULL,
+                       .template_alias = ch->psi->id[0] ? (ch->psi->name[0] ? ch->psi->name : ch->psi->id) : NULL, .layer = ch->cur,
                        .workdir = ch->c->workdir, .cpu_count = b->cpu_count, .memory_mb = b->memory_mb};
   reg_info in;
   int rc = reg_create(&o, &in, why, sizeof why);
@@ -920,6 +921,65 @@ static int chain_bound(chain *ch, const char *key, char *err, size_t errlen) {
   return 0;
 }
 
+/* ---- fromImage: the build's base ---- */
+
+static bool env_ok(const char *k) {
+  if (!((*k >= 'A' && *k <= 'Z') || (*k >= 'a' && *k <= 'z') || *k == '_')) return false;
+  for (const char *p = k + 1; *p; p++)
+    if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_')) return false;
+  return true;
+}
+
+static void image_log(void *cls, const char *line) { BLOG((build *)cls, "info", "base", "%s", line); }
+
+static bool image_cancelled(void *cls) {
+  (void)cls;
+  pthread_mutex_lock(&g.mu);
+  bool stop = g.stopping;
+  pthread_mutex_unlock(&g.mu);
+  return stop;
+}
+
+/* The image's layer (pulled, or from the cache: image.h) and its config as where the build
+ * starts: its Env, its WorkingDir, its User when it names root or user (else E2B's default,
+ * user). The registry credentials are let go of (wiped) once the pull is over. NULL with err. */
+static layer *image_base(build *b, bctx *c, char *err, size_t errlen) {
+  ts_spec *sp = &b->spec;
+  img_pull_opts o = {.username = sp->reg_user, .password = sp->reg_pass, .log = image_log, .cancelled = image_cancelled, .cls = b};
+  sbx_id_range(&o.uid_base, &o.gid_base, &o.id_count);
+  BLOG(b, "info", "base", "Base image %s%s", sp->from_image, sp->reg_user ? " (with the registry credentials given)" : "");
+  img_config ic;
+  layer *l = img_get(sp->from_image, &o, &ic, err, errlen);
+  pthread_mutex_lock(&g.mu);   /* nothing needs them any more: freed (jansson's buffers are wiped, harden.h) */
+  sp->reg_user = sp->reg_pass = NULL;
+  json_object_del(sp->body, "fromImageRegistry");
+  pthread_mutex_unlock(&g.mu);
+  if (!l) return NULL;
+  bool bash_steps = sp->start_cmd != NULL;
+  for (size_t i = 0; i < sp->nsteps; i++) bash_steps = bash_steps || sp->steps[i].kind == TS_RUN || sp->steps[i].kind == TS_COPY || sp->steps[i].kind == TS_WORKDIR;
+  if (!ic.has_bash && bash_steps) {
+    seterr(err, errlen, "fromImage '%s' has no /bin/bash: sandboxd runs RUN, COPY and WORKDIR steps and the start command with "
+           "/bin/bash, as E2B does (build from an image that has bash, or install it in the image)", sp->from_image);
+    img_config_free(&ic);
+    ly_release(l);
+    return NULL;
+  }
+  if (!ic.has_bash) BLOG(b, "warn", "base", "The image has no /bin/bash: the SDK's commands.run (bash -l -c) will not work in its sandboxes");
+  for (size_t i = 0; ic.envs && ic.envs[i]; i++) {
+    char *eq = strchr(ic.envs[i], '=');
+    *eq = '\0';
+    if (!env_ok(ic.envs[i]) || bctx_setenv(c, ic.envs[i], eq + 1) != 0) BLOG(b, "warn", "base", "The image's env %.100s is not kept", ic.envs[i]);
+  }
+  if (ic.workdir[0] == '/') snprintf(c->workdir, sizeof c->workdir, "%s", ic.workdir);
+  const char *u = ic.user;
+  if (!strcmp(u, "root") || !strcmp(u, "0") || !strncmp(u, "root:", 5) || !strncmp(u, "0:", 2)) snprintf(c->user, sizeof c->user, "root");
+  else if (u[0] && strcmp(u, "user") != 0 && strcmp(u, "1000") != 0 && strncmp(u, "user:", 5) != 0 && strncmp(u, "1000:", 5) != 0)
+    BLOG(b, "warn", "base", "The image's USER '%.60s' is not a user of sandboxd's sandboxes (root, user): the build starts as user", u);
+  BLOG(b, "info", "base", "Image %s: %s%s", sp->from_image, ic.digest, ic.cached ? " (cached)" : "");
+  img_config_free(&ic);
+  return l;
+}
+
 static void *build_main(void *arg) {
   build *b = arg;
   char err[TB_MAX_LINE + 1] = "", why[512];
@@ -931,8 +991,13 @@ static void *build_main(void *arg) {
   char stepname[24];                 /* the step running (fail_step points to it) */
   size_t fail_from = 0;
   int st, rc;
-  BLOG(b, "info", "base", "Building template '%s' from '%s' (%zu steps)", b->name, sp->from_template, sp->nsteps);
-  if (strcmp(sp->from_template, "base") != 0 && strcmp(sp->from_template, "base:default") != 0) {
+  BLOG(b, "info", "base", "Building template '%s' from %s '%s' (%zu steps)", b->name, sp->from_image ? "image" : "template",
+       sp->from_image ? sp->from_image : sp->from_template, sp->nsteps);
+  if (sp->from_image) {   /* the image's layer: the chain's bottom, as a fromTemplate's top layer is */
+    if (!(ch.from = image_base(b, &c, err, sizeof err))) goto failed;
+    ly_hold(ch.from);
+    ch.cur = ch.from;
+  } else if (strcmp(sp->from_template, "base") != 0 && strcmp(sp->from_template, "base:default") != 0) {
     if (!(ch.from = snap_resolve(sp->from_template, &psi, &st, why, sizeof why))) {
       seterr(err, sizeof err, "fromTemplate '%s': %s", sp->from_template, st == 404 ? "no such template" : why);
       goto failed;

@@ -16,6 +16,14 @@ __attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, 
   return -1;
 }
 
+__attribute__((format(printf, 3, 4))) static bool refuse(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return false;
+}
+
 bool ts_valid_hash(const char *h) {
   if (!h || strlen(h) != TS_HASH_LEN) return false;
   for (const char *p = h; *p; p++)
@@ -132,6 +140,129 @@ static int only_fields(json_t *o, const char *const *allowed, const char *where,
   return 0;
 }
 
+/* [a-z0-9]+ runs joined by one '.', one or two '_', or any number of '-' (Docker's path component). */
+static bool ref_component(const char *p, size_t n) {
+  size_t i = 0;
+  for (;;) {
+    size_t run = 0;
+    while (i < n && ((p[i] >= 'a' && p[i] <= 'z') || (p[i] >= '0' && p[i] <= '9'))) { i++; run++; }
+    if (run == 0) return false;
+    if (i == n) return true;
+    size_t sep = 0;
+    char c = p[i];
+    while (i < n && p[i] == c && (c == '.' || c == '_' || c == '-')) { i++; sep++; }
+    if (sep == 0 || (c == '.' && sep > 1) || (c == '_' && sep > 2) || i == n) return false;
+  }
+}
+
+/* A registry host: DNS labels ([A-Za-z0-9-], not starting or ending in '-') joined by '.', an
+ * optional :PORT (1..65535). */
+static bool ref_host(const char *p, size_t n) {
+  const char *colon = memchr(p, ':', n);
+  size_t hn = colon ? (size_t)(colon - p) : n;
+  if (hn == 0 || hn > 253) return false;
+  size_t label = 0;
+  for (size_t i = 0; i < hn; i++) {
+    char c = p[i];
+    if (c == '.') {
+      if (label == 0 || p[i - 1] == '-') return false;
+      label = 0;
+    } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || (c == '-' && label > 0)) {
+      if (++label > 63) return false;
+    } else {
+      return false;
+    }
+  }
+  if (label == 0 || p[hn - 1] == '-') return false;
+  if (!colon) return true;
+  size_t pn = n - hn - 1;
+  if (pn == 0 || pn > 5) return false;
+  unsigned long port = 0;
+  for (size_t i = hn + 1; i < n; i++) {
+    if (p[i] < '0' || p[i] > '9') return false;
+    port = port * 10 + (unsigned long)(p[i] - '0');
+  }
+  return port >= 1 && port <= 65535 && p[hn + 1] != '0';
+}
+
+bool ts_valid_image_ref(const char *ref, char *err, size_t errlen) {
+  size_t n = strlen(ref);
+  if (n == 0) return refuse(err, errlen, "it is empty");
+  if (n > TS_MAX_IMAGE_REF) return refuse(err, errlen, "longer than %d bytes", TS_MAX_IMAGE_REF);
+  const char *at = strchr(ref, '@');
+  size_t namelen = at ? (size_t)(at - ref) : n;
+  if (at) {
+    const char *d = at + 1;
+    if (strncmp(d, "sha256:", 7) != 0 || !ts_valid_hash(d + 7))
+      return refuse(err, errlen, "a digest is @sha256: and 64 lower-case hex digits");
+  }
+  /* the tag: after the last ':' that follows the last '/' */
+  const char *slash = NULL;
+  for (const char *p = ref; p < ref + namelen; p++) if (*p == '/') slash = p;
+  const char *colon = NULL;
+  for (const char *p = slash ? slash : ref; p < ref + namelen; p++) if (*p == ':') colon = p;
+  size_t repolen = colon ? (size_t)(colon - ref) : namelen;
+  if (colon) {
+    size_t tn = namelen - repolen - 1;
+    const char *t = colon + 1;
+    if (tn == 0 || tn > 128) return refuse(err, errlen, "a tag is 1 to 128 characters");
+    for (size_t i = 0; i < tn; i++) {
+      char c = t[i];
+      bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || (i > 0 && (c == '.' || c == '-'));
+      if (!ok) return refuse(err, errlen, "the tag may hold letters, digits, '_', '.' and '-' (not first)");
+    }
+  }
+  /* the first component is a host when it has a '.' or a ':', or is localhost */
+  const char *first_end = memchr(ref, '/', repolen);
+  size_t off = 0;
+  if (first_end) {
+    size_t fn = (size_t)(first_end - ref);
+    bool host = memchr(ref, '.', fn) || memchr(ref, ':', fn) || (fn == 9 && !strncmp(ref, "localhost", 9));
+    if (host) {
+      if (!ref_host(ref, fn)) return refuse(err, errlen, "'%.*s' is not a registry host (a DNS name or IPv4 address, an optional :PORT)", (int)(fn > 80 ? 80 : fn), ref);
+      off = fn + 1;
+    }
+  }
+  if (off >= repolen) return refuse(err, errlen, "the image's name is missing");
+  for (size_t i = off; i < repolen;) {
+    const char *e = memchr(ref + i, '/', repolen - i);
+    size_t cn = e ? (size_t)(e - (ref + i)) : repolen - i;
+    if (!ref_component(ref + i, cn))
+      return refuse(err, errlen, "name components are lower-case letters and digits, joined by '.', '_', '__' or '-'");
+    i += cn + 1;
+    if (e && i >= repolen) return refuse(err, errlen, "the name ends in '/'");
+  }
+  return true;
+}
+
+/* fromImageRegistry: {type: "registry", username, password}; AWS's and GCP's kinds are refused by name. */
+static int parse_registry(json_t *reg, ts_spec *out, char *err, size_t errlen) {
+  const char *where = "fromImageRegistry.";
+  if (!json_is_object(reg)) return fail(err, errlen, "field 'fromImageRegistry' must be an object");
+  const char *type;
+  if (opt_string(reg, "type", &type, where, err, errlen) != 0) return -1;
+  if (!type) return fail(err, errlen, "fromImageRegistry.type is required ('registry': a user name and password)");
+  if (!strcmp(type, "aws") || !strcmp(type, "gcp"))
+    return fail(err, errlen, "fromImageRegistry.type '%s' (%s) is not supported by sandboxd: give the registry's user name and "
+                "password as type 'registry' (fromImage(image, {username, password}))", type, type[0] == 'a' ? "AWS ECR" : "GCP Artifact Registry");
+  if (strcmp(type, "registry") != 0)
+    return fail(err, errlen, "fromImageRegistry.type '%.40s' is not one sandboxd knows ('registry' is)", type);
+  static const char *const fields[] = {"type", "username", "password", NULL};
+  if (only_fields(reg, fields, where, err, errlen) != 0) return -1;
+  const char *u, *p;
+  if (opt_string(reg, "username", &u, where, err, errlen) != 0 || opt_string(reg, "password", &p, where, err, errlen) != 0) return -1;
+  if (!u || !u[0] || !p || !p[0]) return fail(err, errlen, "fromImageRegistry: both 'username' and 'password' are required");
+  json_t *uj = json_object_get(reg, "username"), *pj = json_object_get(reg, "password");
+  if (json_string_length(uj) > TS_MAX_CRED_BYTES || json_string_length(pj) > TS_MAX_CRED_BYTES)
+    return fail(err, errlen, "fromImageRegistry: 'username' and 'password' are at most %d bytes", TS_MAX_CRED_BYTES);
+  if (strlen(u) != json_string_length(uj) || strlen(p) != json_string_length(pj))
+    return fail(err, errlen, "fromImageRegistry: 'username' or 'password' holds a NUL byte");
+  if (strchr(u, ':')) return fail(err, errlen, "fromImageRegistry.username may not hold ':' (HTTP Basic authentication joins it to the password with one)");
+  out->reg_user = u;
+  out->reg_pass = p;
+  return 0;
+}
+
 static int parse_step(json_t *j, size_t i, ts_step *s, const char **argv, char *err, size_t errlen) {
   char where[48];
   snprintf(where, sizeof where, "steps[%zu].", i);
@@ -213,19 +344,26 @@ int ts_parse(json_t *body, ts_spec *out, char *err, size_t errlen) {
       opt_string(body, "startCmd", &out->start_cmd, "", err, errlen) != 0 ||
       opt_string(body, "readyCmd", &out->ready_cmd, "", err, errlen) != 0 || opt_bool(body, "force", &out->force, "", err, errlen) != 0)
     return -1;
-  json_t *reg = json_object_get(body, "fromImageRegistry");
-  if (reg && !json_is_null(reg))
-    return fail(err, errlen, "field 'fromImageRegistry': sandboxd pulls no images (build from its base template)");
   if (tpl && !tpl[0]) tpl = NULL;
   if (img && !img[0]) img = NULL;
   if (!tpl == !img) return fail(err, errlen, "exactly one of 'fromTemplate' and 'fromImage' must be given and non-empty");
+  json_t *reg = json_object_get(body, "fromImageRegistry");
+  if (reg && json_is_null(reg)) reg = NULL;
   if (img) {
     size_t bl = strlen(TS_BASE_IMAGE);
-    if (strncmp(img, TS_BASE_IMAGE, bl) != 0 || (img[bl] && img[bl] != ':'))
-      return fail(err, errlen, "field 'fromImage': '%.100s' cannot be pulled: sandboxd builds on its own templates only "
-                  "(fromImage('%s') / fromBaseImage() is its base template; or fromTemplate('<name>'))", img, TS_BASE_IMAGE);
-    tpl = "base";
+    char why[160];
+    if (!strncmp(img, TS_BASE_IMAGE, bl) && (!img[bl] || img[bl] == ':')) {
+      if (reg) return fail(err, errlen, "field 'fromImageRegistry': '%.100s' is sandboxd's base template, pulled from no registry", img);
+      tpl = "base";
+    } else if (!ts_valid_image_ref(img, why, sizeof why)) {
+      return fail(err, errlen, "field 'fromImage': '%.100s' is not an image reference: %s", img, why);
+    } else {
+      out->from_image = img;
+    }
+  } else if (reg) {
+    return fail(err, errlen, "field 'fromImageRegistry': registry credentials go with 'fromImage', not 'fromTemplate'");
   }
+  if (reg && parse_registry(reg, out, err, errlen) != 0) return -1;
   out->from_template = tpl;
   if (out->start_cmd && !out->start_cmd[0]) out->start_cmd = NULL;
   if (out->ready_cmd && !out->ready_cmd[0]) out->ready_cmd = NULL;

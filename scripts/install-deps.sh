@@ -18,6 +18,8 @@ DEB_PACKAGES=(
   passt nftables xfsprogs
   clangd                              # the lsp consumer's server in the tests and examples/world
   qemu-system-x86 busybox-static      # tests/vm: sandboxd in a cgroup-v2-only VM (TCG), its initramfs
+  skopeo umoci                        # sandboxd's template builds: fromImage pulls (skopeo) and unpacks (umoci) an image
+  docker-registry apache2-utils       # spec/sdk/template_image.test.mjs: a registry on loopback with htpasswd auth
   nodejs npm
 )
 

@@ -153,7 +153,7 @@ test('template build requests are strict: unknown fields, bad steps, foreign ima
       [{ fromTemplate: 'base', steps: [{ type: 'HEALTHCHECK', args: [] }] }, /steps\[0\]\.type 'HEALTHCHECK'/],
       [{ fromTemplate: 'base', steps: [{ type: 'RUN', args: ['true', 'nobody'] }] }, /user 'nobody'/],
       [{ fromTemplate: 'base', steps: [{ type: 'COPY', args: ['a', '/a'], filesHash: 'f'.repeat(64) }] }, /not uploaded/],
-      [{ fromImage: 'ubuntu:22.04', steps: [] }, /fromImage/],
+      [{ fromImage: 'Ubuntu:22.04', steps: [] }, /fromImage.*not an image reference/],
       [{ fromTemplate: 'base', fromImage: 'e2bdev/base', steps: [] }, /exactly one/],
       [{ steps: Array.from({ length: 257 }, () => ({ type: 'RUN', args: ['true'] })), fromTemplate: 'base' }, /at most 256/],
     ]

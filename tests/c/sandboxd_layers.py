@@ -55,7 +55,7 @@ def main():
     for m in ('apikey', 'paths', 'registry', 'router', 'auth', 'users', 'template', 'connect_request', 'ptab', 'upload', 'net', 'pidfile',
               'ids', 'layer_copy', 'layers', 'snapshots', 'volumes', 'cgroups', 'metrics', 'pool', 'egress_rules',
               'sniff', 'dnsmsg', 'transforms', 'secrets', 'sbxlog', 'fdpass', 'template_spec', 'template_build',
-              'layer_merge', 'template_key', 'template_cache'):
+              'layer_merge', 'template_key', 'template_cache', 'image'):
         if m not in deps:
             failures.append(f'module {m} is missing')
         elif 'http' in closure(deps, m) | {m}:
@@ -88,6 +88,9 @@ def main():
     # Merging layers is file-system work only.
     if deps.get('layer_merge'):
         failures.append(f"layer_merge depends on {sorted(deps['layer_merge'])}: it must be a leaf")
+    # Image pulls know the layer store and the template only: no sandbox, no registry of sandboxes.
+    if deps.get('image', set()) - {'layers', 'template'}:
+        failures.append(f"image depends on {sorted(deps['image'] - {'layers', 'template'})}: only layers and template")
     # What sandboxd does to itself at start knows no module.
     if deps.get('harden'):
         failures.append(f"harden depends on {sorted(deps['harden'])}: it must be a leaf")

@@ -82,10 +82,55 @@ static void test_steps(void) {
   CHECK_STR(s.from_template, "base");
   CHECK_INT((int)s.nsteps, 0);
   ts_free(&s);
+  /* any other image is pulled, with the registry's credentials when given */
+  CHECK_INT(parse("{\"fromImage\":\"127.0.0.1:5000/team/app:1.2\",\"fromImageRegistry\":{\"type\":\"registry\",\"username\":\"u\",\"password\":\"p w\"}}",
+                  &s, err, sizeof err), 0);
+  CHECK(s.from_template == NULL);
+  CHECK_STR(s.from_image, "127.0.0.1:5000/team/app:1.2");
+  CHECK_STR(s.reg_user, "u");
+  CHECK_STR(s.reg_pass, "p w");
+  ts_free(&s);
+  CHECK_INT(parse("{\"fromImage\":\"ubuntu:22.04\",\"fromImageRegistry\":null}", &s, err, sizeof err), 0);
+  CHECK_STR(s.from_image, "ubuntu:22.04");
+  CHECK(s.reg_user == NULL && s.reg_pass == NULL);
+  ts_free(&s);
+  CHECK_INT(parse("{\"fromImage\":\"e2bdev/baseline\"}", &s, err, sizeof err), 0);   /* another image than E2B's base */
+  CHECK_STR(s.from_image, "e2bdev/baseline");
+  ts_free(&s);
   CHECK_INT(parse("{\"fromTemplate\":\"my-env\",\"fromImage\":\"\",\"steps\":null,\"startCmd\":null}", &s, err, sizeof err), 0);
   CHECK_STR(s.from_template, "my-env");
   CHECK(s.start_cmd == NULL);
   ts_free(&s);
+}
+
+static void test_image_refs(void) {
+  static const char *const good[] = {
+      "ubuntu", "ubuntu:22.04", "library/ubuntu", "ghcr.io/org/app:v1.0-rc_2", "localhost/app", "localhost:5000/a/b/c",
+      "127.0.0.1:5000/test/img:1", "registry.example.com/a.b/c__d/e-f--g:T", "r.io/a@sha256:" HASH, "r.io/a:tag@sha256:" HASH, NULL};
+  char err[200];
+  for (size_t i = 0; good[i]; i++) {
+    err[0] = '\0';
+    if (!ts_valid_image_ref(good[i], err, sizeof err)) { fprintf(stderr, "refused %s: %s\n", good[i], err); CHECK(0); }
+  }
+  static const struct { const char *ref, *why; } bad[] = {
+      {"", "empty"}, {"Ubuntu", "lower-case"}, {"a//b", "lower-case"}, {"a/", "ends in '/'"}, {"-a", "lower-case"},
+      {"a..b", "lower-case"}, {"a___b", "lower-case"}, {"a:", "a tag is 1 to 128"}, {"a:-x", "the tag may hold"},
+      {"a:t t", "the tag may hold"}, {"r.io/a@sha256:abc", "a digest is"}, {"r.io/a@md5:" HASH, "a digest is"},
+      {"r.io:0/a", "not a registry host"}, {"r.io:70000/a", "not a registry host"}, {"-r.io/a", "not a registry host"},
+      {"r_x.io/a", "not a registry host"}, {"r.io/", "name is missing"}, {"r.io:5000/", "name is missing"},
+      {"a b", "lower-case"}, {"a\nb", "lower-case"}, {"docker://a", "not a registry host"}, {NULL, NULL}};
+  for (size_t i = 0; bad[i].ref; i++) {
+    err[0] = '\0';
+    bool ok = ts_valid_image_ref(bad[i].ref, err, sizeof err);
+    if (ok) fprintf(stderr, "accepted '%s'\n", bad[i].ref);
+    CHECK(!ok);
+    CHECK_HAS(err, bad[i].why);
+  }
+  char longref[300];
+  memset(longref, 'a', 256);
+  longref[256] = '\0';
+  CHECK(!ts_valid_image_ref(longref, err, sizeof err));
+  CHECK_HAS(err, "longer than 255");
 }
 
 static void want_refusal(const char *text, const char *needle) {
@@ -102,9 +147,24 @@ static void test_refusals(void) {
   want_refusal("{\"fromTemplate\":\"base\",\"bogus\":1}", "field 'bogus' is not supported");
   want_refusal("{}", "exactly one of 'fromTemplate' and 'fromImage'");
   want_refusal("{\"fromTemplate\":\"base\",\"fromImage\":\"e2bdev/base\"}", "exactly one");
-  want_refusal("{\"fromImage\":\"ubuntu:22.04\"}", "field 'fromImage': 'ubuntu:22.04' cannot be pulled");
-  want_refusal("{\"fromImage\":\"e2bdev/baseline\"}", "cannot be pulled");
-  want_refusal("{\"fromImage\":\"e2bdev/base\",\"fromImageRegistry\":{\"type\":\"registry\"}}", "fromImageRegistry");
+  want_refusal("{\"fromImage\":\"Ubuntu:22.04\"}", "field 'fromImage': 'Ubuntu:22.04' is not an image reference: name components");
+  want_refusal("{\"fromImage\":\"e2bdev/base\",\"fromImageRegistry\":{\"type\":\"registry\"}}", "is sandboxd's base template, pulled from no registry");
+  want_refusal("{\"fromTemplate\":\"base\",\"fromImageRegistry\":{\"type\":\"registry\",\"username\":\"u\",\"password\":\"p\"}}",
+               "credentials go with 'fromImage'");
+  /* fromImageRegistry: the SDK's three kinds; only `registry` is pulled with */
+  want_refusal("{\"fromImage\":\"r.io/a\",\"fromImageRegistry\":{\"type\":\"aws\",\"awsAccessKeyId\":\"k\",\"awsSecretAccessKey\":\"s\",\"awsRegion\":\"x\"}}",
+               "fromImageRegistry.type 'aws' (AWS ECR) is not supported");
+  want_refusal("{\"fromImage\":\"r.io/a\",\"fromImageRegistry\":{\"type\":\"gcp\",\"serviceAccountJson\":\"{}\"}}",
+               "fromImageRegistry.type 'gcp' (GCP Artifact Registry) is not supported");
+  want_refusal("{\"fromImage\":\"r.io/a\",\"fromImageRegistry\":{\"type\":\"azure\"}}", "fromImageRegistry.type 'azure' is not one");
+  want_refusal("{\"fromImage\":\"r.io/a\",\"fromImageRegistry\":{\"username\":\"u\",\"password\":\"p\"}}", "fromImageRegistry.type is required");
+  want_refusal("{\"fromImage\":\"r.io/a\",\"fromImageRegistry\":{\"type\":\"registry\",\"username\":\"u\",\"password\":\"p\",\"token\":1}}",
+               "fromImageRegistry.field 'token' is not supported");
+  want_refusal("{\"fromImage\":\"r.io/a\",\"fromImageRegistry\":{\"type\":\"registry\",\"username\":\"u\"}}", "both 'username' and 'password'");
+  want_refusal("{\"fromImage\":\"r.io/a\",\"fromImageRegistry\":{\"type\":\"registry\",\"username\":\"u\",\"password\":\"\"}}", "both 'username'");
+  want_refusal("{\"fromImage\":\"r.io/a\",\"fromImageRegistry\":{\"type\":\"registry\",\"username\":\"a:b\",\"password\":\"p\"}}", "may not hold ':'");
+  want_refusal("{\"fromImage\":\"r.io/a\",\"fromImageRegistry\":{\"type\":\"registry\",\"username\":\"u\",\"password\":7}}", "'password' must be a string");
+  want_refusal("{\"fromImage\":\"r.io/a\",\"fromImageRegistry\":\"registry\"}", "'fromImageRegistry' must be an object");
   want_refusal("{\"fromTemplate\":1}", "'fromTemplate' must be a string");
   want_refusal("{\"fromTemplate\":\"base\",\"force\":\"yes\"}", "'force' must be a boolean");
   want_refusal("{\"fromTemplate\":\"base\",\"steps\":{}}", "'steps' must be an array");
@@ -182,5 +242,6 @@ int main(void) {
   MBT_RUN(test_steps);
   MBT_RUN(test_refusals);
   MBT_RUN(test_hash);
+  MBT_RUN(test_image_refs);
   return mbt_report();
 }
