@@ -30,6 +30,16 @@ typedef struct { const char *src, *name; } ly_tree;
 int ly_capture(int src_dirfd, const ly_tree *trees, size_t ntrees, layer *parent, uid_t owner, gid_t group,
                layer **out, char *err, size_t errlen);
 
+/* As ly_capture, but the trees are *moved* into the layer (rename, same file system) and the
+ * copy's changes made to them in place (lc_strip_tree: overlay's own xattrs dropped): the layer
+ * is what ly_capture would have made, without a byte of file data copied. For a source nothing
+ * uses any more (a build sandbox's upper layers once it is dead: no overlay may still have them
+ * mounted); the trees are gone from src_dirfd afterwards, on failure too (a tree moved is removed
+ * with the unfinished layer). A tree on another file system (EXDEV) is copied instead, with a
+ * line on stderr. 0, or -1 with err. */
+int ly_adopt(int src_dirfd, const ly_tree *trees, size_t ntrees, layer *parent, uid_t owner, gid_t group,
+             layer **out, char *err, size_t errlen);
+
 /* The layer `id` (and its chain) as left on disk by an earlier run: a new reference, or NULL with
  * err (unknown id, broken chain, deeper than LY_MAX_DEPTH). */
 layer *ly_open(const char *id, char *err, size_t errlen);
