@@ -1,5 +1,5 @@
 /* layers.h — the layer store, <state_dir>/layers: each layer is a frozen copy of one sandbox's
- * upper directories (`<id>/root` for "/", `<id>/<d>` for each system directory d such as usr)
+ * upper directories (or those directories themselves, moved in from a sandbox that is gone) (`<id>/root` for "/", `<id>/<d>` for each system directory d such as usr)
  * over a parent layer (`<id>/parent` names it; none: the template). A sandbox created from a
  * snapshot stacks its layer chain under a new empty upper layer: nothing is copied, every
  * sandbox and snapshot of the chain shares it.
