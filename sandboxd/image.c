@@ -831,7 +831,7 @@ layer *img_get(const char *name, const img_pull_opts *o, img_config *cfg, char *
   prepare_rootfs(rootfs, &bash);
   json_object_set_new(conf, "hasBash", json_boolean(bash));
   char why[600];
-  if (ly_adopt(rootfs, digest, o->uid_base, o->gid_base, &l, why, sizeof why) != 0) {
+  if (ly_adopt_image(rootfs, digest, o->uid_base, o->gid_base, &l, why, sizeof why) != 0) {
     seterr(err, errlen, "fromImage '%s': %s", name, why);
     goto out;
   }

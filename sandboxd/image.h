@@ -2,7 +2,7 @@
  * registry with skopeo (the manifest first, `skopeo inspect --raw`; then the image pinned by that
  * digest, `skopeo copy` into a private OCI layout), unpacked with umoci (`umoci raw unpack`, its
  * files owned by the sandboxes' ids), and adopted into the layer store as an image layer
- * (layers.h ly_adopt): sandboxes on it have the image's root file system over the bare template,
+ * (layers.h ly_adopt_image): sandboxes on it have the image's root file system over the bare template,
  * nothing of the host's system directories.
  *
  * Cached by digest (<state>/images.json): a build of a reference whose manifest digest is in the

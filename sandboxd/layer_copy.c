@@ -454,3 +454,151 @@ out:
   errno = e;
   return rc;
 }
+
+/* ---- in place (lc_strip_tree) ---- */
+
+/* The skipped attributes of one entry removed (an inode reached again by another hard link has
+ * them no more: ENODATA is fine). */
+static int strip_xattrs(walk *w, const xref *x) {
+  if (!w->opts || !w->opts->skip_xattrs) return 0;
+  char list[4096];
+  ssize_t n = x_list(x, list, sizeof list);
+  if (n < 0 && errno == ERANGE) {   /* more names than the buffer: ask for the size, then read them */
+    ssize_t want = x_list(x, NULL, 0);
+    if (want < 0) { fail(w, "listing extended attributes: %s", strerror(errno)); return -1; }
+    char *big = malloc((size_t)want + 1);
+    if (!big) { errno = ENOMEM; fail(w, "listing extended attributes: %s", strerror(errno)); return -1; }
+    n = x_list(x, big, (size_t)want);
+    int rc = 0;
+    if (n < 0) { fail(w, "listing extended attributes: %s", strerror(errno)); rc = -1; }
+    for (ssize_t off = 0; rc == 0 && off < n; off += (ssize_t)strlen(big + off) + 1)
+      if (skipped(w, big + off) && (x->fd >= 0 ? fremovexattr(x->fd, big + off) : lremovexattr(x->path, big + off)) != 0 &&
+          errno != ENODATA) {
+        fail(w, "removing extended attribute %s: %s", big + off, strerror(errno));
+        rc = -1;
+      }
+    free(big);
+    return rc;
+  }
+  if (n < 0) {
+    if (errno == ENOTSUP || errno == EOPNOTSUPP) return 0;
+    fail(w, "listing extended attributes: %s", strerror(errno));
+    return -1;
+  }
+  for (ssize_t off = 0; off < n; off += (ssize_t)strlen(list + off) + 1) {
+    const char *k = list + off;
+    if (!skipped(w, k)) continue;
+    if ((x->fd >= 0 ? fremovexattr(x->fd, k) : lremovexattr(x->path, k)) != 0 && errno != ENODATA) {
+      fail(w, "removing extended attribute %s: %s", k, strerror(errno));
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* A directory opened for reading without changing its access time where we may (its owner, or
+ * CAP_FOWNER); elsewhere the caller gives the time back. */
+static int open_dir_quiet(int at, const char *name) {
+  int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME);
+  if (fd < 0 && errno == EPERM) fd = open_dir(at, name);
+  return fd;
+}
+
+static bool same_time(struct timespec a, struct timespec b) { return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec; }
+
+/* A walked directory: its skipped attributes removed, its times as they were before the walk. */
+static int strip_dir(walk *w, int fd, const struct stat *before) {
+  xref x = {fd, ""};
+  if (strip_xattrs(w, &x) != 0) return -1;
+  struct stat now;
+  if (fstat(fd, &now) != 0) { fail(w, "%s", strerror(errno)); return -1; }
+  if (!same_time(now.st_atim, before->st_atim) || !same_time(now.st_mtim, before->st_mtim)) {
+    struct timespec t[2];
+    times_of(before, t);
+    if (futimens(fd, t) != 0) { fail(w, "setting the times: %s", strerror(errno)); return -1; }
+  }
+  w->stats->dirs++;
+  return 0;
+}
+
+int lc_strip_tree(int dirfd, const char *dir, const lc_opts *opts, lc_stats *stats, char *err, size_t errlen) {
+  lc_stats dummy;
+  char noerr[8];
+  if (!err || errlen == 0) { err = noerr; errlen = sizeof noerr; }
+  walk w = {.opts = opts, .stats = stats ? stats : &dummy, .links = -1, .err = err, .errlen = errlen};
+  memset(w.stats, 0, sizeof *w.stats);
+  err[0] = 0;
+  struct stat rst, now;
+  if (fstatat(dirfd, dir, &rst, AT_SYMLINK_NOFOLLOW) != 0) { snprintf(err, errlen, "%s: %s", dir, strerror(errno)); return -1; }
+  if (!S_ISDIR(rst.st_mode)) { errno = ENOTDIR; snprintf(err, errlen, "%s: not a directory", dir); return -1; }
+  w.dev = rst.st_dev;
+  w.lv = calloc(LC_MAX_DEPTH + 1, sizeof *w.lv);
+  if (!w.lv) { errno = ENOMEM; snprintf(err, errlen, "%s", strerror(errno)); return -1; }
+  int fd = open_dir_quiet(dirfd, dir), rc = -1;
+  errno = 0;
+  if (fd < 0 || fstat(fd, &now) != 0 || !same(&now, &rst)) {
+    snprintf(err, errlen, "%s: %s", dir, errno ? strerror(errno) : "replaced while it was walked");
+    goto out;
+  }
+  w.lv[0].st = rst;
+  if (read_names(&w, fd, &w.lv[0]) != 0) goto out;
+  for (;;) {
+    level *lv = &w.lv[w.depth];
+    if (lv->pos < lv->len) {
+      const char *name = lv->names + lv->pos;
+      lv->pos += strlen(name) + 1;
+      lv->cur = name;
+      struct stat st;
+      if (fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) { fail(&w, "%s", strerror(errno)); goto out; }
+      if (st.st_dev != w.dev) { errno = EXDEV; fail(&w, "another file system is mounted here"); goto out; }
+      if (!S_ISDIR(st.st_mode)) {
+        xref x = {-1, ""};
+        proc_path(x.path, sizeof x.path, fd, name);
+        if (strip_xattrs(&w, &x) != 0) goto out;
+        if (st.st_nlink > 1) w.stats->links++;
+        if (S_ISREG(st.st_mode)) w.stats->files++;
+        else w.stats->others++;
+        lv->cur = NULL;
+        continue;
+      }
+      if (w.depth + 1 > LC_MAX_DEPTH) { errno = ELOOP; fail(&w, "directories nested deeper than %d", LC_MAX_DEPTH); goto out; }
+      errno = 0;
+      int nfd = open_dir_quiet(fd, name);
+      if (nfd < 0 || fstat(nfd, &now) != 0 || !same(&now, &st)) {
+        if (!errno) errno = ESTALE;
+        fail(&w, "opening the directory: %s", strerror(errno));
+        if (nfd >= 0) close(nfd);
+        goto out;
+      }
+      close(fd);
+      fd = nfd;
+      w.depth++;
+      w.lv[w.depth] = (level){.st = st};
+      if (read_names(&w, fd, &w.lv[w.depth]) != 0) goto out;
+      continue;
+    }
+    /* this directory is complete */
+    if (strip_dir(&w, fd, &lv->st) != 0) goto out;
+    free(lv->names);
+    w.names_bytes -= lv->len;
+    *lv = (level){0};
+    if (w.depth == 0) { rc = 0; goto out; }
+    w.depth--;
+    errno = 0;
+    int pfd = open_dir_quiet(fd, "..");
+    if (pfd < 0 || fstat(pfd, &now) != 0 || !same(&now, &w.lv[w.depth].st)) {
+      if (!errno) errno = ESTALE;
+      fail(&w, "returning to the parent directory: %s", strerror(errno));
+      if (pfd >= 0) close(pfd);
+      goto out;
+    }
+    close(fd);
+    fd = pfd;
+    w.lv[w.depth].cur = NULL;
+  }
+out:
+  if (fd >= 0) close(fd);
+  for (int i = 0; i <= LC_MAX_DEPTH && w.lv; i++) free(w.lv[i].names);
+  free(w.lv);
+  return rc;
+}

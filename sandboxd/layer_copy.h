@@ -25,4 +25,14 @@ typedef struct { uint64_t dirs, files, links, others, bytes; } lc_stats;
  * then dst may hold a partial copy, which the caller removes. stats may be NULL. */
 int lc_copy_tree(int src_dirfd, const char *src, int dst_dirfd, const char *dst, const lc_opts *opts,
                  lc_stats *stats, char *err, size_t errlen);
+
+/* In place, what lc_copy_tree does to its copy of the directory `dir` (relative to dirfd): every
+ * extended attribute opts->skip_xattrs names removed from every entry; contents, owners, modes,
+ * other xattrs, hard links and times left as they are (directories read without touching their
+ * access times, or given them back), so that a tree moved where a copy would have gone is what the
+ * copy would be, without a byte of file data written. Same walk and bounds as lc_copy_tree: no
+ * symlink followed, another file system inside refused. stats counts the entries visited (links:
+ * those with more than one hard link; bytes: 0). 0, or -1 with err naming the path (relative to dir); then some
+ * entries may still hold the attributes. */
+int lc_strip_tree(int dirfd, const char *dir, const lc_opts *opts, lc_stats *stats, char *err, size_t errlen);
 #endif

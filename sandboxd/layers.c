@@ -24,7 +24,7 @@ struct layer {
   layer *parent;
   char id[LY_ID_LEN + 1];
   int refs, depth;
-  bool image;                  /* its chain's bottom is a base image (ly_adopt) */
+  bool image;                  /* its chain's bottom is a base image (ly_adopt_image) */
 };
 
 static struct {
@@ -266,6 +266,55 @@ int ly_capture(int src_dirfd, const ly_tree *trees, size_t ntrees, layer *parent
   return end_layer(base, fd, tmp, id, parent, owner, group, out, err, errlen);
 }
 
+int ly_adopt(int src_dirfd, const ly_tree *trees, size_t ntrees, layer *parent, uid_t owner, gid_t group,
+             layer **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (parent && parent->depth >= LY_MAX_DEPTH) {
+    seterr(err, errlen, "the snapshot would be %d layers deep (at most %d: each layer is an overlay lower layer)",
+           parent->depth + 1, LY_MAX_DEPTH);
+    return -1;
+  }
+  char id[LY_ID_LEN + 1], tmp[LY_ID_LEN + 8];
+  int base, fd;
+  if (begin_layer(id, tmp, &base, &fd, err, errlen) != 0) return -1;
+  lc_opts opts = {.skip_xattrs = SKIP_XATTRS};
+  for (size_t i = 0; i < ntrees; i++) {
+    char why[1024];
+    struct stat before;
+    if (fstatat(src_dirfd, trees[i].src, &before, AT_SYMLINK_NOFOLLOW) != 0) {
+      seterr(err, errlen, "moving %s: %s", trees[i].src, strerror(errno));
+      goto fail;
+    }
+    if (!S_ISDIR(before.st_mode)) { seterr(err, errlen, "moving %s: not a directory", trees[i].src); goto fail; }
+    if (renameat(src_dirfd, trees[i].src, fd, trees[i].name) != 0) {
+      if (errno != EXDEV) { seterr(err, errlen, "moving %s into %s/%s: %s", trees[i].src, g.dir, tmp, strerror(errno)); goto fail; }
+      fprintf(stderr, "sandboxd: layers: %s is on another file system than %s: copied, not moved\n", trees[i].src, g.dir);
+      if (lc_copy_tree(src_dirfd, trees[i].src, fd, trees[i].name, &opts, NULL, why, sizeof why) != 0) {
+        seterr(err, errlen, "copying %s: %s", trees[i].src, why);
+        goto fail;
+      }
+      continue;
+    }
+    /* What the copy leaves out, taken out here; the times the copy would keep, kept (a rename
+     * may count as a change of the directory moved). */
+    struct timespec t[2] = {before.st_atim, before.st_mtim};
+    if (lc_strip_tree(fd, trees[i].name, &opts, NULL, why, sizeof why) != 0) {
+      seterr(err, errlen, "%s moved into a layer: %s", trees[i].src, why);
+      goto fail;
+    }
+    if (utimensat(fd, trees[i].name, t, AT_SYMLINK_NOFOLLOW) != 0) {
+      seterr(err, errlen, "%s moved into a layer: setting its times: %s", trees[i].src, strerror(errno));
+      goto fail;
+    }
+  }
+  return end_layer(base, fd, tmp, id, parent, owner, group, out, err, errlen);
+fail:
+  close(fd);
+  close(base);
+  (void)remove_dir(tmp);
+  return -1;
+}
+
 int ly_flatten(layer *top, layer *keep, layer **out, char *err, size_t errlen) {
   *out = NULL;
   layer *chain[LY_MAX_DEPTH];
@@ -318,7 +367,7 @@ out:
   return rc;
 }
 
-/* `<dir>/<id>/image` exists: the layer is a base image (ly_adopt). */
+/* `<dir>/<id>/image` exists: the layer is a base image (ly_adopt_image). */
 static bool has_image_marker(const char *id) {
   char p[4400];
   struct stat st;
@@ -326,7 +375,7 @@ static bool has_image_marker(const char *id) {
   return lstat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-int ly_adopt(const char *root_dir, const char *image, uid_t owner, gid_t group, layer **out, char *err, size_t errlen) {
+int ly_adopt_image(const char *root_dir, const char *image, uid_t owner, gid_t group, layer **out, char *err, size_t errlen) {
   *out = NULL;
   char id[LY_ID_LEN + 1], tmp[LY_ID_LEN + 8], dst[4400];
   if (ids_random(id, LY_ID_LEN) != 0) { seterr(err, errlen, "getrandom: %s", strerror(errno)); return -1; }

@@ -1,5 +1,5 @@
 /* layers.h — the layer store, <state_dir>/layers: each layer is a frozen copy of one sandbox's
- * upper directories (`<id>/root` for "/", `<id>/<d>` for each system directory d such as usr)
+ * upper directories (or those directories themselves, moved in from a sandbox that is gone) (`<id>/root` for "/", `<id>/<d>` for each system directory d such as usr)
  * over a parent layer (`<id>/parent` names it; none: the template). A sandbox created from a
  * snapshot stacks its layer chain under a new empty upper layer: nothing is copied, every
  * sandbox and snapshot of the chain shares it.
@@ -36,8 +36,18 @@ int ly_capture(int src_dirfd, const ly_tree *trees, size_t ntrees, layer *parent
  * (its digest) is recorded in `<id>/image`. Such a layer and every layer over it are image-based
  * (ly_image_based): they have a "root" tree only, no host system directories. The new reference is
  * the caller's. 0, or -1 with err (root_dir left where it was). */
-int ly_adopt(const char *root_dir, const char *image, uid_t owner, gid_t group, layer **out, char *err, size_t errlen);
+int ly_adopt_image(const char *root_dir, const char *image, uid_t owner, gid_t group, layer **out, char *err, size_t errlen);
 bool ly_image_based(const layer *l);
+
+/* As ly_capture, but the trees are *moved* into the layer (rename, same file system) and the
+ * copy's changes made to them in place (lc_strip_tree: overlay's own xattrs dropped): the layer
+ * is what ly_capture would have made, without a byte of file data copied. For a source nothing
+ * uses any more (a build sandbox's upper layers once it is dead: no overlay may still have them
+ * mounted); the trees are gone from src_dirfd afterwards, on failure too (a tree moved is removed
+ * with the unfinished layer). A tree on another file system (EXDEV) is copied instead, with a
+ * line on stderr. 0, or -1 with err. */
+int ly_adopt(int src_dirfd, const ly_tree *trees, size_t ntrees, layer *parent, uid_t owner, gid_t group,
+             layer **out, char *err, size_t errlen);
 
 /* The layer `id` (and its chain) as left on disk by an earlier run: a new reference, or NULL with
  * err (unknown id, broken chain, deeper than LY_MAX_DEPTH). */

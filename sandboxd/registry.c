@@ -207,7 +207,7 @@ reg_entry *reg_find_by_token(bool (*match)(const char *token, void *cls), void *
 }
 
 /* Called with the entry marked dying (still linked) and the table's ref owned by the caller. */
-static void destroy_entry(reg_entry *e) {
+static void destroy_entry(reg_entry *e, void (*last)(sbx_t *s, void *cls), void *cls) {
   if (g_hooks.dying) g_hooks.dying(e); /* streams to clients that stopped reading end now */
   pthread_mutex_lock(&e->life);
   if (e->paused) g_be.resume(e->sbx);  /* frozen processes cannot die */
@@ -224,6 +224,7 @@ static void destroy_entry(reg_entry *e) {
     if (e->refs > 1) pthread_cond_timedwait(&released, &mu, &ts);
   }
   pthread_mutex_unlock(&mu);
+  if (last) last(e->sbx, cls);
   g_be.destroy(e->sbx);
   pthread_mutex_lock(&mu);             /* gone from the table only now that nothing is left */
   reg_entry **pp = &head;
@@ -244,20 +245,22 @@ static void start_dying_locked(reg_entry *e) {
   pthread_cond_broadcast(&changed);
 }
 
-int reg_kill(const char *id) {
+int reg_kill_with(const char *id, void (*fn)(sbx_t *s, void *cls), void *cls) {
   pthread_mutex_lock(&mu);
   reg_entry *e = find_any_locked(id);
   if (!e) { pthread_mutex_unlock(&mu); return -1; }
   if (e->dying) {                      /* another kill is under way: answer once it is done */
     while (find_any_locked(id) == e) pthread_cond_wait(&reaped, &mu);
     pthread_mutex_unlock(&mu);
-    return 0;
+    return fn ? -1 : 0;
   }
   start_dying_locked(e);
   pthread_mutex_unlock(&mu);
-  destroy_entry(e);
+  destroy_entry(e, fn, cls);
   return 0;
 }
+
+int reg_kill(const char *id) { return reg_kill_with(id, NULL, NULL); }
 
 int reg_set_timeout(const char *id, int64_t timeout_s) {
   pthread_mutex_lock(&mu);

@@ -86,6 +86,11 @@ int  reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errl
 reg_entry *reg_get(const char *id);             /* new reference or NULL (unknown or dying) */
 void reg_put(reg_entry *e);
 int  reg_kill(const char *id);                  /* 0 killed, -1 unknown */
+/* reg_kill, with fn(sandbox, cls) run once the sandbox is stopped (backend's stop: every process
+ * gone) and every other holder let go, just before it is destroyed: what may take its remains
+ * (a template step's upper layer moved into a layer). 0 killed and fn run, -1 unknown or another
+ * kill already under way (fn not run; this waits for that kill as reg_kill does). */
+int  reg_kill_with(const char *id, void (*fn)(sbx_t *s, void *cls), void *cls);
 /* Until its destruction completed a killed sandbox is still reported (GET, /health): */
 bool reg_exists(const char *id);               /* known and not paused, dying included */
 int  reg_lookup_info(const char *id, reg_info *info);   /* 0, or -1 unknown; dying included */

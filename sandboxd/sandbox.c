@@ -952,20 +952,31 @@ int sbx_metrics(sbx_t *s, int64_t from_ms, int64_t to_ms, sbx_metric **out, size
   return mx_query(&s->mx, &src, from_ms, to_ms, out, n);
 }
 
+/* The trees of s's upper layers: "upper" as the layer's root, "upper-<d>" as <d>. */
+typedef struct { char src[TPL_MAX_SYSDIRS][32]; ly_tree t[1 + TPL_MAX_SYSDIRS]; size_t n; } upper_trees;
+static void upper_trees_of(const sbx_t *s, upper_trees *u) {
+  u->t[0] = (ly_tree){"upper", "root"};
+  u->n = 1;
+  for (int i = 0; i < s->nsys; i++) {
+    snprintf(u->src[i], sizeof u->src[i], "upper-%s", s->sys[i]);
+    u->t[u->n++] = (ly_tree){u->src[i], s->sys[i]};
+  }
+}
+
+static int capture_depth_ok(const sbx_t *s, char *err, size_t errlen) {
+  if (!s->layer || ly_depth(s->layer) < LY_MAX_DEPTH) return 0;
+  seterr(err, errlen, "the sandbox runs on a chain of %d snapshot layers, the most sandboxd stacks: a snapshot of it "
+         "would be one more", ly_depth(s->layer));
+  return -1;
+}
+
 int sbx_capture(sbx_t *s, layer **out, char *err, size_t errlen) {
   *out = NULL;
-  if (s->layer && ly_depth(s->layer) >= LY_MAX_DEPTH) {
-    seterr(err, errlen, "the sandbox runs on a chain of %d snapshot layers, the most sandboxd stacks: a snapshot of it "
-           "would be one more", ly_depth(s->layer));
-    return -1;
-  }
-  char src[TPL_MAX_SYSDIRS][32];
-  ly_tree trees[1 + TPL_MAX_SYSDIRS] = {{"upper", "root"}};
-  size_t n = 1;
-  for (int i = 0; i < s->nsys; i++) {
-    snprintf(src[i], sizeof src[i], "upper-%s", s->sys[i]);
-    trees[n++] = (ly_tree){src[i], s->sys[i]};
-  }
+  if (capture_depth_ok(s, err, errlen) != 0) return -1;
+  upper_trees u;
+  upper_trees_of(s, &u);
+  const ly_tree *trees = u.t;
+  size_t n = u.n;
   int dfd = open(s->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) { seterr(err, errlen, "open %s: %s", s->dir, strerror(errno)); return -1; }
   /* Frozen, nothing inside changes a file while its layer is copied. */
@@ -977,6 +988,30 @@ int sbx_capture(sbx_t *s, layer **out, char *err, size_t errlen) {
   }
   int rc = ly_capture(dfd, trees, n, s->layer, sbx_host_uid(s, 0), sbx_host_gid(s, 0), out, err, errlen);
   if (sbx_resume(s) != 0) fprintf(stderr, "sandboxd: sandbox %s: thaw after the snapshot: %s\n", s->id, strerror(errno));
+  close(dfd);
+  return rc;
+}
+
+int sbx_capture_final(sbx_t *s, layer **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (capture_depth_ok(s, err, errlen) != 0) return -1;
+  sbx_stop(s);
+  pthread_mutex_lock(&s->mu);
+  bool dead = s->killed;
+  pthread_mutex_unlock(&s->mu);
+  if (!dead) { seterr(err, errlen, "the sandbox's init (pid %d) was not reaped: its upper layers may still be mounted", (int)s->init_pid); return -1; }
+  /* The init is reaped: the kernel reaped its whole pid namespace first, and the last of its
+   * processes took the mount namespace with it. What could still hold its overlays are sandboxd's
+   * own descriptors into it: the root fd (a path in the root overlay) and those of requests, which
+   * the caller waited for. With none left, no overlay has the upper directories any more. */
+  if (s->root_fd >= 0) close(s->root_fd);
+  s->root_fd = -1;
+  upper_trees u;
+  upper_trees_of(s, &u);
+  int dfd = open(s->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) { seterr(err, errlen, "open %s: %s", s->dir, strerror(errno)); return -1; }
+  /* Moved out of s->dir: what sbx_destroy removes then is the rest (work directories). */
+  int rc = ly_adopt(dfd, u.t, u.n, s->layer, sbx_host_uid(s, 0), sbx_host_gid(s, 0), out, err, errlen);
   close(dfd);
   return rc;
 }

@@ -106,6 +106,13 @@ void sbx_stop(sbx_t *s);
  * are copied into a new layer over the one s started from (layers.h), s is thawed. *out is a new
  * reference. 0, or -1 with err. The caller keeps s from being paused or resumed meanwhile. */
 int sbx_capture(sbx_t *s, struct layer **out, char *err, size_t errlen);
+/* As sbx_capture, for a sandbox that is being destroyed (a template step's build sandbox): s is
+ * stopped (every process killed and reaped: its mount namespace, and the overlays in it, gone
+ * with them; idempotent), its root fd closed, and its upper layers *moved* into the new layer
+ * (ly_adopt) rather than copied. Nothing may use s afterwards but sbx_destroy, which removes what
+ * is left of its directory (the work directories). The caller makes sure nothing else holds s
+ * (registry.h reg_kill_with: every request on it ended). 0, or -1 with err. */
+int sbx_capture_final(sbx_t *s, struct layer **out, char *err, size_t errlen);
 /* Metrics (metrics.h), as E2B's getMetrics has them. */
 typedef mx_sample sbx_metric;
 /* A sample now if due, then every sample with from_ms <= ts_ms <= to_ms (*out: free()). 0 or -1. */

@@ -882,22 +882,30 @@ static void chain_sandbox_end(chain *ch) {
   if (sid[0]) (void)reg_kill(sid);
 }
 
-typedef struct { layer *out; char why[512]; } capture_arg;
-static int capture_cb(sbx_t *s, const reg_info *in, void *cls) {
-  (void)in;
+typedef struct { layer *out; int rc; char why[512]; } capture_arg;
+static void capture_cb(sbx_t *s, void *cls) {
   capture_arg *a = cls;
-  return sbx_capture(s, &a->out, a->why, sizeof a->why);
+  a->rc = sbx_capture_final(s, &a->out, a->why, sizeof a->why);
 }
 
-/* The build sandbox's changes captured as a new layer over ch->cur, which it becomes; the
- * sandbox killed. 0, or -1 with err. */
+/* The build sandbox killed and its changes captured as a new layer over ch->cur, which it
+ * becomes: the capture runs inside the kill, once every process is gone and nothing else holds
+ * the sandbox, and moves its upper layers into the layer (sbx_capture_final) instead of copying
+ * them. 0, or -1 with err. */
 static int chain_capture(chain *ch, char *err, size_t errlen) {
-  capture_arg ca = {0};
-  int rc = reg_with_running(ch->b->sandbox_id, capture_cb, &ca);
-  chain_sandbox_end(ch);
-  if (rc != 0) {
+  capture_arg ca = {.rc = -1};
+  char sid[65];
+  pthread_mutex_lock(&g.mu);
+  snprintf(sid, sizeof sid, "%s", ch->b->sandbox_id);
+  ch->b->sandbox_id[0] = '\0';
+  pthread_mutex_unlock(&g.mu);
+  if (ch->e) reg_put(ch->e);           /* ours let go first: the kill waits for every holder */
+  ch->e = NULL;
+  ch->sx = NULL;
+  int rc = sid[0] ? reg_kill_with(sid, capture_cb, &ca) : -1;
+  if (rc != 0 || ca.rc != 0) {
     ly_release(ca.out);
-    return seterr(err, errlen, "cannot capture the build sandbox: %s", rc == -1 ? "it is gone" : ca.why);
+    return seterr(err, errlen, "cannot capture the build sandbox: %s", rc != 0 ? "it is gone" : ca.why);
   }
   ly_release(ch->cur);
   ch->cur = ca.out;

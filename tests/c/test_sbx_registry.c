@@ -128,6 +128,74 @@ static void test_kill_waits_for_holders(void) {
   CHECK_HAS(fk.log, want);
 }
 
+/* reg_kill_with: fn runs once the sandbox is stopped and every other holder let go, before it is
+ * destroyed; an unknown sandbox, or one another kill already took, never reaches it. */
+typedef struct { char id[32]; int rc, calls; bool stopped_then; int destroys_then; reg_entry *held; } with_job;
+static void with_fn(sbx_t *s, void *cls) {
+  with_job *j = cls;
+  j->calls++;
+  j->stopped_then = s->stopped;
+  j->destroys_then = fk_count(&fk.destroys);
+  fk_note("with", s->id, &fk.resumes);   /* in the log, in order (the counter is not checked) */
+}
+static void *with_killer(void *arg) {
+  with_job *j = arg;
+  j->rc = reg_kill_with(j->id, with_fn, j);
+  return NULL;
+}
+
+static void test_kill_with(void) {
+  reg_info in;
+  reg_entry *e = make(false, 300, &in);
+  json_decref(in.metadata);
+  CHECK(e != NULL);
+  int stops = fk_count(&fk.stops), destroys = fk_count(&fk.destroys);
+  with_job j = {0};
+  snprintf(j.id, sizeof j.id, "%s", in.id);
+  pthread_t t;
+  pthread_create(&t, NULL, with_killer, &j);
+  CHECK(fk_wait(&fk.stops, stops + 1));
+  struct timespec ts = {0, 50 * 1000000L};
+  nanosleep(&ts, NULL);
+  CHECK_INT(j.calls, 0);                 /* we still hold it: fn waits for us */
+  reg_put(e);
+  pthread_join(t, NULL);
+  CHECK_INT(j.rc, 0);
+  CHECK_INT(j.calls, 1);
+  CHECK(j.stopped_then);
+  CHECK_INT(j.destroys_then, destroys);  /* before the destroy */
+  CHECK_INT(fk_count(&fk.destroys), destroys + 1);
+  char want[200];
+  snprintf(want, sizeof want, "with:%s destroy:%s gone:%s", in.id, in.id, in.id);
+  CHECK_HAS(fk.log, want);
+  const char *with_at = strstr(fk.log, want);
+  snprintf(want, sizeof want, "stop:%s", in.id);
+  const char *stop_at = strstr(fk.log, want);
+  CHECK(stop_at && with_at && stop_at < with_at);
+  with_job none = {0};
+  CHECK_INT(reg_kill_with("nosuchsandbox", with_fn, &none), -1);
+  CHECK_INT(none.calls, 0);
+  /* another kill under way: this one waits for it, and fn is not run */
+  e = make(false, 300, &in);
+  json_decref(in.metadata);
+  kill_job k;
+  snprintf(k.id, sizeof k.id, "%s", in.id);
+  stops = fk_count(&fk.stops);
+  pthread_t t2;
+  pthread_create(&t2, NULL, killer, &k);
+  CHECK(fk_wait(&fk.stops, stops + 1));
+  with_job late = {0};
+  snprintf(late.id, sizeof late.id, "%s", in.id);
+  pthread_create(&t, NULL, with_killer, &late);
+  nanosleep(&ts, NULL);
+  reg_put(e);
+  pthread_join(t2, NULL);
+  pthread_join(t, NULL);
+  CHECK_INT(k.rc, 0);
+  CHECK_INT(late.rc, -1);
+  CHECK_INT(late.calls, 0);
+}
+
 /* reg_with_running: the callback sees the sandbox and its info while nothing pauses or kills it;
  * a kill started meanwhile waits for it. Paused, unknown and dying sandboxes never reach it. */
 typedef struct { sbx_t *seen; char template_id[REG_TEMPLATE_MAX]; int calls; int rc; kill_job *kill; pthread_t killer; } run_ctx;
@@ -369,6 +437,7 @@ int main(void) {
   MBT_RUN(test_create_failure);
   MBT_RUN(test_kill_waits_for_holders);
   MBT_RUN(test_with_running);
+  MBT_RUN(test_kill_with);
   MBT_RUN(test_wake);
   MBT_RUN(test_expiry);
   MBT_RUN(test_auto_pause);
