@@ -217,15 +217,15 @@ static void create_sandbox(sd_request *r, bool v2) {
     char why[512];
     if (!(from = snap_resolve(json_string_value(tpl), &snap, &status, why, sizeof why))) {
       if (status == 404)
-        sd_reply_error(r, 404, "template '%s' not found (sandboxd has the template '%s' and the snapshots GET /snapshots lists)",
-                       json_string_value(tpl), SANDBOXD_TEMPLATE);
+        sd_reply_error(r, 404, "%s (sandboxd has the template '%s', the templates and snapshots GET /templates lists, and their tags)",
+                       why, SANDBOXD_TEMPLATE);
       else sd_reply_error(r, status, "field 'templateID': %s", why);
       goto out;
     }
     o.layer = from;
     o.template_id = snap.id;
     o.template_alias = snap.name[0] ? snap.name : snap.id;
-    if (tb_defaults(snap.id, &tdef) == 0) {   /* a built template's */
+    if (tb_defaults(snap.build_id, &tdef) == 0) {   /* a built template's (the tag's build) */
       if (tdef.workdir[0]) o.workdir = tdef.workdir;
       o.cpu_count = tdef.cpu_count;
       o.memory_mb = tdef.memory_mb;

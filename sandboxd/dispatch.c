@@ -58,6 +58,7 @@ static void handle(sd_request *r, void *ctx) {
     case RT_SNAPSHOT_CREATE: case RT_SNAPSHOT_LIST: case RT_TEMPLATE_DELETE: case RT_TEMPLATE_LIST: case RT_TEMPLATE_ALIAS:
     case RT_FORK: snapshot_api_handle(r, d); break;
     case RT_TEMPLATE_REQUEST: case RT_TEMPLATE_FILE: case RT_TEMPLATE_UPLOAD: case RT_TEMPLATE_BUILD: case RT_TEMPLATE_BUILD_STATUS:
+    case RT_TEMPLATE_TAGS_ASSIGN: case RT_TEMPLATE_TAGS_REMOVE: case RT_TEMPLATE_TAGS:
       template_api_handle(r, d);
       break;
     case RT_VOLUME_CREATE: case RT_VOLUME_LIST: case RT_VOLUME_GET: case RT_VOLUME_DELETE: case RT_VOLUME_CONTENT:

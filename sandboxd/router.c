@@ -72,6 +72,9 @@ static const struct {
   {"POST", "/sandboxes/{id}/fork", RT_FORK, NULL},
   {"POST", "/sandboxes/{id}/snapshots", RT_SNAPSHOT_CREATE, NULL},
   {"GET", "/snapshots", RT_SNAPSHOT_LIST, NULL},
+  {"POST", "/templates/tags", RT_TEMPLATE_TAGS_ASSIGN, NULL},        /* before /templates/{ref}: "tags" is no template */
+  {"DELETE", "/templates/tags", RT_TEMPLATE_TAGS_REMOVE, NULL},
+  {"GET", "/templates/{ref}/tags", RT_TEMPLATE_TAGS, NULL},
   {"DELETE", "/templates/{ref}", RT_TEMPLATE_DELETE, NULL},
   {"GET", "/templates", RT_TEMPLATE_LIST, NULL},
   {"GET", "/templates/aliases/{ref}", RT_TEMPLATE_ALIAS, NULL},
@@ -85,7 +88,7 @@ static const struct {
   {"POST", "/v2/templates/{ref}/builds/*", RT_TEMPLATE_BUILD, NULL},
   {"GET", "/templates/{ref}/builds/*", RT_TEMPLATE_BUILD_STATUS, NULL},
   {"*", "/snapshots/*", RT_UNIMPLEMENTED, "snapshot routes other than GET /snapshots are not implemented by sandboxd"},
-  {"*", "/templates*", RT_UNIMPLEMENTED, "not implemented by sandboxd (template builds are POST /v3/templates, GET/PUT /templates/{id}/files/{hash}, POST /v2/templates/{id}/builds/{id}, GET /templates/{id}/builds/{id}/status)"},
+  {"*", "/templates*", RT_UNIMPLEMENTED, "not implemented by sandboxd (template builds are POST /v3/templates, GET/PUT /templates/{id}/files/{hash}, POST /v2/templates/{id}/builds/{id}, GET /templates/{id}/builds/{id}/status; tags POST/DELETE /templates/tags, GET /templates/{id}/tags)"},
   {"*", "/v2/templates*", RT_UNIMPLEMENTED, "not implemented by sandboxd (template builds are POST /v3/templates, then POST /v2/templates/{id}/builds/{id})"},
   {"*", "/v3/templates*", RT_UNIMPLEMENTED, "not implemented by sandboxd (template builds are POST /v3/templates, then POST /v2/templates/{id}/builds/{id})"},
   {"POST", "/volumes", RT_VOLUME_CREATE, NULL},

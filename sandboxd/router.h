@@ -53,6 +53,9 @@ typedef enum {
                                 handler before it reads a byte of the body; no API key) */
   RT_TEMPLATE_BUILD,         /* POST /v2/templates/{ref}/builds/{buildID}: the build's steps, started */
   RT_TEMPLATE_BUILD_STATUS,  /* GET /templates/{ref}/builds/{buildID}/status */
+  RT_TEMPLATE_TAGS_ASSIGN,   /* POST /templates/tags: a build takes tags */
+  RT_TEMPLATE_TAGS_REMOVE,   /* DELETE /templates/tags: a template loses tags */
+  RT_TEMPLATE_TAGS,          /* GET /templates/{ref}/tags */
   RT_VOLUME_CREATE, RT_VOLUME_LIST, RT_VOLUME_GET, RT_VOLUME_DELETE,   /* /volumes[/{ref}] */
   RT_SECRET_CREATE, RT_SECRET_LIST,                                   /* POST, GET /secrets */
   RT_SECRET_GET, RT_SECRET_UPDATE, RT_SECRET_DELETE,                  /* GET, POST, DELETE /secrets/{ref} */

@@ -148,20 +148,21 @@ static void list_snapshots(sd_request *r) {
 }
 
 /* A template as E2B's GET /templates lists it: base (sandboxd's own, public) or a snapshot (E2B
- * lists snapshots as templates: its name is its alias). Built once, always ready. */
-static json_t *template_json(const char *id, const char *name, int64_t created_ms, bool public) {
+ * lists snapshots as templates: its name is its alias), once whatever its tags: buildID its newest
+ * build, buildCount the builds its tags keep. Always ready. */
+static json_t *template_json(const char *id, const char *build_id, const char *name, int64_t created_ms, size_t builds, bool public) {
   json_t *names = json_array();
   if (names && name[0]) json_array_append_new(names, json_string(name));
-  json_t *j = json_pack("{s:s,s:s,s:O,s:O,s:o,s:o,s:n,s:n,s:i,s:i,s:s,s:s,s:b}", "templateID", id, "buildID", id,
+  json_t *j = json_pack("{s:s,s:s,s:O,s:O,s:o,s:o,s:n,s:n,s:i,s:i,s:s,s:s,s:b}", "templateID", id, "buildID", build_id,
                         "aliases", names ? names : json_array(), "names", names ? names : json_array(),
                         "createdAt", control_rfc3339(created_ms), "updatedAt", control_rfc3339(created_ms),
-                        "createdBy", "lastSpawnedAt", "spawnCount", 0, "buildCount", 1, "envdVersion",
+                        "createdBy", "lastSpawnedAt", "spawnCount", 0, "buildCount", (int)builds, "envdVersion",
                         SANDBOXD_ENVD_VERSION, "buildStatus", "ready", "public", public);
   json_decref(names);
   if (j) control_host_sizes(j);
   if (j && !public) {   /* a built template's own limits, when its request set them */
     tb_template_defaults d;
-    if (tb_defaults(id, &d) == 0) {
+    if (tb_defaults(build_id, &d) == 0) {
       if (d.cpu_count) json_object_set_new(j, "cpuCount", json_integer(d.cpu_count));
       if (d.memory_mb) json_object_set_new(j, "memoryMB", json_integer(d.memory_mb));
     }
@@ -178,8 +179,9 @@ static void list_templates(sd_request *r) {
   snap_info *all = snap_list(&n);
   if (!all) { sd_reply_error(r, 500, "out of memory"); return; }
   json_t *out = json_array();
-  json_array_append_new(out, template_json(SANDBOXD_TEMPLATE, SANDBOXD_TEMPLATE, control_started_ms(), true));
-  for (size_t i = 0; i < n; i++) json_array_append_new(out, template_json(all[i].id, all[i].name, all[i].created_ms, false));
+  json_array_append_new(out, template_json(SANDBOXD_TEMPLATE, SANDBOXD_TEMPLATE, SANDBOXD_TEMPLATE, control_started_ms(), 1, true));
+  for (size_t i = 0; i < n; i++)
+    json_array_append_new(out, template_json(all[i].id, all[i].build_id, all[i].name, all[i].created_ms, all[i].nbuilds, false));
   free(all);
   sd_reply_json(r, 200, out);
 }
@@ -216,17 +218,17 @@ static void delete_template(sd_request *r, const char *ref) {
   if (control_is_base(ref)) { sd_reply_error(r, 400, "the template 'base' is sandboxd's own: it cannot be deleted"); return; }
   char why[512];
   snap_info si;
-  int rs;
-  layer *l = snap_resolve(ref, &si, &rs, why, sizeof why);   /* its id, for a built template's defaults */
-  ly_release(l);
-  size_t users = l && tb_is_built(si.id) ? sandboxes_of(si.id) : 0;
+  char key[SNAP_NAME_MAX + 1], tag[SNAP_TAG_MAX + 1];
+  bool known = snap_parse_ref(ref, key, sizeof key, tag, sizeof tag, why, sizeof why) == 0 && snap_find(key, &si) == 0;
+  /* a sandbox of any of its builds counts */
+  size_t users = known && tb_is_built(si.id) ? sandboxes_of(si.id) : 0;
   if (users > 0) {   /* a built template in use stays (a snapshot goes, its layers kept for its sandboxes) */
     sd_reply_error(r, 409, "template '%s' is used by %zu sandbox%s: kill %s first", si.name[0] ? si.name : si.id, users,
                    users == 1 ? "" : "es", users == 1 ? "it" : "them");
     return;
   }
   int st = snap_delete(ref, why, sizeof why);
-  if (st == 0 && l) tb_forget(si.id);   /* a built template's envs, workdir and uploads */
+  if (st == 0 && known) tb_forget(si.id);   /* a built template's uploads, cache entries (its builds' defaults went with them) */
   if (st == 0) sd_reply_bytes(r, 204, NULL, NULL, 0);
   else if (st == 404) sd_reply_error(r, 404, "template '%s' not found", ref);
   else sd_reply_error(r, st, "%s", why);

@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "api_body.h"
+#include "control.h"
 #include "sandbox.h"
 #include "snapshots.h"
 #include "template_build.h"
@@ -34,6 +36,63 @@ static int limit_field(sd_request *r, json_t *body, const char *field, long min,
   return 0;
 }
 
+typedef char tag_t[SNAP_TAG_MAX + 1];
+
+static int64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Adds the tag `raw` (field `field`, for the message) to tags[*n] unless it is there already.
+ * 0, or -1 after replying 400. */
+static int add_tag(sd_request *r, const char *field, const char *raw, tag_t *tags, size_t *n) {
+  char tag[SNAP_TAG_MAX + 1], why[512];
+  if (snap_parse_tag(raw, tag, sizeof tag, why, sizeof why) != 0) { sd_reply_error(r, 400, "field '%s': %s", field, why); return -1; }
+  for (size_t i = 0; i < *n; i++)
+    if (!strcmp(tags[i], tag)) return 0;
+  if (*n == SNAP_TAGS_PER_REQUEST) {
+    sd_reply_error(r, 400, "field '%s': at most %d tags a request (sandboxd's bound)", field, SNAP_TAGS_PER_REQUEST);
+    return -1;
+  }
+  snprintf(tags[(*n)++], sizeof tags[0], "%s", tag);
+  return 0;
+}
+
+/* Field `field` (an array of tag strings; absent or null: none unless required) added to tags[*n]
+ * as add_tag does. 0, or -1 after replying 400. */
+static int tag_list(sd_request *r, json_t *body, const char *field, bool required, tag_t *tags, size_t *n) {
+  json_t *v = json_object_get(body, field), *t;
+  if (!v || json_is_null(v)) {
+    if (!required) return 0;
+    sd_reply_error(r, 400, "field '%s' is required: an array of 1 to %d tags", field, SNAP_TAGS_PER_REQUEST);
+    return -1;
+  }
+  if (!json_is_array(v) || (required && json_array_size(v) == 0)) {
+    sd_reply_error(r, 400, "field '%s' must be an array of %s tag strings", field, required ? "1 or more" : "");
+    return -1;
+  }
+  if (json_array_size(v) > SNAP_TAGS_PER_REQUEST) {
+    sd_reply_error(r, 400, "field '%s': at most %d tags a request (sandboxd's bound)", field, SNAP_TAGS_PER_REQUEST);
+    return -1;
+  }
+  size_t i;
+  json_array_foreach(v, i, t) {
+    char f[64];
+    snprintf(f, sizeof f, "%s[%zu]", field, i);
+    if (!json_is_string(t)) { sd_reply_error(r, 400, "field '%s' must be a string", f); return -1; }
+    if (add_tag(r, f, json_string_value(t), tags, n) != 0) return -1;
+  }
+  return 0;
+}
+
+static json_t *tags_json(const tag_t *tags, size_t n) {
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < n; i++) json_array_append_new(a, json_string(tags[i]));
+  if (a && n == 0) json_array_append_new(a, json_string(SNAP_DEFAULT_TAG));
+  return a;
+}
+
 /* POST /v3/templates */
 static void request_build(sd_request *r) {
   json_t *body = api_body_object(r, false);
@@ -46,7 +105,7 @@ static void request_build(sd_request *r) {
   if (api_only_fields(r, body, fields) != 0 || limit_field(r, body, "cpuCount", 1, cpu, &want_cpu) != 0 ||
       limit_field(r, body, "memoryMB", 128, mem, &want_mem) != 0)
     goto out;
-  json_t *n = json_object_get(body, "name"), *a = json_object_get(body, "alias"), *tags = json_object_get(body, "tags");
+  json_t *n = json_object_get(body, "name"), *a = json_object_get(body, "alias");
   json_t *disk = json_object_get(body, "minFreeDiskMb");
   if (disk && !json_is_null(disk)) {
     sd_reply_error(r, 400, "field 'minFreeDiskMb' is not supported by sandboxd (a sandbox's disk is the state dir's file system)");
@@ -57,26 +116,19 @@ static void request_build(sd_request *r) {
   if ((n && !json_is_string(n)) || (a && !json_is_string(a))) { sd_reply_error(r, 400, "fields 'name' and 'alias' must be strings"); goto out; }
   if (!n && !a) { sd_reply_error(r, 400, "field 'name' is required"); goto out; }
   if (n && a && strcmp(json_string_value(n), json_string_value(a)) != 0) { sd_reply_error(r, 400, "fields 'name' and 'alias' differ: give 'name' only"); goto out; }
-  if (tags && !json_is_null(tags)) {
-    size_t i;
-    json_t *t;
-    if (!json_is_array(tags)) { sd_reply_error(r, 400, "field 'tags' must be an array of strings"); goto out; }
-    json_array_foreach(tags, i, t) {
-      if (!json_is_string(t) || strcmp(json_string_value(t), SNAP_DEFAULT_TAG) != 0) {
-        sd_reply_error(r, 400, "field 'tags[%zu]': sandboxd keeps one build per template, its tag is '%s'", i, SNAP_DEFAULT_TAG);
-        goto out;
-      }
-    }
-  }
-  char name[SNAP_NAME_MAX + 1], why[512], tid[TB_ID_LEN + 1], bid[TB_ID_LEN + 1];
-  if (snap_parse_name(json_string_value(n ? n : a), name, sizeof name, why, sizeof why) != 0) {
+  char name[SNAP_NAME_MAX + 1], tag[SNAP_TAG_MAX + 1], why[512], tid[TB_ID_LEN + 1], bid[TB_ID_LEN + 1];
+  tag_t want[SNAP_TAGS_PER_REQUEST];
+  size_t nwant = 0;
+  if (snap_parse_ref(json_string_value(n ? n : a), name, sizeof name, tag, sizeof tag, why, sizeof why) != 0) {
     sd_reply_error(r, 400, "field '%s': %s", n ? "name" : "alias", why);
     goto out;
   }
-  int st = tb_request(name, (int)want_cpu, want_mem, tid, bid, why, sizeof why);
+  /* "name:tag" counts as that tag in 'tags' (E2B) */
+  if ((tag[0] && add_tag(r, n ? "name" : "alias", tag, want, &nwant) != 0) || tag_list(r, body, "tags", false, want, &nwant) != 0) goto out;
+  int st = tb_request(name, (const tag_t *)want, nwant, (int)want_cpu, want_mem, tid, bid, why, sizeof why);
   if (st) { sd_reply_error(r, st, "%s", why); goto out; }
-  sd_reply_json(r, 202, json_pack("{s:s,s:s,s:[s],s:[s],s:[s],s:b}", "templateID", tid, "buildID", bid, "names", name, "aliases",
-                                  name, "tags", SNAP_DEFAULT_TAG, "public", 0));
+  sd_reply_json(r, 202, json_pack("{s:s,s:s,s:[s],s:[s],s:o,s:b}", "templateID", tid, "buildID", bid, "names", name, "aliases",
+                                  name, "tags", tags_json((const tag_t *)want, nwant), "public", 0));
 out:
   json_decref(body);
 }
@@ -186,6 +238,62 @@ static void build_status(sd_request *r, const rt_decision *d) {
   else sd_reply_json(r, 200, j);
 }
 
+/* POST /templates/tags {target: "name[:tag]", tags} → 201 {buildID, tags} */
+static void assign_tags(sd_request *r) {
+  json_t *body = api_body_object(r, false);
+  if (!body) return;
+  static const char *const fields[] = {"target", "tags", NULL};
+  tag_t tags[SNAP_TAGS_PER_REQUEST];
+  size_t n = 0;
+  json_t *target = json_object_get(body, "target");
+  if (api_only_fields(r, body, fields) != 0) goto out;
+  if (!json_is_string(target)) { sd_reply_error(r, 400, "field 'target' is required: the build to tag, as \"name:tag\""); goto out; }
+  if (tag_list(r, body, "tags", true, tags, &n) != 0) goto out;
+  char why[512], bid[LY_ID_LEN + 1];
+  int st = snap_assign_tags(json_string_value(target), (const tag_t *)tags, n, wall_ms(), bid, why, sizeof why);
+  if (st) { sd_reply_error(r, st, "%s%s", st == 400 ? "field 'target': " : "", why); goto out; }
+  sd_reply_json(r, 201, json_pack("{s:s,s:o}", "buildID", bid, "tags", tags_json((const tag_t *)tags, n)));
+out:
+  json_decref(body);
+}
+
+/* DELETE /templates/tags {name, tags} → 204 */
+static void remove_tags(sd_request *r) {
+  json_t *body = api_body_object(r, false);
+  if (!body) return;
+  static const char *const fields[] = {"name", "tags", NULL};
+  tag_t tags[SNAP_TAGS_PER_REQUEST];
+  size_t n = 0;
+  json_t *name = json_object_get(body, "name");
+  if (api_only_fields(r, body, fields) != 0) goto out;
+  if (!json_is_string(name)) { sd_reply_error(r, 400, "field 'name' is required: the template's name"); goto out; }
+  if (tag_list(r, body, "tags", true, tags, &n) != 0) goto out;
+  char why[512];
+  int st = snap_remove_tags(json_string_value(name), (const tag_t *)tags, n, why, sizeof why);
+  if (st) sd_reply_error(r, st, "%s", why);
+  else sd_reply_bytes(r, 204, NULL, NULL, 0);
+out:
+  json_decref(body);
+}
+
+/* GET /templates/{templateID}/tags → [{tag, buildID, createdAt}] */
+static void list_tags(sd_request *r, const rt_decision *d) {
+  static const char *const known[] = {NULL};
+  if (api_query_only(r, known)) return;
+  snap_tag *v;
+  size_t n;
+  char why[512];
+  int st = snap_tags(d->ref, &v, &n, why, sizeof why);
+  if (st) { sd_reply_error(r, st, "%s", why); return; }
+  json_t *out = json_array();
+  for (size_t i = 0; out && i < n; i++)
+    json_array_append_new(out, json_pack("{s:s,s:s,s:o}", "tag", v[i].tag, "buildID", v[i].build_id, "createdAt",
+                                         control_rfc3339(v[i].created_ms)));
+  free(v);
+  if (!out) sd_reply_error(r, 500, "out of memory");
+  else sd_reply_json(r, 200, out);
+}
+
 void template_api_handle(sd_request *r, const rt_decision *d) {
   switch (d->route) {
     case RT_TEMPLATE_REQUEST: request_build(r); break;
@@ -193,6 +301,9 @@ void template_api_handle(sd_request *r, const rt_decision *d) {
     case RT_TEMPLATE_UPLOAD: file_upload(r, d); break;
     case RT_TEMPLATE_BUILD: start_build(r, d); break;
     case RT_TEMPLATE_BUILD_STATUS: build_status(r, d); break;
+    case RT_TEMPLATE_TAGS_ASSIGN: assign_tags(r); break;
+    case RT_TEMPLATE_TAGS_REMOVE: remove_tags(r); break;
+    case RT_TEMPLATE_TAGS: list_tags(r, d); break;
     default: sd_reply_error(r, 500, "internal error: route %d is not a template build route", (int)d->route); break;
   }
 }

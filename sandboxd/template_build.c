@@ -39,6 +39,8 @@ typedef struct { int64_t ms; const char *level; char *msg; char step[24]; } loge
 
 typedef struct build {
   char tid[TB_ID_LEN + 1], bid[TB_ID_LEN + 1], name[SNAP_NAME_MAX + 1];
+  char tags[SNAP_TAGS_PER_REQUEST][SNAP_TAG_MAX + 1];   /* the build takes them when it is done */
+  size_t ntags;                      /* 0: "default" */
   bstate state;
   logent *log;
   size_t nlog, caplog;
@@ -66,7 +68,8 @@ static struct {
   bool stopping;
   grant grants[TB_GRANTS];
   size_t ngrants;
-  json_t *defaults;                  /* {template id: {envs: {}, workdir}} */
+  json_t *defaults;                  /* {build id: {templateID, envs: {}, workdir, ...}} (a build of before
+                                        tags: its template's id, no templateID) */
   int64_t ready_timeout_ms;
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER, .next_seq = 1, .ready_timeout_ms = TB_READY_TIMEOUT_MS};
 
@@ -130,22 +133,13 @@ static void sweep_at_start(void) {
   for (struct dirent *de; dh && (de = readdir(dh));) {
     if (de->d_name[0] == '.' || !ids_alnum(de->d_name, 64)) continue;
     snap_info si;
-    int st;
-    char why[256];
-    layer *l = snap_resolve(de->d_name, &si, &st, why, sizeof why);
-    remove_uploads(de->d_name, l != NULL && !strcmp(si.id, de->d_name));
-    ly_release(l);
+    remove_uploads(de->d_name, snap_find(de->d_name, &si) == 0 && !strcmp(si.id, de->d_name));
   }
   if (dh) closedir(dh);
   const char *k;
   json_t *v, *tmp;
   json_object_foreach_safe(g.defaults, tmp, k, v) {
-    snap_info si;
-    int st;
-    char why[256];
-    layer *l = snap_resolve(k, &si, &st, why, sizeof why);
-    if (!l || strcmp(si.id, k) != 0) json_object_del(g.defaults, k);
-    ly_release(l);
+    if (!snap_has_build(k)) json_object_del(g.defaults, k);
   }
 }
 
@@ -160,6 +154,19 @@ static int save_defaults_locked(char *err, size_t errlen) {
   if (json_dump_file(g.defaults, tmp, JSON_COMPACT) != 0) return seterr(err, errlen, "cannot write %s", tmp);
   if (rename(tmp, path) != 0) { int e = errno; unlink(tmp); return seterr(err, errlen, "rename %s: %s", path, strerror(e)); }
   return 0;
+}
+
+/* A build left the catalogue (its last tag moved or removed, its template deleted; its layer
+ * released): its defaults go, and the cache may free what only that build used. */
+static void build_dropped(const char *tid, const char *bid) {
+  char err[256];
+  pthread_mutex_lock(&g.mu);
+  if (g.defaults && json_object_get(g.defaults, bid)) {
+    json_object_del(g.defaults, bid);
+    if (save_defaults_locked(err, sizeof err) != 0) fprintf(stderr, "sandboxd: template %s: %s\n", tid, err);
+  }
+  pthread_mutex_unlock(&g.mu);
+  tc_trim();
 }
 
 /* A bound of the build cache from the environment (a positive integer, times unit), 0: none set. */
@@ -190,6 +197,7 @@ int tb_init(const char *state_dir, char *err, size_t errlen) {
   g.stopping = false;
   if (!g.defaults) return seterr(err, errlen, "out of memory");
   sweep_at_start();
+  snap_on_drop(build_dropped);
   return tc_init(state_dir, cache_bound("SANDBOXD_TEMPLATE_CACHE_ENTRIES", 1), cache_bound("SANDBOXD_TEMPLATE_CACHE_MB", 1ULL << 20), err, errlen);
 }
 
@@ -260,7 +268,9 @@ static void logf_locked(build *b, const char *level, const char *step, const cha
 
 #define BLOG(b, level, step, ...) do { pthread_mutex_lock(&g.mu); logf_locked(b, level, step, __VA_ARGS__); pthread_mutex_unlock(&g.mu); } while (0)
 
-int tb_request(const char *name, int cpu_count, long memory_mb, char *template_id, char *build_id, char *err, size_t errlen) {
+int tb_request(const char *name, const char (*tags)[SNAP_TAG_MAX + 1], size_t ntags, int cpu_count, long memory_mb, char *template_id,
+               char *build_id, char *err, size_t errlen) {
+  if (ntags > SNAP_TAGS_PER_REQUEST) { seterr(err, errlen, "at most %d tags a build", SNAP_TAGS_PER_REQUEST); return 400; }
   pthread_mutex_lock(&g.mu);
   int st = 0;
   char tid[TB_ID_LEN + 1] = "";
@@ -270,10 +280,7 @@ int tb_request(const char *name, int cpu_count, long memory_mb, char *template_i
     snprintf(tid, sizeof tid, "%s", g.b[i]->tid);
   }
   snap_info si;
-  int rs;
-  char why[256];
-  layer *l = tid[0] ? NULL : snap_resolve(name, &si, &rs, why, sizeof why);
-  if (l) { snprintf(tid, sizeof tid, "%.*s", TB_ID_LEN, si.id); ly_release(l); }
+  if (!tid[0] && snap_find(name, &si) == 0) snprintf(tid, sizeof tid, "%.*s", TB_ID_LEN, si.id);
   if (g.nb == TB_MAX_BUILDS) {   /* forget the oldest build that is not running */
     size_t i = 0;
     while (i < g.nb && g.b[i]->state == B_BUILDING) i++;
@@ -282,9 +289,7 @@ int tb_request(const char *name, int cpu_count, long memory_mb, char *template_i
     memmove(&g.b[i], &g.b[i + 1], (g.nb - i - 1) * sizeof *g.b);
     g.nb--;
     snap_info osi;
-    layer *ol = find_locked(old->tid, NULL) ? NULL : snap_resolve(old->tid, &osi, &rs, why, sizeof why);
-    if (!ol && !find_locked(old->tid, NULL)) remove_uploads(old->tid, false);   /* never built, no other build of it */
-    ly_release(ol);
+    if (!find_locked(old->tid, NULL) && snap_find(old->tid, &osi) != 0) remove_uploads(old->tid, false);   /* never built, no other build of it */
     build_free(old);
   }
   build *b = calloc(1, sizeof *b);
@@ -293,6 +298,8 @@ int tb_request(const char *name, int cpu_count, long memory_mb, char *template_i
   else if (ids_random(b->tid, TB_ID_LEN) != 0) { free(b); st = 500; seterr(err, errlen, "getrandom: %s", strerror(errno)); goto out; }
   if (ids_random(b->bid, TB_ID_LEN) != 0) { free(b); st = 500; seterr(err, errlen, "getrandom: %s", strerror(errno)); goto out; }
   snprintf(b->name, sizeof b->name, "%s", name);
+  for (size_t i = 0; i < ntags; i++) snprintf(b->tags[i], sizeof b->tags[i], "%s", tags[i]);
+  b->ntags = ntags;
   b->state = B_WAITING;
   b->cpu_count = cpu_count;
   b->memory_mb = memory_mb;
@@ -769,8 +776,8 @@ int tb_run_start_cmd(sbx_t *s, const tb_template_defaults *d, char *err, size_t 
   return start_and_wait(s, d->start_cmd, d->ready_cmd, c.user, d->workdir, &c, NULL, err, errlen);
 }
 
-/* Records the template's envs and workdir under its id. */
-static void save_template_defaults(const char *tid, const build *b, const bctx *c, const char *start, const char *ready) {
+/* Records the build's envs, workdir, limits and start command under its id. */
+static void save_template_defaults(const char *tid, const char *bid, const build *b, const bctx *c, const char *start, const char *ready) {
   json_t *envs = json_object();
   for (size_t i = 0; envs && i < c->nenvs; i++) {
     const char *eq = strchr(c->envs[i], '=');
@@ -778,7 +785,7 @@ static void save_template_defaults(const char *tid, const build *b, const bctx *
     snprintf(k, sizeof k, "%.*s", (int)(eq - c->envs[i]), c->envs[i]);
     json_object_set_new(envs, k, json_string(eq + 1));
   }
-  json_t *d = json_pack("{s:o,s:s}", "envs", envs ? envs : json_object(), "workdir", c->workdir);
+  json_t *d = json_pack("{s:s,s:o,s:s}", "templateID", tid, "envs", envs ? envs : json_object(), "workdir", c->workdir);
   if (d && b->cpu_count) json_object_set_new(d, "cpuCount", json_integer(b->cpu_count));
   if (d && b->memory_mb) json_object_set_new(d, "memoryMB", json_integer(b->memory_mb));
   if (d) json_object_set_new(d, "user", json_string(c->user));
@@ -786,7 +793,7 @@ static void save_template_defaults(const char *tid, const build *b, const bctx *
   if (d && ready) json_object_set_new(d, "readyCmd", json_string(ready));
   pthread_mutex_lock(&g.mu);
   char err[256];
-  if (d && g.defaults && json_object_set_new(g.defaults, tid, d) == 0) {
+  if (d && g.defaults && json_object_set_new(g.defaults, bid, d) == 0) {
     if (save_defaults_locked(err, sizeof err) != 0) fprintf(stderr, "sandboxd: template %s: %s\n", tid, err);
   }
   pthread_mutex_unlock(&g.mu);
@@ -1011,7 +1018,7 @@ static void *build_main(void *arg) {
       goto failed;
     }
     tb_template_defaults d;
-    if (tb_defaults(psi.id, &d) == 0) {
+    if (tb_defaults(psi.build_id, &d) == 0) {
       for (size_t i = 0; d.envs && d.envs[i]; i++) {
         char *eq = strchr(d.envs[i], '=');
         *eq = '\0';
@@ -1108,16 +1115,22 @@ static void *build_main(void *arg) {
     if (chain_sandbox(&ch, err, sizeof err) != 0 || chain_capture(&ch, err, sizeof err) != 0) goto failed;
   }
   snap_info out;
-  rc = snap_add_as(b->tid, b->name, ch.cur, ch.last_sandbox, now_ms(), &out, why, sizeof why);
+  rc = snap_add_build(b->tid, b->name, b->bid, ch.cur, ch.last_sandbox, now_ms(), (const char (*)[SNAP_TAG_MAX + 1])b->tags, b->ntags,
+                      &out, why, sizeof why);
   if (rc != 0) { seterr(err, sizeof err, "cannot record the template: %s", why); goto failed; }
   if (strcmp(out.id, b->tid) != 0) {   /* the name was taken meanwhile: the template is that one */
     pthread_mutex_lock(&g.mu);
     snprintf(b->tid, sizeof b->tid, "%s", out.id);
     pthread_mutex_unlock(&g.mu);
   }
-  save_template_defaults(out.id, b, &c, sp->start_cmd, sp->ready_cmd);
+  save_template_defaults(out.id, out.build_id, b, &c, sp->start_cmd, sp->ready_cmd);
   tc_trim();   /* the template's earlier layers may be unused now */
-  BLOG(b, "info", "finalize", "Template '%s' built: Sandbox.create('%s') starts from it", b->name, b->name);
+  if (b->ntags == 0) BLOG(b, "info", "finalize", "Template '%s' built: Sandbox.create('%s') starts from it", b->name, b->name);
+  else {
+    char list[SNAP_TAGS_PER_REQUEST * (SNAP_TAG_MAX + 2) + 1] = "";
+    for (size_t i = 0, o = 0; i < b->ntags; i++) o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", b->tags[i]);
+    BLOG(b, "info", "finalize", "Template '%s' built, tagged %s: Sandbox.create('%s:%s') starts from it", b->name, list, b->name, b->tags[0]);
+  }
   finish(b, B_READY, NULL, NULL, 0);
   goto done;
 failed:
@@ -1257,14 +1270,23 @@ void tb_defaults_free(tb_template_defaults *d) {
   d->envs = NULL;
 }
 
+/* Whether defaults entry (key k, value d) is of a build of template tid. g.mu held. */
+static bool of_template(const char *k, json_t *d, const char *tid) {
+  const char *t = json_string_value(json_object_get(d, "templateID"));
+  return t ? !strcmp(t, tid) : !strcmp(k, tid);
+}
+
 void tb_forget(const char *tid) {
   if (!ids_alnum(tid, 64)) return;
   pthread_mutex_lock(&g.mu);
   char err[256];
-  if (g.defaults && json_object_get(g.defaults, tid)) {
-    json_object_del(g.defaults, tid);
-    if (save_defaults_locked(err, sizeof err) != 0) fprintf(stderr, "sandboxd: template %s: %s\n", tid, err);
+  bool changed = false;
+  const char *k;
+  json_t *v, *tmp;
+  if (g.defaults) json_object_foreach_safe(g.defaults, tmp, k, v) {   /* normally gone already, build by build */
+    if (of_template(k, v, tid)) { json_object_del(g.defaults, k); changed = true; }
   }
+  if (changed && save_defaults_locked(err, sizeof err) != 0) fprintf(stderr, "sandboxd: template %s: %s\n", tid, err);
   for (size_t i = 0; i < g.nb;) {   /* its finished builds */
     if (!strcmp(g.b[i]->tid, tid) && g.b[i]->state != B_BUILDING) {
       build_free(g.b[i]);
@@ -1279,7 +1301,12 @@ void tb_forget(const char *tid) {
 
 bool tb_is_built(const char *tid) {
   pthread_mutex_lock(&g.mu);
-  bool built = g.defaults && json_object_get(g.defaults, tid) != NULL;
+  bool built = false;
+  const char *k;
+  json_t *v;
+  if (g.defaults) json_object_foreach(g.defaults, k, v) {
+    if (of_template(k, v, tid)) { built = true; break; }
+  }
   pthread_mutex_unlock(&g.mu);
   return built;
 }

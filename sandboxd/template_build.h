@@ -10,8 +10,8 @@
  * cache under the step's key (template_key.h, template_cache.h). A build first reuses the longest
  * prefix of its steps whose keys are cached (logged "CACHED [n/m] ..."), unless forced (`force`,
  * a step's `force`: from that step on). The last layer (after the start command, when there is
- * one) is recorded in the snapshot catalogue under the template's name (Sandbox.create('<name>'),
- * GET /templates); past TB_MAX_CHAIN layers the build's layers are merged into one. The
+ * one) is recorded in the snapshot catalogue under the template's name as a build with the tags
+ * requested (Sandbox.create('<name>[:tag]'), GET /templates); past TB_MAX_CHAIN layers the build's layers are merged into one. The
  * template's envs, workdir, limits and start command are kept in <state>/template-defaults.json,
  * and applied to every sandbox created from it (tb_defaults, tb_run_start_cmd). No HTTP here: template_api.c serves the routes.
  *
@@ -51,11 +51,14 @@ void tb_set_ready_timeout(int64_t ms);
  * Call before the registry shuts down. */
 void tb_shutdown(void);
 
-/* POST /v3/templates: a build of template `name` (canonical, snapshots.h). The template keeps its
- * id when it exists (a snapshot or an earlier build of the name). 0 and the ids, or an HTTP status
- * with err (409: a build of the name is running; 429: too many builds; 500). cpu_count,
- * memory_mb: the limits of the build sandbox and of the template's sandboxes (0: sandboxd's). */
-int tb_request(const char *name, int cpu_count, long memory_mb, char *template_id, char *build_id, char *err, size_t errlen);
+/* POST /v3/templates: a build of template `name` (canonical, snapshots.h) that takes `tags`
+ * (canonical, at most SNAP_TAGS_PER_REQUEST; 0: "default") once it is done, moving them from the
+ * template's other builds. The template keeps its id when it exists (a snapshot or an earlier
+ * build of the name). 0 and the ids, or an HTTP status with err (409: a build of the name is
+ * running; 429: too many builds; 500). cpu_count, memory_mb: the limits of the build sandbox and
+ * of the template's sandboxes (0: sandboxd's). */
+int tb_request(const char *name, const char (*tags)[SNAP_TAG_MAX + 1], size_t ntags, int cpu_count, long memory_mb, char *template_id,
+               char *build_id, char *err, size_t errlen);
 
 /* The COPY handshake. `present`: the template has the upload with that hash; else *token is a
  * one-time credential for tb_upload_* of it. 0, or an HTTP status with err (404 unknown template). */
@@ -87,8 +90,9 @@ typedef struct {
   char *start_cmd, *ready_cmd;    /* NULL: none */
   char user[32];                  /* the build's last USER: its start command's */
 } tb_template_defaults;
-/* 0 when template (a snapshot id) has defaults, -1 when it has none. */
-int tb_defaults(const char *template_id, tb_template_defaults *out);
+/* 0 when build (snap_info.build_id: a template build's id, or for one of before tags its
+ * template's id) has defaults, -1 when it has none. */
+int tb_defaults(const char *build_id, tb_template_defaults *out);
 void tb_defaults_free(tb_template_defaults *d);
 /* A built template's start command in a sandbox made from it: started detached (bash -c, as the
  * build's last USER, in its workdir, with the sandbox's envs), then its ready command run until
@@ -97,9 +101,10 @@ void tb_defaults_free(tb_template_defaults *d);
 struct sbx;
 int tb_run_start_cmd(struct sbx *s, const tb_template_defaults *d, char *err, size_t errlen);
 
-/* The template was deleted: its defaults and uploads go, and the build cache entries only its
- * builds made or reused (template_cache.h). */
+/* The template was deleted: its builds' defaults (each also goes as its build leaves the
+ * catalogue) and uploads go, and the build cache entries only its builds made or reused
+ * (template_cache.h). */
 void tb_forget(const char *template_id);
-/* Whether template_id (a snapshot id) was made by a template build (it has defaults). */
+/* Whether a build of template_id (a snapshot id) was made by a template build (it has defaults). */
 bool tb_is_built(const char *template_id);
 #endif

@@ -138,7 +138,7 @@ test('template build requests are strict: unknown fields, bad steps, foreign ima
   let res = await apiFetch('/v3/templates', json({ name, bogus: 1 }))
   assert.equal(res.status, 400)
   assert.match((await res.json()).message, /'bogus'/)
-  assert.equal((await apiFetch('/v3/templates', json({ name, tags: ['v2'] }))).status, 400)
+  assert.equal((await apiFetch('/v3/templates', json({ name, tags: ['not a tag'] }))).status, 400, 'a malformed tag (template_tags.test.mjs has the rest)')
   assert.equal((await apiFetch('/v3/templates', json({ name, cpuCount: 100000 }))).status, 400, 'more CPUs than sandboxd gives')
   assert.equal((await apiFetch('/v3/templates', json({ name, minFreeDiskMb: 10 }))).status, 400)
   res = await apiFetch('/v3/templates', json({ name }))

@@ -2,7 +2,8 @@
  * (sandboxd/snapshots.c) against a real state directory: captures and their chains, shared
  * references and removal with the last one, a restart's reopening and sweep, broken chains; names,
  * resolution, a name taken again, deletion in use, persistence and a catalogue that cannot be
- * written. Links no HTTP and no sandbox code. */
+ * written; tags: their syntax, builds tagged, tags moved and removed (a build no tag names leaves,
+ * its layer with it), persistence and a catalogue of before tags. Links no HTTP and no sandbox code. */
 #include "mbtest.h"
 
 #include <dirent.h>
@@ -293,6 +294,133 @@ static void test_catalogue(void) {
   CHECK_INT(count_layers(), 0);
 }
 
+static int drops;
+static char dropped[LY_ID_LEN + 1];
+static void on_drop(const char *tid, const char *bid) {
+  (void)tid;
+  drops++;
+  snprintf(dropped, sizeof dropped, "%s", bid);
+}
+
+static void test_tags(void) {
+  char err[1024] = "", out[SNAP_NAME_MAX + 1], tag[SNAP_TAG_MAX + 1];
+  /* syntax */
+  CHECK_INT(snap_parse_tag(" V1.2_rc-3 ", tag, sizeof tag, err, sizeof err), 0);
+  CHECK_STR(tag, "v1.2_rc-3");
+  CHECK_INT(snap_parse_tag("a b", tag, sizeof tag, err, sizeof err), -1);
+  CHECK_HAS(err, "a-z, 0-9, '.', '_' and '-' only");
+  CHECK_INT(snap_parse_tag("123E4567-e89b-12d3-a456-426614174000", tag, sizeof tag, err, sizeof err), -1);
+  CHECK_HAS(err, "cannot be a UUID");
+  CHECK_INT(snap_parse_tag("", tag, sizeof tag, err, sizeof err), -1);
+  CHECK_INT(snap_parse_ref("Name:V1", out, sizeof out, tag, sizeof tag, err, sizeof err), 0);
+  CHECK(!strcmp(out, "name") && !strcmp(tag, "v1"));
+  CHECK_INT(snap_parse_ref("name", out, sizeof out, tag, sizeof tag, err, sizeof err), 0);
+  CHECK_STR(tag, "");
+  CHECK_INT(snap_parse_ref("name:", out, sizeof out, tag, sizeof tag, err, sizeof err), -1);
+  CHECK_INT(snap_parse_ref("name:a:b", out, sizeof out, tag, sizeof tag, err, sizeof err), -1);
+
+  char p[600];
+  snprintf(p, sizeof p, "%s/snapshots.json", state);
+  unlink(p);
+  CHECK_INT(snap_init(state, err, sizeof err), 0);
+  snap_on_drop(on_drop);
+  int base = count_layers();
+  static const char V1[1][SNAP_TAG_MAX + 1] = {"v1"}, V2[2][SNAP_TAG_MAX + 1] = {"v2", "stable"};
+  put("upper/which", "one");
+  layer *l1 = capture(NULL, err, sizeof err);
+  put("upper/which", "two");
+  layer *l2 = capture(NULL, err, sizeof err);
+  snap_info a, b, got;
+  CHECK_INT(snap_add_build("abcdefghij0123456789", "tagged", "bbbbbbbbbb0000000001", l1, "i1", 1000, V1, 1, &a, err, sizeof err), 0);
+  CHECK_INT(snap_add_build(NULL, "tagged", "bbbbbbbbbb0000000002", l2, "i2", 2000, V2, 2, &b, err, sizeof err), 0);
+  ly_release(l1);
+  ly_release(l2);
+  CHECK_STR(a.id, "abcdefghij0123456789");
+  CHECK_STR(b.id, a.id);
+  CHECK_INT(b.nbuilds, 2);
+  CHECK_INT(count_layers(), base + 2);
+  int status = 0;
+  layer *r = snap_resolve("tagged:v1", &got, &status, err, sizeof err);
+  CHECK(r && layer_has(r, "root/which") && !strcmp(got.build_id, "bbbbbbbbbb0000000001") && !strcmp(got.tag, "v1"));
+  ly_release(r);
+  r = snap_resolve("tagged:stable", &got, &status, err, sizeof err);
+  CHECK(r && !strcmp(got.build_id, "bbbbbbbbbb0000000002") && got.created_ms == 2000);
+  ly_release(r);
+  CHECK(snap_resolve("tagged", &got, &status, err, sizeof err) == NULL);   /* no build got default */
+  CHECK_INT(status, 404);
+  CHECK_HAS(err, "template 'tagged' has no tag 'default'");
+  CHECK(snap_has_build("bbbbbbbbbb0000000001"));
+  /* moving v1 away: its build leaves, its layer with it (nothing else holds it) */
+  char bid[LY_ID_LEN + 1];
+  static const char V1D[2][SNAP_TAG_MAX + 1] = {"v1", "default"};
+  CHECK_INT(snap_assign_tags("tagged:v2", V1D, 2, 3000, bid, err, sizeof err), 0);
+  CHECK_STR(bid, "bbbbbbbbbb0000000002");
+  CHECK_INT(drops, 1);
+  CHECK_STR(dropped, "bbbbbbbbbb0000000001");
+  CHECK(!snap_has_build("bbbbbbbbbb0000000001"));
+  CHECK_INT(count_layers(), base + 1);
+  CHECK_INT(snap_assign_tags("tagged:nope", V1, 1, 3000, bid, err, sizeof err), 404);
+  CHECK_HAS(err, "no tag 'nope'");
+  CHECK_INT(snap_assign_tags("other:v1", V1, 1, 3000, bid, err, sizeof err), 404);
+  snap_tag *tags;
+  size_t n;
+  CHECK_INT(snap_tags("tagged", &tags, &n, err, sizeof err), 0);
+  CHECK_INT(n, 4);
+  CHECK(n == 4 && !strcmp(tags[0].tag, "stable") && !strcmp(tags[1].tag, "v2") && tags[2].created_ms == 3000);
+  free(tags);
+  /* removal: not default, not unknown, not all of them */
+  static const char DEF[1][SNAP_TAG_MAX + 1] = {"default"}, ALL[3][SNAP_TAG_MAX + 1] = {"v1", "v2", "stable"};
+  CHECK_INT(snap_remove_tags("tagged", DEF, 1, err, sizeof err), 400);
+  CHECK_INT(snap_remove_tags("tagged", (const char (*)[SNAP_TAG_MAX + 1])"zzz", 1, err, sizeof err), 404);
+  CHECK_HAS(err, "no tag 'zzz'");
+  CHECK_INT(snap_remove_tags("tagged:v1", V1, 1, err, sizeof err), 400);
+  CHECK_INT(snap_remove_tags("tagged", ALL, 3, err, sizeof err), 0);
+  CHECK_INT(snap_tags("tagged", &tags, &n, err, sizeof err), 0);
+  CHECK(n == 1 && !strcmp(tags[0].tag, "default"));
+  free(tags);
+  /* a new build tagged default takes it: the old one leaves */
+  put("upper/which", "three");
+  layer *l3 = capture(NULL, err, sizeof err);
+  CHECK_INT(snap_add("tagged", l3, "i3", 4000, &got, err, sizeof err), 0);
+  ly_release(l3);
+  CHECK_INT(drops, 2);
+  CHECK_INT(count_layers(), base + 1);
+  CHECK_INT(snap_assign_tags("tagged", V1, 1, 5000, bid, err, sizeof err), 0);
+  /* persistence */
+  snap_shutdown();
+  ly_shutdown();
+  CHECK_INT(ly_init(state, err, sizeof err), 0);
+  CHECK_INT(snap_init(state, err, sizeof err), 0);
+  CHECK_INT(ly_sweep(), 0);
+  CHECK_INT(snap_tags("tagged", &tags, &n, err, sizeof err), 0);
+  CHECK(n == 2 && !strcmp(tags[0].tag, "default") && !strcmp(tags[1].tag, "v1") && tags[1].created_ms == 5000 &&
+        !strcmp(tags[0].build_id, tags[1].build_id));
+  free(tags);
+  r = snap_resolve("tagged:v1", &got, &status, err, sizeof err);
+  CHECK(r != NULL && got.created_ms == 4000 && !strcmp(got.sandbox_id, "i3"));
+  ly_release(r);
+  CHECK_INT(snap_delete("tagged:v1", err, sizeof err), 400);
+  CHECK_INT(snap_delete("tagged", err, sizeof err), 0);
+  CHECK_INT(drops, 3);
+  CHECK_INT(count_layers(), base);
+  /* a catalogue of before tags: its entry is one build (the template's id) tagged default */
+  put("upper/which", "old");
+  layer *l4 = capture(NULL, err, sizeof err);
+  snap_shutdown();
+  FILE *f = fopen(p, "w");
+  fprintf(f, "{\"version\":1,\"snapshots\":[{\"id\":\"oldoldoldo0123456789\",\"name\":\"legacy\",\"layer\":\"%s\","
+          "\"sandboxID\":\"i9\",\"createdMs\":9}]}", ly_id(l4));
+  fclose(f);
+  CHECK_INT(snap_init(state, err, sizeof err), 0);
+  ly_release(l4);   /* the catalogue holds it now */
+  r = snap_resolve("legacy", &got, &status, err, sizeof err);
+  CHECK(r && !strcmp(got.build_id, "oldoldoldo0123456789") && !strcmp(got.tag, "default") && got.created_ms == 9);
+  ly_release(r);
+  CHECK_INT(snap_delete("legacy", err, sizeof err), 0);
+  snap_on_drop(NULL);
+  snap_shutdown();
+}
+
 int main(void) {
   snprintf(state, sizeof state, "/tmp/mb-snapshots-XXXXXX");
   if (!mkdtemp(state)) { perror("mkdtemp"); return 1; }
@@ -311,6 +439,7 @@ int main(void) {
   MBT_RUN(test_reopen_and_sweep);
   MBT_RUN(test_names);
   MBT_RUN(test_catalogue);
+  MBT_RUN(test_tags);
   ly_shutdown();
   close(srcfd);
   char cmd[400];

@@ -24,10 +24,11 @@ M.COMMAND_HELP = {
     notes = "A template file returns template { from = \"base\", steps = { run \"...\", copy { \"src\", \"/dst\" }, "
       .. "env { K = \"v\" }, workdir \"/app\", user \"user\" }, start = { \"cmd\", ready = port(8000) } } "
       .. "(docs/reference/template.md)." },
-  { path = "template build", usage = { "moonbox template build FILE.lua --name NAME [--skip-cache]" },
+  { path = "template build", usage = { "moonbox template build FILE.lua --name NAME[:TAG] [--tag TAG]... [--skip-cache]" },
     about = "Build the template FILE.lua describes as NAME, showing its log as it runs.",
     args = { { "FILE.lua", "the template file (COPY sources are relative to its directory unless it names a context)" } },
-    options = { { "--name NAME", "the template's name (Sandbox.create(NAME), the e2b plugin's template = NAME)" },
+    options = { { "--name NAME[:TAG]", "the template's name (Sandbox.create(NAME), the e2b plugin's template = NAME), a tag of the build after ':'" },
+      { "--tag TAG", "a tag of the build (repeatable; Sandbox.create(NAME:TAG)); with none the build is NAME's default" },
       { "--skip-cache", "build every step again (E2B's skipCache)" } } },
   { path = "template list", usage = { "moonbox template list [--json]" },
     about = "List the templates: base, built templates and snapshots.", options = { { "--json", "print JSON" } } },
@@ -75,13 +76,16 @@ end
 local commands = {}
 
 function commands.build(cli, argv, i)
-  local opts, args = parse_all(cli, argv, i, { ["--name"] = "value", ["--skip-cache"] = "flag" }, "template build")
+  local opts, args = parse_all(cli, argv, i, { ["--name"] = "value", ["--tag"] = "list", ["--skip-cache"] = "flag" }, "template build")
   local file = args[1]
   if not file then cli.usage_error("template build: which file? (moonbox template build FILE.lua --name NAME)") end
   if args[2] then cli.usage_error("template build: unexpected argument %s", args[2]) end
   local name = opts["--name"]
   if not name then cli.usage_error("template build: --name NAME is required (the name sandboxes are created from)") end
   if name == "" then cli.usage_error("template build: --name must not be empty") end
+  for _, t in ipairs(opts["--tag"] or {}) do
+    if t == "" then cli.usage_error("template build: --tag must not be empty") end
+  end
   local f = io.open(file, "rb")
   if not f then return nil, errors.new("MB_NOT_FOUND", ("template file %s: no such file"):format(file)) end
   f:close()
@@ -98,12 +102,13 @@ function commands.build(cli, argv, i)
       end
     end)
     local t0 = mb.now()
-    local r, err = c:buildTemplate(desc, { name = name, skipCache = opts["--skip-cache"] or nil, onLogs = pr.entry })
+    local r, err = c:buildTemplate(desc, { name = name, tags = opts["--tag"], skipCache = opts["--skip-cache"] or nil, onLogs = pr.entry })
     done = true
     if ticker then ticker:cancel() end
     pr.finish()
     if not r then return nil, err end
-    line(("built template %s (%s) in %.1f s"):format(r.name, r.templateId, (mb.now() - t0) / 1000))
+    local tagged = r.tags and #r.tags > 0 and not (#r.tags == 1 and r.tags[1] == "default") and (", tagged " .. table.concat(r.tags, ", ")) or ""
+    line(("built template %s (%s%s) in %.1f s"):format(r.name, r.templateId, tagged, (mb.now() - t0) / 1000))
     return 0
   end
 end

@@ -29,7 +29,7 @@ local api_mod = require "moonbox.e2b.api"
 
 local M = {}
 
-M.BUILD_FIELDS = { "name", "skipCache", "onLogs", "timeoutMs" }
+M.BUILD_FIELDS = { "name", "tags", "skipCache", "onLogs", "timeoutMs" }
 local POLL_MS = 250                          -- between two status requests (the SDK's is 200 ms)
 local UPLOAD_TIMEOUT_MS = 10 * 60 * 1000     -- one upload
 local HASH_STEP = 1024 * 1024                -- bytes hashed per step (the loop stays responsive)
@@ -164,10 +164,11 @@ local function start_body(d, hashes, force)
   return head:sub(1, -2) .. ',"steps":[' .. table.concat(steps, ",") .. "]}"
 end
 
--- Builds description d (moonbox.template) as template o.name. o: { name, skipCache, onLogs =
--- fn(entry), timeoutMs }. entry: { timestamp, level, message, step (a step's number, "base",
--- "finalize" or nil for moonbox's own lines) }.
--- → { templateId, buildId, name } | nil, err
+-- Builds description d (moonbox.template) as template o.name ("name" or "name:tag"). o: { name,
+-- tags (the build's tags, E2B's; none: "default"), skipCache, onLogs = fn(entry), timeoutMs }.
+-- entry: { timestamp, level, message, step (a step's number, "base", "finalize" or nil for
+-- moonbox's own lines) }.
+-- → { templateId, buildId, name, tags } | nil, err
 function M.build(api, d, o)
   local err
   d, err = T.template(d)
@@ -189,13 +190,16 @@ function M.build(api, d, o)
   end
   log(("Requesting build for template: %s"):format(name))
   local res
-  res, err = api:_request("POST", "/v3/templates", { name = name, cpuCount = d.cpu, memoryMB = d.memoryMB })
+  local req = { name = name, cpuCount = d.cpu, memoryMB = d.memoryMB }
+  if o.tags and #o.tags > 0 then req.tags = { table.unpack(o.tags) } end   -- non-empty: a JSON array
+  res, err = api:_request("POST", "/v3/templates", req)
   if not res then return nil, err end
   local ok, v = pcall(cjson.decode, res.body)
   if not ok or type(v) ~= "table" or type(v.templateID) ~= "string" or type(v.buildID) ~= "string" then
     return nil, errors.new("E2B_PROTOCOL", "POST /v3/templates: the answer lacks templateID or buildID")
   end
   local tid, bid = v.templateID, v.buildID
+  local tags = type(v.tags) == "table" and v.tags or nil
   log(("Template created with ID: %s, Build ID: %s"):format(tid, bid))
   for i, s in ipairs(d.steps) do
     if s.type == "COPY" then
@@ -241,7 +245,7 @@ function M.build(api, d, o)
       if o.onLogs then o.onLogs(log_entry(e)) end
     end
     if (st.status == "ready" or st.status == "error") and #st.logEntries == 0 then
-      if st.status == "ready" then return { templateId = tid, buildId = bid, name = name } end
+      if st.status == "ready" then return { templateId = tid, buildId = bid, name = name, tags = tags } end
       local r = type(st.reason) == "table" and st.reason or {}
       local step = nn(r.step)
       step = math.tointeger(tonumber(step)) or step
@@ -303,9 +307,17 @@ end
 -- The options of client:buildTemplate, strictly (a mistake raises at `level`).
 function M.check_build_options(o, level)
   level = (level or 2) + 1
-  if type(o) ~= "table" then error("e2b: buildTemplate: options must be a table { name, skipCache, onLogs, timeoutMs }", level) end
+  if type(o) ~= "table" then error("e2b: buildTemplate: options must be a table { name, tags, skipCache, onLogs, timeoutMs }", level) end
   fields.only(o, M.BUILD_FIELDS, "e2b: buildTemplate", level)
   if type(o.name) ~= "string" or o.name == "" then error("e2b: buildTemplate: name must be a non-empty string", level) end
+  if o.tags ~= nil then
+    if type(o.tags) ~= "table" then error("e2b: buildTemplate: tags must be a list of strings", level) end
+    for k, v in pairs(o.tags) do
+      if math.type(k) ~= "integer" or k < 1 or k > #o.tags or type(v) ~= "string" or v == "" then
+        error("e2b: buildTemplate: tags must be a list of non-empty strings", level)
+      end
+    end
+  end
   if o.skipCache ~= nil and type(o.skipCache) ~= "boolean" then error("e2b: buildTemplate: skipCache must be a boolean", level) end
   if o.onLogs ~= nil and type(o.onLogs) ~= "function" then error("e2b: buildTemplate: onLogs must be a function", level) end
   if o.timeoutMs ~= nil and (type(o.timeoutMs) ~= "number" or o.timeoutMs ~= o.timeoutMs or o.timeoutMs <= 0) then
