@@ -29,10 +29,11 @@ SKIP_PREFIXES = ('core/gen/',)
 CODE_RE = re.compile(r'^[A-Z][A-Z0-9]*_[A-Z0-9_]+$')
 # envd's protobuf enum value names (wire values, not error codes).
 NOT_CODES = ('EVENT_TYPE_', 'FILE_TYPE_', 'SIGNAL_', 'FILESYSTEM__', 'PROCESS__')
-# Environment variables named in messages.
-NOT_CODE_NAMES = {'LUA_PATH', 'E2B_API_URL', 'E2B_SANDBOX_URL', 'MOONBOX_CA_FILE', 'MOONBOX_CONNECT_TO'}
+# Environment variables named in messages or tables (image.c: the proxy variables skopeo is given).
+NOT_CODE_NAMES = {'LUA_PATH', 'E2B_API_URL', 'E2B_SANDBOX_URL', 'MOONBOX_CA_FILE', 'MOONBOX_CONNECT_TO',
+                  'HTTPS_PROXY', 'HTTP_PROXY', 'NO_PROXY'}
 # A literal right after one of these is an environment variable's name.
-ENV_BEFORE = re.compile(r'(?:\bgetenv|\bget|\bfind_binary|\bbinaries\.find|\bpool_size)\s*\(\s*$|\benv_value\s*\(\s*\w+\s*,\s*$')
+ENV_BEFORE = re.compile(r'(?:\bgetenv|\bget|\bfind_binary|\bbinaries\.find|\bpool_size|\bcache_bound)\s*\(\s*$|\benv_value\s*\(\s*\w+\s*,\s*$')
 # A literal in one of these places is compared with, not made.
 CMP_BEFORE = re.compile(r'(?:==|~=|!=)\s*$|\bstrcmp\s*\([^;()]*,\s*$|\berrors\.is\s*\([^;()]*,\s*$')
 CMP_AFTER = re.compile(r'^\s*(?:==|~=|!=)')
