@@ -20,7 +20,10 @@ test('unknown template → 404 "template \'x\' not found" (E2B\'s answer); a mal
   const body = await assertError(await postJson('/sandboxes', JSON.stringify({ templateID: name, timeout: 30 })), 404, 'unknown template')
   assert.ok(body.message.startsWith(`template '${name}' not found`), body.message)
   await assert.rejects(Sandbox.create('no-such-template', { timeoutMs: 30_000 }), SandboxError)
-  for (const bad of ['has space', 'team/name', 'name:v2', '', 'x'.repeat(129)]) {
+  // a tag names a build of a template (template_tags.test.mjs): an unknown one is a 404 naming it
+  const tagged = await assertError(await postJson('/sandboxes', JSON.stringify({ templateID: `${name}:v2`, timeout: 30 })), 404, 'unknown name:tag')
+  assert.match(tagged.message, new RegExp(`^template '${name}(:v2)?' not found`), tagged.message)
+  for (const bad of ['has space', 'team/name', 'name:BAD TAG', 'name:', '', 'x'.repeat(129)]) {
     const b = await assertError(await postJson('/sandboxes', JSON.stringify({ templateID: bad, timeout: 30 })), 400, `templateID ${JSON.stringify(bad)}`)
     assert.match(b.message, /^field 'templateID': /, b.message)
   }
@@ -269,7 +272,7 @@ test('unimplemented control-plane routes → 501 {code: 501, message}', T, async
     ['GET', '/snapshots/x'],
     ['POST', '/templates', '{}'],
     ['GET', '/v2/templates'],
-    ['POST', '/templates/tags', '{}'],
+    ['PATCH', '/v2/templates/x', '{}'],
     ['GET', '/v3/templates/x'],
   ]
   for (const [method, p, body] of routes) {
