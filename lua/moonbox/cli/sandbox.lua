@@ -787,18 +787,23 @@ function commands.connect(cli, argv, i)
   end
 end
 
--- argv[i] is the subcommand. → exit status | nil, err
-function M.main(cli, argv, i)
-  local sub = cli.subcommand("sandbox", argv, i, M.COMMAND_HELP[1].commands)
-  local act = commands[sub](cli, argv, i + 1)     -- usage is checked before any request
-  local res = table.pack(mb.run(function()
-    -- E2B's variables, else the background sandboxd (started now when it does not run)
+-- act(client) in a task, the client for E2B's variables' endpoint, else the background
+-- sandboxd's (started now when it does not run). → table.pack of what act returns
+function M.with_client(act)
+  return table.pack(mb.run(function()
     local ep, eerr = background.ensure_endpoints()
     if not ep then return nil, eerr end
     local c, cerr = client_mod.new{ endpoints = ep }
     if not c then return nil, cerr end
     return act(c)
   end))
+end
+
+-- argv[i] is the subcommand. → exit status | nil, err
+function M.main(cli, argv, i)
+  local sub = cli.subcommand("sandbox", argv, i, M.COMMAND_HELP[1].commands)
+  local act = commands[sub](cli, argv, i + 1)     -- usage is checked before any request
+  local res = M.with_client(act)
   local err = res[2]
   if res[1] == nil and type(err) == "table" and err.code == "E2B_NOT_FOUND" then
     -- the same words whichever request found no such sandbox

@@ -10,8 +10,6 @@ local mb = require "moonbox"
 local net = require "moonbox.cli.network"
 local sandbox_cli = require "moonbox.cli.sandbox"
 local core = require "moonbox.core"
-local background = require "moonbox.e2b.background"
-local client_mod = require "moonbox.e2b.client"
 local errors = require "moonbox.errors"
 local T = require "moonbox.template"
 local text = require "moonbox.text"
@@ -146,13 +144,7 @@ function M.main(cli, argv, i)
   local sub = cli.subcommand("template", argv, i, M.COMMAND_HELP[1].commands)
   local act, aerr = commands[sub](cli, argv, i + 1)   -- usage (and the template file) checked before any request
   if not act then return nil, aerr end
-  local res = table.pack(mb.run(function()
-    local ep, eerr = background.ensure_endpoints()
-    if not ep then return nil, eerr end
-    local c, cerr = client_mod.new{ endpoints = ep }
-    if not c then return nil, cerr end
-    return act(c)
-  end))
+  local res = sandbox_cli.with_client(act)
   return table.unpack(res, 1, res.n)
 end
 
