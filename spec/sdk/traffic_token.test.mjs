@@ -67,8 +67,11 @@ test(`e2b@${SDK_VERSION}: allowPublicTraffic: false → a traffic token; the pat
   const byHeader = await getJson(`${requireEnv().sbx}/index.txt`, { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8000' } })
   assert.deepEqual(byHeader.body, missing(sbx.sandboxId))
   // the port does not see the header
-  const seen = await getJson(portUrl(sbx.sandboxId, 9000, '/headers'), { headers: token })
-  assert.equal(seen.status, 200)
+  // (the second server may still be starting: wait for it as for the first)
+  const seen = await waitFor(async () => {
+    const r = await getJson(portUrl(sbx.sandboxId, 9000, '/headers'), { headers: token })
+    return r.status === 200 && r
+  }, { what: 'the header server inside' })
   assert.ok(!seen.body.headers.some(([k]) => k.toLowerCase() === 'e2b-traffic-access-token'), JSON.stringify(seen.body.headers))
   // a closed port answers as ever once the token is right; without it, the 403 first
   assert.equal((await getJson(portUrl(sbx.sandboxId, 8001), { headers: token })).status, 502)
