@@ -135,10 +135,14 @@ static int check_entry(const char *p, const struct stat *st, int type, struct FT
   return 0;
 }
 #define SKELETON_ENTRIES 6   /* root, home, home/user, tmp, etc, etc/link */
+/* By name from the working directory (FTW_CHDIR), as a full path walks every level again: depth²
+ * for a deep tree. A directory is reported after its contents with the directory itself as the
+ * working directory, so it goes by "../name". */
 static int rm_entry(const char *p, const struct stat *st, int type, struct FTW *ftw) {
-  (void)st; (void)ftw;
-  if (type == FTW_DP) rmdir(p);
-  else unlink(p);
+  (void)st;
+  char up[260];
+  if (type != FTW_DP) unlink(p + ftw->base);
+  else if (snprintf(up, sizeof up, "../%s", p + ftw->base) < (int)sizeof up) rmdir(up);
   return 0;
 }
 
@@ -194,7 +198,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   closedir(d);
   /* back to the skeleton for the next input (unless nothing was made) */
   if (entries == SKELETON_ENTRIES) return 0;
-  nftw(rootdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  nftw(rootdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_CHDIR);
+  if (access(rootdir, F_OK) == 0) abort();   /* the harness's own cleanup failed */
   skeleton();
   close(C.root);
   C.root = open(rootdir, O_PATH | O_DIRECTORY | O_CLOEXEC);

@@ -201,6 +201,40 @@ static void test_mkdir_p(void) {
   CHECK(stat(p, &st) != 0);                                        /* never the host's */
 }
 
+/* A deep path is made level by level below the deepest one there (found by bisection); what is
+ * in the way further down is still seen: a file, a dangling link, a link that leads elsewhere. */
+static void test_mkdir_p_deep(void) {
+  bool created;
+  size_t first;
+  char deep[PATHS_MAX], p[PATHS_MAX + 600];
+  size_t n = (size_t)snprintf(deep, sizeof deep, "/home/user/deep");
+  while (n + 2 < 4000) n += (size_t)snprintf(deep + n, sizeof deep - n, "/d");   /* ~1,990 levels */
+  CHECK_INT(paths_mkdir_p(&C, deep, &created, &first), 0);
+  CHECK(created);
+  CHECK_INT((int)first, (int)strlen("/home/user/deep"));
+  int fd = paths_open(&C, deep, O_PATH | O_DIRECTORY, 0, 0);
+  CHECK(fd >= 0);
+  if (fd >= 0) close(fd);
+  deep[n - 2] = '\0';                                             /* its parent: there already */
+  CHECK_INT(paths_mkdir_p(&C, deep, &created, &first), 0);
+  CHECK(!created);
+  /* half there: made from where it stops, nothing above touched */
+  CHECK_INT(paths_mkdir_p(&C, "/home/user/a/b/c/d/e/f", &created, &first), 0);
+  CHECK(created);
+  CHECK_INT((int)first, (int)strlen("/home/user/a/b/c/d"));
+  /* through a link to a directory, several levels missing below it */
+  CHECK_INT(paths_mkdir_p(&C, "/home/user/dirlink/s1/s2/s3", &created, NULL), 0);
+  snprintf(p, sizeof p, "%s/dir/s1/s2/s3", rootdir);
+  struct stat st;
+  CHECK(stat(p, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == C.host_uid);
+  CHECK_INT(paths_mkdir_p(&C, "/home/user/notes.txt/x/y/z", &created, NULL), -ENOTDIR);
+  snprintf(p, sizeof p, "%s/home/user/dangling", rootdir);
+  CHECK_INT(symlink("/nowhere", p), 0);
+  CHECK_INT(paths_mkdir_p(&C, "/home/user/dangling/x/y", &created, NULL), -ENOENT);
+  snprintf(p, sizeof p, "%s/nowhere", rootdir);
+  CHECK(stat(p, &st) != 0 && errno == ENOENT);                     /* a link is never made through */
+}
+
 /* paths_unmake takes away what one mkdir_p made, deepest first, and stops at what is not empty. */
 static void test_unmake(void) {
   bool created;
@@ -283,6 +317,7 @@ int main(void) {
   MBT_RUN(test_realpath_and_parent);
   MBT_RUN(test_open_file);
   MBT_RUN(test_mkdir_p);
+  MBT_RUN(test_mkdir_p_deep);
   MBT_RUN(test_unmake);
   MBT_RUN(test_entry);
   MBT_RUN(test_metadata);
