@@ -216,6 +216,9 @@ describe("moonbox sandboxd: the per-user background sandboxd #sandboxd", functio
     assert.are.equal(0, (moonbox("sandboxd stop")))
     -- a record naming a live process that is not sandboxd (a reused pid)
     local sleeper = assert(io.popen("sleep 60 & echo $!")):read("l")
+    assert.is_true(wait_until(function()   -- forked is not yet exec'd: /proc/<pid>/exe names sleep once it is
+      return (sh("readlink /proc/" .. sleeper .. "/exe") or ""):find("sleep") ~= nil
+    end))
     local start = read("/proc/" .. sleeper .. "/stat"):match("%)%s+(.*)$")
     local f = {}
     for w in start:gmatch("%S+") do f[#f + 1] = w end

@@ -51,7 +51,7 @@ describe("terminal consumer #sandboxd", function()
   it("times out, then interrupts the command left running", function()
     P.run_gc(function()
       local t = assert(term:open{})
-      local r = assert(t:send("echo start; sleep 60", { timeoutMs = 300 }))
+      local r = assert(t:send("echo start; sleep 60", { timeoutMs = 2000 }))   -- "start" is out long before
       assert.is_true(r.timedOut)
       assert.are.equal("start\n", r.output)
       r = assert(t:interrupt())

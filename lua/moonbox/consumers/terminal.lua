@@ -146,8 +146,9 @@ function Session:send(line, opts)
   local cancel = opts.cancel and m.spawn(function()
     if opts.cancel:wait() then interrupted = true self.t:signalForeground("SIGINT") end
   end)
+  local deadline = m.now() + timeout      -- one deadline: each silent spell must not restart it
   while true do
-    local status, out = self:_until_mark(timeout, silence)
+    local status, out = self:_until_mark(math.max(0, deadline - m.now()), silence)
     if status == false then
       -- silent and no end mark: whoever holds the terminal — a program, `read`, or bash itself
       -- on an unfinished line — asking for input ends the wait (one inspect)
