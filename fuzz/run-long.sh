@@ -5,10 +5,15 @@
 # committed regression corpus fuzz/corpus/<target> (inputs found outside CI) is replayed first and
 # seeds the run (read only); a fuzz/<target>.dict is used when present. Prints each target's executions and time; exits
 # non-zero if any target crashed, leaked or did not reach FUZZ_RUNS.
+# FUZZ_TARGETS="fuzz_a fuzz_b" runs only those. FUZZ_FORK=N runs each target as one libFuzzer run
+# in fork mode (-fork=N: N worker processes, FUZZ_RUNS executions in all), for a slow target such
+# as fuzz_sbx_multipart, whose every input makes and removes a real directory tree.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${FUZZ_RUNS:-10000000}
 JOBS=${FUZZ_JOBS:-2}
+FORK=${FUZZ_FORK:-0}
+TARGETS=${FUZZ_TARGETS:-}
 command -v clang >/dev/null || { echo "fuzz-long: clang is missing (scripts/install-deps.sh)"; exit 1; }
 CC=clang cmake -S . -B build-fuzz -DMB_FUZZ=ON >/dev/null && cmake --build build-fuzz -j2 --target fuzzers >/dev/null || {
   echo "fuzz-long: building the fuzzers failed"; exit 1; }
@@ -19,6 +24,7 @@ one() {
   local corpus=build-fuzz/corpus/$name dict=fuzz/$name.dict
   mkdir -p "$corpus"
   local args=(-runs="$RUNS" -rss_limit_mb=2048 -timeout=60 -print_final_stats=1)
+  [ "$FORK" -gt 0 ] && args+=(-fork="$FORK")
   [ -f "$dict" ] && args+=(-dict="$dict")
   local seeds=() reg=() r
   if [ -d "fuzz/corpus/$name" ]; then
@@ -31,7 +37,8 @@ one() {
   local t0=$SECONDS
   "$f" "${args[@]}" "$corpus" "${seeds[@]}" >"$LOGS/$name.log" 2>&1
   local rc=$? done
-  done=$(sed -n 's/^Done \([0-9]*\) runs in .*/\1/p' "$LOGS/$name.log" | tail -1)
+  # one process says "Done N runs in T second(s)"; fork mode "INFO: fuzzed for N iterations, wrapping up soon"
+  done=$(sed -n -e 's/^Done \([0-9]*\) runs in .*/\1/p' -e 's/^INFO: fuzzed for \([0-9]*\) iterations.*/\1/p' "$LOGS/$name.log" | tail -1)
   if [ "$rc" -eq 0 ] && [ "${done:-0}" -ge "$RUNS" ]; then
     echo "ok   $name: ${done} executions in $((SECONDS - t0)) s"
   else
@@ -40,5 +47,8 @@ one() {
   fi
 }
 export -f one
-export RUNS LOGS
-for f in build-fuzz/fuzz/fuzz_*; do [ -f "$f" ] && [ -x "$f" ] && echo "$f"; done | xargs -P "$JOBS" -I{} bash -c 'one "$@"' _ {}
+export RUNS LOGS FORK
+for f in build-fuzz/fuzz/fuzz_*; do
+  [ -f "$f" ] && [ -x "$f" ] || continue
+  [ -z "$TARGETS" ] || [[ " $TARGETS " == *" $(basename "$f") "* ]] && echo "$f"
+done | xargs -P "$JOBS" -I{} bash -c 'one "$@"' _ {}
