@@ -203,6 +203,57 @@ describe("templates built from Lua #sandboxd", function()
     end
   end)
 
+  it("builds four templates at once while a task collects garbage: each gets its own files, logs and name", function()
+    local names, ctxs = {}, {}
+    for i = 1, 4 do
+      names[i] = uniq("mbt-conc" .. i)
+      made[#made + 1] = names[i]
+      ctxs[i] = cli.tmpdir()
+      cli.write(ctxs[i] .. "/mine.txt", ("file of build %d\n"):format(i))
+    end
+    local results = mb.run(function()
+      local gc = mb.spawn(function() while true do collectgarbage() mb.sleep(1) end end)
+      local tasks = {}
+      for i = 1, 4 do
+        tasks[i] = mb.spawn(function()
+          local logs = {}
+          local desc = assert(T.template{ context = ctxs[i], steps = {
+            T.copy { "mine.txt", "/home/user/mine.txt" },
+            T.run(("echo marker-of-build-%d; echo %d > /home/user/which"):format(i, i)) } })
+          local r, err = client:buildTemplate(desc, { name = names[i], onLogs = function(e) logs[#logs + 1] = e.message end })
+          return { r = r, err = err, logs = table.concat(logs, "\n") }
+        end)
+      end
+      local out = {}
+      for i = 1, 4 do
+        local ok, v = tasks[i]:join(240000)
+        assert(ok, v)
+        out[i] = v
+      end
+      gc:cancel()
+      return out
+    end)
+    for i, res in ipairs(results) do
+      assert(res.r, res.err)
+      assert.truthy(res.logs:find("marker-of-build-" .. i, 1, true), res.logs)
+      for j = 1, 4 do                                   -- no build's output in another's logs
+        if j ~= i then assert.is_nil(res.logs:find("marker-of-build-" .. j, 1, true), res.logs) end
+      end
+    end
+    local seen = {}
+    for _, t in ipairs(assert(mb.run(function() return client:templates() end))) do
+      for _, n in ipairs(t.names) do seen[n] = t.buildStatus end
+    end
+    for i = 1, 4 do
+      assert.are.equal("ready", seen[names[i]], names[i])
+      with(names[i], function(ctx)
+        assert.are.equal(("file of build %d\n"):format(i), (sh(ctx, "cat /home/user/mine.txt")))
+        assert.are.equal(i .. "\n", (sh(ctx, "cat /home/user/which")))
+      end)
+    end
+    for i = 1, 4 do os.execute("rm -rf " .. q(ctxs[i])) end
+  end)
+
   it("checks buildTemplate's options strictly", function()
     mb.run(function()
       assert.has_error(function() client:buildTemplate({}, { nmae = "x" }) end,
