@@ -1,5 +1,6 @@
 /* cgroups.c — a sandbox's cgroups (cgroups.h): cgroup v2 where the host has it, else v1. */
 #include "cgroups.h"
+#include "clocks.h"
 #include "procfile.h"
 
 #include <dirent.h>
@@ -95,12 +96,6 @@ static bool exists(const char *dir, const char *file) {
   return xfmt(p, sizeof p, "%s/%s", dir, file) == 0 && access(p, F_OK) == 0;
 }
 
-static int64_t now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 /* "<key> <value>" of a stat or events file; `found` says whether the key was there. */
 static uint64_t field(const char *buf, const char *key, bool *found) {
   size_t k = strlen(key);
@@ -120,7 +115,7 @@ static int events_wait(const char *dir, const char *key, uint64_t want) {
   if (xfmt(p, sizeof p, "%s/cgroup.events", dir) != 0) return -1;
   int fd = open(p, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
-  int64_t deadline = now_ms() + WAIT_MS;
+  int64_t deadline = mono_ms() + WAIT_MS;
   for (;;) {
     ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
     if (n < 0) { int e = errno; close(fd); errno = e; return -1; }
@@ -129,7 +124,7 @@ static int events_wait(const char *dir, const char *key, uint64_t want) {
     uint64_t v = field(buf, key, &found);
     if (!found) { close(fd); errno = ENOENT; return -1; }
     if (v == want) { close(fd); return 0; }
-    int64_t left = deadline - now_ms();
+    int64_t left = deadline - mono_ms();
     if (left <= 0) { close(fd); errno = ETIMEDOUT; return -1; }
     struct pollfd pf = {fd, POLLPRI, 0};
     (void)poll(&pf, 1, left < 100 ? (int)left : 100);   /* and re-read at least every 0.1 s */

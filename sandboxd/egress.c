@@ -19,9 +19,9 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clocks.h"
 #include "dnsmsg.h"
 #include "egress_ca.h"
 #include "gateway.h"
@@ -132,12 +132,6 @@ static struct {
   unsigned long serial, done;
   uint8_t buf[CHUNK];
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .route_mu = PTHREAD_MUTEX_INITIALIZER, .cmu = PTHREAD_MUTEX_INITIALIZER, .ccv = PTHREAD_COND_INITIALIZER, .ep = -1};
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void trace(const esb *e, const char *what, const egress_addr *a, unsigned port, const char *name,
                   const egress_decision *d) {
@@ -401,7 +395,7 @@ static void try_connect(conn *c) {
     if (connect(fd, (struct sockaddr *)&ss, len) == 0) { start_relay(c); return; }
     if (errno == EINPROGRESS) {
       c->state = C_CONNECT;
-      c->deadline = now_ms() + EGRESS_CONNECT_MS;
+      c->deadline = mono_ms() + EGRESS_CONNECT_MS;
       watch(&c->down, 0);
       watch(&c->up, EPOLLOUT);
       return;
@@ -537,7 +531,7 @@ static void decide_conn(conn *c) {
   case EGRESS_NEED_NAME:
     if (c->state != C_NEW) break;        /* (cannot happen: a name was given) */
     c->state = C_SNIFF;
-    c->deadline = now_ms() + EGRESS_SNIFF_MS;
+    c->deadline = mono_ms() + EGRESS_SNIFF_MS;
     /* The first bytes are peeked, not read: they stay for the relay or the interception. Edge-
      * triggered: each arrival is looked at once (what was peeked is still there). */
     watch(&c->down, EPOLLIN | EPOLLET);
@@ -705,7 +699,7 @@ static void dns_query(flow *f, uint8_t *msg, size_t len) {
 
 /* A datagram from the sandbox on flow f. */
 static void flow_out(flow *f, uint8_t *msg, size_t len) {
-  f->last = now_ms();
+  f->last = mono_ms();
   if (f->dns) { dns_query(f, msg, len); return; }
   if (send(f->up.fd, msg, len, MSG_NOSIGNAL) > 0) f->sb->st.bytes_out += len;
 }
@@ -741,7 +735,7 @@ static flow *flow_new(esb *e, const struct sockaddr_in *src, const egress_addr *
   f->hnext = g.bucket[b];
   g.bucket[b] = f;
   e->st.open_flows++;
-  f->last = now_ms();
+  f->last = mono_ms();
   watch(&f->down, EPOLLIN);
   watch(&f->up, EPOLLIN);
   return f;
@@ -817,7 +811,7 @@ static void flow_event(handle *h, uint32_t ev) {
     return;
   }
   if (h->kind == H_FLOW_DOWN) { flow_out(f, g.buf, (size_t)n); return; }
-  f->last = now_ms();
+  f->last = mono_ms();
   if (send(f->down.fd, g.buf, (size_t)n, MSG_NOSIGNAL) > 0) f->sb->st.bytes_in += (uint64_t)n;
 }
 
@@ -991,9 +985,9 @@ static void event(handle *h, uint32_t ev) {
 static void *loop(void *arg) {
   (void)arg;
   struct epoll_event evs[128];
-  int64_t next_sweep = now_ms() + 1000;
+  int64_t next_sweep = mono_ms() + 1000;
   for (;;) {
-    int64_t now = now_ms();
+    int64_t now = mono_ms();
     int timeout = (int)(next_sweep > now ? next_sweep - now : 0);
     struct timeval maxtv = {timeout / 1000, (timeout % 1000) * 1000}, tv, *t = ares_timeout(g.ares, &maxtv, &tv);
     if (t) timeout = (int)(t->tv_sec * 1000 + t->tv_usec / 1000);
@@ -1008,7 +1002,7 @@ static void *loop(void *arg) {
     }
     if (stop) break;
     ares_process_fd(g.ares, ARES_SOCKET_BAD, ARES_SOCKET_BAD);   /* timeouts */
-    now = now_ms();
+    now = mono_ms();
     if (now >= next_sweep) { sweep(now); next_sweep = now + 1000; }
     bury();
   }

@@ -15,16 +15,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clocks.h"
+
 int forward_init(char *err, size_t errlen) {
   CURLcode rc = curl_global_init(CURL_GLOBAL_DEFAULT);
   if (rc != CURLE_OK) { snprintf(err, errlen, "libcurl: %s", curl_easy_strerror(rc)); return -1; }
   return 0;
-}
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* ---- headers ---- */
@@ -77,14 +73,14 @@ typedef struct {
 
 static bool tunnel_stopping(px *p) {
   pthread_mutex_lock(&p->mu);
-  bool st = p->stop || (p->deadline_ms && now_ms() >= p->deadline_ms);
+  bool st = p->stop || (p->deadline_ms && mono_ms() >= p->deadline_ms);
   pthread_mutex_unlock(&p->mu);
   return st;
 }
 
 static void tunnel_half_closed(px *p) {
   pthread_mutex_lock(&p->mu);
-  if (!p->deadline_ms) p->deadline_ms = now_ms() + FWD_HALF_CLOSE_S * 1000;
+  if (!p->deadline_ms) p->deadline_ms = mono_ms() + FWD_HALF_CLOSE_S * 1000;
   pthread_mutex_unlock(&p->mu);
 }
 

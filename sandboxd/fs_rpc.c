@@ -11,9 +11,9 @@
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clocks.h"
 #include "envd/filesystem.pb-c.h"
 #include "paths.h"
 #include "rpc.h"
@@ -387,12 +387,6 @@ static int add_tree(watcher *w, int fd, const char *rel, int level) {
   }
   free_names(names, n);
   return rc;
-}
-
-static int64_t mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static int send_event(rpc_stream *s, watcher *w, const char *watched, const char *name, const char *type,

@@ -24,6 +24,8 @@
 #include <jansson.h>
 
 #include "b64.h"
+#include "clocks.h"
+#include "errbuf.h"
 #include "layers.h"
 #include "template.h"
 
@@ -50,20 +52,6 @@ static struct {
   char insecure[IMG_MAX_INSECURE][260];
   size_t ninsecure;
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .pull_mu = PTHREAD_MUTEX_INITIALIZER};
-
-__attribute__((format(printf, 3, 4))) static int seterr(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- references ---- */
 
@@ -234,7 +222,7 @@ static layer *cache_find(const char *dg, img_config *c) {
     c->cached = true;
     ly_hold(e->layer);
     l = e->layer;
-    e->used_ms = now_ms();
+    e->used_ms = wall_ms();
   }
   pthread_mutex_unlock(&g.mu);
   if (!l) img_config_free(c);
@@ -254,7 +242,7 @@ static void cache_add(const char *dg, const char *ix, const char *ref, layer *l,
   ly_hold(l);
   e->layer = l;
   e->config = json_incref(cfg);
-  e->used_ms = now_ms();
+  e->used_ms = wall_ms();
   while (g.n > IMG_CACHE_MAX) {
     size_t old = 0;
     for (size_t i = 1; i < g.n - 1; i++) if (g.e[i].used_ms < g.e[old].used_ms) old = i;

@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "errbuf.h"
 #include "ids.h"
 #include "layer_copy.h"
 #include "layer_merge.h"
@@ -41,13 +41,6 @@ static const char *const SKIP_XATTRS[] = {
   "user.overlay.origin", "user.overlay.impure", "user.overlay.nlink", "user.overlay.uuid",
   "trusted.overlay.origin", "trusted.overlay.impure", "trusted.overlay.nlink", "trusted.overlay.uuid", NULL,
 };
-
-__attribute__((format(printf, 3, 4))) static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 static bool tmp_name(const char *n) { return !strncmp(n, "tmp-", 4); }
 

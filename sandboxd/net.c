@@ -1,5 +1,6 @@
 /* net.c — a sandbox's namespaces and link: a veth pair to the gateway (root), pasta (rootless). */
 #include "net.h"
+#include "clocks.h"
 #include "egress.h"
 #include "fdpass.h"
 #include "gateway.h"
@@ -27,7 +28,6 @@
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #include <dirent.h>
 #include <arpa/inet.h>
@@ -44,12 +44,6 @@ static struct {
   char recdir[4200];              /* <state>/net: records of running pastas */
   char why[512];
 } g;
-
-static int64_t mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* name in $PATH or the usual system directories (sandboxd may run with a user's PATH). */
 static bool find_program(const char *name, char *out, size_t cap) {

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 
 #include "b64.h"
+#include "clocks.h"
 #include "connect.h"
 #include "envd/process.pb-c.h"
 #include "errors.h"
@@ -24,12 +24,6 @@
 
 #define PR_DEFAULT_KEEPALIVE_S 90
 #define PR_CLOSED_CHECK_MS 1000   /* how often an idle stream notices its client left */
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ProcessSelector: {"pid": N} or {"tag": "..."}; -1 with err when malformed. */
 static int get_selector(const Process__ProcessSelector *s, ptab_sel *sel, char *err, size_t errlen) {
@@ -162,16 +156,16 @@ static int send_event(rpc_stream *rs, const ptab_ev *e) {
  * enforces too; keepalives once START went out); consumes sb. */
 static void serve(sd_request *r, rpc_stream *st, ptab_sub *sb) {
   int64_t lifetime = rpc_header_int(r, "Connect-Timeout-Ms", 0, (int64_t)1 << 40);
-  int64_t deadline = lifetime ? now_ms() + lifetime : 0;
+  int64_t deadline = lifetime ? mono_ms() + lifetime : 0;
   int64_t ka = rpc_header_int(r, "Keepalive-Ping-Interval", PR_DEFAULT_KEEPALIVE_S, 3600);
-  int64_t keep_ms = (ka < 1 ? 1 : ka) * 1000, last = now_ms();
+  int64_t keep_ms = (ka < 1 ? 1 : ka) * 1000, last = mono_ms();
   bool started = false;
   for (;;) {
-    int64_t now = now_ms(), wait = PR_CLOSED_CHECK_MS;
+    int64_t now = mono_ms(), wait = PR_CLOSED_CHECK_MS;
     if (started && last + keep_ms - now < wait) wait = last + keep_ms - now;
     if (deadline && deadline - now < wait) wait = deadline - now;
     ptab_ev *e = ptab_next(sb, wait > 0 ? wait : 0);
-    now = now_ms();
+    now = mono_ms();
     int rc = 0;
     if (!e) {
       if (deadline && now >= deadline) { rpc_end(st, "deadline_exceeded", "the operation timed out"); break; }
@@ -190,7 +184,7 @@ static void serve(sd_request *r, rpc_stream *st, ptab_sub *sb) {
       if (rc == 0 && kind == PTAB_END) { rpc_end(st, NULL, NULL); break; }
     }
     if (rc != 0) { sd_stream_end(st->s); break; }   /* client gone: the process keeps running */
-    last = now_ms();
+    last = mono_ms();
   }
   ptab_unsubscribe(sb);
 }

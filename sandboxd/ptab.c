@@ -1,6 +1,7 @@
 /* ptab.c — a sandbox's process table over the init channel (see ptab.h, init.h). */
 #include "ptab.h"
 
+#include "clocks.h"
 #include "init.h"
 #include "fdpass.h"
 
@@ -88,12 +89,6 @@ void ptab_observe(ptab *t, ptab_observer fn, void *cls) {
   t->observer = fn;
   t->observer_cls = cls;
   pthread_mutex_unlock(&t->mu);
-}
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void wake_pump(ptab *t) {
@@ -383,7 +378,7 @@ static void *pump_main(void *arg) {
     size_t n = 0;
     pf[n++] = (struct pollfd){t->wake, POLLIN, 0};
     pf[n++] = (struct pollfd){t->ctl_eof ? -1 : t->ctl, POLLIN, 0};
-    int64_t now = now_ms(), next = -1;
+    int64_t now = mono_ms(), next = -1;
     for (proc *p = t->procs; p; p = p->next) {
       if (p->deadline && !p->deadline_hit) {
         /* Never block here with the table locked: retry shortly if the channel is full. */
@@ -632,7 +627,7 @@ ptab_sub *ptab_start(ptab *t, const ptab_spawn *sp, const char **code, char *err
   pd->config = json_incref(sp->config);
   pd->tag = tagc;
   pd->pty = sp->pty;
-  pd->deadline = sp->lifetime_ms ? now_ms() + sp->lifetime_ms : 0;
+  pd->deadline = sp->lifetime_ms ? mono_ms() + sp->lifetime_ms : 0;
   pd->traced = t->trace && t->seq == 1;
   if (pd->traced) clock_gettime(CLOCK_MONOTONIC, &pd->t_sent);
   tagc = NULL;

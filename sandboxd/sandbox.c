@@ -1,6 +1,7 @@
 /* sandbox.c — create/destroy one sandbox: namespaces, id maps, cgroups, the init, the layers;
  * pause/resume, capture; what the warm pool (pool.c) boots and hands out. */
 #include "sandbox.h"
+#include "errbuf.h"
 #include "procfile.h"
 
 #include "cgroups.h"
@@ -79,13 +80,6 @@ __attribute__((format(printf, 3, 4))) static int xfmt(char *buf, size_t cap, con
   va_end(ap);
   if (n < 0 || (size_t)n >= cap) { buf[0] = 0; return -1; }
   return 0;
-}
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
 }
 
 /* SANDBOXD_TRACE_CREATE: sandboxd's own steps of a create, as "name us" pairs. */

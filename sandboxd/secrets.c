@@ -13,13 +13,13 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
 #include "b64.h"
+#include "clocks.h"
 #include "ids.h"
 
 #define KEY_LEN 32
@@ -66,12 +66,6 @@ __attribute__((format(printf, 4, 5))) static int fail(char *msg, size_t msglen, 
 }
 #define FAIL(status, ...) fail(msg, msglen, (status), __VA_ARGS__)
 #define ERR(...) fail(err, errlen, -1, __VA_ARGS__)
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void entry_free(entry *e) {
   if (!e) return;
@@ -756,7 +750,7 @@ int secrets_create(const char *name, const char *value, size_t vlen, json_t *met
   snprintf(e->scope, sizeof e->scope, "%s", scope_of(e->metadata));
   e->seq = g.next_seq;
   e->version = 1;
-  e->created_ms = e->updated_ms = now_ms();
+  e->created_ms = e->updated_ms = wall_ms();
   if ((rc = seal_value(e, value, vlen, msg, msglen))) goto out;
   if (!(arr = malloc((g.n + 1) * sizeof *arr))) { rc = FAIL(500, "out of memory"); goto out; }
   if (g.n) memcpy(arr, g.all, g.n * sizeof *arr);
@@ -798,7 +792,7 @@ int secrets_update(const char *ref, const char *value, size_t vlen, json_t *meta
   e->seq = old->seq;
   e->version = old->version + 1;
   e->created_ms = old->created_ms;
-  e->updated_ms = now_ms();
+  e->updated_ms = wall_ms();
   if (e->updated_ms < e->created_ms) e->updated_ms = e->created_ms;   /* the clock went back */
   if ((rc = seal_value(e, value, vlen, msg, msglen))) goto out;
   if (!(arr = without(is_entry, NULL, &n))) { rc = FAIL(500, "out of memory"); goto out; }   /* a copy of the table */

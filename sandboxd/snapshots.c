@@ -7,13 +7,13 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "errbuf.h"
 #include "ids.h"
 
 #define CATALOGUE_MAX_BYTES (16u << 20)
@@ -42,13 +42,6 @@ static struct {
   uint64_t next_seq;
   snap_drop_fn on_drop;
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .next_seq = 1};
-
-__attribute__((format(printf, 3, 4))) static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 static bool name_char(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'; }
 

@@ -5,12 +5,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "errbuf.h"
 
 #define TPL_COPY_MAX_FILE (8u << 20)   /* /etc files are small; ld.so.cache is the largest */
 #define TPL_COPY_MAX_DEPTH 8
@@ -18,13 +19,6 @@
 static pthread_mutex_t tpl_mu = PTHREAD_MUTEX_INITIALIZER;
 static int tpl_ready;
 static tpl_info tpl_cached;
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 int tpl_rm_tree(const char *path) {
   struct stat rootst, st;

@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "api_body.h"
+#include "clocks.h"
 #include "control.h"
 #include "sandbox.h"
 #include "snapshots.h"
@@ -37,12 +37,6 @@ static int limit_field(sd_request *r, json_t *body, const char *field, long min,
 }
 
 typedef char tag_t[SNAP_TAG_MAX + 1];
-
-static int64_t wall_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Adds the tag `raw` (field `field`, for the message) to tags[*n] unless it is there already.
  * 0, or -1 after replying 400. */

@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "clocks.h"
+#include "errbuf.h"
 #include "ids.h"
 #include "image.h"
 #include "layers.h"
@@ -72,26 +74,6 @@ static struct {
                                         tags: its template's id, no templateID) */
   int64_t ready_timeout_ms;
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER, .next_seq = 1, .ready_timeout_ms = TB_READY_TIMEOUT_MS};
-
-__attribute__((format(printf, 3, 4))) static int seterr(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 void tb_set_ready_timeout(int64_t ms) {
   if (ms < 1000) ms = 1000;
@@ -260,7 +242,7 @@ static void logf_locked(build *b, const char *level, const char *step, const cha
     va_end(ap);
   }
   logent *e = &b->log[b->nlog++];
-  e->ms = now_ms();
+  e->ms = wall_ms();
   e->level = level;
   e->msg = msg;
   snprintf(e->step, sizeof e->step, "%s", step ? step : "");
@@ -1115,7 +1097,7 @@ static void *build_main(void *arg) {
     if (chain_sandbox(&ch, err, sizeof err) != 0 || chain_capture(&ch, err, sizeof err) != 0) goto failed;
   }
   snap_info out;
-  rc = snap_add_build(b->tid, b->name, b->bid, ch.cur, ch.last_sandbox, now_ms(), (const char (*)[SNAP_TAG_MAX + 1])b->tags, b->ntags,
+  rc = snap_add_build(b->tid, b->name, b->bid, ch.cur, ch.last_sandbox, wall_ms(), (const char (*)[SNAP_TAG_MAX + 1])b->tags, b->ntags,
                       &out, why, sizeof why);
   if (rc != 0) { seterr(err, sizeof err, "cannot record the template: %s", why); goto failed; }
   if (strcmp(out.id, b->tid) != 0) {   /* the name was taken meanwhile: the template is that one */

@@ -5,14 +5,14 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clocks.h"
+#include "errbuf.h"
 #include "ids.h"
 
 typedef struct {
@@ -33,20 +33,6 @@ static struct {
   unsigned long long max_bytes;
   uint64_t seq;
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER};
-
-__attribute__((format(printf, 3, 4))) static int seterr(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static bool valid_key(const char *k) {
   if (!k || strlen(k) != TK_KEY_LEN) return false;
@@ -77,7 +63,7 @@ static void add_owner(entry *e, const char *owner) {
 }
 
 static void touch(entry *e) {
-  e->used_ms = now_ms();
+  e->used_ms = wall_ms();
   e->used_seq = ++g.seq;
 }
 
