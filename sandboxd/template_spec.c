@@ -8,20 +8,42 @@
 
 #include "users.h"
 
+/* A message of n bytes written into errlen: when it was cut, not inside a character. */
+static void whole_chars(char *err, size_t errlen, int n) {
+  if (n < 0 || (size_t)n < errlen || errlen == 0) return;
+  size_t end = errlen - 1, lead = end;   /* err[end] is the NUL */
+  while (lead > 0 && ((unsigned char)err[lead - 1] & 0xC0) == 0x80) lead--;
+  if (lead == 0) return;
+  unsigned char c = (unsigned char)err[lead - 1];
+  size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+  if (end - (lead - 1) < need) err[lead - 1] = '\0';
+}
+
 __attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
+  int n = vsnprintf(err, errlen, fmt, ap);
   va_end(ap);
+  whole_chars(err, errlen, n);
   return -1;
 }
 
 __attribute__((format(printf, 3, 4))) static bool refuse(char *err, size_t errlen, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
+  int n = vsnprintf(err, errlen, fmt, ap);
   va_end(ap);
+  whole_chars(err, errlen, n);
   return false;
+}
+
+/* How many bytes of s a message shows, at most max: cut where a character starts (a message
+ * goes into a JSON reply, which carries UTF-8 only; a cut character made it "not valid UTF-8"). */
+static int upto(const char *s, size_t max) {
+  size_t n = strnlen(s, max);
+  if (n == max)
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--;   /* s[n] continues the character the cut splits */
+  return (int)n;
 }
 
 bool ts_valid_hash(const char *h) {
@@ -105,12 +127,14 @@ static bool parse_mode(const char *s, unsigned *mode) {
   return true;
 }
 
-/* An optional string field: NULL when absent or null. -1 when it is another type. */
+/* An optional string field: NULL when absent or null. -1 when it is another type or holds a NUL
+ * byte (read as a C string it would mean less than was sent). */
 static int opt_string(json_t *o, const char *field, const char **out, const char *where, char *err, size_t errlen) {
   json_t *v = json_object_get(o, field);
   *out = NULL;
   if (!v || json_is_null(v)) return 0;
   if (!json_is_string(v)) return fail(err, errlen, "%s'%s' must be a string", where, field);
+  if (strlen(json_string_value(v)) != json_string_length(v)) return fail(err, errlen, "%s'%s' holds a NUL byte", where, field);
   *out = json_string_value(v);
   return 0;
 }
@@ -134,7 +158,7 @@ static int only_fields(json_t *o, const char *const *allowed, const char *where,
       size_t used = 0;
       char list[256] = "";
       for (a = allowed; *a && used < sizeof list; a++) used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", a == allowed ? "" : ", ", *a);
-      return fail(err, errlen, "%sfield '%.100s' is not supported by sandboxd (%s are)", where, k, list);
+      return fail(err, errlen, "%sfield '%.*s' is not supported by sandboxd (%s are)", where, upto(k, 100), k, list);
     }
   }
   return 0;
@@ -219,7 +243,7 @@ bool ts_valid_image_ref(const char *ref, char *err, size_t errlen) {
     size_t fn = (size_t)(first_end - ref);
     bool host = memchr(ref, '.', fn) || memchr(ref, ':', fn) || (fn == 9 && !strncmp(ref, "localhost", 9));
     if (host) {
-      if (!ref_host(ref, fn)) return refuse(err, errlen, "'%.*s' is not a registry host (a DNS name or IPv4 address, an optional :PORT)", (int)(fn > 80 ? 80 : fn), ref);
+      if (!ref_host(ref, fn)) return refuse(err, errlen, "'%.*s' is not a registry host (a DNS name or IPv4 address, an optional :PORT)", upto(ref, fn > 80 ? 80 : fn), ref);
       off = fn + 1;
     }
   }
@@ -246,7 +270,7 @@ static int parse_registry(json_t *reg, ts_spec *out, char *err, size_t errlen) {
     return fail(err, errlen, "fromImageRegistry.type '%s' (%s) is not supported by sandboxd: give the registry's user name and "
                 "password as type 'registry' (fromImage(image, {username, password}))", type, type[0] == 'a' ? "AWS ECR" : "GCP Artifact Registry");
   if (strcmp(type, "registry") != 0)
-    return fail(err, errlen, "fromImageRegistry.type '%.40s' is not one sandboxd knows ('registry' is)", type);
+    return fail(err, errlen, "fromImageRegistry.type '%.*s' is not one sandboxd knows ('registry' is)", upto(type, 40), type);
   static const char *const fields[] = {"type", "username", "password", NULL};
   if (only_fields(reg, fields, where, err, errlen) != 0) return -1;
   const char *u, *p;
@@ -255,8 +279,6 @@ static int parse_registry(json_t *reg, ts_spec *out, char *err, size_t errlen) {
   json_t *uj = json_object_get(reg, "username"), *pj = json_object_get(reg, "password");
   if (json_string_length(uj) > TS_MAX_CRED_BYTES || json_string_length(pj) > TS_MAX_CRED_BYTES)
     return fail(err, errlen, "fromImageRegistry: 'username' and 'password' are at most %d bytes", TS_MAX_CRED_BYTES);
-  if (strlen(u) != json_string_length(uj) || strlen(p) != json_string_length(pj))
-    return fail(err, errlen, "fromImageRegistry: 'username' or 'password' holds a NUL byte");
   if (strchr(u, ':')) return fail(err, errlen, "fromImageRegistry.username may not hold ':' (HTTP Basic authentication joins it to the password with one)");
   out->reg_user = u;
   out->reg_pass = p;
@@ -282,7 +304,7 @@ static int parse_step(json_t *j, size_t i, ts_step *s, const char **argv, char *
   else if (!strcmp(type, "ENV")) s->kind = TS_ENV;
   else if (!strcmp(type, "WORKDIR")) s->kind = TS_WORKDIR;
   else if (!strcmp(type, "USER")) s->kind = TS_USER;
-  else return fail(err, errlen, "%stype '%.40s' is not a step sandboxd runs (RUN, COPY, ENV, WORKDIR, USER are)", where, type);
+  else return fail(err, errlen, "%stype '%.*s' is not a step sandboxd runs (RUN, COPY, ENV, WORKDIR, USER are)", where, upto(type, 40), type);
   json_t *args = json_object_get(j, "args");
   if (args && !json_is_null(args) && !json_is_array(args)) return fail(err, errlen, "%sargs must be an array of strings", where);
   size_t n = args ? json_array_size(args) : 0;
@@ -306,12 +328,13 @@ static int parse_step(json_t *j, size_t i, ts_step *s, const char **argv, char *
     case TS_COPY:
       if (n < 2 || n > 4 || !argv[0][0] || !argv[1][0]) return fail(err, errlen, "%sargs: COPY takes [src, dest, user?, mode?]", where);
       if (!context_path(argv[0]))
-        return fail(err, errlen, "%sargs[0]: COPY source '%.100s' is not inside the build context (a relative path that stays in it)", where, argv[0]);
+        return fail(err, errlen, "%sargs[0]: COPY source '%.*s' is not inside the build context (a relative path that stays in it)", where,
+                    upto(argv[0], 100), argv[0]);
       s->src = argv[0];
       s->dest = argv[1];
       s->user = n > 2 && argv[2][0] ? argv[2] : NULL;
       if (n > 3 && argv[3][0]) {
-        if (!parse_mode(argv[3], &s->mode)) return fail(err, errlen, "%sargs[3]: mode '%.20s' is not an octal mode", where, argv[3]);
+        if (!parse_mode(argv[3], &s->mode)) return fail(err, errlen, "%sargs[3]: mode '%.*s' is not an octal mode", where, upto(argv[3], 20), argv[3]);
         s->has_mode = true;
       }
       if (!ts_valid_hash(hash)) return fail(err, errlen, "%sfilesHash: COPY needs the sha256 (64 lower-case hex) its upload is stored under", where);
@@ -320,7 +343,7 @@ static int parse_step(json_t *j, size_t i, ts_step *s, const char **argv, char *
     case TS_ENV:
       if (n < 2 || n % 2) return fail(err, errlen, "%sargs: ENV takes [name, value, ...] pairs", where);
       for (size_t a = 0; a < n; a += 2)
-        if (!env_name(argv[a])) return fail(err, errlen, "%sargs[%zu]: '%.60s' is not an environment variable name", where, a, argv[a]);
+        if (!env_name(argv[a])) return fail(err, errlen, "%sargs[%zu]: '%.*s' is not an environment variable name", where, a, upto(argv[a], 60), argv[a]);
       break;
     case TS_WORKDIR:
       if (n != 1 || !argv[0][0]) return fail(err, errlen, "%sargs: WORKDIR takes [path]", where);
@@ -330,7 +353,7 @@ static int parse_step(json_t *j, size_t i, ts_step *s, const char **argv, char *
       s->user = argv[0];
       break;
   }
-  if (s->user && !valid_user(s->user)) return fail(err, errlen, "%sargs: user '%.40s' is not one the sandbox has (root, user)", where, s->user);
+  if (s->user && !valid_user(s->user)) return fail(err, errlen, "%sargs: user '%.*s' is not one the sandbox has (root, user)", where, upto(s->user, 40), s->user);
   return 0;
 }
 
@@ -353,10 +376,10 @@ int ts_parse(json_t *body, ts_spec *out, char *err, size_t errlen) {
     size_t bl = strlen(TS_BASE_IMAGE);
     char why[160];
     if (!strncmp(img, TS_BASE_IMAGE, bl) && (!img[bl] || img[bl] == ':')) {
-      if (reg) return fail(err, errlen, "field 'fromImageRegistry': '%.100s' is sandboxd's base template, pulled from no registry", img);
+      if (reg) return fail(err, errlen, "field 'fromImageRegistry': '%.*s' is sandboxd's base template, pulled from no registry", upto(img, 100), img);
       tpl = "base";
     } else if (!ts_valid_image_ref(img, why, sizeof why)) {
-      return fail(err, errlen, "field 'fromImage': '%.100s' is not an image reference: %s", img, why);
+      return fail(err, errlen, "field 'fromImage': '%.*s' is not an image reference: %s", upto(img, 100), img, why);
     } else {
       out->from_image = img;
     }

@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdbool.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -318,6 +319,28 @@ static void test_tags(void) {
   CHECK_STR(tag, "");
   CHECK_INT(snap_parse_ref("name:", out, sizeof out, tag, sizeof tag, err, sizeof err), -1);
   CHECK_INT(snap_parse_ref("name:a:b", out, sizeof out, tag, sizeof tag, err, sizeof err), -1);
+  /* a refusal quotes the name or tag cut between characters (the message goes into a JSON reply;
+   * found by fuzz/fuzz_sbx_template_request.c's twin in template_spec.c) */
+  char bad[2 + 3 * 70 + 1] = "ab";   /* "ab" then 3-byte characters: a 64- or 160-byte cut splits one */
+  for (int i = 0; i < 70; i++) strcat(bad, "\xe2\x82\xac");
+  char spaced[sizeof bad + 2], tagged[sizeof bad + 2];
+  snprintf(spaced, sizeof spaced, "%s/x", bad);   /* "'%.160s' has a namespace" */
+  snprintf(tagged, sizeof tagged, "n:%s", bad);   /* "tag '%.64s...': a tag is 1 to 128 characters" */
+  const char *const refs[] = {spaced, tagged, NULL};
+  for (size_t i = 0; refs[i]; i++) {
+    err[0] = '\0';
+    CHECK_INT(snap_parse_ref(refs[i], out, sizeof out, tag, sizeof tag, err, sizeof err), -1);
+    json_t *m = json_string(err);
+    if (!m) fprintf(stderr, "not UTF-8: %s\n", err);
+    CHECK(m != NULL);
+    CHECK_HAS(err, "ab\xe2\x82\xac");
+    json_decref(m);
+  }
+  CHECK_INT(snap_parse_tag(bad, tag, sizeof tag, err, sizeof err), -1);   /* "tag '%.64s': ..." */
+  json_t *m = json_string(err);
+  CHECK(m != NULL);
+  CHECK_HAS(err, "tag 'ab\xe2\x82\xac");
+  json_decref(m);
 
   char p[600];
   snprintf(p, sizeof p, "%s/snapshots.json", state);

@@ -178,6 +178,17 @@ static void test_refusals(void) {
   want_refusal("{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"RUN\",\"args\":\"x\"}]}", "args must be an array");
   want_refusal("{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"RUN\",\"args\":[\"x\",\"nobody\"]}]}", "user 'nobody'");
   want_refusal("{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"RUN\",\"args\":[\"x\\u0000y\"]}]}", "NUL");
+  /* no string field is read short at a NUL byte (found by fuzz/fuzz_sbx_template_request.c: a
+   * start command, an image reference, a step's type or hash was taken up to the NUL) */
+  want_refusal("{\"fromTemplate\":\"base\",\"startCmd\":\"npm start\\u0000; rm -rf /\"}", "'startCmd' holds a NUL byte");
+  want_refusal("{\"fromTemplate\":\"base\",\"readyCmd\":\"\\u0000x\"}", "'readyCmd' holds a NUL byte");
+  want_refusal("{\"fromTemplate\":\"my\\u0000env\"}", "'fromTemplate' holds a NUL byte");
+  want_refusal("{\"fromImage\":\"ubuntu\\u0000:evil\"}", "'fromImage' holds a NUL byte");
+  want_refusal("{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"RUN\\u0000x\",\"args\":[\"x\"]}]}", "steps[0].'type' holds a NUL byte");
+  want_refusal("{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"COPY\",\"args\":[\"a\",\"/a\"],\"filesHash\":\"" HASH "\\u0000x\"}]}",
+               "steps[0].'filesHash' holds a NUL byte");
+  want_refusal("{\"fromImage\":\"r.io/a\",\"fromImageRegistry\":{\"type\":\"registry\",\"username\":\"u\",\"password\":\"p\\u0000q\"}}",
+               "fromImageRegistry.'password' holds a NUL byte");
   want_refusal("{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"RUN\",\"args\":[\"x\"],\"filesHash\":\"" HASH "\"}]}", "only COPY");
   want_refusal("{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"COPY\",\"args\":[\"a\",\"/a\"]}]}", "filesHash: COPY needs");
   want_refusal("{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"COPY\",\"args\":[\"a\",\"/a\"],\"filesHash\":\"ABC\"}]}", "filesHash");
@@ -238,9 +249,46 @@ static void test_hash(void) {
   CHECK(!ts_valid_hash("../456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"));
 }
 
+/* A refusal quotes what was sent, cut: never inside a character, since the message goes into a
+ * JSON reply (a cut character made it "(message is not valid UTF-8)"; found by
+ * fuzz/fuzz_sbx_template_request.c). */
+static void test_refusal_utf8(void) {
+  char euros[3 * 40 + 3] = "ab";   /* "ab" then 40 3-byte characters: a cut at 40, 60 or 100 bytes splits one */
+  for (int i = 0; i < 40; i++) strcat(euros, "\xe2\x82\xac");
+  char body[512], err[512];
+  static const char *const shapes[] = {
+      "{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"ENV\",\"args\":[\"%s\",\"v\"]}]}",    /* '%.60s' */
+      "{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"%s\",\"args\":[\"x\"]}]}",            /* '%.40s' */
+      "{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"RUN\",\"args\":[\"x\",\"%s\"]}]}",  /* a user, '%.40s' */
+      "{\"fromImage\":\"%s\"}",                                                          /* '%.100s' */
+      "{\"fromTemplate\":\"base\",\"%s\":1}",                                            /* a field, '%.100s' */
+      NULL};
+  for (size_t i = 0; shapes[i]; i++) {
+    snprintf(body, sizeof body, shapes[i], euros);
+    ts_spec s;
+    err[0] = '\0';
+    CHECK_INT(parse(body, &s, err, sizeof err), -1);
+    json_t *m = json_string(err);
+    if (!m) fprintf(stderr, "not UTF-8: %s\n", err);
+    CHECK(m != NULL);
+    CHECK_HAS(err, "'ab\xe2\x82\xac");
+    json_decref(m);
+  }
+  /* a buffer too small for the message: cut between characters too */
+  snprintf(body, sizeof body, shapes[0], "\xc3\xa9\xc3\xa9");
+  ts_spec s;
+  char small[21];   /* "steps[0].args[0]: '" is 19 bytes: room for one byte of the 2-byte character */
+  CHECK_INT(parse(body, &s, small, sizeof small), -1);
+  CHECK_STR(small, "steps[0].args[0]: '");
+  char small2[22];
+  CHECK_INT(parse(body, &s, small2, sizeof small2), -1);
+  CHECK_STR(small2, "steps[0].args[0]: '\xc3\xa9");
+}
+
 int main(void) {
   MBT_RUN(test_steps);
   MBT_RUN(test_refusals);
+  MBT_RUN(test_refusal_utf8);
   MBT_RUN(test_hash);
   MBT_RUN(test_image_refs);
   return mbt_report();
