@@ -17,6 +17,9 @@ TARGETS=${FUZZ_TARGETS:-}
 command -v clang >/dev/null || { echo "fuzz-long: clang is missing (scripts/install-deps.sh)"; exit 1; }
 CC=clang cmake -S . -B build-fuzz -DMB_FUZZ=ON >/dev/null && cmake --build build-fuzz -j2 --target fuzzers >/dev/null || {
   echo "fuzz-long: building the fuzzers failed"; exit 1; }
+for t in $TARGETS; do   # a misspelt name would otherwise run nothing and pass
+  [ -x "build-fuzz/fuzz/$t" ] || { echo "fuzz-long: FUZZ_TARGETS names '$t', which is not a fuzzer (fuzz/fuzz_*.c)"; exit 2; }
+done
 LOGS=build-fuzz/long-logs
 mkdir -p "$LOGS"
 one() {
@@ -50,5 +53,5 @@ export -f one
 export RUNS LOGS FORK
 for f in build-fuzz/fuzz/fuzz_*; do
   [ -f "$f" ] && [ -x "$f" ] || continue
-  [ -z "$TARGETS" ] || [[ " $TARGETS " == *" $(basename "$f") "* ]] && echo "$f"
+  if [ -z "$TARGETS" ] || [[ " $TARGETS " == *" $(basename "$f") "* ]]; then echo "$f"; fi   # status 0: pipefail
 done | xargs -P "$JOBS" -I{} bash -c 'one "$@"' _ {}
