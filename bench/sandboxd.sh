@@ -17,7 +17,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 . "$ROOT/bench/lib.sh"
 
-bench_build sandboxd --target sandboxd
+bench_build sandboxd --target sandboxd moonbox
 FLOOR=$BUILD_DIR/bench/sandboxd_floor
 if [ ! -x "$FLOOR" ] || [ "$ROOT/bench/sandboxd_floor.c" -nt "$FLOOR" ]; then
   ${CC:-cc} -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror "$ROOT/bench/sandboxd_floor.c" -o "$FLOOR"
@@ -28,7 +28,7 @@ KEY="e2b_$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')"
 SANDBOXD_TRACE_CREATE=1 sbxd_start "$KEY"
 grep -v 'api key' "$LOGF" | grep -v 'ready in' || true
 export E2B_API_URL=$URL E2B_SANDBOX_URL=$URL E2B_API_KEY=$KEY
-export SANDBOXD_PID=$SBXD_PID SANDBOXD_FLOOR=$FLOOR SANDBOXD_STATE_DIR=$STATE SANDBOXD_LOG=$LOGF
+export MOONBOX_BIN=$BUILD_DIR/bin/moonbox SANDBOXD_PID=$SBXD_PID SANDBOXD_FLOOR=$FLOOR SANDBOXD_STATE_DIR=$STATE SANDBOXD_LOG=$LOGF
 
 rc=0
 PARTS=" ${BENCH_PARTS:-create load} "
@@ -54,10 +54,14 @@ const wanted = process.env.PARTS || ' create load '
 const f = (x) => (typeof x === 'number' ? x.toFixed(2) : '?')
 const goal = (x, max) => (typeof x !== 'number' ? 'no figure' : x <= max ? 'goal met' : 'over goal')
 if (c) {
-  console.log(`create→ready  cold ${f(c.raw_ms)} ms vs floor ${f(c.floor_ms)} ms: ${f(c.ratio_raw)}× (goal ≤ 2×, ${goal(c.ratio_raw, 2)}); ` +
+  console.log(`create→ready  (Node's fetch as the client) cold ${f(c.raw_ms)} ms vs floor ${f(c.floor_ms)} ms: ${f(c.ratio_raw)}× (goal ≤ 2×, ${goal(c.ratio_raw, 2)}); ` +
     `cold with the link made during the create ${f(c.rawnet_ms)} ms: ${f(c.ratio_rawnet)}×; ` +
     `pooled ${f(c.pooled_ms)} ms: ${f(c.ratio_pooled)}× (goal ≤ 1.5×, ${goal(c.ratio_pooled, 1.5)})` +
     (c.sbx_create_ms !== undefined ? `; in-server sbx_create ${f(c.ratio_sbx_create)}×` : '') + `; via SDK ${f(c.ratio_sdk)}×`)
+  if (c.mb_cold_ms !== undefined || c.mb_pooled_ms !== undefined) {
+    console.log(`              through moonbox's client: cold ${f(c.mb_cold_ms)} ms: ${f(c.ratio_mb_cold)}× (goal ≤ 2×, ${goal(c.ratio_mb_cold, 2)}); ` +
+      `pooled ${f(c.mb_pooled_ms)} ms: ${f(c.ratio_mb_pooled)}× (goal ≤ 1.5×, ${goal(c.ratio_mb_pooled, 1.5)})`)
+  }
 } else console.log(`create→ready  ${wanted.includes(' create ') ? 'no result' : 'skipped'}`)
 if (l) {
   console.log(`load          ${l.succeeded}/${l.commands} ok; peak RSS ${f(l.peak_rss_mb)} MB (goal ≤ 100 MB, ${goal(l.peak_rss_mb, 100)}); ` +

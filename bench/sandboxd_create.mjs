@@ -20,6 +20,10 @@
 //           process.Process/Start (Connect JSON, HTTP keep-alive); then DELETE (not timed)
 //   sdk     Sandbox.create('base') → commands.run('true') exits 0 against the pooled sandboxd,
 //           through the unmodified e2b SDK (its `run` is `bash -l -c`: a login shell is included)
+//   cold·mb / pooled·mb   as cold / pooled, through moonbox's own client (MOONBOX_BIN running
+//           bench/sandboxd_create_client.lua: libcurl, binary Connect): what a moonbox harness
+//           waits for. Node's fetch costs a few ms per request here, a share of the floor that
+//           is the client's, not sandboxd's: both clients are reported.
 // After each pooled create the bench waits (untimed) until the pool has booted the replacement
 // and made again the network pair that boot took, after each cold one until its pair is made
 // again, so refills neither overlap the other series (the floor's) nor leave the next create
@@ -31,7 +35,7 @@
 // end, and what is left of each request (HTTP, JSON, registry, threads, the client itself).
 //
 // Environment: E2B_API_URL, E2B_API_KEY (required); SANDBOXD_FLOOR (floor binary, required);
-// SANDBOXD_PID (its /proc/PID/exe is the binary for the cold sandboxd; or SANDBOXD_BIN);
+// SANDBOXD_PID (its /proc/PID/exe is the binary for the cold sandboxd; or SANDBOXD_BIN); MOONBOX_BIN;
 // SANDBOXD_STATE_DIR (where the floor puts its layers, and next to which the cold sandboxd keeps
 // its state: same file system as sandboxd's state); SANDBOXD_LOG; BENCH_N (samples per series,
 // default 30). Without a binary for the cold sandboxd only the pooled figures are reported.
@@ -228,12 +232,54 @@ async function startCold(env) {
   }
 }
 
+// ---- moonbox's own client (bench/sandboxd_create_client.lua, run by MOONBOX_BIN): the product's
+// transport (libcurl, the C codecs, the Lua control-plane and envd clients), one process for the
+// whole run, asked for one sample per line (the sandboxd's URL) → { id, total, post, cmd }.
+function startClient() {
+  const bin = process.env.MOONBOX_BIN
+  if (!bin) return null
+  const proc = spawn(bin, [path.join(ROOT, 'bench/sandboxd_create_client.lua')], {
+    env: { ...process.env, E2B_API_KEY: KEY }, stdio: ['pipe', 'pipe', 'inherit'],
+  })
+  const lines = [], waiting = []
+  let buf = '', gone = null
+  proc.stdout.on('data', (d) => {
+    buf += d
+    for (let i; (i = buf.indexOf('\n')) >= 0; ) {
+      const l = buf.slice(0, i)
+      buf = buf.slice(i + 1)
+      if (waiting.length) waiting.shift().resolve(l)
+      else lines.push(l)
+    }
+  })
+  proc.on('exit', (code, signal) => {
+    gone = new Error(`moonbox client exited (${code ?? signal})`)
+    for (const w of waiting.splice(0)) w.reject(gone)
+  })
+  const next = () => (lines.length ? Promise.resolve(lines.shift()) : gone ? Promise.reject(gone)
+    : new Promise((resolve, reject) => waiting.push({ resolve, reject })))
+  return {
+    async once(api) {
+      proc.stdin.write(api + '\n')
+      const r = JSON.parse(await next())
+      if (r.error) throw new Error(`moonbox client: ${r.error}`)
+      return r
+    },
+    async stop() {
+      proc.stdin.end()
+      await new Promise((r) => (gone ? r() : proc.on('exit', r)))
+    },
+  }
+}
+const mb = startClient()
+if (!mb) console.log('(no moonbox binary for the moonbox-client series: set MOONBOX_BIN)')
+
 const cold = await startCold({})
 const coldnet = cold ? await startCold({ SANDBOXD_NET_POOL: '0' }) : null
 if (!cold) console.log('(no sandboxd binary for the cold series: set SANDBOXD_PID or SANDBOXD_BIN)')
-async function coldOnce() {
+async function coldOnce(once = rawOnce) {
   const before = pairsReady(cold.log)
-  const x = await rawOnce(cold.api)
+  const x = await once(cold.api)
   await waitPair(cold.log, before)   // the pair it took is made again (0.1 s later) before the next sample
   return x
 }
@@ -243,14 +289,18 @@ if (cold) {
   await coldOnce()
   await rawOnce(coldnet.api)
 }
+if (cold && mb) await coldOnce(mb.once)
 await pooled(() => rawOnce(API))
+if (mb) await pooled(() => mb.once(API))
 await pooled(sdkOnce)
 floorOnce()
 
 // Samples are paired: one floor iteration, one cold create, one pooled create, one SDK create,
 // again and again, so that a burst of load elsewhere on the machine hits every series alike.
 const floor = [], floorExec = [], raw = [], post = [], cmd = [], rawnet = [], pool = [], poolPost = [], poolCmd = [], sdk = []
+const mbCold = [], mbColdPost = [], mbColdCmd = [], mbPool = [], mbPoolPost = [], mbPoolCmd = []
 const coldIds = new Set(), coldnetIds = new Set(), poolIds = new Set(), kinds = { warm: 0, cold: 0, unknown: 0 }
+const mbColdIds = new Set(), mbPoolIds = new Set(), mbKinds = { warm: 0, cold: 0, unknown: 0 }
 for (let i = 0; i < N; i++) {
   const fl = floorOnce()
   floor.push(fl.exit.median_ms)
@@ -260,10 +310,19 @@ for (let i = 0; i < N; i++) {
     raw.push(x.total); post.push(x.post); cmd.push(x.cmd); coldIds.add(x.id)
     const z = await rawOnce(coldnet.api)
     rawnet.push(z.total); coldnetIds.add(z.id)
+    if (mb) {
+      const m = await coldOnce(mb.once)
+      mbCold.push(m.total); mbColdPost.push(m.post); mbColdCmd.push(m.cmd); mbColdIds.add(m.id)
+    }
   }
   const y = await pooled(() => rawOnce(API))
   pool.push(y.total); poolPost.push(y.post); poolCmd.push(y.cmd); poolIds.add(y.id)
   kinds[y.kind || 'unknown']++
+  if (mb) {
+    const m = await pooled(() => mb.once(API))
+    mbPool.push(m.total); mbPoolPost.push(m.post); mbPoolCmd.push(m.cmd); mbPoolIds.add(m.id)
+    mbKinds[m.kind || 'unknown']++
+  }
   sdk.push((await pooled(sdkOnce)).total)
 }
 
@@ -297,6 +356,16 @@ Object.assign(res, {
 })
 res.ratio_pooled = res.pooled_ms / res.floor_ms
 res.ratio_sdk = res.sdk_ms / res.floor_ms
+if (mbCold.length) {
+  Object.assign(res, { mb_cold_ms: median(mbCold), mb_cold_min_ms: Math.min(...mbCold), mb_cold_post_ms: median(mbColdPost),
+    mb_cold_first_cmd_ms: median(mbColdCmd) })
+  res.ratio_mb_cold = res.mb_cold_ms / res.floor_ms
+}
+if (mbPool.length) {
+  Object.assign(res, { mb_pooled_ms: median(mbPool), mb_pooled_min_ms: Math.min(...mbPool), mb_pooled_post_ms: median(mbPoolPost),
+    mb_pooled_first_cmd_ms: median(mbPoolCmd), mb_pooled_got_spare: mbKinds.warm })
+  res.ratio_mb_pooled = res.mb_pooled_ms / res.floor_ms
+}
 
 // What sandboxd itself timed (SANDBOXD_TRACE_CREATE): sbx_create and its steps, and the first
 // command from its request to the init to its end, each step's median (ms), in the order logged.
@@ -327,6 +396,9 @@ function serverSide(log, ids) {
 }
 const cs = cold ? serverSide(cold.log, coldIds) : null
 const cns = cold ? serverSide(coldnet.log, coldnetIds) : null
+const mcs = cold && mbCold.length ? serverSide(cold.log, mbColdIds) : null
+const mps = mbPool.length && process.env.SANDBOXD_LOG ? serverSide(process.env.SANDBOXD_LOG, mbPoolIds) : null
+if (mb) await mb.stop()
 if (cold) {
   await cold.stop()
   await coldnet.stop()
@@ -361,14 +433,22 @@ if (res.raw_ms !== undefined) {
 console.log(`  POOLED (spare claimed) POST→first cmd ${f2(res.pooled_ms)} ms (${f2(res.pooled_min_ms)})   ratio ${f2(res.ratio_pooled)}× (goal ≤ 1.5×); ` +
   `${kinds.warm}/${res.n} got a spare` + (kinds.unknown ? ` (${kinds.unknown} unknown: no SANDBOXD_LOG)` : ''))
 console.log(`  SDK create→run('true') (bash -l), pooled ${f2(res.sdk_ms)} ms   ratio ${f2(res.ratio_sdk)}×`)
+if (res.mb_cold_ms !== undefined) {
+  console.log(`  COLD, moonbox client POST→first cmd   ${f2(res.mb_cold_ms)} ms (${f2(res.mb_cold_min_ms)})   ratio ${f2(res.ratio_mb_cold)}× (goal ≤ 2×)`)
+}
+if (res.mb_pooled_ms !== undefined) {
+  console.log(`  POOLED, moonbox client POST→first cmd ${f2(res.mb_pooled_ms)} ms (${f2(res.mb_pooled_min_ms)})   ratio ${f2(res.ratio_mb_pooled)}× (goal ≤ 1.5×); ` +
+    `${mbKinds.warm}/${mbPool.length} got a spare`)
+}
 
 // Where the time goes: the client's two requests, what sandboxd timed inside each, and the rest
 // (HTTP, JSON, registry, threads; the client's own share).
-const cols = [['cold', cs, res.raw_post_ms, res.raw_first_cmd_ms], ['pooled', ps, res.pooled_post_ms, res.pooled_first_cmd_ms]]
+const cols = [['cold', cs, res.raw_post_ms, res.raw_first_cmd_ms], ['pooled', ps, res.pooled_post_ms, res.pooled_first_cmd_ms],
+  ['cold·mb', mcs, res.mb_cold_post_ms, res.mb_cold_first_cmd_ms], ['pooled·mb', mps, res.mb_pooled_post_ms, res.mb_pooled_first_cmd_ms]]
   .filter(([, , post]) => post !== undefined)
-const cell = (x) => (typeof x === 'number' && !Number.isNaN(x) ? f2(x) : '-').padStart(9)
+const cell = (x) => (typeof x === 'number' && !Number.isNaN(x) ? f2(x) : '-').padStart(11)
 const row = (label, vals) => console.log(`    ${label.padEnd(38)}${vals.map(cell).join('')}`)
-console.log(`  where the time goes (median ms)${' '.repeat(11)}${cols.map(([n]) => n.padStart(9)).join('')}`)
+console.log(`  where the time goes (median ms)${' '.repeat(11)}${cols.map(([n]) => n.padStart(11)).join('')}`)
 row('POST /sandboxes (client)', cols.map(([, , post]) => post))
 row('  sbx_create (sandboxd)', cols.map(([, srv]) => srv?.ms))
 const createSteps = [...new Set(cols.flatMap(([, srv]) => Object.keys(srv?.phases || {})))]

@@ -78,7 +78,7 @@ static int write_file(const char *dir, const char *file, const char *v, char *er
   char p[700];
   if (xfmt(p, sizeof p, "%s/%s", dir, file) != 0 || procfile_write(p, v) != 0) {
     int e = errno;
-    if (err) snprintf(err, errlen, "write '%s' to %s/%s: %s", v, dir, file, strerror(e));
+    if (err) snprintf(err, errlen, "write '%s' to %.400s/%s: %s", v, dir, file, strerror(e));
     errno = e;
     return -1;
   }
@@ -550,6 +550,30 @@ int cg_attach(const cg_set *cg, pid_t pid, char *err, size_t errlen) {
   char v[32];
   snprintf(v, sizeof v, "%ld", (long)pid);
   return cg->dir[0] ? write_file(cg->dir, "cgroup.procs", v, err, errlen) : 0;
+}
+
+int cg_rename(cg_set *cg, const char *name, char *err, size_t errlen) {
+  if (cg->dir[0]) { snprintf(err, errlen, "cgroup %s: v2 cgroups cannot be renamed", cg->dir); errno = ENOTSUP; return -1; }
+  for (int c = 0; c < CG_N; c++) {
+    if (!cg->path[c][0] || G.v1_shared[c]) continue;
+    char to[sizeof cg->path[c]];
+    const char *slash = strrchr(cg->path[c], '/');
+    if (!slash || xfmt(to, sizeof to, "%.*s/%s", (int)(slash - cg->path[c]), cg->path[c], name) != 0) {
+      snprintf(err, errlen, "cgroup %s: path too long", CG_NAMES[c]);
+      errno = ENAMETOOLONG;
+      return -1;
+    }
+    if (rename(cg->path[c], to) != 0) {
+      int e = errno;
+      snprintf(err, errlen, "cgroup %s: rename %.400s to %s: %s", CG_NAMES[c], cg->path[c], name, strerror(e));
+      errno = e;
+      return -1;
+    }
+    memcpy(cg->path[c], to, sizeof to);
+    for (int d = c + 1; d < CG_N; d++)   /* controllers mounted with it share the directory */
+      if (G.v1_shared[d] && cg->path[d][0] && !strcmp(G.v1_mnt[d], G.v1_mnt[c])) memcpy(cg->path[d], to, sizeof to);
+  }
+  return 0;
 }
 
 bool cg_can_freeze(const cg_set *cg) {

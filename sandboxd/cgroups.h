@@ -65,6 +65,10 @@ int  cg_boot_fds(const cg_set *cg, int *fds, int max, char *err, size_t errlen);
 /* v2 without CLONE_INTO_CGROUP (kernel < 5.7): moves process pid in. 0, or -1 with err. */
 int  cg_attach(const cg_set *cg, pid_t pid, char *err, size_t errlen);
 
+/* v1: the set's directories renamed to `name` (a set made ahead for a sandbox whose id comes
+ * later); its tasks stay in it. 0, or -1 with err (what was renamed already stays so: each path
+ * is right). v2 cannot rename: -1 (ENOTSUP). */
+int  cg_rename(cg_set *cg, const char *name, char *err, size_t errlen);
 bool cg_can_freeze(const cg_set *cg);
 /* Freezes or thaws every task and waits until the kernel says so (bounded). 0, or -1 with errno. */
 int  cg_freeze(const cg_set *cg, bool frozen);

@@ -707,8 +707,24 @@ static void starter(int st) {
   if (!buf) _exit(1);
   int fds[1 + INIT_MAX_CG + INIT_MAX_IDMAP], nfds;
   bool trunc;
-  ssize_t n = fdpass_recv(st, buf, cap, 0, fds, (int)(sizeof fds / sizeof fds[0]), &nfds, &trunc);
-  if (n <= 0) _exit(0);   /* sandboxd let the pair go */
+  ssize_t n;
+  uint32_t type;
+  /* v1, a stocked pair: its cgroups first (a CGROUPS request), so that the init is born in them
+   * as on v2. The starter moves itself (thread-only: none of the global locks a move of another
+   * process takes) while no client waits. Then the BOOT. */
+  for (;;) {
+    n = fdpass_recv(st, buf, cap, 0, fds, (int)(sizeof fds / sizeof fds[0]), &nfds, &trunc);
+    if (n <= 0) _exit(0);   /* sandboxd let the pair go */
+    if ((size_t)n < sizeof type) break;
+    memcpy(&type, buf, sizeof type);
+    if (type != INIT_REQ_CGROUPS) break;
+    code = trunc || n != (ssize_t)sizeof(init_req) ? EINVAL : 0;
+    for (int i = 0; i < nfds; i++) {
+      if (!code && write(fds[i], "0", 1) != 1) code = errno;
+      close(fds[i]);
+    }
+    starter_reply(st, INIT_MSG_JOINED, 0, code, 0);
+  }
   init_boot h;
   code = trunc ? EINVAL : take_boot(buf, (size_t)n, fds, nfds, &h);
   /* v2: clone3 puts the init into its cgroup (v1: it joins them itself, init_boot.cg_join). */

@@ -20,7 +20,7 @@
 
 enum { INIT_REQ_SPAWN = 1, INIT_REQ_KILL = 2, INIT_REQ_KILLALL = 3, INIT_REQ_BOOT = 4, INIT_REQ_CGROUPS = 5 };
 enum { INIT_MSG_READY = 1, INIT_MSG_FAILED = 2, INIT_MSG_SPAWNED = 3, INIT_MSG_EXITED = 4, INIT_MSG_UNSHARED = 5,
-       INIT_MSG_BOOTED = 6 };
+       INIT_MSG_BOOTED = 6, INIT_MSG_JOINED = 7 };
 enum { INIT_OK = 0, INIT_EINVAL = 1, INIT_EINTERNAL = 2 };   /* SPAWNED.code */
 #define INIT_F_PTY 1u
 #define INIT_F_STDIN 2u
@@ -39,7 +39,7 @@ typedef struct {
  * until the fork, how long until the command had exec'd (SANDBOXD_TRACE_CREATE).
  * From a starter: UNSHARED (code: 0 or the errno of unshare), BOOTED (pid: the init's, as
  * sandboxd sees it; code: 0 or an errno; status: 1 when the init could not be born in the v2
- * cgroup (kernel < 5.7), which sandboxd then moves it into). */
+ * cgroup (kernel < 5.7), which sandboxd then moves it into), JOINED (code: 0 or an errno). */
 typedef struct {
   uint32_t type, seq;
   int32_t pid, status;            /* EXITED: raw wait status */
@@ -55,7 +55,9 @@ typedef struct {
  * cg_join: the init joins its cgroups itself before READY: it waits for one CGROUPS request on
  * its channel (an init_req, with a `tasks` file per v1 hierarchy as SCM_RIGHTS, perhaps none)
  * and writes "0" into each (the calling thread moves, which takes none of the cgroup locks a
- * move of another process takes). sandboxd makes them meanwhile. */
+ * move of another process takes). sandboxd makes them meanwhile.
+ * A starter takes the same CGROUPS request before its BOOT (a v1 pair stocked with its cgroups,
+ * net_pair_join): it moves itself in, answers JOINED, and the init it forks is born inside. */
 typedef struct {
   uint32_t type;                  /* INIT_REQ_BOOT */
   uint32_t nstrings, ncg, cg_v2, nidmap, cg_join;

@@ -219,6 +219,18 @@ int net_pair_boot(net_pair *p, const void *req, size_t len, const int *fds, int 
   return 0;
 }
 
+int net_pair_join(net_pair *p, const int *fds, int nfds, char *err, size_t errlen) {
+  if (p->starter <= 0 || p->st < 0 || p->booting || nfds < 0 || nfds > FDPASS_MAX) { snprintf(err, errlen, "this network pair cannot join cgroups"); return -1; }
+  init_req rq;
+  memset(&rq, 0, sizeof rq);
+  rq.type = INIT_REQ_CGROUPS;
+  if (fdpass_send(p->st, &rq, sizeof rq, fds, nfds) != 0) { snprintf(err, errlen, "the sandbox's starter: %s", strerror(errno)); return -1; }
+  init_msg m;
+  if (starter_recv(p, INIT_MSG_JOINED, &m, err, errlen) != 0) return -1;
+  if (m.code) { snprintf(err, errlen, "the starter's move into its cgroups: %s", strerror(m.code)); return -1; }
+  return 0;
+}
+
 pid_t net_pair_booted(net_pair *p, bool *late, char *err, size_t errlen) {
   *late = false;
   if (!p->booting || p->st < 0) { snprintf(err, errlen, "this network pair is not booting a sandbox"); return -1; }

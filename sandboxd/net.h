@@ -46,6 +46,9 @@ typedef struct {
  * NET_READY_TIMEOUT_MS). NULL with err. */
 typedef struct net_pair net_pair;
 net_pair *net_pair_new(const net_idmap *map, int exe_fd, bool link, char *err, size_t errlen);
+/* Before its BOOT (v1): the starter moves itself into the cgroups whose `tasks` files fds are
+ * (cg_boot_fds), so that the init is born in them. 0, or -1 with err. */
+int   net_pair_join(net_pair *p, const int *fds, int nfds, char *err, size_t errlen);
 /* Hands the starter a sandbox's BOOT request (init.h: req, with fds as SCM_RIGHTS, at most 16);
  * 0, or -1 with err. Once per pair: the starter exits after it. */
 int   net_pair_boot(net_pair *p, const void *req, size_t len, const int *fds, int nfds, char *err, size_t errlen);

@@ -143,6 +143,10 @@ int sbx_fs_ctx(sbx_t *s, const char *user, fs_ctx *c) {
 
 /* Every sandbox's limits (sbx_init). */
 static cg_limits g_lim = {SBX_DEFAULT_PIDS_MAX, SBX_DEFAULT_MEMORY_MB, SBX_DEFAULT_CPU_COUNT};
+/* What a spare or a stocked kit's cgroups have already (field by field: padding is no value). */
+static bool default_limits(const cg_limits *l) {
+  return l->pids_max == g_lim.pids_max && l->memory_mb == g_lim.memory_mb && l->cpu_count == g_lim.cpu_count;
+}
 
 static int host_cpus(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -382,11 +386,15 @@ static int layer_dirs(const char *dir, const tpl_info *tpl, uid_t ru, gid_t rg, 
 }
 
 /* What the pool keeps for sandboxes that find no spare (pool.h "pairs"): a network pair, linked,
- * and a layer directory made ahead, <state>/sandboxes/k<n>, which a sandbox renames to its id
- * (one rename instead of five mkdirs and chowns while the client waits). */
+ * a layer directory made ahead, <state>/sandboxes/k<n>, which a sandbox renames to its id
+ * (one rename instead of five mkdirs and chowns while the client waits), and on v1 its cgroups
+ * k<n>, with the default limits, which the pair's starter has joined already: the init is born
+ * in them (no cgroups to make, no move of a running init, while the client waits). */
 typedef struct {
   net_pair *net;
   char dir[4096];               /* "" when it could not be made */
+  cg_set cg;
+  bool has_cg;
 } kit;
 
 bool sbx_valid_id(const char *id) {
@@ -469,8 +477,10 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
    * already, the directory made) or made now. */
   bool link = net_wants_link(cfg->internet);
   kit *k = link ? pool_take_pair(cfg->state_dir) : NULL;
+  bool stocked_cg = k && k->has_cg;   /* v1: the starter is in them; the init will be born there */
   if (k) {
     s->net = k->net;
+    if (stocked_cg) s->cg = k->cg;
     step(tr, "pair (pool)");
   }
   char p[4200];
@@ -512,7 +522,15 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
   /* v2: the init is born in its cgroup, made now; v1: made while the init sets itself up, which
    * then joins it (cgroups.h). */
   cg_entry cge = cg_entry_mode();
-  if (cge == CG_BORN) {
+  if (stocked_cg) {
+    /* Named by the sandbox's id as any other's (a rename that fails leaves the kit's name: the
+     * set still works). */
+    char why[600];
+    if (cg_rename(&s->cg, s->id, why, sizeof why) != 0) fprintf(stderr, "sandboxd: sandbox %s: %s\n", s->id, why);
+    if (!default_limits(&lim) && cg_set_limits(&s->cg, &lim, err, errlen) != 0) goto fail;
+    cge = CG_NONE;   /* nothing more to make or join */
+    step(tr, "cgroups (pool)");
+  } else if (cge == CG_BORN) {
     if (cg_create(&s->cg, cfg->state_dir, s->id, &lim, err, errlen) != 0) goto fail;
     if ((ncg = cg_boot_fds(&s->cg, fds + 1, INIT_MAX_CG, err, errlen)) < 0) { ncg = 0; goto fail; }
     step(tr, "cgroups");
@@ -721,7 +739,7 @@ static void discard(sbx_t *s) {
 static int write_limits(sbx_t *s, const sbx_config *cfg, char *err, size_t errlen) {
   cg_limits lim = {cfg->pids_max > 0 ? cfg->pids_max : g_lim.pids_max, cfg->memory_mb > 0 ? cfg->memory_mb : g_lim.memory_mb,
                    cfg->cpu_count > 0 ? cfg->cpu_count : g_lim.cpu_count};
-  if (!memcmp(&lim, &g_lim, sizeof lim)) return 0;
+  if (default_limits(&lim)) return 0;
   return cg_set_limits(&s->cg, &lim, err, errlen);
 }
 
@@ -749,9 +767,22 @@ static void *spare_boot(const char *state_dir, bool internet, char *err, size_t 
 static void spare_discard(void *s) { discard(s); }
 static void pair_discard(void *p) {
   kit *k = p;
-  net_pair_free(k->net);
+  net_pair_free(k->net);   /* its starter, in the cgroups, killed and reaped first */
+  if (k->has_cg) cg_remove(&k->cg, "(a stocked network pair)");
   if (k->dir[0]) (void)tpl_rm_tree(k->dir);
   free(k);
+}
+
+/* v1: the kit's cgroups, made under its name and joined by the pair's starter. 0, or -1 with err
+ * (nothing left behind but the pair, which the caller frees). */
+static int kit_cgroups(kit *k, const char *state_dir, const char *name, char *err, size_t errlen) {
+  if (cg_entry_mode() != CG_JOINS) return 0;
+  if (cg_create(&k->cg, state_dir, name, &g_lim, err, errlen) != 0) return -1;
+  k->has_cg = true;
+  int tasks[INIT_MAX_CG], nt = cg_boot_fds(&k->cg, tasks, INIT_MAX_CG, err, errlen);
+  int rc = nt < 0 ? -1 : net_pair_join(k->net, tasks, nt, err, errlen);
+  for (int i = 0; i < nt; i++) close(tasks[i]);
+  return rc;
 }
 static void *pair_new(const char *state_dir, char *err, size_t errlen) {
   kit *k = calloc(1, sizeof *k);
@@ -763,12 +794,19 @@ static void *pair_new(const char *state_dir, char *err, size_t errlen) {
   k->net = net_pair_new(&map, exe_fd, true, err, errlen);
   close(exe_fd);
   if (!k->net) { free(k); return NULL; }
-  /* The directory is a help, not a need: without it the sandbox makes its own. */
   static unsigned long serial;
   static pthread_mutex_t serial_mu = PTHREAD_MUTEX_INITIALIZER;
   pthread_mutex_lock(&serial_mu);
   unsigned long n = ++serial;
   pthread_mutex_unlock(&serial_mu);
+  char name[48];
+  snprintf(name, sizeof name, "k%lx%lx", (unsigned long)getpid(), n);
+  if (kit_cgroups(k, state_dir, name, err, errlen) != 0) {
+    k->dir[0] = 0;
+    pair_discard(k);
+    return NULL;
+  }
+  /* The directory is a help, not a need: without it the sandbox makes its own. */
   sbx_t probe = {.privileged = geteuid() == 0, .uid0 = geteuid(), .gid0 = getegid()};
   uid_t ru = sbx_host_uid(&probe, 0), uu = sbx_host_uid(&probe, 1000);
   gid_t rg = sbx_host_gid(&probe, 0), ug = sbx_host_gid(&probe, 1000);
@@ -778,7 +816,7 @@ static void *pair_new(const char *state_dir, char *err, size_t errlen) {
   char parent[4200];
   if (tpl_ensure(state_dir, ru, rg, uu, ug, NET_DNS_FORWARDER, &tpl, why, sizeof why) != 0 ||
       xfmt(parent, sizeof parent, "%s/sandboxes", state_dir) != 0 || (mkdir(parent, 0711) != 0 && errno != EEXIST) ||
-      xfmt(k->dir, sizeof k->dir, "%s/k%lx%lx", parent, (unsigned long)getpid(), n) != 0 ||
+      xfmt(k->dir, sizeof k->dir, "%s/%s", parent, name) != 0 ||
       layer_dirs(k->dir, &tpl, ru, rg, why, sizeof why) != 0) {
     if (k->dir[0] && access(k->dir, F_OK) == 0) (void)tpl_rm_tree(k->dir);
     k->dir[0] = 0;

@@ -27,6 +27,7 @@ import {
   Sandbox,
   AuthenticationError,
   sandboxdBinary,
+  SDK_PACKAGE,
 } from './helpers.mjs'
 
 /** Sends `sig` and waits (bounded) for the exit; resolves with {code, signal}. */
@@ -202,6 +203,58 @@ test('limits from --cpu-count, --memory-mb, --pids-max on cgroup v1: written to 
   assert.ok(metrics.length > 0 && metrics.every((x) => x.cpuCount === 1 && x.memTotal === 300 * 1048576), JSON.stringify(metrics))
   await sbx.kill()
   for (const c of ['cpu', 'memory', 'pids']) assert.deepEqual(pathsUnder(`/sys/fs/cgroup/${c}`, sbx.sandboxId), [], `${c} cgroup`)
+})
+
+test('cgroup v1, a network pair stocked with its cgroups: the init is born in them, renamed to the sandbox id, with a template\'s limits; none is left', T, async (t) => {
+  if (!CG_CONTROLLERS.every((c) => existsSync(`/sys/fs/cgroup/${c}/tasks`))) {
+    return t.skip('no cgroup v1 pids, memory, freezer, cpu and cpuacct controllers here (tests/vm checks cgroup v2)')
+  }
+  const { Template } = await import(SDK_PACKAGE)
+  if (typeof Template !== 'function') return t.skip(`${SDK_PACKAGE} has no Template builder`)
+  // No spares: every create takes the stocked pair (and its cgroups), as a burst beyond the pool does.
+  const srv = await startSandboxdArgs({ env: { SANDBOXD_WARM_POOL: '0', SANDBOXD_TRACE_CREATE: '1' } })
+  let stopped = false
+  t.after(() => (stopped ? null : stopSandboxd(srv)))
+  const pairs = () => (srv.stderr().match(/ network pair ready in /g) || []).length
+  const stocked = () => pairs() - (srv.stderr().match(/ pair \(pool\)/g) || []).length   // made, less taken
+  const built = uniq('cgkit')
+  await Template.build(Template().fromTemplate('base').runCmd('true'), built, { ...srv.opts, cpuCount: 1, memoryMB: 256 })
+  let parent = null
+  for (const [template, limits] of [['base', null], [built, { quota: '100000', mem: String(256 * 1048576) }]]) {
+    await waitFor(() => stocked() > 0, { what: 'a stocked pair' })
+    const sbx = await Sandbox.create(template, { ...srv.opts, timeoutMs: 120_000 })
+    const trace = srv.stderr().split('\n').find((l) => l.includes(`sandbox ${sbx.sandboxId} ready in`)) ?? ''
+    assert.match(trace, /pair \(pool\).*cgroups \(pool\)/, `booted from a stocked pair with its cgroups: ${trace}`)
+    assert.doesNotMatch(trace, /init cgroups joined/, 'the init had nothing to join')
+    const m = marker(6)
+    await sbx.commands.run(`sleep ${m}`, { background: true, timeoutMs: 0 })
+    const p = await waitFor(() => hostProcessesWith(`sleep ${m}`)[0], { what: 'the sandbox sleep on the host' })
+    const init = Number(readFileSync(`/proc/${p.pid}/stat`, 'utf8').split(') ')[1].split(' ')[1])
+    for (const pid of [p.pid, init]) {
+      const lines = readFileSync(`/proc/${pid}/cgroup`, 'utf8').split('\n')
+      for (const c of CG_CONTROLLERS) {
+        const rel = lines.find((l) => l.split(':')[1]?.split(',').includes(c))?.split(':')[2] ?? ''
+        assert.ok(rel.endsWith('/' + sbx.sandboxId), `${pid === init ? 'the init' : 'a command'}: ${c} cgroup ${rel}`)
+        parent ??= path.dirname(rel)
+      }
+    }
+    const dir = (c) => `/sys/fs/cgroup/${c}${parent}/${sbx.sandboxId}`
+    assert.equal(readFileSync(`${dir('pids')}/pids.max`, 'utf8').trim(), '4096')
+    if (limits) {
+      assert.equal(readFileSync(`${dir('cpu')}/cpu.cfs_quota_us`, 'utf8').trim(), limits.quota, 'the template\'s one CPU')
+      assert.equal(readFileSync(`${dir('memory')}/memory.limit_in_bytes`, 'utf8').trim(), limits.mem, 'the template\'s 256 MB')
+    }
+    await sbx.kill()
+    assert.deepEqual(hostProcessesWith(`sleep ${m}`), [], 'its processes are gone')
+    for (const c of CG_CONTROLLERS) assert.ok(!existsSync(dir(c)), `${c} cgroup removed`)
+  }
+  // The stocked pair holds cgroups named k<...> until sandboxd stops; then nothing is left.
+  await waitFor(() => stocked() > 0, { what: 'a stocked pair' })
+  const kits = () => CG_CONTROLLERS.flatMap((c) => existsSync(`/sys/fs/cgroup/${c}${parent}`) ? readdirSync(`/sys/fs/cgroup/${c}${parent}`, { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => `${c}/${e.name}`) : [])
+  assert.ok(kits().length > 0 && kits().every((k) => /\/k[0-9a-f]+$/.test(k)), `only a stocked pair's cgroups: ${kits()}`)
+  stopped = true
+  await stopSandboxd(srv)
+  assert.deepEqual(kits(), [], 'no cgroup left once sandboxd has stopped')
 })
 
 test('cgroup pids limit: the default is configured, and the sandbox cannot fork past its limit', T, async (t) => {
