@@ -61,6 +61,12 @@ static void skeleton(void) {
   (void)symlink("/../outside", p);   /* a symlink towards the outside, by name: resolves inside */
 }
 
+/* As root the tree is a tmpfs mounted (in a mount namespace of our own) on a directory of /tmp:
+ * at exit that directory goes too, or each run (each job of -fork) would leave one. */
+static void unmount_base(void) {
+  if (umount2(base, MNT_DETACH) == 0) (void)rmdir(base);
+}
+
 static void setup(void) {
   bool priv = geteuid() == 0;
   snprintf(base, sizeof base, "%s/fuzz-mp-XXXXXX", priv ? "/tmp" : "/dev/shm");
@@ -68,6 +74,7 @@ static void setup(void) {
   if (priv && (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
                mount("tmpfs", base, "tmpfs", 0, "mode=755,size=64m") != 0))
     abort();
+  if (priv) atexit(unmount_base);
   snprintf(rootdir, sizeof rootdir, "%s/root", base);
   snprintf(outside, sizeof outside, "%s/outside", base);
   if (mkdir(outside, 0755) != 0) abort();
