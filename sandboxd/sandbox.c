@@ -773,11 +773,14 @@ static void pair_discard(void *p) {
   free(k);
 }
 
-/* v1: the kit's cgroups, made under its name and joined by the pair's starter. 0, or -1 with err
- * (nothing left behind but the pair, which the caller frees). */
+/* v1: the kit's cgroups, made under its name and joined by the pair's starter. Cgroups that
+ * cannot be made are no loss here (the sandbox makes its own, and says why it cannot); 0 then.
+ * A starter that could not join them (perhaps some) is: -1 with err, the caller frees the pair
+ * (its starter first) and with it the cgroups. */
 static int kit_cgroups(kit *k, const char *state_dir, const char *name, char *err, size_t errlen) {
   if (cg_entry_mode() != CG_JOINS) return 0;
-  if (cg_create(&k->cg, state_dir, name, &g_lim, err, errlen) != 0) return -1;
+  char why[600];
+  if (cg_create(&k->cg, state_dir, name, &g_lim, why, sizeof why) != 0) return 0;
   k->has_cg = true;
   int tasks[INIT_MAX_CG], nt = cg_boot_fds(&k->cg, tasks, INIT_MAX_CG, err, errlen);
   int rc = nt < 0 ? -1 : net_pair_join(k->net, tasks, nt, err, errlen);

@@ -126,7 +126,8 @@ describe("faults #sandboxd #fault", function()
     end)
   end)
 
-  it("sandboxd killed under a streaming command, a write and a terminal: every blocked call gets an E2B_* error and moonbox exits", function()
+  it("sandboxd killed under a streaming command, a write and a terminal: every blocked call gets an E2B_* error and moonbox exits; a restart cleans up", function()
+    local cgroups_before = H.sandboxd_cgroups()
     local d = H.start_sandboxd()
     local ok, err = pcall(H.run, function()
       local p = assert(mb.proc.spawn{ argv = { MOONBOX, "run", DEMO, SCRIPT, "kill-sandboxd" },
@@ -145,8 +146,15 @@ describe("faults #sandboxd #fault", function()
       end
       assert.is_number(code)
     end, 180000)
+    -- What the crash left (the sandbox's cgroups and directories) goes when a sandboxd starts
+    -- again on its state dir: nothing of it is left once that one stops.
+    local again = H.start_sandboxd{ state = d.state }
+    H.stop_sandboxd(again)   -- (removes the shared state dir: after it, d is only reaped)
     H.stop_sandboxd(d)
     assert(ok, err)
+    for name in pairs(H.sandboxd_cgroups()) do
+      assert.is_true(cgroups_before[name], "a cgroup left after the restart: /sys/fs/cgroup/pids/" .. name)
+    end
   end)
 
   describe("the sandbox deleted under running calls", function()

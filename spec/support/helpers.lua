@@ -53,11 +53,13 @@ end
 
 -- A private sandboxd (logs in its state directory); → { url, key, pid, proc, state } (and, with a
 -- TLS listener among opts.args, https and tls_port). opts: args (more arguments: e.g. edge mode's
--- --tls-listen/--domain), env ("NAME=VALUE" strings for its environment).
+-- --tls-listen/--domain), env ("NAME=VALUE" strings for its environment), state (the `state` of
+-- an earlier one, stopped or crashed: this one starts on its state dir, and cleans up after it).
 function H.start_sandboxd(opts)
   opts = opts or {}
   local build = os.getenv("MB_BUILD_DIR") or "build"
-  local state = assert(io.popen("mktemp -d /tmp/moonbox-spec-sbxd.XXXXXX")):read("l")
+  local state = opts.state or assert(io.popen("mktemp -d /tmp/moonbox-spec-sbxd.XXXXXX")):read("l")
+  os.remove(state .. "/log")   -- an earlier one's "listening" line must not be taken for this one's
   local key = "e2b_" .. ("%040x"):format(os.time())
   local extra = ""
   for _, a in ipairs(opts.args or {}) do extra = extra .. " '" .. a:gsub("'", "'\\''") .. "'" end
@@ -84,6 +86,16 @@ function H.start_sandboxd(opts)
     return { url = url, https = https, tls_port = https and tonumber(https:match(":(%d+)$")), key = key, pid = p.pid,
       proc = p, state = state }
   end, 20000)
+end
+
+-- The cgroup v1 directories sandboxds have made here (sandboxd-<hash of a state dir> under the
+-- pids hierarchy), as a set; {} where there is none.
+function H.sandboxd_cgroups()
+  local set = {}
+  local ls = io.popen("ls /sys/fs/cgroup/pids 2>/dev/null")
+  for name in ls:lines() do if name:match("^sandboxd%-") then set[name] = true end end
+  ls:close()
+  return set
 end
 
 function H.stop_sandboxd(d)
