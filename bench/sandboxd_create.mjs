@@ -144,6 +144,7 @@ async function sdkOnce() {
 
 // ---- the log of a sandboxd started with SANDBOXD_TRACE_CREATE=1
 const TRACE = /sandbox (\w+) ready in ([\d.]+) ms \((warm|cold): (.*)\)/
+const HANDLED = /sandbox (\w+) create request handled in ([\d.]+) ms/
 const FIRST = /sandbox (\w+) first command ended in ([\d.]+) ms \((.*)\)/
 function readLog(file) {
   try {
@@ -377,10 +378,12 @@ function steps(text, into) {
 }
 const medians = (o) => Object.fromEntries(Object.entries(o).map(([k, v]) => [k, Number(f2(median(v)))]))
 function serverSide(log, ids) {
-  const inner = [], phases = {}, first = [], cmdPhases = {}
+  const inner = [], phases = {}, first = [], cmdPhases = {}, handled = []
   for (const line of readLog(log)) {
-    let m = TRACE.exec(line)
-    if (m && ids.has(m[1])) {
+    let m
+    if ((m = HANDLED.exec(line)) && ids.has(m[1])) {
+      handled.push(Number(m[2]))
+    } else if ((m = TRACE.exec(line)) && ids.has(m[1])) {
       inner.push(Number(m[2]))
       steps(m[4], phases)
     } else if ((m = FIRST.exec(line)) && ids.has(m[1])) {
@@ -390,7 +393,7 @@ function serverSide(log, ids) {
   }
   if (!inner.length) return null
   return {
-    ms: median(inner), min: Math.min(...inner), phases: medians(phases),
+    ms: median(inner), min: Math.min(...inner), phases: medians(phases), handled_ms: handled.length ? median(handled) : undefined,
     cmd_ms: first.length ? median(first) : undefined, cmd_phases: medians(cmdPhases),
   }
 }
@@ -453,7 +456,8 @@ row('POST /sandboxes (client)', cols.map(([, , post]) => post))
 row('  sbx_create (sandboxd)', cols.map(([, srv]) => srv?.ms))
 const createSteps = [...new Set(cols.flatMap(([, srv]) => Object.keys(srv?.phases || {})))]
 for (const k of createSteps) row(`    ${k.startsWith('init ') ? '  ' + k.slice(5) : k}`, cols.map(([, srv]) => srv?.phases?.[k]))
-row('  the rest: HTTP, JSON, registry, client', cols.map(([, srv, post]) => (srv ? post - srv.ms : NaN)))
+row('  the rest in sandboxd (body, JSON, registry, reply)', cols.map(([, srv]) => (srv?.handled_ms !== undefined ? srv.handled_ms - srv.ms : NaN)))
+row('  the rest: HTTP on the wire, the client', cols.map(([, srv, post]) => (srv ? post - (srv.handled_ms ?? srv.ms) : NaN)))
 row('first /bin/true (client)', cols.map(([, , , c]) => c))
 row('  to its end (sandboxd)', cols.map(([, srv]) => srv?.cmd_ms))
 const cmdSteps = [...new Set(cols.flatMap(([, srv]) => Object.keys(srv?.cmd_phases || {})))]
