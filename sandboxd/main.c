@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -44,6 +45,7 @@ static void usage(FILE *f) {
              "                [--envd-codecs json,proto] [--dns ADDR[:PORT]]... [--egress-unblock private|link-local|CIDR]...\n"
              "                [--cpu-count N] [--memory-mb M] [--pids-max N] [--cgroup DIR] [--egress-ca FILE]\n"
              "                [--template-ready-timeout S] [--insecure-registry HOST[:PORT]]...\n"
+             "       sandboxd --clean-up --state-dir DIR\n"
              "  Serves E2B's control plane, envd API and port proxy on HOST:PORT (IPv4; plain HTTP), and with\n"
              "  --tls-listen over TLS too (the certificate chain and key in PEM files). Point the E2B SDK at it\n"
              "  with E2B_API_URL=http://HOST:PORT E2B_SANDBOX_URL=http://HOST:PORT E2B_API_KEY=<key>; a port\n"
@@ -57,6 +59,9 @@ static void usage(FILE *f) {
              "  e.g. --api-key-fd 3 3<<<\"$KEY\"), else <state-dir>/api-key, made and printed on first start.\n"
              "  A key is never taken on the command line, where every local user can read it.\n"
              "  --exit-with-parent: SIGTERM (destroy every sandbox, exit) when the starting process dies.\n"
+             "  sandboxd --clean-up --state-dir DIR: removes what a sandboxd of DIR that was killed left (its\n"
+             "  sandboxes' processes, cgroups and directories) and exits; refused while a sandboxd runs there\n"
+             "  (one sandboxd per state dir: <state-dir>/sandboxd.lock).\n"
              "  --envd-codecs json,proto: the Connect codecs envd's RPCs take (default both; `json` answers\n"
              "  binary requests 415, as a JSON-only envd would).\n"
              "  --dns ADDR[:PORT] (up to 4): the resolvers sandboxes' DNS queries go to, and that sandboxd asks\n"
@@ -197,6 +202,40 @@ static void report_caps(void) {
   fprintf(stderr, "sandboxd: %s; each sandbox: %d CPU%s, %ld MB\n", caps.cgroups, cpus, cpus == 1 ? "" : "s", mem_mb);
 }
 
+/* One sandboxd per state dir: <state>/sandboxd.lock held (flock) for its whole life, by a
+ * descriptor no child inherits. 0, or -1 with the reason in err. */
+static int lock_state_dir(const char *state_dir, char *err, size_t errlen) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/sandboxd.lock", state_dir);
+  int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) { snprintf(err, errlen, "cannot open %s: %s", p, strerror(errno)); return -1; }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    snprintf(err, errlen, "--state-dir %s is in use by another sandboxd (%s is locked)", state_dir, p);
+    close(fd);
+    return -1;
+  }
+  return 0;   /* fd stays open: the lock is ours until we exit */
+}
+
+/* sandboxd --clean-up --state-dir DIR: what a crashed sandboxd of DIR left (its sandboxes'
+ * processes, cgroups and directories, its pastas) removed; nothing is started. Refused while a
+ * sandboxd runs there. */
+static int clean_up_after(const char *state, bool other_options) {
+  if (other_options || !state) {
+    fprintf(stderr, "sandboxd: --clean-up takes --state-dir DIR and nothing else\n");
+    return 2;
+  }
+  char dir[4096], err[4400];
+  if (!realpath(state, dir)) {
+    if (errno == ENOENT) return 0;   /* nothing there: nothing left */
+    fprintf(stderr, "sandboxd: --state-dir %s: cannot resolve: %s\n", state, strerror(errno));
+    return 1;
+  }
+  if (lock_state_dir(dir, err, sizeof err) != 0) { fprintf(stderr, "sandboxd: --clean-up: %s\n", err); return 1; }
+  sbx_cleanup_crashed(dir);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   /* Before anything secret is in memory: no core dump, non-dumpable as root (harden.h). */
   char hardening[300];
@@ -204,7 +243,7 @@ int main(int argc, char **argv) {
   const char *listen = NULL, *tls_listen = NULL, *domain = NULL, *cert_path = NULL, *key_path = NULL;
   const char *key_file = NULL, *key_fd = NULL, *state = NULL, *codecs = "json,proto";
   const char *cpu_arg = NULL, *mem_arg = NULL, *pids_arg = NULL, *cgroup = NULL, *egress_ca = NULL, *ready_arg = NULL;
-  bool exit_with_parent = false;
+  bool exit_with_parent = false, clean_up = false;
   egress_config ecfg;
   memset(&ecfg, 0, sizeof ecfg);
   ecfg.trace = getenv("SANDBOXD_TRACE_EGRESS") != NULL;
@@ -226,6 +265,7 @@ int main(int argc, char **argv) {
       return 2;
     }
     if (!strcmp(a, "--exit-with-parent")) { exit_with_parent = true; continue; }
+    if (!strcmp(a, "--clean-up")) { clean_up = true; continue; }
     if (!strcmp(a, "--insecure-registry") && i + 1 < argc) {
       char ierr[300];
       if (img_insecure_add(argv[++i], ierr, sizeof ierr) != 0) { fprintf(stderr, "sandboxd: --insecure-registry %s\n", ierr); return 2; }
@@ -253,6 +293,7 @@ int main(int argc, char **argv) {
     }
     *slot[k] = argv[++i];
   }
+  if (clean_up) return clean_up_after(state, listen || tls_listen || domain || key_file || key_fd || exit_with_parent);
   static char egress_ca_abs[PATH_MAX];
   if (egress_ca) {   /* read by every intercepted HTTPS request: checked now, by its full path */
     FILE *f = realpath(egress_ca, egress_ca_abs) ? fopen(egress_ca_abs, "re") : NULL;
@@ -339,6 +380,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   snprintf(state_dir, sizeof state_dir, "%s", abs_state);
+  char lerr[4400];
+  if (lock_state_dir(state_dir, lerr, sizeof lerr) != 0) { fprintf(stderr, "sandboxd: %s\n", lerr); return 1; }
 
   bool key_made = false;
   if (!api_key) {

@@ -61,24 +61,28 @@ static bool find_program(const char *name, char *out, size_t cap) {
   return false;
 }
 
+void net_cleanup_stale(const char *state_dir) {
+  char recdir[4200];
+  if (snprintf(recdir, sizeof recdir, "%s/net", state_dir) >= (int)sizeof recdir) return;
+  DIR *d = opendir(recdir);
+  if (!d) return;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (strncmp(de->d_name, "pasta-", 6) != 0) continue;
+    char rec[4500];
+    snprintf(rec, sizeof rec, "%s/%s", recdir, de->d_name);
+    pidfile_kill(rec);
+    unlink(rec);
+  }
+  closedir(d);
+}
+
 bool net_init(const char *state_dir, const egress_config *egress, char *why, size_t whylen) {
   memset(&g, 0, sizeof g);
   g.ready = true;
   g.privileged = geteuid() == 0;
-  /* The pastas a crashed run left (they outlive everything else of a sandbox). */
   if (snprintf(g.recdir, sizeof g.recdir, "%s/net", state_dir) >= (int)sizeof g.recdir) g.recdir[0] = 0;
-  DIR *d = g.recdir[0] ? opendir(g.recdir) : NULL;
-  if (d) {
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-      if (strncmp(de->d_name, "pasta-", 6) != 0) continue;
-      char rec[4500];
-      snprintf(rec, sizeof rec, "%s/%s", g.recdir, de->d_name);
-      pidfile_kill(rec);
-      unlink(rec);
-    }
-    closedir(d);
-  }
+  net_cleanup_stale(state_dir);
   struct stat st;
   if (g.privileged) {
     char err[480];

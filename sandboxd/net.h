@@ -28,6 +28,9 @@ struct egress_config;
  * can have a link; otherwise why says what is missing. */
 bool net_init(const char *state_dir, const struct egress_config *egress, char *why, size_t whylen);
 bool net_available(char *why, size_t whylen);   /* what net_init found */
+/* The pastas a crashed run of state_dir recorded (they outlive everything else of a sandbox):
+ * stopped, their records removed. net_init does it first. */
+void net_cleanup_stale(const char *state_dir);
 bool net_guarded(void);                         /* egress rules and the host guard (root only) */
 /* Does a sandbox with this internet flag get a link? Every sandbox does where egress rules are
  * enforced (the flag is a rule there); rootless, those with internet access. */

@@ -1063,9 +1063,10 @@ void sbx_destroy(sbx_t *s) {
   release(s);
 }
 
-void sbx_cleanup_stale(const char *state_dir) {
+/* What a crashed run of state_dir left: every task of its cgroups killed and the cgroups removed,
+ * each sandbox's init killed (its pid namespace goes with it) and its directory removed. */
+static void sweep_stale(const char *state_dir) {
   char p[4200];
-  sbx_pool_stop();   /* our own spares first: the sweep below would kill them under the pool */
   char cerr[256];
   if (cg_init(state_dir, NULL, cerr, sizeof cerr) != 0) fprintf(stderr, "sandboxd: cleanup: %s\n", cerr);   /* no-op after sbx_init */
   cg_cleanup_stale(state_dir);
@@ -1084,6 +1085,17 @@ void sbx_cleanup_stale(const char *state_dir) {
     }
     closedir(d);
   }
+}
+
+void sbx_cleanup_crashed(const char *state_dir) {
+  net_cleanup_stale(state_dir);
+  sweep_stale(state_dir);
+  cg_shutdown();   /* v2: the state dir's parent cgroup too (v1: the sweep removed it) */
+}
+
+void sbx_cleanup_stale(const char *state_dir) {
+  sbx_pool_stop();   /* our own spares first: the sweep below would kill them under the pool */
+  sweep_stale(state_dir);
   /* Rebuild the template now rather than on the first create (it copies ~1 MB of /etc). */
   sbx_t probe = {.privileged = geteuid() == 0, .uid0 = geteuid(), .gid0 = getegid()};
   uid_t uu = sbx_host_uid(&probe, 1000);

@@ -87,6 +87,9 @@ gid_t sbx_host_gid(const sbx_t *s, gid_t inner);
 /* Remove what a crashed earlier run left behind (and this process's spares), rebuild the
  * template, then start the warm pool for state_dir. */
 void  sbx_cleanup_stale(const char *state_dir);
+/* sandboxd --clean-up: what a crashed run of state_dir left (its pastas, its sandboxes' processes,
+ * cgroups and directories) removed, without starting anything (no pool, no template). */
+void  sbx_cleanup_crashed(const char *state_dir);
 
 /* The warm pool (pool.h) for state_dir: spares booted ahead of need with the default shape,
  * each under an id of its own (sbx_defaults.new_id: layer directory, cgroups, host name);

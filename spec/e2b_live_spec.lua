@@ -2,6 +2,7 @@
 -- a killed sandboxd fails a running command clearly instead of hanging. Needs the built
 -- sandboxd and mbwrap (MB_BUILD_DIR); tagged like the other live specs.
 local compose = require "moonbox.compose"
+local H = require "support.helpers"
 
 local function no_env() return nil end
 local function pid_alive(pid) return os.execute("kill -0 " .. pid .. " 2>/dev/null") == true end
@@ -49,6 +50,16 @@ describe("e2b owner with its own sandboxd #sandboxd", function()
     assert.is_false(pid_alive(pid))
     local f = io.open(state .. "/state", "r")
     assert.is_nil(f)
+  end)
+
+  -- A sandboxd killed outright cannot destroy its sandboxes: their cgroups stay until the owner's
+  -- dispose runs `sandboxd --clean-up` on its state dir. None is left here after these tests.
+  local cgroups_before
+  before_each(function() cgroups_before = H.sandboxd_cgroups() end)
+  after_each(function()
+    for name in pairs(H.sandboxd_cgroups()) do
+      assert.is_true(cgroups_before[name], "a cgroup left: /sys/fs/cgroup/pids/" .. name)
+    end
   end)
 
   it("fails a running command promptly when sandboxd dies mid-stream", function()

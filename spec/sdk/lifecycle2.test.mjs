@@ -257,6 +257,32 @@ test('cgroup v1, a network pair stocked with its cgroups: the init is born in th
   assert.deepEqual(kits(), [], 'no cgroup left once sandboxd has stopped')
 })
 
+test('one sandboxd per state dir; sandboxd --clean-up after a SIGKILL removes what it left, and is refused while one runs', T, async (t) => {
+  const srv = await startSandboxdArgs()
+  t.after(async () => { await stopSandboxd(srv); rmSync(srv.stateDir, { recursive: true, force: true }) })
+  const run = (args, input) => spawnSync(sandboxdBinary(), args, { encoding: 'utf8', input, timeout: 20_000 })
+  const second = run(['--listen', '127.0.0.1:0', '--state-dir', srv.stateDir, '--api-key-fd', '0'], `${ZERO_KEY}\n`)
+  assert.equal(second.status, 1, `a second sandboxd on the state dir: ${second.stderr}`)
+  assert.match(second.stderr, /^sandboxd: --state-dir .* is in use by another sandboxd/m)
+  const busy = run(['--clean-up', '--state-dir', srv.stateDir])
+  assert.equal(busy.status, 1)
+  assert.match(busy.stderr, /^sandboxd: --clean-up: --state-dir .* is in use by another sandboxd \(.*sandboxd\.lock is locked\)$/m)
+  assert.equal(run(['--clean-up', '--state-dir', srv.stateDir, '--listen', '127.0.0.1:0']).status, 2, 'other options refused')
+  assert.equal(run(['--clean-up', '--state-dir', path.join(srv.stateDir, 'nothing-here')]).status, 0, 'nothing to clean')
+  const sbx = await Sandbox.create('base', { ...srv.opts, timeoutMs: 120_000 })
+  const m = marker(7)
+  await sbx.commands.run(`sleep ${m}`, { background: true, timeoutMs: 0 })
+  const p = await waitFor(() => hostProcessesWith(`sleep ${m}`)[0], { what: 'the sandbox sleep on the host' })
+  const cg = readFileSync(`/proc/${p.pid}/cgroup`, 'utf8').split('\n').find((l) => /^\d+:pids:/.test(l))?.split(':')[2]
+  srv.proc.kill('SIGKILL')
+  await srv.exited
+  const r = run(['--clean-up', '--state-dir', srv.stateDir])
+  assert.equal(r.status, 0, r.stderr)
+  await waitFor(() => hostProcessesWith(`sleep ${m}`).length === 0, { what: 'the crashed sandbox\'s processes to go' })
+  if (cg) assert.ok(!existsSync(`/sys/fs/cgroup/pids${cg}`) && !existsSync(`/sys/fs/cgroup/pids${path.dirname(cg)}`), `${cg} removed, and its parent`)
+  assert.deepEqual(pathsUnder(srv.stateDir, sbx.sandboxId), [], 'its directory removed')
+})
+
 test('cgroup pids limit: the default is configured, and the sandbox cannot fork past its limit', T, async (t) => {
   if (!existsSync('/sys/fs/cgroup/pids/cgroup.procs')) return t.skip('the host has no cgroup v1 pids controller')
   const sbx = await newSandbox(t)

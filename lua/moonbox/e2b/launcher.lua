@@ -6,7 +6,9 @@
 -- by sandboxd as fd 3) for as long as either lives; --exit-with-parent makes sandboxd destroy
 -- its sandboxes and exit when moonbox dies without stopping it. A directory whose lock is free
 -- belongs to a dead run: every start removes those first, so a SIGKILLed run leaves nothing
--- behind for long. The API key goes to sandboxd on a pipe it inherits as fd 4 (--api-key-fd),
+-- behind for long. A sandboxd that was killed itself (it could not destroy its sandboxes) leaves
+-- cgroups, and rootless its pastas, outside the directory: `sandboxd --clean-up` removes them
+-- before the directory goes (at stop when it did not exit cleanly, and in the sweep). The API key goes to sandboxd on a pipe it inherits as fd 4 (--api-key-fd),
 -- read once and closed: never on its command line (which every local user can read) nor in its
 -- environment (which whatever it starts would inherit).
 local core = require "moonbox.core"
@@ -32,14 +34,30 @@ local function remove_tree(dir)
   os.execute("rm -rf -- " .. quote(dir))
 end
 
--- Removes the state directories of runs that died without cleaning up. → how many
-function M.sweep()
+M.CLEAN_UP_MS = 30000
+
+-- What a killed sandboxd of the run in `dir` left outside it (cgroups, processes, pastas), removed
+-- by `sandboxd --clean-up` (which refuses while a sandboxd still runs there). In a task.
+local function clean_up(bin, dir)
+  local f = bin and io.open(dir .. "/state", "r")
+  if not f then return end
+  f:close()
+  local p = proc.spawn{ argv = { bin, "--clean-up", "--state-dir", dir .. "/state" } }
+  if not p then return end
+  if not p:wait(M.CLEAN_UP_MS) then p:kill("SIGKILL") p:wait(M.CLEAN_UP_MS) end
+  p:close()
+end
+
+-- Removes the state directories of runs that died without cleaning up (with what their
+-- sandboxd left outside them, given `bin`). → how many
+function M.sweep(bin)
   local p = io.popen("ls -d -- " .. M.STATE_PREFIX .. "* 2>/dev/null")
   if not p then return 0 end
   local n = 0
   for dir in p:lines() do
     local lock = core.lock_file(dir .. "/lock")
     if lock then                      -- nobody holds it: its run is gone
+      clean_up(bin, dir)
       remove_tree(dir)
       lock:release()
       n = n + 1
@@ -56,7 +74,7 @@ function M.start(timeouts)
     return nil, errors.new("E2B_SANDBOXD", "no E2B endpoint configured and no local sandboxd found "
       .. "(set E2B_API_KEY for the cloud, or MOONBOX_SANDBOXD / MB_BUILD_DIR)")
   end
-  M.sweep()
+  M.sweep(bin)
   local p = io.popen("mktemp -d " .. M.STATE_PREFIX .. "XXXXXX")
   local state = p and p:read("l")
   if p then p:close() end
@@ -82,7 +100,7 @@ function M.start(timeouts)
     remove_tree(state)
     return nil, err
   end
-  local d = { proc = proc, pid = proc.pid, state = state, api_key = key, log = {}, lock = lock }
+  local d = { proc = proc, pid = proc.pid, state = state, api_key = key, log = {}, lock = lock, bin = bin }
   local found = events.event()
   -- Drain both pipes for the daemon's whole life (a full pipe would block it).
   for _, which in ipairs({ "stdout", "stderr" }) do
@@ -117,11 +135,14 @@ function M.stop(d, timeouts, now)
   local proc = d.proc
   d.proc = nil
   proc:kill(now and "SIGKILL" or "SIGTERM")
-  if not proc:wait(timeouts.sandboxd_stop_grace_ms) then
+  local code, sig = proc:wait(timeouts.sandboxd_stop_grace_ms)
+  if not code then
     proc:kill("SIGKILL")
-    proc:wait(timeouts.sandboxd_stop_grace_ms)
+    code, sig = proc:wait(timeouts.sandboxd_stop_grace_ms)
   end
   proc:close()
+  -- killed (by us, or before: a crash) instead of destroying its sandboxes and exiting 0
+  if code ~= 0 or sig ~= 0 then clean_up(d.bin, d.state) end
   remove_tree(d.state)
   d.lock:release()
 end
