@@ -52,6 +52,8 @@ function stat(pid) {   // the state of a host pid, or null once it is gone
     return { state: s.slice(s.lastIndexOf(')') + 2).split(' ')[0] }
   } catch { return null }
 }
+const cmdline = (pid) => { try { return read(`/proc/${pid}/cmdline`).split('\0').filter(Boolean).join(' ') } catch { return null } }
+const LOOP = 'sh -c while :; do :; done'
 const runtime = (pid) => { try { return Number(read(`/proc/${pid}/schedstat`).split(' ')[0]) } catch { return -1 } }
 const innerPid = (pid) => { try { return read(`/proc/${pid}/status`).match(/^NSpid:\s*(.*)$/m)[1].trim().split(/\s+/).pop() } catch { return null } }
 const sandboxdCgroups = () => readdirSync(CG).filter((d) => d.startsWith('sandboxd-'))
@@ -211,7 +213,9 @@ async function main() {
     // no time limit: the SDK's default (60 s) would end the loops mid-check on a loaded host
     await s.commands.run('sh -c "while :; do :; done" & sh -c "while :; do :; done" & wait', { background: true, timeoutMs: 0 })
     const init = initOf(cg)
-    const workers = await until('two busy loops', () => { const w = procs(cg).filter((p) => p !== init && stat(p)?.state === 'R'); return w.length >= 2 ? w : null })
+    // The loops by their command line: a process that is runnable at one instant may be the
+    // parent shell before its `wait` or a login shell's short-lived subshell.
+    const workers = await until('two busy loops', () => { const w = procs(cg).filter((p) => p !== init && cmdline(p) === LOOP); return w.length >= 2 ? w : null })
     const all = () => procs(cg)
     // The same measure throughout: the CPU time every process of the sandbox has run
     // (/proc/<pid>/schedstat, ns) across half a second, five CPU-quota periods: the two loops,
