@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "api_body.h"
+#include "clocks.h"
 #include "layers.h"
 #include "net.h"
 #include "network_opts.h"
@@ -170,12 +171,6 @@ static void log_event(const char *id, sbxlog_level level, const char *msg, const
   reg_put(e);
 }
 
-static double ms_since(const struct timespec *t0) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
-}
-
 static void create_sandbox(sd_request *r, bool v2) {
   struct timespec t0;   /* SANDBOXD_TRACE_CREATE: the whole request, its body in, as sandboxd handled it */
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -309,7 +304,7 @@ static void create_sandbox(sd_request *r, bool v2) {
     reg_put(se);
   }
   sd_reply_json(r, 201, control_sandbox_json(&in));
-  if (getenv("SANDBOXD_TRACE_CREATE")) fprintf(stderr, "sandboxd: sandbox %s create request handled in %.2f ms\n", in.id, ms_since(&t0));
+  if (getenv("SANDBOXD_TRACE_CREATE")) fprintf(stderr, "sandboxd: sandbox %s create request handled in %.2f ms\n", in.id, ms_since(t0));
   reg_info_free(&in);
 out:
   net_opts_free(&net);

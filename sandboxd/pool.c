@@ -6,6 +6,7 @@
  * one but the start time of its init. One thread refills the pool; pool_stop (also at exit and in
  * sbx_cleanup_stale) ends it and discards every spare. */
 #include "pool.h"
+#include "clocks.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -41,12 +42,6 @@ static struct {
 } g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static bool trace_on(void) { return getenv("SANDBOXD_TRACE_CREATE") != NULL; }
-
-static double ms_since(struct timespec t0) {
-  struct timespec t1;
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  return (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-}
 
 /* Wait on the pool's condition until ms have passed or the pool stops; g_pool.mu held. */
 static void pool_sleep(unsigned ms) {

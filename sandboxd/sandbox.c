@@ -1,6 +1,7 @@
 /* sandbox.c — create/destroy one sandbox: namespaces, id maps, cgroups, the init, the layers;
  * pause/resume, capture; what the warm pool (pool.c) boots and hands out. */
 #include "sandbox.h"
+#include "clocks.h"
 #include "errbuf.h"
 #include "procfile.h"
 
@@ -744,12 +745,6 @@ static int write_limits(sbx_t *s, const sbx_config *cfg, char *err, size_t errle
 }
 
 static bool trace_on(void) { return getenv("SANDBOXD_TRACE_CREATE") != NULL; }
-
-static double ms_since(struct timespec t0) {
-  struct timespec t1;
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  return (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-}
 
 /* ---- what the warm pool (pool.h) keeps: spares booted with the default shape, network pairs ---- */
 static void *spare_boot(const char *state_dir, bool internet, char *err, size_t errlen) {

@@ -43,15 +43,6 @@ static struct {
   snap_drop_fn on_drop;
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .next_seq = 1};
 
-/* How many bytes of s a message shows, at most max: cut where a character starts (the message
- * goes into a JSON reply, which carries UTF-8 only). */
-static int upto(const char *s, size_t max) {
-  size_t n = strnlen(s, max);
-  if (n == max)
-    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--;   /* s[n] continues the character the cut splits */
-  return (int)n;
-}
-
 static bool name_char(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'; }
 
 static bool tag_char(char c) { return name_char(c) || c == '.'; }
@@ -75,7 +66,7 @@ int snap_parse_tag(const char *in, char *out, size_t outlen, char *err, size_t e
   while (isspace((unsigned char)*in)) in++;
   size_t n = strlen(in);
   while (n && isspace((unsigned char)in[n - 1])) n--;
-  int shown = upto(in, n > 64 ? 64 : n);
+  int shown = err_upto(in, n > 64 ? 64 : n);
   if (n == 0 || n > SNAP_TAG_MAX || n >= outlen) {
     seterr(err, errlen, "tag '%.*s': a tag is 1 to %d characters of a-z, 0-9, '.', '_' and '-' (got %zu characters)", shown, in,
            SNAP_TAG_MAX, n);
@@ -98,14 +89,14 @@ int snap_parse_ref(const char *in, char *out, size_t outlen, char *tag, size_t t
   while (n && isspace((unsigned char)in[n - 1])) n--;
   const char *colon = memchr(in, ':', n);
   size_t alias_len = colon ? (size_t)(colon - in) : n;
-  int shown = upto(in, alias_len > 160 ? 160 : alias_len);
+  int shown = err_upto(in, alias_len > 160 ? 160 : alias_len);
   if (colon) {
     size_t tl = n - alias_len - 1;
     char raw[SNAP_TAG_MAX + 2];
     if (tl == 0) { seterr(err, errlen, "'%.*s:' names no tag after its ':'", shown, in); return -1; }
     snprintf(raw, sizeof raw, "%.*s", (int)(tl > SNAP_TAG_MAX + 1 ? SNAP_TAG_MAX + 1 : tl), colon + 1);
     if (tl > SNAP_TAG_MAX) {
-      seterr(err, errlen, "tag '%.*s...': a tag is 1 to %d characters (got %zu)", upto(raw, 64), raw, SNAP_TAG_MAX, tl);
+      seterr(err, errlen, "tag '%.*s...': a tag is 1 to %d characters (got %zu)", err_upto(raw, 64), raw, SNAP_TAG_MAX, tl);
       return -1;
     }
     if (snap_parse_tag(raw, tag, taglen, err, errlen) != 0) return -1;

@@ -1,50 +1,15 @@
 /* template_spec.c — see template_spec.h. */
 #include "template_spec.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "errbuf.h"
 #include "users.h"
 
-/* A message of n bytes written into errlen: when it was cut, not inside a character. */
-static void whole_chars(char *err, size_t errlen, int n) {
-  if (n < 0 || (size_t)n < errlen || errlen == 0) return;
-  size_t end = errlen - 1, lead = end;   /* err[end] is the NUL */
-  while (lead > 0 && ((unsigned char)err[lead - 1] & 0xC0) == 0x80) lead--;
-  if (lead == 0) return;
-  unsigned char c = (unsigned char)err[lead - 1];
-  size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-  if (end - (lead - 1) < need) err[lead - 1] = '\0';
-}
-
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  whole_chars(err, errlen, n);
-  return -1;
-}
-
-__attribute__((format(printf, 3, 4))) static bool refuse(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  whole_chars(err, errlen, n);
-  return false;
-}
-
-/* How many bytes of s a message shows, at most max: cut where a character starts (a message
- * goes into a JSON reply, which carries UTF-8 only; a cut character made it "not valid UTF-8"). */
-static int upto(const char *s, size_t max) {
-  size_t n = strnlen(s, max);
-  if (n == max)
-    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--;   /* s[n] continues the character the cut splits */
-  return (int)n;
-}
+/* seterr (errbuf.h) for the functions that answer false. */
+#define refuse(...) (seterr(__VA_ARGS__), false)
 
 bool ts_valid_hash(const char *h) {
   if (!h || strlen(h) != TS_HASH_LEN) return false;
@@ -133,8 +98,8 @@ static int opt_string(json_t *o, const char *field, const char **out, const char
   json_t *v = json_object_get(o, field);
   *out = NULL;
   if (!v || json_is_null(v)) return 0;
-  if (!json_is_string(v)) return fail(err, errlen, "%s'%s' must be a string", where, field);
-  if (strlen(json_string_value(v)) != json_string_length(v)) return fail(err, errlen, "%s'%s' holds a NUL byte", where, field);
+  if (!json_is_string(v)) return seterr(err, errlen, "%s'%s' must be a string", where, field);
+  if (strlen(json_string_value(v)) != json_string_length(v)) return seterr(err, errlen, "%s'%s' holds a NUL byte", where, field);
   *out = json_string_value(v);
   return 0;
 }
@@ -143,7 +108,7 @@ static int opt_bool(json_t *o, const char *field, bool *out, const char *where, 
   json_t *v = json_object_get(o, field);
   *out = false;
   if (!v || json_is_null(v)) return 0;
-  if (!json_is_boolean(v)) return fail(err, errlen, "%s'%s' must be a boolean", where, field);
+  if (!json_is_boolean(v)) return seterr(err, errlen, "%s'%s' must be a boolean", where, field);
   *out = json_is_true(v);
   return 0;
 }
@@ -158,7 +123,7 @@ static int only_fields(json_t *o, const char *const *allowed, const char *where,
       size_t used = 0;
       char list[256] = "";
       for (a = allowed; *a && used < sizeof list; a++) used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", a == allowed ? "" : ", ", *a);
-      return fail(err, errlen, "%sfield '%.*s' is not supported by sandboxd (%s are)", where, upto(k, 100), k, list);
+      return seterr(err, errlen, "%sfield '%.*s' is not supported by sandboxd (%s are)", where, err_upto(k, 100), k, list);
     }
   }
   return 0;
@@ -243,7 +208,7 @@ bool ts_valid_image_ref(const char *ref, char *err, size_t errlen) {
     size_t fn = (size_t)(first_end - ref);
     bool host = memchr(ref, '.', fn) || memchr(ref, ':', fn) || (fn == 9 && !strncmp(ref, "localhost", 9));
     if (host) {
-      if (!ref_host(ref, fn)) return refuse(err, errlen, "'%.*s' is not a registry host (a DNS name or IPv4 address, an optional :PORT)", upto(ref, fn > 80 ? 80 : fn), ref);
+      if (!ref_host(ref, fn)) return refuse(err, errlen, "'%.*s' is not a registry host (a DNS name or IPv4 address, an optional :PORT)", err_upto(ref, fn > 80 ? 80 : fn), ref);
       off = fn + 1;
     }
   }
@@ -262,24 +227,24 @@ bool ts_valid_image_ref(const char *ref, char *err, size_t errlen) {
 /* fromImageRegistry: {type: "registry", username, password}; AWS's and GCP's kinds are refused by name. */
 static int parse_registry(json_t *reg, ts_spec *out, char *err, size_t errlen) {
   const char *where = "fromImageRegistry.";
-  if (!json_is_object(reg)) return fail(err, errlen, "field 'fromImageRegistry' must be an object");
+  if (!json_is_object(reg)) return seterr(err, errlen, "field 'fromImageRegistry' must be an object");
   const char *type;
   if (opt_string(reg, "type", &type, where, err, errlen) != 0) return -1;
-  if (!type) return fail(err, errlen, "fromImageRegistry.type is required ('registry': a user name and password)");
+  if (!type) return seterr(err, errlen, "fromImageRegistry.type is required ('registry': a user name and password)");
   if (!strcmp(type, "aws") || !strcmp(type, "gcp"))
-    return fail(err, errlen, "fromImageRegistry.type '%s' (%s) is not supported by sandboxd: give the registry's user name and "
+    return seterr(err, errlen, "fromImageRegistry.type '%s' (%s) is not supported by sandboxd: give the registry's user name and "
                 "password as type 'registry' (fromImage(image, {username, password}))", type, type[0] == 'a' ? "AWS ECR" : "GCP Artifact Registry");
   if (strcmp(type, "registry") != 0)
-    return fail(err, errlen, "fromImageRegistry.type '%.*s' is not one sandboxd knows ('registry' is)", upto(type, 40), type);
+    return seterr(err, errlen, "fromImageRegistry.type '%.*s' is not one sandboxd knows ('registry' is)", err_upto(type, 40), type);
   static const char *const fields[] = {"type", "username", "password", NULL};
   if (only_fields(reg, fields, where, err, errlen) != 0) return -1;
   const char *u, *p;
   if (opt_string(reg, "username", &u, where, err, errlen) != 0 || opt_string(reg, "password", &p, where, err, errlen) != 0) return -1;
-  if (!u || !u[0] || !p || !p[0]) return fail(err, errlen, "fromImageRegistry: both 'username' and 'password' are required");
+  if (!u || !u[0] || !p || !p[0]) return seterr(err, errlen, "fromImageRegistry: both 'username' and 'password' are required");
   json_t *uj = json_object_get(reg, "username"), *pj = json_object_get(reg, "password");
   if (json_string_length(uj) > TS_MAX_CRED_BYTES || json_string_length(pj) > TS_MAX_CRED_BYTES)
-    return fail(err, errlen, "fromImageRegistry: 'username' and 'password' are at most %d bytes", TS_MAX_CRED_BYTES);
-  if (strchr(u, ':')) return fail(err, errlen, "fromImageRegistry.username may not hold ':' (HTTP Basic authentication joins it to the password with one)");
+    return seterr(err, errlen, "fromImageRegistry: 'username' and 'password' are at most %d bytes", TS_MAX_CRED_BYTES);
+  if (strchr(u, ':')) return seterr(err, errlen, "fromImageRegistry.username may not hold ':' (HTTP Basic authentication joins it to the password with one)");
   out->reg_user = u;
   out->reg_pass = p;
   return 0;
@@ -288,7 +253,7 @@ static int parse_registry(json_t *reg, ts_spec *out, char *err, size_t errlen) {
 static int parse_step(json_t *j, size_t i, ts_step *s, const char **argv, char *err, size_t errlen) {
   char where[48];
   snprintf(where, sizeof where, "steps[%zu].", i);
-  if (!json_is_object(j)) return fail(err, errlen, "steps[%zu] must be an object", i);
+  if (!json_is_object(j)) return seterr(err, errlen, "steps[%zu] must be an object", i);
   /* forceUpload, resolveSymlinks and gzip: what the SDK's copy() sends along (its client-side options) */
   static const char *const fields[] = {"type", "args", "force", "filesHash", "forceUpload", "resolveSymlinks", "gzip", NULL};
   if (only_fields(j, fields, where, err, errlen) != 0) return -1;
@@ -298,68 +263,68 @@ static int parse_step(json_t *j, size_t i, ts_step *s, const char **argv, char *
       opt_bool(j, "force", &s->force, where, err, errlen) != 0 || opt_bool(j, "forceUpload", &unused, where, err, errlen) != 0 ||
       opt_bool(j, "resolveSymlinks", &unused, where, err, errlen) != 0 || opt_bool(j, "gzip", &unused, where, err, errlen) != 0)
     return -1;
-  if (!type) return fail(err, errlen, "%stype is required", where);
+  if (!type) return seterr(err, errlen, "%stype is required", where);
   if (!strcmp(type, "RUN")) s->kind = TS_RUN;
   else if (!strcmp(type, "COPY")) s->kind = TS_COPY;
   else if (!strcmp(type, "ENV")) s->kind = TS_ENV;
   else if (!strcmp(type, "WORKDIR")) s->kind = TS_WORKDIR;
   else if (!strcmp(type, "USER")) s->kind = TS_USER;
-  else return fail(err, errlen, "%stype '%.*s' is not a step sandboxd runs (RUN, COPY, ENV, WORKDIR, USER are)", where, upto(type, 40), type);
+  else return seterr(err, errlen, "%stype '%.*s' is not a step sandboxd runs (RUN, COPY, ENV, WORKDIR, USER are)", where, err_upto(type, 40), type);
   json_t *args = json_object_get(j, "args");
-  if (args && !json_is_null(args) && !json_is_array(args)) return fail(err, errlen, "%sargs must be an array of strings", where);
+  if (args && !json_is_null(args) && !json_is_array(args)) return seterr(err, errlen, "%sargs must be an array of strings", where);
   size_t n = args ? json_array_size(args) : 0;
-  if (n > TS_MAX_ARGS) return fail(err, errlen, "%sargs: more than %d", where, TS_MAX_ARGS);
+  if (n > TS_MAX_ARGS) return seterr(err, errlen, "%sargs: more than %d", where, TS_MAX_ARGS);
   for (size_t a = 0; a < n; a++) {
     json_t *v = json_array_get(args, a);
-    if (!json_is_string(v)) return fail(err, errlen, "%sargs[%zu] must be a string", where, a);
-    if (json_string_length(v) > TS_MAX_ARG_BYTES) return fail(err, errlen, "%sargs[%zu]: more than %u bytes", where, a, TS_MAX_ARG_BYTES);
-    if (strlen(json_string_value(v)) != json_string_length(v)) return fail(err, errlen, "%sargs[%zu] holds a NUL byte", where, a);
+    if (!json_is_string(v)) return seterr(err, errlen, "%sargs[%zu] must be a string", where, a);
+    if (json_string_length(v) > TS_MAX_ARG_BYTES) return seterr(err, errlen, "%sargs[%zu]: more than %u bytes", where, a, TS_MAX_ARG_BYTES);
+    if (strlen(json_string_value(v)) != json_string_length(v)) return seterr(err, errlen, "%sargs[%zu] holds a NUL byte", where, a);
     argv[a] = json_string_value(v);
   }
   s->args = argv;
   s->nargs = n;
-  if (hash && s->kind != TS_COPY) return fail(err, errlen, "%sfilesHash: only COPY steps have one", where);
+  if (hash && s->kind != TS_COPY) return seterr(err, errlen, "%sfilesHash: only COPY steps have one", where);
   switch (s->kind) {
     case TS_RUN:
-      if (n < 1 || n > 2 || !argv[0][0]) return fail(err, errlen, "%sargs: RUN takes [command, user?]", where);
+      if (n < 1 || n > 2 || !argv[0][0]) return seterr(err, errlen, "%sargs: RUN takes [command, user?]", where);
       s->cmd = argv[0];
       s->user = n > 1 && argv[1][0] ? argv[1] : NULL;
       break;
     case TS_COPY:
-      if (n < 2 || n > 4 || !argv[0][0] || !argv[1][0]) return fail(err, errlen, "%sargs: COPY takes [src, dest, user?, mode?]", where);
+      if (n < 2 || n > 4 || !argv[0][0] || !argv[1][0]) return seterr(err, errlen, "%sargs: COPY takes [src, dest, user?, mode?]", where);
       if (!context_path(argv[0]))
-        return fail(err, errlen, "%sargs[0]: COPY source '%.*s' is not inside the build context (a relative path that stays in it)", where,
-                    upto(argv[0], 100), argv[0]);
+        return seterr(err, errlen, "%sargs[0]: COPY source '%.*s' is not inside the build context (a relative path that stays in it)", where,
+                    err_upto(argv[0], 100), argv[0]);
       s->src = argv[0];
       s->dest = argv[1];
       s->user = n > 2 && argv[2][0] ? argv[2] : NULL;
       if (n > 3 && argv[3][0]) {
-        if (!parse_mode(argv[3], &s->mode)) return fail(err, errlen, "%sargs[3]: mode '%.*s' is not an octal mode", where, upto(argv[3], 20), argv[3]);
+        if (!parse_mode(argv[3], &s->mode)) return seterr(err, errlen, "%sargs[3]: mode '%.*s' is not an octal mode", where, err_upto(argv[3], 20), argv[3]);
         s->has_mode = true;
       }
-      if (!ts_valid_hash(hash)) return fail(err, errlen, "%sfilesHash: COPY needs the sha256 (64 lower-case hex) its upload is stored under", where);
+      if (!ts_valid_hash(hash)) return seterr(err, errlen, "%sfilesHash: COPY needs the sha256 (64 lower-case hex) its upload is stored under", where);
       s->hash = hash;
       break;
     case TS_ENV:
-      if (n < 2 || n % 2) return fail(err, errlen, "%sargs: ENV takes [name, value, ...] pairs", where);
+      if (n < 2 || n % 2) return seterr(err, errlen, "%sargs: ENV takes [name, value, ...] pairs", where);
       for (size_t a = 0; a < n; a += 2)
-        if (!env_name(argv[a])) return fail(err, errlen, "%sargs[%zu]: '%.*s' is not an environment variable name", where, a, upto(argv[a], 60), argv[a]);
+        if (!env_name(argv[a])) return seterr(err, errlen, "%sargs[%zu]: '%.*s' is not an environment variable name", where, a, err_upto(argv[a], 60), argv[a]);
       break;
     case TS_WORKDIR:
-      if (n != 1 || !argv[0][0]) return fail(err, errlen, "%sargs: WORKDIR takes [path]", where);
+      if (n != 1 || !argv[0][0]) return seterr(err, errlen, "%sargs: WORKDIR takes [path]", where);
       break;
     case TS_USER:
-      if (n != 1 || !argv[0][0]) return fail(err, errlen, "%sargs: USER takes [user]", where);
+      if (n != 1 || !argv[0][0]) return seterr(err, errlen, "%sargs: USER takes [user]", where);
       s->user = argv[0];
       break;
   }
-  if (s->user && !valid_user(s->user)) return fail(err, errlen, "%sargs: user '%.*s' is not one the sandbox has (root, user)", where, upto(s->user, 40), s->user);
+  if (s->user && !valid_user(s->user)) return seterr(err, errlen, "%sargs: user '%.*s' is not one the sandbox has (root, user)", where, err_upto(s->user, 40), s->user);
   return 0;
 }
 
 int ts_parse(json_t *body, ts_spec *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
-  if (!json_is_object(body)) return fail(err, errlen, "the body must be a JSON object");
+  if (!json_is_object(body)) return seterr(err, errlen, "the body must be a JSON object");
   static const char *const fields[] = {"fromTemplate", "fromImage", "fromImageRegistry", "steps", "force", "startCmd", "readyCmd", NULL};
   if (only_fields(body, fields, "", err, errlen) != 0) return -1;
   const char *tpl, *img;
@@ -369,38 +334,38 @@ int ts_parse(json_t *body, ts_spec *out, char *err, size_t errlen) {
     return -1;
   if (tpl && !tpl[0]) tpl = NULL;
   if (img && !img[0]) img = NULL;
-  if (!tpl == !img) return fail(err, errlen, "exactly one of 'fromTemplate' and 'fromImage' must be given and non-empty");
+  if (!tpl == !img) return seterr(err, errlen, "exactly one of 'fromTemplate' and 'fromImage' must be given and non-empty");
   json_t *reg = json_object_get(body, "fromImageRegistry");
   if (reg && json_is_null(reg)) reg = NULL;
   if (img) {
     size_t bl = strlen(TS_BASE_IMAGE);
     char why[160];
     if (!strncmp(img, TS_BASE_IMAGE, bl) && (!img[bl] || img[bl] == ':')) {
-      if (reg) return fail(err, errlen, "field 'fromImageRegistry': '%.*s' is sandboxd's base template, pulled from no registry", upto(img, 100), img);
+      if (reg) return seterr(err, errlen, "field 'fromImageRegistry': '%.*s' is sandboxd's base template, pulled from no registry", err_upto(img, 100), img);
       tpl = "base";
     } else if (!ts_valid_image_ref(img, why, sizeof why)) {
-      return fail(err, errlen, "field 'fromImage': '%.*s' is not an image reference: %s", upto(img, 100), img, why);
+      return seterr(err, errlen, "field 'fromImage': '%.*s' is not an image reference: %s", err_upto(img, 100), img, why);
     } else {
       out->from_image = img;
     }
   } else if (reg) {
-    return fail(err, errlen, "field 'fromImageRegistry': registry credentials go with 'fromImage', not 'fromTemplate'");
+    return seterr(err, errlen, "field 'fromImageRegistry': registry credentials go with 'fromImage', not 'fromTemplate'");
   }
   if (reg && parse_registry(reg, out, err, errlen) != 0) return -1;
   out->from_template = tpl;
   if (out->start_cmd && !out->start_cmd[0]) out->start_cmd = NULL;
   if (out->ready_cmd && !out->ready_cmd[0]) out->ready_cmd = NULL;
   json_t *steps = json_object_get(body, "steps");
-  if (steps && !json_is_null(steps) && !json_is_array(steps)) return fail(err, errlen, "field 'steps' must be an array");
+  if (steps && !json_is_null(steps) && !json_is_array(steps)) return seterr(err, errlen, "field 'steps' must be an array");
   size_t n = steps ? json_array_size(steps) : 0, nargs = 0;
-  if (n > TS_MAX_STEPS) return fail(err, errlen, "field 'steps': %zu steps, at most %d", n, TS_MAX_STEPS);
+  if (n > TS_MAX_STEPS) return seterr(err, errlen, "field 'steps': %zu steps, at most %d", n, TS_MAX_STEPS);
   for (size_t i = 0; i < n; i++) {
     json_t *a = json_object_get(json_array_get(steps, i), "args");
     if (json_is_array(a)) nargs += json_array_size(a) > TS_MAX_ARGS ? TS_MAX_ARGS + 1 : json_array_size(a);
   }
   out->steps = calloc(n ? n : 1, sizeof *out->steps);
   out->argv = calloc(nargs ? nargs : 1, sizeof *out->argv);
-  if (!out->steps || !out->argv) { ts_free(out); return fail(err, errlen, "out of memory"); }
+  if (!out->steps || !out->argv) { ts_free(out); return seterr(err, errlen, "out of memory"); }
   size_t used = 0;
   for (size_t i = 0; i < n; i++) {
     if (parse_step(json_array_get(steps, i), i, &out->steps[i], out->argv + used, err, errlen) != 0) { ts_free(out); return -1; }
