@@ -3,7 +3,7 @@
 // E2B_API_URL / E2B_SANDBOX_URL / E2B_API_KEY (scripts/test.sh exports them, plus MB_SANDBOXD_PID).
 import { spawn } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
-import { existsSync, readFileSync, readdirSync, readlinkSync, mkdtempSync } from 'node:fs'
+import { existsSync, readFileSync, readdirSync, readlinkSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import net from 'node:net'
 import path from 'node:path'
@@ -309,6 +309,27 @@ export function sandboxdBinary() {
   return path.join(build, 'bin', 'sandboxd')
 }
 
+// The state directories made here for a sandboxd, removed when the test file's process exits: each
+// only once every sandboxd that used it has exited and nothing is mounted under it (a removal
+// through a live sandbox's mounts would reach what they show).
+const madeStateDirs = new Map()   // dir -> the sandboxd processes started on it
+function madeStateDir() {
+  const dir = mkdtempSync(path.join(tmpdir(), 'mb-sdk-state-'))
+  madeStateDirs.set(dir, [])
+  return dir
+}
+function usedStateDir(dir, proc) { madeStateDirs.get(dir)?.push(proc) }
+process.on('exit', () => {
+  let mounts = ''
+  try { mounts = readFileSync('/proc/self/mountinfo', 'utf8') } catch { return }
+  const mounted = new Set(mounts.split('\n').map((l) => l.split(' ')[4]).filter(Boolean))
+  for (const [dir, procs] of madeStateDirs) {
+    if (procs.some((p) => p.exitCode === null && p.signalCode === null)) continue
+    if ([...mounted].some((m) => m === dir || m.startsWith(`${dir}/`))) continue
+    try { rmSync(dir, { recursive: true, force: true }) } catch { /* left for the next sweep of /tmp */ }
+  }
+})
+
 export function freePort() {
   return new Promise((resolve, reject) => {
     const s = net.createServer()
@@ -328,13 +349,14 @@ export function freePort() {
 export async function startSandboxd({ stateDir, port, env = {}, key = ZERO_KEY, args = [] } = {}) {
   const bin = sandboxdBinary()
   if (!existsSync(bin)) throw new Error(`sandboxd binary not found at ${bin} (build it first)`)
-  stateDir ??= mkdtempSync(path.join(tmpdir(), 'mb-sdk-state-'))
+  stateDir ??= madeStateDir()
   port ??= await freePort()
   const proc = spawn(bin, ['--listen', `127.0.0.1:${port}`, ...KEY_FD_ARGS, '--state-dir', stateDir, '--exit-with-parent', ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
   })
   passKey(proc, key)
+  usedStateDir(stateDir, proc)
   let out = ''
   proc.stdout.on('data', (d) => (out += d))
   proc.stderr.on('data', (d) => (out += d))
@@ -385,10 +407,11 @@ export async function stopSandboxd(s) {
 export async function startSandboxdArgs({ stateDir, key = ZERO_KEY, wrap = [], env = {}, args = [] } = {}) {
   const bin = sandboxdBinary()
   if (!existsSync(bin)) throw new Error(`sandboxd binary not found at ${bin} (build it first)`)
-  stateDir ??= mkdtempSync(path.join(tmpdir(), 'mb-sdk-state-'))
+  stateDir ??= madeStateDir()
   const argv = [...wrap, bin, '--listen', '127.0.0.1:0', ...(key ? KEY_FD_ARGS : []), '--state-dir', stateDir, '--exit-with-parent', ...args]
   const proc = spawn(argv[0], argv.slice(1), { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe', ...(key ? ['pipe'] : [])] })
   if (key) passKey(proc, key)
+  usedStateDir(stateDir, proc)
   let out = ''
   let err = ''
   proc.stdout.on('data', (d) => (out += d))
