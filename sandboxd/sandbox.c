@@ -148,6 +148,16 @@ static cg_limits g_lim = {SBX_DEFAULT_PIDS_MAX, SBX_DEFAULT_MEMORY_MB, SBX_DEFAU
 static bool default_limits(const cg_limits *l) {
   return l->pids_max == g_lim.pids_max && l->memory_mb == g_lim.memory_mb && l->cpu_count == g_lim.cpu_count;
 }
+/* A sandbox's limits: its config's, the defaults where it gives none. */
+static cg_limits limits_of(const sbx_config *cfg) {
+  return (cg_limits){cfg->pids_max > 0 ? cfg->pids_max : g_lim.pids_max, cfg->memory_mb > 0 ? cfg->memory_mb : g_lim.memory_mb,
+                     cfg->cpu_count > 0 ? cfg->cpu_count : g_lim.cpu_count};
+}
+/* A claimed spare or a stocked kit's cgroups have the default limits: only other ones are written. */
+static int write_limits(sbx_t *s, const sbx_config *cfg, char *err, size_t errlen) {
+  cg_limits lim = limits_of(cfg);
+  return default_limits(&lim) ? 0 : cg_set_limits(&s->cg, &lim, err, errlen);
+}
 
 static int host_cpus(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -518,8 +528,7 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
     strcat(sysdirs, one);
   }
   step(tr, "idmap");
-  cg_limits lim = {cfg->pids_max > 0 ? cfg->pids_max : g_lim.pids_max, cfg->memory_mb > 0 ? cfg->memory_mb : g_lim.memory_mb,
-                   cfg->cpu_count > 0 ? cfg->cpu_count : g_lim.cpu_count};
+  cg_limits lim = limits_of(cfg);
   /* v2: the init is born in its cgroup, made now; v1: made while the init sets itself up, which
    * then joins it (cgroups.h). */
   cg_entry cge = cg_entry_mode();
@@ -528,7 +537,7 @@ static int create_booted(const sbx_config *cfg, sbx_t **out, char *err, size_t e
      * set still works). */
     char why[600];
     if (cg_rename(&s->cg, s->id, why, sizeof why) != 0) fprintf(stderr, "sandboxd: sandbox %s: %s\n", s->id, why);
-    if (!default_limits(&lim) && cg_set_limits(&s->cg, &lim, err, errlen) != 0) goto fail;
+    if (write_limits(s, cfg, err, errlen) != 0) goto fail;
     cge = CG_NONE;   /* nothing more to make or join */
     step(tr, "cgroups (pool)");
   } else if (cge == CG_BORN) {
@@ -736,13 +745,6 @@ static void discard(sbx_t *s) {
   release(s);
 }
 
-/* A claimed spare was booted with the default limits: only other ones are written. */
-static int write_limits(sbx_t *s, const sbx_config *cfg, char *err, size_t errlen) {
-  cg_limits lim = {cfg->pids_max > 0 ? cfg->pids_max : g_lim.pids_max, cfg->memory_mb > 0 ? cfg->memory_mb : g_lim.memory_mb,
-                   cfg->cpu_count > 0 ? cfg->cpu_count : g_lim.cpu_count};
-  if (default_limits(&lim)) return 0;
-  return cg_set_limits(&s->cg, &lim, err, errlen);
-}
 
 static bool trace_on(void) { return getenv("SANDBOXD_TRACE_CREATE") != NULL; }
 
