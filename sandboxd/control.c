@@ -30,9 +30,7 @@ static char g_domain[256];   /* E2B's domain in edge mode (what sandboxes report
 static int64_t g_started_ms;   /* when sandboxd started: the base template's dates */
 
 void control_init(const char *state_dir, const char *domain) {
-  struct timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
-  g_started_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+  g_started_ms = wall_ms();
   snprintf(g_state_dir, sizeof g_state_dir, "%s", state_dir);
   snprintf(g_domain, sizeof g_domain, "%s", domain ? domain : "");
 }

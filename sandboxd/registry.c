@@ -1,6 +1,7 @@
 /* registry.c — sandbox table, ids, tokens, lease expiry, pause state (see registry.h). */
 #include "registry.h"
 
+#include "clocks.h"
 #include "ids.h"
 
 #include <errno.h>
@@ -43,12 +44,6 @@ static pthread_t expiry_thread;
 static bool expiry_running, stopping;
 static int reapers;                                          /* expiry kill/pause threads running */
 static pthread_cond_t reaped = PTHREAD_COND_INITIALIZER;    /* a reaper finished or an entry unlinked */
-
-int64_t reg_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Dying entries stay linked until sbx_destroy returned (so GET, list and /health report them
  * until nothing is left), but nothing new may use them. */
@@ -170,7 +165,7 @@ int reg_create(const reg_create_opts *o, reg_info *info, char *err, size_t errle
   }
   e->refs = 1;
   pthread_mutex_lock(&mu);
-  e->started_ms = reg_now_ms();
+  e->started_ms = wall_ms();
   e->end_ms = e->started_ms + o->timeout_s * 1000;
   e->seq = next_seq++;
   e->next = head;
@@ -265,7 +260,7 @@ int reg_kill(const char *id) { return reg_kill_with(id, NULL, NULL); }
 int reg_set_timeout(const char *id, int64_t timeout_s) {
   pthread_mutex_lock(&mu);
   reg_entry *e = find_locked(id);
-  if (e) { e->end_ms = reg_now_ms() + timeout_s * 1000; pthread_cond_broadcast(&changed); }
+  if (e) { e->end_ms = wall_ms() + timeout_s * 1000; pthread_cond_broadcast(&changed); }
   pthread_mutex_unlock(&mu);
   return e ? 0 : -1;
 }
@@ -283,7 +278,7 @@ int reg_connect(const char *id, int64_t timeout_s, bool *resumed, reg_info *info
   if (was_paused && g_be.resume(e->sbx) != 0) rc = -2;
   pthread_mutex_lock(&mu);
   if (rc == 0) {
-    int64_t want = reg_now_ms() + timeout_s * 1000;
+    int64_t want = wall_ms() + timeout_s * 1000;
     if (was_paused) { e->paused = false; *resumed = true; e->end_ms = want; }
     else if (want > e->end_ms) e->end_ms = want;    /* connect never shortens a lease */
     pthread_cond_broadcast(&changed);
@@ -332,7 +327,7 @@ int reg_wake(reg_entry *e) {
     else {
       pthread_mutex_lock(&mu);
       e->paused = false;
-      e->end_ms = reg_now_ms() + e->resume_timeout_s * 1000;
+      e->end_ms = wall_ms() + e->resume_timeout_s * 1000;
       pthread_cond_broadcast(&changed);
       pthread_mutex_unlock(&mu);
     }
@@ -424,7 +419,7 @@ static void *expiry_main(void *arg) {
   (void)arg;
   pthread_mutex_lock(&mu);
   while (!stopping) {
-    int64_t now = reg_now_ms(), next = INT64_MAX;
+    int64_t now = wall_ms(), next = INT64_MAX;
     reg_entry *due = NULL;
     for (reg_entry *e = head; e; e = e->next) {
       if (e->paused || e->dying || e->expiring) continue;

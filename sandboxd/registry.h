@@ -48,7 +48,7 @@ typedef struct {
   char template_id[REG_TEMPLATE_MAX], template_alias[REG_TEMPLATE_MAX];
   bool secure, internet, auto_pause, auto_resume, paused;
   bool dying;                   /* a kill started: reported by list until it is gone, never by GET */
-  int64_t started_ms, end_ms;
+  int64_t started_ms, end_ms;  /* wall_ms() (clocks.h): times reported to clients */
   uint64_t seq;                 /* creation order: larger is newer */
   json_t *metadata;             /* new references: reg_info_free */
   json_t *network;              /* NULL when the sandbox has no network options */
@@ -134,5 +134,4 @@ int  reg_watch_slot(reg_entry *e, int delta, int max);
 /* Find the secure sandbox whose token makes `match(token, cls)` true; new reference or NULL. */
 reg_entry *reg_find_by_token(bool (*match)(const char *token, void *cls), void *cls);
 
-int64_t reg_now_ms(void);
 #endif

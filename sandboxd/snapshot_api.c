@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "api_body.h"
+#include "clocks.h"
 #include "control.h"
 #include "layers.h"
 #include "net.h"
@@ -89,7 +90,7 @@ static void create_snapshot(sd_request *r, const char *id) {
   capture c;
   if (capture_running(r, id, "snapshotted", &c) != 0) goto out;
   snap_info info;
-  int rc = snap_add(name[0] ? name : NULL, c.layer, id, reg_now_ms(), &info, why, sizeof why);
+  int rc = snap_add(name[0] ? name : NULL, c.layer, id, wall_ms(), &info, why, sizeof why);
   if (rc == -2) sd_reply_error(r, 409, "field 'name': %s", why);
   else if (rc != 0) sd_reply_error(r, 500, "the snapshot of sandbox '%s' could not be recorded: %s", id, why);
   else sd_reply_json(r, 201, snapshot_json(&info));
