@@ -27,6 +27,7 @@
 #include "clocks.h"
 #include "errbuf.h"
 #include "layers.h"
+#include "statefile.h"
 #include "template.h"
 
 extern char **environ;
@@ -119,13 +120,10 @@ static int save_locked(char *err, size_t errlen) {
     json_array_append_new(a, json_pack("{s:s,s:s,s:s,s:s,s:O,s:I}", "digest", e->digest, "indexDigest", e->index_digest, "ref", e->ref,
                                        "layer", e->layer_id, "config", e->config, "used", (json_int_t)e->used_ms));
   }
-  char tmp[4300];
-  snprintf(tmp, sizeof tmp, "%s.tmp", g.index);
-  int rc = a && json_dump_file(a, tmp, JSON_COMPACT) == 0 ? 0 : -1;
+  if (!a) return seterr(err, errlen, "writing %s: out of memory", g.index);
+  int rc = statefile_save(g.index, a, JSON_COMPACT, err, errlen);
   json_decref(a);
-  if (rc != 0) return seterr(err, errlen, "cannot write %s", tmp);
-  if (rename(tmp, g.index) != 0) { int e = errno; unlink(tmp); return seterr(err, errlen, "rename %s: %s", g.index, strerror(e)); }
-  return 0;
+  return rc;
 }
 
 /* Removes what interrupted pulls left (pull-* directories). */
@@ -146,9 +144,8 @@ int img_init(const char *state_dir, char *err, size_t errlen) {
     return seterr(err, errlen, "images: state dir path too long");
   if (mkdir(g.dir, 0700) != 0 && errno != EEXIST) return seterr(err, errlen, "mkdir %s: %s", g.dir, strerror(errno));
   sweep_pulls();
-  json_error_t je;
-  json_t *a = json_load_file(g.index, JSON_REJECT_DUPLICATES, &je);
-  if (!a && access(g.index, F_OK) == 0) return seterr(err, errlen, "%s: %s", g.index, je.text);
+  json_t *a;
+  if (statefile_load(g.index, &a, err, errlen) != 0) return -1;
   if (a && !json_is_array(a)) { json_decref(a); return seterr(err, errlen, "%s: not a JSON array", g.index); }
   pthread_mutex_lock(&g.mu);
   size_t i;

@@ -21,6 +21,7 @@
 #include "b64.h"
 #include "clocks.h"
 #include "ids.h"
+#include "statefile.h"
 
 #define KEY_LEN 32
 #define NONCE_LEN 12
@@ -252,33 +253,9 @@ static char *serialize(entry *const *all, size_t n, uint64_t next_seq) {
   return text;
 }
 
-static int fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  int rc = fsync(fd);
-  close(fd);
-  return rc;
-}
-
-/* text to path through tmp: 0600, synced, renamed, the directory synced. 0, or 500 with msg. */
+/* text to the store's file (statefile.h). 0, or 500 with msg. */
 static int write_atomic(const char *text, char *msg, size_t msglen) {
-  int fd = open(g.tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return FAIL(500, "writing %s: %s", g.tmp, strerror(errno));
-  size_t len = strlen(text), off = 0;
-  int rc = 0;
-  if (fchmod(fd, 0600) != 0) rc = FAIL(500, "chmod %s: %s", g.tmp, strerror(errno));
-  while (!rc && off < len) {
-    ssize_t w = write(fd, text + off, len - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) rc = FAIL(500, "writing %s: %s", g.tmp, w < 0 ? strerror(errno) : "no progress");
-    else off += (size_t)w;
-  }
-  if (!rc && fsync(fd) != 0) rc = FAIL(500, "fsync %s: %s", g.tmp, strerror(errno));
-  if (close(fd) != 0 && !rc) rc = FAIL(500, "writing %s: %s", g.tmp, strerror(errno));
-  if (!rc && rename(g.tmp, g.path) != 0) rc = FAIL(500, "rename %s: %s", g.path, strerror(errno));
-  if (rc) { unlink(g.tmp); return rc; }
-  if (fsync_dir(g.dir) != 0) return FAIL(500, "fsync %s: %s", g.dir, strerror(errno));
-  return 0;
+  return statefile_write(g.path, text, msg, msglen) == 0 ? 0 : 500;
 }
 
 /* With wmu held: `arr` (n entries, malloc'ed) becomes the store once it is on disk; the old
@@ -485,7 +462,7 @@ static int make_key(char *msg, size_t msglen) {
     if (w != KEY_LEN || fsync(fd) != 0) rc = FAIL(500, "writing %s: %s", g.keypath, w < 0 ? strerror(errno) : "short write");
     if (close(fd) != 0 && !rc) rc = FAIL(500, "writing %s: %s", g.keypath, strerror(errno));
     if (rc) unlink(g.keypath);
-    else if (fsync_dir(g.dir) != 0) rc = FAIL(500, "fsync %s: %s", g.dir, strerror(errno));
+    else if (statefile_sync_dir(g.dir) != 0) rc = FAIL(500, "fsync %s: %s", g.dir, strerror(errno));
   }
   if (!rc) {
     pthread_mutex_lock(&g.mu);
@@ -558,7 +535,7 @@ int secrets_init(const char *state_dir, char *err, size_t errlen) {
     ERR("secrets: the state dir's path is too long");
     goto out;
   }
-  (void)unlink(g.tmp);                   /* a write a crash interrupted */
+  (void)unlink(g.tmp);                   /* what a write a crash interrupted left (statefile.h) */
   if (read_catalogue(&text, &len, err, errlen) != 0) goto out;
   if (text && parse(text, len, &all, &n, &next_seq, check, &has_check, err, errlen) != 0) {
     char why[400];

@@ -24,6 +24,7 @@
 #include "ptab.h"
 #include "registry.h"
 #include "sandbox.h"
+#include "statefile.h"
 #include "template_cache.h"
 #include "template_key.h"
 #include "users.h"
@@ -130,12 +131,9 @@ static void sweep_at_start(void) {
 static void defaults_path(char *out, size_t cap) { snprintf(out, cap, "%s/template-defaults.json", g.state_dir); }
 
 static int save_defaults_locked(char *err, size_t errlen) {
-  char path[4200], tmp[4300];
+  char path[4200];
   defaults_path(path, sizeof path);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  if (json_dump_file(g.defaults, tmp, JSON_COMPACT) != 0) return seterr(err, errlen, "cannot write %s", tmp);
-  if (rename(tmp, path) != 0) { int e = errno; unlink(tmp); return seterr(err, errlen, "rename %s: %s", path, strerror(e)); }
-  return 0;
+  return statefile_save(path, g.defaults, JSON_COMPACT, err, errlen);
 }
 
 /* A build left the catalogue (its last tag moved or removed, its template deleted; its layer
@@ -171,9 +169,8 @@ int tb_init(const char *state_dir, char *err, size_t errlen) {
   snprintf(path, sizeof path, "%s/template-files", state_dir);
   if (mkdir(path, 0700) != 0 && errno != EEXIST) return seterr(err, errlen, "mkdir %s: %s", path, strerror(errno));
   defaults_path(path, sizeof path);
-  json_error_t je;
-  json_t *d = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-  if (!d && access(path, F_OK) == 0) return seterr(err, errlen, "%s: %s", path, je.text);
+  json_t *d;
+  if (statefile_load(path, &d, err, errlen) != 0) return -1;
   if (d && !json_is_object(d)) { json_decref(d); return seterr(err, errlen, "%s: not a JSON object", path); }
   g.defaults = d ? d : json_object();
   g.stopping = false;

@@ -14,6 +14,7 @@
 #include "clocks.h"
 #include "errbuf.h"
 #include "ids.h"
+#include "statefile.h"
 
 typedef struct {
   char key[TK_KEY_LEN + 1];
@@ -89,24 +90,8 @@ static int save_locked(char *err, size_t errlen) {
                           "bytes", (json_int_t)e->bytes, "usedMs", (json_int_t)e->used_ms, "owners", owners ? owners : json_array());
     if (!o || json_array_append_new(arr, o) != 0) { json_decref(root); return seterr(err, errlen, "out of memory"); }
   }
-  char tmp[4300];
-  snprintf(tmp, sizeof tmp, "%s.tmp", g.path);
-  char *text = json_dumps(root, JSON_COMPACT);
+  int rc = statefile_save(g.path, root, JSON_COMPACT, err, errlen);
   json_decref(root);
-  if (!text) return seterr(err, errlen, "out of memory");
-  int rc = -1, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) { seterr(err, errlen, "writing %s: %s", tmp, strerror(errno)); goto out; }
-  size_t len = strlen(text), off = 0;
-  while (off < len) {
-    ssize_t w = write(fd, text + off, len - off);
-    if (w < 0) { if (errno == EINTR) continue; break; }
-    off += (size_t)w;
-  }
-  if (off < len || fsync(fd) != 0) { seterr(err, errlen, "writing %s: %s", tmp, strerror(errno)); close(fd); unlink(tmp); goto out; }
-  if (close(fd) != 0 || rename(tmp, g.path) != 0) { seterr(err, errlen, "writing %s: %s", g.path, strerror(errno)); unlink(tmp); goto out; }
-  rc = 0;
-out:
-  free(text);
   return rc;
 }
 
@@ -164,14 +149,10 @@ int tc_init(const char *state_dir, size_t max_entries, unsigned long long max_by
     seterr(err, errlen, "template cache: state dir path too long");
     goto out;
   }
-  if (access(g.path, F_OK) != 0 && errno == ENOENT) { rc = 0; goto out; }
-  json_error_t je;
-  root = json_load_file(g.path, JSON_REJECT_DUPLICATES, &je);
-  json_t *arr = root ? json_object_get(root, "entries") : NULL;
-  if (!root || !json_is_array(arr) || json_integer_value(json_object_get(root, "version")) != 1) {
-    seterr(err, errlen, "%s: %s", g.path, root ? "not a sandboxd template cache (version 1)" : je.text);
-    goto out;
-  }
+  if (statefile_load(g.path, &root, err, errlen) != 0) goto out;
+  if (!root) { rc = 0; goto out; }
+  json_t *arr = statefile_v1_array(root, "entries");
+  if (!arr) { seterr(err, errlen, "%s: not a sandboxd template cache (version 1)", g.path); goto out; }
   size_t i;
   json_t *o;
   json_array_foreach(arr, i, o) {

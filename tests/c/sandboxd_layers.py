@@ -58,7 +58,7 @@ def main():
     for m in ('apikey', 'paths', 'registry', 'router', 'auth', 'users', 'template', 'connect_request', 'ptab', 'upload', 'net', 'pidfile',
               'ids', 'layer_copy', 'layers', 'snapshots', 'volumes', 'cgroups', 'metrics', 'pool', 'egress_rules',
               'sniff', 'dnsmsg', 'transforms', 'secrets', 'sbxlog', 'fdpass', 'template_spec', 'template_build',
-              'layer_merge', 'template_key', 'template_cache', 'image', 'clocks', 'errbuf'):
+              'layer_merge', 'template_key', 'template_cache', 'image', 'statefile', 'clocks', 'errbuf'):
         if m not in deps:
             failures.append(f'module {m} is missing')
         elif 'http' in closure(deps, m) | {m}:
@@ -80,8 +80,8 @@ def main():
                 failures.append(f'{f} includes {sorted(extra)}: only {sorted(PURE_LIBC)}')
     # The secret store is a leaf but for its ids: no registry (a sandbox's end reaches it through
     # main.c's death hook), no HTTP, nothing that could log or answer a value.
-    if deps.get('secrets', set()) - {'ids'} - UTIL:
-        failures.append(f"secrets depends on {sorted(deps['secrets'] - {'ids'} - UTIL)}: only ids")
+    if deps.get('secrets', set()) - {'ids', 'statefile'} - UTIL:
+        failures.append(f"secrets depends on {sorted(deps['secrets'] - {'ids', 'statefile'} - UTIL)}: only ids and statefile")
     for m in ('registry', 'router', 'auth', 'http'):
         if 'secrets' in closure(deps, m):
             failures.append(f'{m} depends on secrets')
@@ -95,8 +95,11 @@ def main():
     if deps.get('layer_merge'):
         failures.append(f"layer_merge depends on {sorted(deps['layer_merge'])}: it must be a leaf")
     # Image pulls know the layer store and the template only: no sandbox, no registry of sandboxes.
-    if deps.get('image', set()) - {'layers', 'template'} - UTIL:
-        failures.append(f"image depends on {sorted(deps['image'] - {'layers', 'template'} - UTIL)}: only layers and template")
+    if deps.get('image', set()) - {'layers', 'template', 'statefile'} - UTIL:
+        failures.append(f"image depends on {sorted(deps['image'] - {'layers', 'template', 'statefile'} - UTIL)}: only layers, template and statefile")
+    # The state directory's catalogues are written by one module that knows none but errbuf.
+    if deps.get('statefile', set()) - {'errbuf'}:
+        failures.append(f"statefile depends on {sorted(deps['statefile'] - {'errbuf'})}: only errbuf")
     # What sandboxd does to itself at start knows no module.
     if deps.get('harden'):
         failures.append(f"harden depends on {sorted(deps['harden'])}: it must be a leaf")
