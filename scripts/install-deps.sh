@@ -16,6 +16,7 @@ DEB_PACKAGES=(
   musl-tools clang libclang-rt-14-dev
   attr iproute2 procps ncurses-bin python3 git sudo curl openssl strace
   passt nftables xfsprogs
+  dnsmasq-base                        # spec/support/networld.py: the stand-in world's DNS server (egress and secrets specs, examples/token)
   clangd                              # the lsp consumer's server in the tests and examples/world
   qemu-system-x86 busybox-static      # tests/vm: sandboxd in a cgroup-v2-only VM (TCG), its initramfs
   skopeo umoci                        # sandboxd's template builds: fromImage pulls (skopeo) and unpacks (umoci) an image
