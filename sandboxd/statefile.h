@@ -12,8 +12,9 @@
 int statefile_load(const char *path, json_t **root, char *err, size_t errlen);
 /* The array under `key` of a {"version": 1, key: [...]} catalogue, NULL when root is not one. */
 json_t *statefile_v1_array(const json_t *root, const char *key);
-/* text written to path atomically; -1 with err naming the file and why, path untouched. A
- * leftover PATH.tmp (a write a crash interrupted) is replaced, never followed if a link. */
+/* text written to path atomically; -1 with err naming the file and why, path untouched. Once
+ * renamed the write counts as done: a directory that cannot be synced then is said on stderr.
+ * A leftover PATH.tmp (a write a crash interrupted) is replaced, never followed if a link. */
 int statefile_write(const char *path, const char *text, char *err, size_t errlen);
 /* root as JSON (json_dumps flags) written to path atomically, as statefile_write. */
 int statefile_save(const char *path, const json_t *root, size_t flags, char *err, size_t errlen);

@@ -4,7 +4,7 @@
  * (RUN, COPY, ENV, WORKDIR, USER, each with its args), the start and ready commands, `force`.
  * Parsed strictly: an unknown field, a wrong type, a string holding a NUL byte or a step sandboxd
  * cannot run is refused with a message naming it (`steps[3].args`); a message quotes what was sent
- * cut between characters (it goes into a JSON reply). Pure: jansson and libc, no I/O (a C unit
+ * cut between characters (it goes into a JSON reply). Pure: jansson, libc and errbuf, no I/O (a C unit
  * test drives it; fuzz/fuzz_sbx_template_request.c checks its claims). */
 #ifndef SANDBOXD_TEMPLATE_SPEC_H
 #define SANDBOXD_TEMPLATE_SPEC_H

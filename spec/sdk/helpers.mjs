@@ -3,7 +3,7 @@
 // E2B_API_URL / E2B_SANDBOX_URL / E2B_API_KEY (scripts/test.sh exports them, plus MB_SANDBOXD_PID).
 import { spawn } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
-import { existsSync, readFileSync, readdirSync, readlinkSync, mkdtempSync, rmSync } from 'node:fs'
+import { existsSync, readFileSync, readdirSync, readlinkSync, mkdtempSync, realpathSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import net from 'node:net'
 import path from 'node:path'
@@ -322,11 +322,15 @@ function usedStateDir(dir, proc) { madeStateDirs.get(dir)?.push(proc) }
 process.on('exit', () => {
   let mounts = ''
   try { mounts = readFileSync('/proc/self/mountinfo', 'utf8') } catch { return }
-  const mounted = new Set(mounts.split('\n').map((l) => l.split(' ')[4]).filter(Boolean))
+  // mount points as the kernel writes them: real paths, with space, tab, newline and \ octal-escaped
+  const unescape = (m) => m.replace(/\\([0-7]{3})/g, (_, o) => String.fromCharCode(parseInt(o, 8)))
+  const mounted = mounts.split('\n').map((l) => l.split(' ')[4]).filter(Boolean).map(unescape)
   for (const [dir, procs] of madeStateDirs) {
     if (procs.some((p) => p.exitCode === null && p.signalCode === null)) continue
-    if ([...mounted].some((m) => m === dir || m.startsWith(`${dir}/`))) continue
-    try { rmSync(dir, { recursive: true, force: true }) } catch { /* left for the next sweep of /tmp */ }
+    let real
+    try { real = realpathSync(dir) } catch { continue }
+    if (mounted.some((m) => m === real || m.startsWith(`${real}/`))) continue
+    try { rmSync(real, { recursive: true, force: true }) } catch { /* left for the next sweep of /tmp */ }
   }
 })
 

@@ -41,6 +41,15 @@ static void test_load(void) {
   CHECK_HAS(msg, path);
   CHECK_HAS(msg, "line 2");
 
+  /* A file that cannot be read: named, without a position that means nothing. */
+  char sub[160];
+  put(path, "{}");
+  snprintf(sub, sizeof sub, "%s/under-a-file", path);   /* ENOTDIR: there, but not opened */
+  CHECK_INT(statefile_load(sub, &root, msg, sizeof msg), -1);
+  CHECK_HAS(msg, sub);
+  CHECK_HAS(msg, "Not a directory");
+  CHECK(strstr(msg, "line") == NULL);
+
   put(path, "{\"version\": 1, \"entries\": [], \"entries\": []}");
   CHECK_INT(statefile_load(path, &root, msg, sizeof msg), -1);
   CHECK_HAS(msg, "duplicate");
