@@ -145,8 +145,9 @@ static int check_entry(const char *p, const struct stat *st, int type, struct FT
 #define SKELETON_ENTRIES 6   /* root, home, home/user, tmp, etc, etc/link */
 
 /* The tree is the skeleton still: as many entries, no file, and etc/link still the link (an upload
- * to /etc/link replaces the dangling link by a file: the count alone said "untouched", and the
- * next input found that file as its own leftover). */
+ * to /etc/link once replaced the dangling link by a file: the count alone said "untouched", and
+ * the next input found that file as its own leftover; now it makes the link's target, /outside
+ * inside the root, and the link stays). */
 static bool pristine(void) {
   char p[400];
   struct stat st;

@@ -11,7 +11,9 @@
  *    slash), shorter than PATHS_MAX, and resolving it again gives itself;
  *  - every descriptor paths_open / paths_open_parent / paths_open_file returns is inside the
  *    root (its /proc/self/fd link starts with the root's path), and nothing outside is touched;
- *  - paths_realpath's answer, when there is one, names the same inode as the path itself. */
+ *  - paths_realpath's answer, when there is one, names the same inode as the path itself;
+ *  - paths_create_path's answer is clean; it is realpath's where that has one, and otherwise names
+ *    nothing yet, in a directory that is inside the root (where open(O_CREAT) would make it). */
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -137,6 +139,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         __builtin_trap();
       if (a >= 0) close(a);
       if (b >= 0) close(b);
+    }
+    char made[PATHS_MAX];
+    int cr = paths_create_path(&C, abs, made, sizeof made);
+    if (cr == 0) {
+      clean_or_trap(made);
+      if (paths_realpath(&C, abs, real, sizeof real) == 0) {
+        if (strcmp(made, real) != 0) __builtin_trap();
+      } else {
+        int d = paths_open_parent(&C, made, name, sizeof name);
+        struct stat st;
+        if (d < 0 || fstatat(d, name, &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT) __builtin_trap();
+        inside_or_trap(d);
+      }
     }
     json_t *e = paths_entry_at(&C, abs);
     json_decref(e);

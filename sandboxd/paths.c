@@ -270,7 +270,8 @@ void paths_unmake(const fs_ctx *c, const char *abs, size_t first) {
   paths_cred_leave(&cr);
 }
 
-int paths_realpath(const fs_ctx *c, const char *abs, char *out, size_t outlen) {
+/* paths_realpath, and with `create` its last level may be missing (paths_create_path). */
+static int walk(const fs_ctx *c, const char *abs, bool create, char *out, size_t outlen) {
   /* todo holds what remains to walk; a symlink's target is put in front of it. */
   char todo[PATHS_MAX * 2], cur[PATHS_MAX] = "/";
   size_t curlen = 1;
@@ -293,21 +294,31 @@ int paths_realpath(const fs_ctx *c, const char *abs, char *out, size_t outlen) {
     int dfd = paths_open_parent(c, cur, name, sizeof name);
     if (dfd < 0) return dfd;
     struct stat st;
-    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) { int er = -errno; close(dfd); return er; }
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      int er = -errno;
+      close(dfd);
+      if (er == -ENOENT && create) {
+        if (!*p) break;                              /* the last level, missing: what a create makes */
+        if (!p[strspn(p, "/")]) return -EISDIR;      /* "missing/": only a directory could be */
+      }
+      return er;
+    }
     if (!S_ISLNK(st.st_mode)) { close(dfd); continue; }
     char target[PATHS_MAX];
     ssize_t tl = readlinkat(dfd, name, target, sizeof target - 1);
     close(dfd);
     if (tl < 0) return -errno;
+    if (tl == 0) return -ENOENT;   /* an empty link leads nowhere (as the kernel says) */
     target[tl] = '\0';
     if (++hops > 40) return -ELOOP;
     char rest[PATHS_MAX * 2];
     size_t pl = strlen(p);
     if ((size_t)tl + pl + 2 > sizeof rest) return -ENAMETOOLONG;
     memcpy(rest, target, (size_t)tl);
+    size_t sep = pl ? 1 : 0;   /* a link last: its target as written (a trailing '/' of its own kept) */
     rest[tl] = '/';
-    memcpy(rest + tl + 1, p, pl + 1);
-    memcpy(todo, rest, (size_t)tl + pl + 2);
+    memcpy(rest + tl + sep, p, pl + 1);
+    memcpy(todo, rest, (size_t)tl + pl + sep + 1);
     p = todo;
     if (target[0] == '/') { cur[0] = '/'; cur[1] = '\0'; curlen = 1; }
     else { curlen = save; cur[curlen] = '\0'; }
@@ -316,6 +327,9 @@ int paths_realpath(const fs_ctx *c, const char *abs, char *out, size_t outlen) {
   snprintf(out, outlen, "%s", cur);
   return 0;
 }
+
+int paths_realpath(const fs_ctx *c, const char *abs, char *out, size_t outlen) { return walk(c, abs, false, out, outlen); }
+int paths_create_path(const fs_ctx *c, const char *abs, char *out, size_t outlen) { return walk(c, abs, true, out, outlen); }
 
 /* Go's FileMode.String() for an lstat mode: type letters, then rwxrwxrwx. */
 static void go_mode_string(mode_t m, char *out) {

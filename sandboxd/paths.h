@@ -52,6 +52,10 @@ int paths_mkdir_p(const fs_ctx *c, const char *abs, bool *created, size_t *first
 void paths_unmake(const fs_ctx *c, const char *abs, size_t first);
 /* Symlinks evaluated inside the root (like EvalSymlinks); -ENOENT if some level is missing. */
 int paths_realpath(const fs_ctx *c, const char *abs, char *out, size_t outlen);
+/* Where creating abs makes its file, as open(O_CREAT) finds it: paths_realpath, but the last
+ * level may be missing — through a dangling link (or a chain), the last link's target, which is
+ * what envd's upload writes. -ENOENT if a level above it is missing, -EISDIR for "missing/". */
+int paths_create_path(const fs_ctx *c, const char *abs, char *out, size_t outlen);
 
 /* Files sandboxd creates from the host must be created with an id the sandbox's filesystem maps
  * (creating as host root fails with EOVERFLOW on a user-namespace overlay): enter switches this

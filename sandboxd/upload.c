@@ -124,7 +124,12 @@ static int open_target(up_ctx *u, const char *abs, const char *slash) {
     if (rc) return open_fail(u, abs, rc, fsname);
     mode = st.st_mode & 0777;
     if (paths_realpath(u->c, abs, real, sizeof real) != 0) snprintf(real, sizeof real, "%s", abs);
-  } else if (p != -ENOENT) {
+  } else if (p == -ENOENT) {
+    /* Nothing there, or a dangling link: the file goes where open(O_CREAT) would make it, the
+     * link's target (envd's upload opens the path so); a level above it missing is an error. */
+    int rc = paths_create_path(u->c, abs, real, sizeof real);
+    if (rc) return open_fail(u, abs, rc, fsname);
+  } else {
     return open_fail(u, abs, p, fsname);
   }
   int dfd = paths_open_parent(u->c, real, u->base, sizeof u->base);

@@ -172,6 +172,25 @@ test('exists and getInfo: file, directory, symlink', T, async (t) => {
   await assert.rejects(sbx.files.getInfo('nope.txt'), FileNotFoundError)
 })
 
+test('a write through a dangling link makes its target, the link kept (as envd: open with O_CREAT follows it)', T, async (t) => {
+  const sbx = await newSandbox(t)
+  await sbx.commands.run('mkdir -p d && ln -s d/target.txt dang && ln -s dang chain && ln -s /nowhere/x.txt noparent && ln -s notes.txt rel')
+  const info = await sbx.files.write('chain', 'through two links\n')
+  assert.equal(info.path, `${HOME}/chain`)
+  const seen = await sbx.commands.run('readlink chain; readlink dang; cat d/target.txt; stat -c %U d/target.txt; ls -A d')
+  assert.equal(seen.stdout, 'dang\nd/target.txt\nthrough two links\nuser\ntarget.txt\n')
+  assert.equal(await sbx.files.read('dang'), 'through two links\n')
+  // a second write goes to the same file (now there: the link resolves)
+  await sbx.files.write('dang', 'again\n')
+  assert.equal((await sbx.commands.run('cat d/target.txt; test -L dang && echo link')).stdout, 'again\nlink\n')
+  // the target's directory missing: refused (envd: no such file or directory), nothing made, the link kept
+  await assert.rejects(sbx.files.write('noparent', 'x'), (e) => e instanceof SandboxError && /noparent.*No such file or directory/.test(e.message))
+  assert.equal((await sbx.commands.run('test -L noparent && test ! -e /nowhere && echo kept')).stdout, 'kept\n')
+  // a multi-file write through a link and beside it
+  await sbx.files.write([{ path: 'rel', data: 'via rel' }, { path: 'plain.txt', data: 'plain' }])
+  assert.equal((await sbx.commands.run('cat notes.txt; echo; cat plain.txt; test -L rel && echo " link"')).stdout, 'via rel\nplain link\n')
+})
+
 test('makeDir: true when created (nested), false when it already exists', T, async (t) => {
   const sbx = await newSandbox(t)
   assert.equal(await sbx.files.makeDir('md'), true)

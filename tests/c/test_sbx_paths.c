@@ -157,6 +157,47 @@ static void test_realpath_and_parent(void) {
   CHECK_INT(paths_open_parent(&C, "/home/user/notes.txt", name, 4), -ENAMETOOLONG);
 }
 
+/* Where a create makes its file: through dangling links (absolute, relative, chained, upwards
+ * past the root, through a linked directory and back up) to their target, as open(O_CREAT)
+ * follows them; an existing path is its real path; a missing level above, a loop and a target
+ * with a trailing slash are refused. */
+static void created(const char *abs, int want_rc, const char *want) {
+  char out[PATHS_MAX];
+  int rc = paths_create_path(&C, abs, out, sizeof out);
+  if (!mbt_check(rc == want_rc && (rc || !strcmp(out, want)), __FILE__, __LINE__, "paths_create_path"))
+    fprintf(stderr, "     '%s' → %d '%s', want %d '%s'\n", abs, rc, rc ? "" : out, want_rc, want ? want : "");
+}
+static void test_create_path(void) {
+  ln("/tmp/made-abs", "root/home/user/d-abs");
+  ln("../made-rel", "root/home/user/d-rel");
+  ln("d-abs", "root/home/user/d-chain");
+  ln("/../../made-up", "root/home/user/d-up");
+  ln("dirlink/../made-via", "root/home/user/d-via");   /* dirlink → /dir: its parent is / */
+  ln("/nowhere/x", "root/home/user/d-noparent");
+  ln("/tmp/made-dir/", "root/home/user/d-slash");
+  mk("root/tmp", 0755);
+  created("/home/user/new.txt", 0, "/home/user/new.txt");
+  created("/abs/new", 0, "/etc/new");
+  created("/home/user/d-abs", 0, "/tmp/made-abs");
+  created("/home/user/d-rel", 0, "/home/made-rel");
+  created("/home/user/d-chain", 0, "/tmp/made-abs");
+  created("/home/user/d-up", 0, "/made-up");
+  created("/home/user/d-via", 0, "/made-via");
+  created("/home/user/rel", 0, "/home/user/notes.txt");
+  created("/home/user/d-noparent", -ENOENT, NULL);
+  created("/home/user/d-slash", -EISDIR, NULL);
+  created("/nope/x", -ENOENT, NULL);
+  created("/loop1", -ELOOP, NULL);
+  /* paths_realpath still wants every level */
+  char out[PATHS_MAX];
+  CHECK_INT(paths_realpath(&C, "/home/user/d-abs", out, sizeof out), -ENOENT);
+  /* nothing was made by asking */
+  struct stat st;
+  char p[700];
+  snprintf(p, sizeof p, "%s/tmp/made-abs", rootdir);
+  CHECK(lstat(p, &st) != 0 && errno == ENOENT);
+}
+
 static void test_open_file(void) {
   char fsname[32];
   int fd = paths_open_file(&C, "/home/user/new.txt", O_WRONLY | O_CREAT | O_TRUNC, fsname, sizeof fsname);
@@ -315,6 +356,7 @@ int main(void) {
   MBT_RUN(test_resolve);
   MBT_RUN(test_open_inside_root);
   MBT_RUN(test_realpath_and_parent);
+  MBT_RUN(test_create_path);
   MBT_RUN(test_open_file);
   MBT_RUN(test_mkdir_p);
   MBT_RUN(test_mkdir_p_deep);
