@@ -745,7 +745,6 @@ static void discard(sbx_t *s) {
   release(s);
 }
 
-
 static bool trace_on(void) { return getenv("SANDBOXD_TRACE_CREATE") != NULL; }
 
 /* ---- what the warm pool (pool.h) keeps: spares booted with the default shape, network pairs ---- */

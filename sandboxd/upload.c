@@ -94,6 +94,15 @@ static int open_fail(up_ctx *u, const char *abs, int err, const char *fsname) {
   return fail_fd(u, 500, "cannot open for writing: %s", m);
 }
 
+/* Whether abs's last level is a symbolic link (the levels above followed inside the root). */
+static bool last_is_link(const fs_ctx *c, const char *abs) {
+  int fd = paths_open(c, abs, O_PATH | O_NOFOLLOW, 0, 0);
+  struct stat st;
+  bool link = fd >= 0 && fstat(fd, &st) == 0 && S_ISLNK(st.st_mode);
+  if (fd >= 0) close(fd);
+  return link;
+}
+
 /* Parents made (0755, the user's) as before; then a private temporary file (O_EXCL, 0644 or the
  * target's mode, the user's) in the target's directory (a symlinked target: its real path's).
  * 0, or -1 after fail(). */
@@ -123,14 +132,16 @@ static int open_target(up_ctx *u, const char *abs, const char *slash) {
     close(p);
     if (rc) return open_fail(u, abs, rc, fsname);
     mode = st.st_mode & 0777;
-    if (paths_realpath(u->c, abs, real, sizeof real) != 0) snprintf(real, sizeof real, "%s", abs);
-  } else if (p == -ENOENT) {
-    /* Nothing there, or a dangling link: the file goes where open(O_CREAT) would make it, the
-     * link's target (envd's upload opens the path so); a level above it missing is an error. */
+  } else if (p != -ENOENT) {
+    return open_fail(u, abs, p, fsname);
+  }
+  /* A link at abs, to a file or dangling: the file goes where open(O_CREAT) writes through it, the
+   * last link's target, the links kept (envd's upload opens the path so); a dangling one whose
+   * target's directory is missing is an error. Else abs itself, its parent resolved by the kernel
+   * below: a plain upload walks no level. */
+  if (last_is_link(u->c, abs)) {
     int rc = paths_create_path(u->c, abs, real, sizeof real);
     if (rc) return open_fail(u, abs, rc, fsname);
-  } else {
-    return open_fail(u, abs, p, fsname);
   }
   int dfd = paths_open_parent(u->c, real, u->base, sizeof u->base);
   if (dfd < 0) return open_fail(u, abs, dfd, fsname);
